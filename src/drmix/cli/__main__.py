@@ -1,0 +1,3 @@
+from drmix.cli import main
+
+main()

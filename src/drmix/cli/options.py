@@ -1,0 +1,114 @@
+"""Turn a pydantic config model into typer options, so every config field is also a CLI flag.
+
+``drmix train config.yaml --batch-size 64 --data a.jsonl --data b.jsonl`` reads the YAML file and
+overrides its fields with the flags given. Scalars map to typed options, booleans to
+``--flag/--no-flag``, lists to repeatable options, and free-form mapping fields (strategy options) to
+repeatable ``--tdro KEY=VALUE`` options whose values are parsed as YAML scalars.
+Hand-written: typer builds commands from function signatures, so the signature is generated here.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+import yaml
+from pydantic import BaseModel
+
+from drmix.errors import ConfigError
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _annotation(field_type: Any) -> tuple[Any, str]:
+    """(typer annotation, kind) for a pydantic field type; kind is scalar | bool | list | mapping."""
+    origin = typing.get_origin(field_type)
+    args = [a for a in typing.get_args(field_type) if a is not type(None)]
+    if origin in (typing.Union, types.UnionType):
+        if len(args) == 1:
+            return _annotation(args[0])
+        return Optional[str], "scalar"
+    if field_type is bool:
+        return Optional[bool], "bool"
+    if origin is list:
+        inner = args[0] if args else str
+        inner_t = inner if inner in (int, float) else str
+        return Optional[list[inner_t]], "list"
+    if origin is dict:
+        return Optional[list[str]], "mapping"
+    if origin is typing.Literal:
+        return Optional[str], "scalar"
+    if field_type in (int, float, str):
+        return Optional[field_type], "scalar"
+    return Optional[str], "scalar"
+
+
+def _parse_mapping(items: list[str], flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"{flag} expects KEY=VALUE, got '{item}'.", fix=f"write e.g. {flag} lr=0.02.")
+        k, v = item.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def config_params(model_cls: type[BaseModel], *, skip: set[str] = frozenset(),
+                  help_panel: str | None = None) -> tuple[list[inspect.Parameter], dict[str, str]]:
+    """typer parameters for every field of ``model_cls`` (default None = "not given on the command line")."""
+    params, kinds = [], {}
+    for name, field in model_cls.model_fields.items():
+        if name in skip:
+            continue
+        ann, kind = _annotation(field.annotation)
+        kinds[name] = kind
+        help_text = field.description or ""
+        if kind == "mapping":
+            help_text += " Repeat as KEY=VALUE."
+        default = field.get_default(call_default_factory=True)
+        if default not in (None, [], {}):
+            help_text += f" [default: {default}]"
+        decls = [_flag(name)] if kind != "bool" else [f"{_flag(name)}/--no-{name.replace('_', '-')}"]
+        opt = typer.Option(None, *decls, help=help_text, show_default=False, rich_help_panel=help_panel)
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
+    return params, kinds
+
+
+def overrides_from_kwargs(kwargs: dict[str, Any], kinds: dict[str, str]) -> dict[str, Any]:
+    """CLI values that were given (not None / not empty), mapping options parsed."""
+    out = {}
+    for name, kind in kinds.items():
+        v = kwargs.get(name)
+        if v is None or (kind in ("list", "mapping") and not v):
+            continue
+        out[name] = _parse_mapping(v, _flag(name)) if kind == "mapping" else v
+    return out
+
+
+def config_command(model_cls: type[BaseModel], run: Callable[..., Any], *, extra: list[inspect.Parameter] = (),
+                   config_help: str = "YAML config file (any fields; flags override it).",
+                   skip: set[str] = frozenset()) -> Callable[..., Any]:
+    """A function typer can register: ``CONFIG`` argument + extra params + one option per field.
+
+    ``run(config_path, overrides, **extra_values)`` is called with the YAML path (or None), the dict of
+    field values given as flags, and the extra parameters.
+    """
+    params, kinds = config_params(model_cls, skip=skip, help_panel="Configuration fields")
+    cfg_param = inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  default=typer.Argument(None, help=config_help, show_default=False),
+                                  annotation=Optional[Path])
+    extra_names = [p.name for p in extra]
+
+    def command(**kwargs: Any) -> Any:
+        config_path = kwargs.pop("config", None)
+        extra_values = {n: kwargs.pop(n) for n in extra_names}
+        return run(config_path, overrides_from_kwargs(kwargs, kinds), **extra_values)
+
+    command.__signature__ = inspect.Signature([cfg_param, *extra, *params])  # type: ignore[attr-defined]
+    return command

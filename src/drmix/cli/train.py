@@ -1,0 +1,37 @@
+"""``drmix train``: fine-tune a model on a mixture of collections (every config field is a flag)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from drmix.cli.options import config_command
+from drmix.config import TrainConfig, load_config
+
+log = logging.getLogger(__name__)
+
+TRAIN_HELP = """Fine-tune an embedding model with InfoNCE on a mixture of training collections.
+
+CONFIG is an optional YAML file with any of the fields below; flags override it. Data (--data, repeatable)
+is a JSONL file, a directory of JSONL files, a BEIR directory (train qrels) or a YAML list of collections.
+The output directory receives model/ (a SentenceTransformer folder), config.yaml, metrics.jsonl,
+weights.json and checkpoints/; --resume continues a killed run. Multi-GPU: accelerate launch -m drmix.cli train ...
+"""
+
+
+def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
+    from drmix.train.trainer import train
+
+    config = load_config(TrainConfig, config_path, overrides)
+    result = train(config)
+    from drmix.cli import console
+
+    console.print(f"[green]trained[/green] {result.steps} steps; model: {result.model_dir}")
+    console.print(f"config: {result.output_dir / 'config.yaml'}  metrics: {result.metrics_path}"
+                  + (f"  weights: {result.weights_path}" if result.weights_path else ""))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train", help=TRAIN_HELP, no_args_is_help=True)(config_command(TrainConfig, run_train))

@@ -1,0 +1,137 @@
+"""Configuration models (pydantic). Defaults follow common practice for contrastive retriever fine-tuning.
+
+A YAML config file holds any subset of :class:`TrainConfig` fields; every field is also a CLI flag
+(``--batch-size 64``), and flags override the file. The resolved config is written next to a run's
+outputs (``config.yaml``) so every run can be reproduced.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from drmix.errors import ConfigError
+
+
+class CollectionSpec(BaseModel):
+    """One training collection: a JSONL file, a directory of JSONL files, a BEIR directory, or a YAML list file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(description="JSONL file, directory of JSONL files, BEIR directory, or YAML list of collections.")
+    name: str | None = Field(None, description="Collection name (default: file stem or directory name).")
+    instruction: str | None = Field(None, description="Text prepended to every query of this collection.")
+    weight: float | None = Field(None, ge=0, description="Explicit mixture weight (used by mixture='file' or when all are given).")
+    split: str = Field("train", description="Qrels split to read from a BEIR directory.")
+
+
+class TrainConfig(BaseModel):
+    """Everything ``drmix train`` needs. Field descriptions double as CLI help."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str | None = Field(None, description="SentenceTransformer folder or hub id (default: bundled all-MiniLM-L6-v2).")
+    data: list[str | CollectionSpec] = Field(default_factory=list, description="Training collections (paths or specs).")
+    output_dir: str = Field("runs/train", description="Where the model, logs and checkpoints go.")
+    max_steps: int = Field(1000, ge=1, description="Optimiser steps to train for.")
+    batch_size: int = Field(32, ge=1, description="Global batch size per micro-step (split across processes).")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-steps per optimiser step.")
+    learning_rate: float = Field(2e-5, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not applied to biases and LayerNorm).")
+    warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps with linear warm-up.")
+    scheduler: Literal["linear", "cosine", "constant"] = Field("linear", description="Decay after warm-up.")
+    max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 = off).")
+    temperature: float = Field(0.05, gt=0, description="InfoNCE temperature (scores are divided by it).")
+    num_negatives: int = Field(1, ge=0, description="Hard negatives per query taken from the data (0 = none).")
+    in_batch_negatives: bool = Field(True, description="Use the other examples' documents as negatives.")
+    cross_device_negatives: bool = Field(True, description="Gather documents from all processes as negatives (DDP).")
+    query_max_length: int = Field(64, ge=4, description="Max tokens per query.")
+    doc_max_length: int = Field(256, ge=4, description="Max tokens per document.")
+    batching: Literal["homogeneous", "mixed"] = Field(
+        "homogeneous", description="homogeneous: one collection per global batch; mixed: every collection in each batch.")
+    mixture: Literal["uniform", "size", "temperature", "file"] = Field(
+        "uniform", description="Initial collection weights: uniform, size-proportional, |D|^(1/tau), or weights_file.")
+    mixture_temperature: float = Field(2.0, gt=0, description="tau for mixture='temperature'.")
+    weights_file: str | None = Field(None, description="weights.json (from a strategy run) or a {name: weight} JSON/YAML file.")
+    transfer: str | None = Field(None, description="How learned weights are used: top:K (e.g. top:0.7), reweight, or loss.")
+    strategy: str = Field("static", description="static | tdro | doremi | groupdro | infdds | multidds.")
+    reference_model: str | None = Field(None, description="Frozen reference model for tDRO/DoReMi.")
+    dev: list[str] = Field(default_factory=list, description="BEIR directories whose dev split strategies use (Inf-DDS).")
+    dev_split: str = Field("dev", description="Qrels split of the --dev directories.")
+    eval_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated every eval_every steps.")
+    eval_every: int = Field(0, ge=0, description="Evaluate on eval_data every N steps (0 = only at the end if eval_data).")
+    eval_split: str = Field("dev", description="Qrels split used by the periodic evaluation.")
+    eval_max_queries: int | None = Field(None, ge=1, description="Cap on queries per periodic evaluation set.")
+    seed: int = Field(42, description="Seed for sampling, initialisation and dropout.")
+    save_every: int = Field(200, ge=1, description="Checkpoint every N optimiser steps.")
+    keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
+    log_every: int = Field(10, ge=1, description="Write a metrics record every N steps.")
+    resume: bool = Field(False, description="Continue from the latest checkpoint in output_dir.")
+    show_progress: bool = Field(True, description="Show a progress bar.")
+    mixed_precision: Literal["no", "fp16", "bf16"] = Field("no", description="Mixed precision on GPU.")
+    matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")
+    trust_remote_code: bool = Field(False, description="Allow custom model code from the model folder / hub.")
+    device: str | None = Field(None, description="Device override (default: cuda if available, else cpu).")
+    max_collection_size: int | None = Field(None, ge=1, description="Cap each collection at this many examples (seeded).")
+    # Strategy sub-configurations (set by their modules' config models; free-form here and validated there).
+    tdro: dict[str, Any] = Field(default_factory=dict, description="Options of the DRO strategies (see docs/mixture.md).")
+    infdds: dict[str, Any] = Field(default_factory=dict, description="Options of Inf-DDS / MultiDDS (see docs/influence.md).")
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, (str, dict)) else v
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainConfig":
+        if self.mixture == "file" and not self.weights_file:
+            raise ValueError("mixture='file' needs weights_file")
+        return self
+
+    def dump_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+
+
+def _format_validation(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError("config file not found.", path=path, fix="check the path.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("config file is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(f"invalid YAML ({getattr(e, 'problem', e)}).", path=path,
+                          line=(mark.line + 1) if mark else None, fix="fix the YAML syntax.") from None
+
+
+def load_config(model_cls: type[BaseModel], path: str | Path | None = None, overrides: dict[str, Any] | None = None):
+    """Build a config from an optional YAML file and CLI overrides (overrides win); paths stay as given."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        raw = read_yaml(path)
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise ConfigError("config must be a mapping of field: value.", path=path,
+                              fix=f"write fields of {model_cls.__name__} at the top level.")
+        values.update(raw)
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return model_cls.model_validate(values)
+    except ValidationError as e:
+        raise ConfigError(f"invalid configuration: {_format_validation(e)}.", path=path,
+                          fix="see `drmix train --help` or docs/training.md for the fields.") from None

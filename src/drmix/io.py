@@ -1,0 +1,104 @@
+"""File helpers shared by every module: atomic writes and line-numbered JSONL reading.
+
+Nothing drmix writes is ever left half-written: files go to a temporary sibling and are renamed
+into place (``os.replace`` is atomic on POSIX and Windows); directories are built under a temporary
+name and renamed at the end.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from drmix.errors import DataError
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary directory that replaces ``path`` only when the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each non-blank line of a UTF-8 file (1-based numbers).
+
+    Raises :class:`DataError` naming the line when a line is not valid UTF-8.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError("file not found.", path=path, fix="check the path.")
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"line is not valid UTF-8 ({e.reason} at byte {e.start}).", path=path,
+                                line=lineno, fix="re-encode the file as UTF-8 (e.g. iconv -t UTF-8).") from None
+            text = text.rstrip("\r\n")
+            if lineno == 1 and text.startswith("\ufeff"):
+                text = text[1:]
+            if text.strip():
+                yield lineno, text
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each record of a JSONL file; errors name file and line."""
+    for lineno, text in iter_lines(path):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"invalid JSON ({e.msg} at column {e.colno}).", path=path, line=lineno,
+                            fix="write one JSON object per line.") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"expected a JSON object, got {type(obj).__name__}.", path=path, line=lineno,
+                            fix="write one JSON object per line.")
+        yield lineno, obj
+
+
+def write_jsonl_atomic(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

