@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,15 +18,13 @@ def build_tiny_model(folder: Path, *, hidden: int = 32, layers: int = 2, seed: i
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     from drmix.model.encoder import default_model_path
 
     hf_dir = folder / "hf"
     hf_dir.mkdir(parents=True, exist_ok=True)
-    vocab = Path(default_model_path()) / "vocab.txt"
-    shutil.copy(vocab, hf_dir / "vocab.txt")
-    tok = BertTokenizerFast(vocab_file=str(hf_dir / "vocab.txt"), do_lower_case=True)
+    tok = AutoTokenizer.from_pretrained(default_model_path())  # the real 30k WordPiece vocabulary
     tok.save_pretrained(hf_dir)
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,

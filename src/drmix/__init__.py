@@ -1,8 +1,41 @@
-"""drmix: train dense retrievers that stay good across domains."""
+"""drmix: train dense retrievers that stay good across domains.
+
+The main entry points, importable from the top level (loaded lazily, so ``import drmix`` stays fast)::
+
+    from drmix import TrainConfig, train, load_collections, load_encoder, evaluate_model, DenseIndex
+"""
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
 from drmix.errors import DrmixError  # noqa: E402
 
-__all__ = ["DrmixError", "__version__"]
+_LAZY = {
+    "TrainConfig": "drmix.config",
+    "CollectionSpec": "drmix.config",
+    "train": "drmix.train.trainer",
+    "Trainer": "drmix.train.trainer",
+    "TrainResult": "drmix.train.trainer",
+    "load_collections": "drmix.data.collections",
+    "Collection": "drmix.data.collections",
+    "load_encoder": "drmix.model.encoder",
+    "info_nce": "drmix.model.losses",
+    "Strategy": "drmix.mixture.base",
+    "StaticStrategy": "drmix.mixture.static",
+    "evaluate_model": "drmix.evaluation.evaluate",
+    "evaluate_run": "drmix.evaluation.metrics",
+    "load_beir": "drmix.data.beir",
+    "DenseIndex": "drmix.retrieval.index",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'drmix' has no attribute {name!r}")
+
+
+__all__ = ["DrmixError", "__version__", *_LAZY]

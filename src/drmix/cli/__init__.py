@@ -51,6 +51,10 @@ def _main(
     logging.basicConfig(level=level, format="%(message)s", datefmt="[%X]",
                         handlers=[RichHandler(console=err_console, show_path=False, rich_tracebacks=False)],
                         force=True)
+    if verbose < 2:  # model-loading bars of the libraries underneath; drmix shows its own progress
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     for noisy in ("httpx", "urllib3", "filelock", "datasets", "sentence_transformers", "transformers", "numba"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 

@@ -146,6 +146,8 @@ def load_jsonl_collection(path: str | Path, *, name: str | None = None, instruct
         inner = _unwrap(e)
         if inner is not None:
             raise inner from None
+        if "corresponds to no data" in str(e):  # the generator yielded nothing
+            raise DataError("collection is empty.", path=path, fix="add at least one example line.") from None
         raise
     finally:
         datasets.enable_progress_bars()

@@ -6,7 +6,7 @@ from drmix.errors import ConfigError
 from drmix.mixture.base import Strategy
 from drmix.mixture.static import StaticStrategy, read_weights_file
 
-STRATEGIES = ("static",)
+STRATEGIES = ("static", "tdro", "doremi", "groupdro", "infdds", "multidds")
 
 
 def build_strategy(config: TrainConfig, collection_names: list[str]) -> Strategy:
@@ -26,4 +26,12 @@ def build_strategy(config: TrainConfig, collection_names: list[str]) -> Strategy
         if config.mixture == "file":
             return StaticStrategy(read_weights_file(config.weights_file, collection_names))
         return StaticStrategy(scheme=config.mixture, temperature=config.mixture_temperature)
+    if name in ("tdro", "doremi", "groupdro"):
+        from drmix.mixture.dro import dro_strategy_from_options
+
+        return dro_strategy_from_options(name, config.tdro)
+    if name in ("infdds", "multidds"):
+        from drmix.mixture.influence import build_influence_strategy
+
+        return build_influence_strategy(name, config.infdds, config.seed, batch_size=config.batch_size)
     raise ConfigError(f"unknown strategy '{config.strategy}'.", fix=f"use one of: {', '.join(STRATEGIES)}.")

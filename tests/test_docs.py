@@ -1,0 +1,31 @@
+"""Every CLI command and option is described in docs/ (the reference users read)."""
+from pathlib import Path
+
+import click
+import typer
+
+from drmix.cli import app
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def walk(cmd: click.Command, path: tuple[str, ...] = ()):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from walk(sub, path + (name,))
+
+
+def test_every_command_and_option_is_documented():
+    text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.glob("*.md"))
+    missing = []
+    for path, cmd in walk(typer.main.get_command(app)):
+        if path and f"drmix {' '.join(path)}" not in text:
+            missing.append(f"command: drmix {' '.join(path)}")
+        for param in cmd.params:
+            if not isinstance(param, click.Option) or param.name in ("help", "version"):
+                continue
+            names = [o for o in param.opts if o.startswith("--")] + [param.name]
+            if not any(n in text for n in names):
+                missing.append(f"option {param.opts[0]} of drmix {' '.join(path)}")
+    assert not missing, "undocumented in docs/: " + ", ".join(missing)
