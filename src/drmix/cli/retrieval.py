@@ -1,0 +1,211 @@
+"""CLI commands ``drmix index``, ``drmix search`` and ``drmix eval``.
+
+Each command body only parses options and calls library functions (:mod:`drmix.retrieval.index`,
+:mod:`drmix.evaluation.evaluate`), so other front ends (multi-corpus search) can reuse the same calls.
+Errors are :class:`drmix.errors.DrmixError`; the main app turns them into one line and exit code 2.
+"""
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from drmix.errors import ConfigError, DataError
+
+SNIPPET_CHARS = 160
+
+
+class IndexKind(str, Enum):
+    flat = "flat"
+    hnsw = "hnsw"
+    ivf = "ivf"
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def resolve_corpus_file(path: Path) -> Path:
+    """A BEIR directory means its ``corpus.jsonl``; a file is used as is."""
+    path = path.expanduser()
+    if path.is_dir():
+        return path / "corpus.jsonl"
+    return path
+
+
+def read_query_file(path: Path) -> dict[str, str]:
+    """Queries from ``.jsonl`` (``_id``, ``text``) or a text file with one query per line (ids 1, 2, ...)."""
+    from drmix.data.beir import read_queries
+    from drmix.io import iter_lines
+
+    path = path.expanduser()
+    if path.suffix == ".jsonl":
+        queries = read_queries(path)
+    else:
+        queries = {str(i): text.strip() for i, (_, text) in enumerate(iter_lines(path), start=1)}
+    if not queries:
+        raise DataError("query file holds no queries.", path=path, fix="write one query per line (.txt) or "
+                        'one {"_id", "text"} object per line (.jsonl).')
+    return queries
+
+
+def search_results(model: Any, index: Any, queries: dict[str, str], k: int, *, batch_size: int = 64,
+                   with_text: bool = True) -> list[dict[str, Any]]:
+    """Search and shape the hits: ``[{"query_id", "query", "hits": [{"rank", "doc_id", "score", ...}]}]``."""
+    from drmix.data.beir import doc_text
+    from drmix.retrieval.index import search_queries
+
+    run = search_queries(model, index, queries, k=k, batch_size=batch_size)
+    rows = []
+    for qid, docs in run.items():
+        hits = []
+        for rank, (doc_id, score) in enumerate(sorted(docs.items(), key=lambda kv: -kv[1]), start=1):
+            hit: dict[str, Any] = {"rank": rank, "doc_id": doc_id, "score": round(score, 6)}
+            doc = index.doc(doc_id) if with_text else None
+            if doc is not None:
+                hit["text"] = doc_text(doc)
+            hits.append(hit)
+        rows.append({"query_id": qid, "query": queries[qid], "hits": hits})
+    return rows
+
+
+def _print_results(rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    console = _console()
+    for row in rows:
+        table = Table(title=f"[{row['query_id']}] {row['query']}", title_justify="left")
+        table.add_column("rank", justify="right")
+        table.add_column("id")
+        table.add_column("score", justify="right")
+        table.add_column("text")
+        for hit in row["hits"]:
+            text = hit.get("text", "")
+            snippet = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS - 1] + "…"
+            table.add_row(str(hit["rank"]), hit["doc_id"], f"{hit['score']:.4f}", snippet)
+        console.print(table)
+
+
+def print_report(report: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{report.model} — {report.split}", title_justify="left")
+    table.add_column("dataset")
+    for m in report.metrics:
+        table.add_column(m, justify="right")
+    for name, row in report.rows():
+        table.add_row(name, *(f"{row[m]:.4f}" if m in row else "" for m in report.metrics))
+    _console().print(table)
+
+
+def index_command(
+    corpus: Path = typer.Option(..., "--corpus", help="BEIR directory (its corpus.jsonl is used) or a corpus "
+                                                      ".jsonl file with _id, title, text."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the index to (replaced atomically)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="SentenceTransformer folder, drmix run "
+                                                                   "directory or hub id; default all-MiniLM-L6-v2."),
+    kind: IndexKind = typer.Option(IndexKind.flat, "--kind", help="flat: exact inner product; hnsw: graph "
+                                                                  "index; ivf: clustered index (large corpora)."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", min=1, help="Token cap per document "
+                                                                              "(default: the model's)."),
+    hnsw_m: int = typer.Option(32, "--hnsw-m", min=2, help="HNSW: neighbours per node."),
+    ef_construction: int = typer.Option(200, "--ef-construction", min=1, help="HNSW: build-time candidate list."),
+    ef_search: int = typer.Option(128, "--ef-search", min=1, help="HNSW: search-time candidate list "
+                                                                   "(raised to k when smaller)."),
+    nlist: Optional[int] = typer.Option(None, "--nlist", min=1, help="IVF: clusters (default 4*sqrt(n), at most "
+                                                                    "n/39)."),
+    nprobe: int = typer.Option(16, "--nprobe", min=1, help="IVF: clusters searched per query."),
+    no_texts: bool = typer.Option(False, "--no-texts", help="Do not store document texts (search then shows ids "
+                                                           "and scores only)."),
+) -> None:
+    """Encode a corpus into a FAISS index that drmix search can query."""
+    from drmix.data.beir import read_corpus
+    from drmix.model.encoder import load_encoder
+    from drmix.retrieval.index import index_corpus
+
+    corpus_file = resolve_corpus_file(corpus)
+    docs = read_corpus(corpus_file)
+    encoder = load_encoder(model)
+    params: dict[str, Any] = {}
+    if kind is IndexKind.hnsw:
+        params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
+    elif kind is IndexKind.ivf:
+        params = {"nlist": nlist, "nprobe": nprobe}
+    index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
+                         store_texts=not no_texts,
+                         metadata={"model": model or "default", "corpus": str(corpus_file.resolve())}, **params)
+    index.save(output)
+    _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
+
+
+def search_command(
+    index_dir: Path = typer.Option(..., "--index", help="Index directory written by drmix index."),
+    query: Optional[list[str]] = typer.Option(None, "--query", "-q", help="A query text; repeat for several."),
+    queries: Optional[Path] = typer.Option(None, "--queries", help="Query file: .jsonl with _id and text, or "
+                                                                   "text with one query per line."),
+    k: int = typer.Option(10, "--k", "-k", min=1, help="Hits per query."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Query encoder (default: the model recorded "
+                                                                   "in the index)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the hits as JSONL, one query per "
+                                                                      "line (a run file)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of tables."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Queries per encoding batch."),
+) -> None:
+    """Answer queries from the command line or a file with ids, scores and text."""
+    from drmix.io import write_jsonl_atomic
+    from drmix.model.encoder import load_encoder
+    from drmix.retrieval.index import DenseIndex
+
+    if bool(query) == (queries is not None):
+        raise ConfigError("give queries either with --query or with --queries.",
+                          fix="pass --query TEXT (repeatable) or --queries FILE, not both or neither.")
+    texts = read_query_file(queries) if queries is not None else {str(i): q for i, q in enumerate(query, 1)}
+    index = DenseIndex.load(index_dir)
+    encoder = load_encoder(model or index.metadata.get("model") or None)
+    rows = search_results(encoder, index, texts, k, batch_size=batch_size)
+    if output is not None:
+        write_jsonl_atomic(output, [{**r, "hits": [{k2: v for k2, v in h.items() if k2 != "text"}
+                                                    for h in r["hits"]]} for r in rows])
+    if as_json:
+        for r in rows:
+            typer.echo(json.dumps(r, ensure_ascii=False))
+    else:
+        _print_results(rows)
+
+
+def eval_command(
+    data: list[Path] = typer.Option(..., "--data", "-d", help="BEIR directory; repeat for several datasets."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="SentenceTransformer folder, drmix run "
+                                                                   "directory or hub id; default all-MiniLM-L6-v2."),
+    split: str = typer.Option("test", "--split", help="qrels split to evaluate (qrels/{split}.tsv)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md."),
+    k: int = typer.Option(100, "--k", "-k", min=1, help="Documents retrieved per query."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", min=1, help="Token cap per text (default: "
+                                                                              "the model's)."),
+    metric: Optional[list[str]] = typer.Option(None, "--metric", help="Metric such as ndcg@10; repeat for several "
+                                                                     "(default: ndcg@10 recall@100 mrr@10 map@100)."),
+) -> None:
+    """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets."""
+    from drmix.evaluation.evaluate import evaluate_model
+    from drmix.evaluation.metrics import DEFAULT_METRICS
+
+    report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
+                            metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default")
+    print_report(report)
+    if output is not None:
+        report.write(output)
+        _console().print(f"wrote {output / 'eval.json'} and {output / 'eval.md'}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``index``, ``search`` and ``eval`` to the main app."""
+    app.command("index")(index_command)
+    app.command("search")(search_command)
+    app.command("eval")(eval_command)

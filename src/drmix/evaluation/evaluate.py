@@ -1,0 +1,205 @@
+"""Evaluate a model on BEIR directories, and the dev-set evaluator the trainer runs every N steps.
+
+For each dataset: encode the corpus into an exact inner-product index (:func:`index_corpus`), retrieve
+the top ``k`` documents for every query of the split (:func:`search_queries`, the model's query prompt)
+and score the run with :func:`drmix.evaluation.metrics.evaluate_run` (pytrec_eval). The ``average``
+row is the unweighted mean over datasets (each dataset counts once, as in BEIR's tables).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drmix.data.beir import BeirDataset, available_splits, load_beir
+from drmix.evaluation.metrics import DEFAULT_METRICS, evaluate_run, parse_metric
+from drmix.io import atomic_write_json, atomic_write_text
+from drmix.retrieval.index import index_corpus, model_name, search_queries
+
+log = logging.getLogger(__name__)
+
+AVERAGE = "average"
+
+
+@dataclass
+class EvalReport:
+    """Scores of one model on one or more datasets: ``results[dataset][metric]``."""
+
+    model: str
+    split: str
+    results: dict[str, dict[str, float]]
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset -> queries, documents, seconds
+
+    @property
+    def metrics(self) -> list[str]:
+        names: list[str] = []
+        for row in self.results.values():
+            names.extend(m for m in row if m not in names)
+        return names
+
+    def average(self) -> dict[str, float]:
+        """Unweighted mean of each metric over the datasets that report it."""
+        out: dict[str, float] = {}
+        for m in self.metrics:
+            values = [row[m] for row in self.results.values() if m in row]
+            out[m] = sum(values) / len(values)
+        return out
+
+    def rows(self) -> list[tuple[str, dict[str, float]]]:
+        """Per-dataset rows then the average row (only when there are several datasets)."""
+        rows = list(self.results.items())
+        if len(self.results) > 1:
+            rows.append((AVERAGE, self.average()))
+        return rows
+
+    def to_markdown(self) -> str:
+        metrics = self.metrics
+        lines = [f"Model: `{self.model}` — split: `{self.split}`", "",
+                 "| dataset | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
+        for name, row in list(self.results.items()) + [(AVERAGE, self.average())]:
+            lines.append(f"| {name} | " + " | ".join(_fmt(row.get(m)) for m in metrics) + " |")
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "split": self.split, "metrics": self.metrics, "results": self.results,
+                "average": self.average(), "info": self.info}
+
+    def write(self, out_dir: str | Path) -> None:
+        """Write ``eval.json`` and ``eval.md`` into ``out_dir`` (each atomically)."""
+        out = Path(out_dir)
+        atomic_write_json(out / "eval.json", self.to_json())
+        atomic_write_text(out / "eval.md", self.to_markdown())
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def dataset_names(data_dirs: Sequence[str | Path]) -> list[str]:
+    """Label each directory by its name; clashes get the parent folder prepended (``a/scifact``)."""
+    paths = [Path(d).expanduser().resolve() for d in data_dirs]
+    base = [p.name for p in paths]
+    return [f"{p.parent.name}/{p.name}" if base.count(p.name) > 1 else p.name for p in paths]
+
+
+def _resolve_model(model: Any, max_length: int | None) -> tuple[Any, str]:
+    if model is None or isinstance(model, (str, Path)):
+        from drmix.model.encoder import load_encoder
+
+        name = "default" if model is None else str(model)
+        return load_encoder(None if model is None else str(model), max_seq_length=max_length), name
+    return model, model_name(model)
+
+
+def _check_k(k: int, metrics: Iterable[str]) -> None:
+    cutoffs = [s.k for s in map(parse_metric, metrics) if s.k is not None]
+    if cutoffs and k < max(cutoffs):
+        log.warning("retrieving k=%d documents per query but a metric cuts off at %d; that metric is capped by k",
+                    k, max(cutoffs))
+
+
+def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size: int = 64,
+                     metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
+                     max_length: int | None = None, show_progress: bool = False) -> dict[str, float]:
+    """Index ``data.corpus``, retrieve for ``data.queries`` and score against ``data.qrels``."""
+    index = index_corpus(model, data.corpus, batch_size=batch_size, max_length=max_length,
+                         show_progress=show_progress, store_texts=False)
+    run = search_queries(model, index, data.queries, k=k, batch_size=batch_size, prompt=query_prompt,
+                         max_length=max_length)
+    return evaluate_run(data.qrels, run, metrics)
+
+
+def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = "test", k: int = 100,
+                   batch_size: int = 64, metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
+                   show_progress: bool = True, model_name: str = "", max_length: int | None = None) -> EvalReport:
+    """Evaluate ``model`` (a loaded SentenceTransformer, a path/hub id, or ``None`` for the default) on
+    each BEIR directory; returns an :class:`EvalReport`."""
+    from drmix.errors import ConfigError
+
+    if not data_dirs:
+        raise ConfigError("no dataset given.", fix="pass at least one --data DIR (a BEIR directory).")
+    metrics = tuple(metrics)
+    _check_k(k, metrics)
+    model, resolved_name = _resolve_model(model, max_length)
+    results: dict[str, dict[str, float]] = {}
+    info: dict[str, dict[str, Any]] = {}
+    for name, root in zip(dataset_names(data_dirs), data_dirs):
+        t0 = time.perf_counter()
+        data = load_beir(root, split)
+        log.info("evaluating on %s: %d documents, %d queries", name, len(data.corpus), len(data.queries))
+        results[name] = evaluate_dataset(model, data, k=k, batch_size=batch_size, metrics=metrics,
+                                         query_prompt=query_prompt, max_length=max_length,
+                                         show_progress=show_progress)
+        info[name] = {"queries": len(data.queries), "documents": len(data.corpus),
+                      "seconds": round(time.perf_counter() - t0, 2), "path": str(root)}
+        log.info("%s: %s", name, ", ".join(f"{m}={v:.4f}" for m, v in results[name].items()))
+    return EvalReport(model=model_name or resolved_name, split=split, results=results, info=info)
+
+
+# ----------------------------------------------------------------------------------------------- dev evaluator
+
+def subsample(data: BeirDataset, *, max_queries: int | None = None, max_docs: int | None = None,
+              seed: int = 0) -> BeirDataset:
+    """A deterministic subset: at most ``max_queries`` judged queries, and a corpus of at most ``max_docs``
+    documents that always contains every document judged for a kept query (so it can exceed
+    ``max_docs`` when those alone are more)."""
+    rng = np.random.default_rng(seed)
+    qids = list(data.qrels)
+    if max_queries is not None and len(qids) > max_queries:
+        keep = sorted(rng.choice(len(qids), size=max_queries, replace=False))
+        qids = [qids[i] for i in keep]
+    qrels = {q: data.qrels[q] for q in qids}
+    queries = {q: data.queries[q] for q in qids}
+    corpus = data.corpus
+    if max_docs is not None and len(corpus) > max_docs:
+        judged = {d for docs in qrels.values() for d in docs}
+        others = [d for d in corpus if d not in judged]
+        room = max(0, max_docs - len(judged))
+        picked = set(others[i] for i in rng.choice(len(others), size=min(room, len(others)), replace=False))
+        corpus = {d: doc for d, doc in corpus.items() if d in judged or d in picked}
+    return BeirDataset(root=data.root, corpus=corpus, queries=queries, qrels=qrels, split=data.split)
+
+
+class DevEvaluator:
+    """Callable the trainer runs every N steps: ``__call__(model) -> {'scifact/ndcg@10': ..., 'avg/ndcg@10': ...}``.
+
+    Loads and caches the BEIR directories once (split ``dev`` by default, falling back to ``test``
+    with a warning when a directory has no such split); ``max_queries`` / ``max_docs`` subsample
+    deterministically (see :func:`subsample`) to keep each evaluation cheap. The model's train/eval
+    mode is restored after each call.
+    """
+
+    def __init__(self, data_dirs: Sequence[str | Path], split: str = "dev", *, k: int = 100, batch_size: int = 64,
+                 max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
+                 metrics: Sequence[str] = DEFAULT_METRICS, max_length: int | None = None) -> None:
+        self.k = k
+        self.batch_size = batch_size
+        self.metrics = tuple(metrics)
+        self.max_length = max_length
+        for m in self.metrics:
+            parse_metric(m)
+        self.datasets: dict[str, BeirDataset] = {}
+        for name, root in zip(dataset_names(data_dirs), data_dirs):
+            use = split
+            if split not in available_splits(root) and "test" in available_splits(root):
+                log.warning("%s has no %r split; evaluating on 'test' instead", root, split)
+                use = "test"
+            data = load_beir(root, use)
+            self.datasets[name] = subsample(data, max_queries=max_queries, max_docs=max_docs, seed=seed)
+
+    def __call__(self, model: Any) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, data in self.datasets.items():
+            scores = evaluate_dataset(model, data, k=self.k, batch_size=self.batch_size, metrics=self.metrics,
+                                      max_length=self.max_length)
+            out.update({f"{name}/{m}": v for m, v in scores.items()})
+        for m in self.metrics:
+            values = [out[f"{name}/{m}"] for name in self.datasets]
+            out[f"avg/{m}"] = sum(values) / len(values)
+        return out

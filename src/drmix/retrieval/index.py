@@ -1,0 +1,555 @@
+"""Encode a corpus and search it with a FAISS index.
+
+* :func:`encode_texts` embeds texts in batches sorted by *token* length (longest first), under
+  ``torch.inference_mode`` with the model in eval mode (its previous mode restored afterwards, so the
+  trainer can call it mid-training), and returns float32 rows in the input order. Each text is
+  tokenised once: the ids that give the lengths are padded per batch to the batch's longest text
+  (dynamic padding) rather than tokenised again. ``SentenceTransformer.encode`` sorts by character
+  count, which mixes texts that truncate to different token counts: on SciFact passages it computes
+  about twice the pad tokens (docs/benchmarks.md). The hand padding is checked against
+  ``model.preprocess`` on the first batches and abandoned for ``preprocess`` if anything differs, so
+  every SentenceTransformer module (prompts, prompt-aware pooling, custom input modules) still sees
+  exactly what it would see from ``encode``.
+* :class:`DenseIndex` wraps a FAISS inner-product index with the id map: ``flat`` (exact, default),
+  ``hnsw`` or ``ivf``. Saved as ``index.faiss`` + ``ids.json`` + ``meta.json`` (plus ``docs.jsonl`` and
+  ``docs.offsets.npy`` when the document texts are stored), written atomically.
+* Scores are inner products. When the model declares cosine similarity (the SentenceTransformer
+  default), embeddings are L2-normalised so the inner product is the cosine; ``dot`` models are left
+  as they are.
+
+Document texts are stored *inside* the index directory (``docs.jsonl``, one ``{"_id", "title", "text"}``
+line per indexed document in index order, with each line's byte offset in ``docs.offsets.npy``) so
+``drmix search`` can show any hit's text with one seek, and an index stays usable when the corpus
+file is moved, edited or deleted. Storing only offsets into the original corpus would save that
+space (about the size of the corpus, comparable to the float32 vectors themselves) but silently show
+wrong text once the corpus changes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
+from drmix.io import atomic_dir
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+INDEX_FILE = "index.faiss"
+IDS_FILE = "ids.json"
+META_FILE = "meta.json"
+DOCS_FILE = "docs.jsonl"
+OFFSETS_FILE = "docs.offsets.npy"
+_LENGTH_CHUNK = 4096  # texts tokenised per call when measuring lengths (bounds memory on big corpora)
+_SORT_CHUNK = 16384  # texts tokenised and length-sorted together by encode_texts
+
+
+class IndexOptions(BaseModel):
+    """FAISS index settings. Defaults follow the FAISS guidelines (HNSW M=32; IVF nlist ~ 4 sqrt(n))."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["flat", "hnsw", "ivf"] = "flat"
+    M: int = Field(32, ge=2, description="HNSW: neighbours per node.")
+    ef_construction: int = Field(200, ge=1, description="HNSW: candidate list size while building.")
+    ef_search: int = Field(128, ge=1, description="HNSW: candidate list size while searching (raised to k).")
+    nlist: int | None = Field(None, ge=1, description="IVF: number of clusters (default 4 sqrt(n)).")
+    nprobe: int = Field(16, ge=1, description="IVF: clusters visited per query.")
+
+
+# ----------------------------------------------------------------------------------------------- encoding
+
+def model_normalizes(model: Any) -> bool:
+    """True when scores should be cosines: the model declares cosine similarity (the ST default)."""
+    name = getattr(model, "similarity_fn_name", "cosine")
+    if name not in ("cosine", "dot"):
+        log.warning("model similarity %r is not an inner product; indexing with cosine instead", name)
+        return True
+    return name == "cosine"
+
+
+def _token_lengths(model: Any, texts: Sequence[str], prompt: str, max_length: int | None) -> np.ndarray:
+    """Token count of each (prompted, truncated) text; character count when the model has no tokenizer."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None or not callable(tokenizer):
+        return np.fromiter((len(prompt) + len(t) for t in texts), dtype=np.int64, count=len(texts))
+    limit = max_length or getattr(model, "max_seq_length", None)
+    kwargs: dict[str, Any] = {"add_special_tokens": True, "return_attention_mask": False,
+                              "return_token_type_ids": False}
+    if limit:
+        kwargs.update(truncation=True, max_length=int(limit))
+    lengths = np.empty(len(texts), dtype=np.int64)
+    for start in range(0, len(texts), _LENGTH_CHUNK):
+        chunk = [prompt + t for t in texts[start:start + _LENGTH_CHUNK]]
+        ids = tokenizer(chunk, **kwargs)["input_ids"]
+        lengths[start:start + len(chunk)] = [len(x) for x in ids]
+    return lengths
+
+
+def length_order(lengths: np.ndarray) -> np.ndarray:
+    """Indices sorted by length, longest first; ties keep input order (stable)."""
+    return np.argsort(-lengths, kind="stable")
+
+
+def _embedding_dim(model: Any) -> int:
+    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        fn = getattr(model, name, None)
+        if callable(fn):
+            return int(fn() or 0)
+    return 0
+
+
+def _to_device(features: dict[str, Any], device: Any) -> dict[str, Any]:
+    return {k: (v.to(device) if hasattr(v, "to") else v) for k, v in features.items()}
+
+
+class _Batcher:
+    """Turns a chunk of texts into length-sorted model features, tokenising each text once.
+
+    The chunk is tokenised in one call (no padding) to get token lengths; each batch is then padded
+    from those ids instead of being tokenised again by ``model.preprocess``. The first batch is also
+    built by ``model.preprocess`` and compared key by key: if the two differ in anything (a tokenizer
+    that pads on the left, a module that adds inputs, a chat template), every batch goes through
+    ``model.preprocess`` instead, so the shortcut never changes what the model sees.
+    """
+
+    def __init__(self, model: Any, prompt: str, max_length: int | None) -> None:
+        self.model = model
+        self.prompt = prompt
+        tokenizer = getattr(model, "tokenizer", None)
+        self.tokenizer = tokenizer if callable(tokenizer) and getattr(tokenizer, "is_fast", False) else None
+        self.limit = max_length or getattr(model, "max_seq_length", None)
+        self.kwargs: dict[str, Any] = {}
+        if max_length is not None:
+            self.kwargs["processing_kwargs"] = {"text": {"max_length": int(max_length), "truncation": True}}
+        self.fast: bool | None = None if self.tokenizer is not None else False
+        self.extras: dict[str, Any] = {}
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]] | None:
+        if self.tokenizer is None or self.fast is False:
+            return None
+        kwargs: dict[str, Any] = {"add_special_tokens": True, "return_attention_mask": False,
+                                  "return_token_type_ids": False}
+        if self.limit:
+            kwargs.update(truncation=True, max_length=int(self.limit))
+        return self.tokenizer([self.prompt + t for t in texts], **kwargs)["input_ids"]
+
+    def _pad(self, ids: list[list[int]], keys: Sequence[str]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(x) for x in ids)
+        input_ids = np.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
+        mask = np.zeros((len(ids), width), dtype=np.int64)
+        for row, x in enumerate(ids):
+            input_ids[row, :len(x)] = x
+            mask[row, :len(x)] = 1
+        features: dict[str, Any] = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+        if "token_type_ids" in keys:
+            features["token_type_ids"] = torch.zeros_like(features["input_ids"])
+        return features
+
+    def features(self, texts: Sequence[str], ids: list[list[int]] | None, *, verify: bool = False) -> dict[str, Any]:
+        """Features of one batch; ``verify`` (or the first call) also checks the shortcut against preprocess."""
+        if ids is None or self.fast is False:
+            return self.model.preprocess(list(texts), prompt=self.prompt or None, **self.kwargs)
+        if self.fast and not verify:
+            return {**self._pad(ids, self.extras["_keys"]), **{k: v for k, v in self.extras.items() if k != "_keys"}}
+        reference = self.model.preprocess(list(texts), prompt=self.prompt or None, **self.kwargs)
+        tensors = [k for k, v in reference.items() if hasattr(v, "shape")]
+        candidate = self._pad(ids, tensors)
+        extras = {k: v for k, v in reference.items() if k not in tensors}
+        same = set(tensors) == set(candidate) and all(
+            reference[k].shape == candidate[k].shape and bool((reference[k] == candidate[k]).all()) for k in tensors)
+        if same and (self.fast is None or extras == {k: v for k, v in self.extras.items() if k != "_keys"}):
+            self.fast = True
+            self.extras = {"_keys": tensors, **extras}
+        else:
+            self.fast = False
+            log.debug("pre-tokenised batches differ from model.preprocess; re-tokenising every batch")
+        return reference
+
+
+def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prompt: str = "",
+                 max_length: int | None = None, show_progress: bool = False,
+                 normalize: bool = False) -> np.ndarray:
+    """Embed ``texts`` with a SentenceTransformer; float32 ``[len(texts), dim]`` in input order.
+
+    ``prompt`` is prepended to every text (and handed to the model so prompt-aware pooling works);
+    ``max_length`` caps tokens per text (default: the model's ``max_seq_length``); ``normalize``
+    L2-normalises the rows. The model's ``truncate_dim`` (Matryoshka) is honoured. Texts are taken
+    in chunks of ``_SORT_CHUNK``, each sorted by token length, which bounds the memory held by token ids.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    if batch_size < 1:
+        raise ConfigError(f"batch size must be at least 1, got {batch_size}.", fix="pass --batch-size 1 or more.")
+    texts = list(texts)
+    n = len(texts)
+    batcher = _Batcher(model, prompt, max_length)
+    truncate_dim = getattr(model, "truncate_dim", None)
+    device = getattr(model, "device", None)
+    out: np.ndarray | None = None
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    bar = tqdm(total=-(-n // batch_size), desc="encoding", unit="batch", disable=not show_progress)
+    try:
+        with torch.inference_mode():
+            for chunk_start in range(0, n, _SORT_CHUNK):
+                chunk = texts[chunk_start:chunk_start + _SORT_CHUNK]
+                ids = batcher.tokenize(chunk)
+                lengths = (np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(chunk)) if ids is not None
+                           else _token_lengths(model, chunk, prompt, max_length))
+                order = length_order(lengths)
+                for start in range(0, len(chunk), batch_size):
+                    idx = order[start:start + batch_size]
+                    # the shortcut is checked on the longest and the shortest batch of the first chunk
+                    verify = chunk_start == 0 and start + batch_size >= len(chunk)
+                    features = batcher.features([chunk[i] for i in idx],
+                                                [ids[i] for i in idx] if ids is not None else None, verify=verify)
+                    if device is not None:
+                        features = _to_device(features, device)
+                    emb = model(features)["sentence_embedding"]
+                    if truncate_dim:
+                        emb = emb[:, :truncate_dim]
+                    if normalize:
+                        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
+                    emb_np = emb.float().cpu().numpy()
+                    if out is None:
+                        out = np.empty((n, emb_np.shape[1]), dtype=np.float32)
+                    out[idx + chunk_start] = emb_np
+                    bar.update(1)
+    finally:
+        bar.close()
+        model.train(was_training)
+    if out is None:
+        return np.zeros((0, _embedding_dim(model)), dtype=np.float32)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- documents
+
+class DocStore:
+    """Stored document texts of an index (``docs.jsonl`` + ``docs.offsets.npy``), read by position."""
+
+    def __init__(self, path: Path, offsets: np.ndarray) -> None:
+        self.path = path
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @staticmethod
+    def write(directory: Path, ids: Sequence[str], corpus: Mapping[str, Mapping[str, str]]) -> None:
+        """Write the texts of ``ids`` (in that order) into ``directory`` (called inside an atomic dir)."""
+        offsets = np.empty(len(ids), dtype=np.int64)
+        pos = 0
+        with open(directory / DOCS_FILE, "wb") as f:
+            for i, doc_id in enumerate(ids):
+                doc = corpus.get(doc_id) or {}
+                row = {"_id": doc_id, "title": doc.get("title", "") or "", "text": doc.get("text", "") or ""}
+                data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+                offsets[i] = pos
+                f.write(data)
+                pos += len(data)
+        np.save(directory / OFFSETS_FILE, offsets, allow_pickle=False)
+
+    @classmethod
+    def open(cls, directory: Path, count: int) -> DocStore | None:
+        path, opath = directory / DOCS_FILE, directory / OFFSETS_FILE
+        if not path.exists() and not opath.exists():
+            return None
+        if not (path.exists() and opath.exists()):
+            raise IndexLoadError(f"index has only one of {DOCS_FILE} and {OFFSETS_FILE}.", path=directory,
+                                 fix="rebuild the index with drmix index.")
+        try:
+            offsets = np.load(opath, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise IndexLoadError(f"cannot read {OFFSETS_FILE} ({e}).", path=opath,
+                                 fix="rebuild the index with drmix index.") from None
+        if offsets.ndim != 1 or len(offsets) != count:
+            raise IndexLoadError(f"{OFFSETS_FILE} has {offsets.size} entries for {count} indexed documents.",
+                                 path=opath, fix="rebuild the index with drmix index.")
+        return cls(path, offsets)
+
+    def get(self, position: int) -> dict[str, str]:
+        with open(self.path, "rb") as f:
+            f.seek(int(self.offsets[position]))
+            return json.loads(f.readline().decode("utf-8"))
+
+    def copy_to(self, directory: Path) -> None:
+        shutil.copyfile(self.path, directory / DOCS_FILE)
+        np.save(directory / OFFSETS_FILE, self.offsets, allow_pickle=False)
+
+
+# ----------------------------------------------------------------------------------------------- index
+
+def _build_faiss(embeddings: np.ndarray, opts: IndexOptions) -> tuple[Any, dict[str, Any]]:
+    """Build and fill the FAISS index; returns it and the parameters actually used."""
+    import faiss
+
+    n, dim = embeddings.shape
+    if opts.kind == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, opts.M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = opts.ef_construction
+        index.hnsw.efSearch = opts.ef_search
+        index.add(embeddings)
+        return index, {"M": opts.M, "ef_construction": opts.ef_construction, "ef_search": opts.ef_search}
+    if opts.kind == "ivf":
+        wanted = opts.nlist or max(1, int(4 * math.sqrt(n)))
+        # FAISS k-means wants >= 39 training points per centroid; fewer gives poor clusters.
+        nlist = min(wanted, n // 39)
+        if nlist < 2:
+            log.warning("IVF needs at least 78 vectors (39 per cluster, 2 clusters); got %d, so an exact flat "
+                        "index is built instead", n)
+            index = faiss.IndexFlatIP(dim)
+            index.add(embeddings)
+            return index, {"fallback": f"ivf needs >= 78 vectors, got {n}"}
+        if nlist < wanted:
+            log.warning("IVF nlist lowered from %d to %d: %d vectors allow at most n/39 clusters", wanted, nlist, n)
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = 0
+        index.train(embeddings)
+        index.add(embeddings)
+        index.nprobe = min(opts.nprobe, nlist)
+        return index, {"nlist": nlist, "nprobe": index.nprobe}
+    index = faiss.IndexFlatIP(dim)
+    index.add(embeddings)
+    return index, {}
+
+
+def _kind_of(faiss_index: Any) -> str:
+    import faiss
+
+    if isinstance(faiss_index, faiss.IndexHNSW):
+        return "hnsw"
+    if isinstance(faiss_index, faiss.IndexIVF):
+        return "ivf"
+    return "flat"
+
+
+class DenseIndex:
+    """A FAISS inner-product index plus the document id of each row (and optionally the texts)."""
+
+    def __init__(self, faiss_index: Any, ids: list[str], *, metadata: dict[str, Any] | None = None,
+                 corpus: Mapping[str, Mapping[str, str]] | None = None, store: DocStore | None = None) -> None:
+        self.index = faiss_index
+        self.ids = ids
+        self.kind = _kind_of(faiss_index)
+        self.metadata = dict(metadata or {})
+        self._corpus = corpus
+        self._store = store
+        self._positions: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    @property
+    def has_texts(self) -> bool:
+        return self._corpus is not None or self._store is not None
+
+    # -- building
+    @classmethod
+    def build(cls, embeddings: np.ndarray, ids: Sequence[str], *, kind: str = "flat",
+              metadata: dict[str, Any] | None = None, corpus: Mapping[str, Mapping[str, str]] | None = None,
+              **params: Any) -> DenseIndex:
+        """Index ``embeddings`` (row i is document ``ids[i]``). ``kind``: ``flat`` | ``hnsw`` | ``ivf``;
+        ``params``: :class:`IndexOptions` fields (``M``, ``ef_construction``, ``ef_search``, ``nlist``,
+        ``nprobe``). Pass ``corpus`` to store the documents' texts with the index."""
+        try:
+            opts = IndexOptions(kind=kind, **params)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ConfigError(f"invalid index option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
+                              fix="kind is flat, hnsw or ivf; options are M, ef_construction, ef_search, "
+                                  "nlist, nprobe.") from None
+        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        ids = [str(i) for i in ids]
+        if emb.ndim != 2 or emb.shape[0] == 0:
+            raise DataError(f"cannot index an embedding array of shape {emb.shape}.",
+                            fix="pass a non-empty [n, dim] array (is the corpus empty?).")
+        if len(ids) != emb.shape[0]:
+            raise DataError(f"{len(ids)} ids for {emb.shape[0]} embeddings.", fix="pass one id per embedding row.")
+        if len(set(ids)) != len(ids):
+            dup = next(i for i, c in _counts(ids).items() if c > 1)
+            raise DataError(f"duplicate document id {dup!r}.", fix="give every document a unique id.")
+        if not np.isfinite(emb).all():
+            raise DataError("embeddings contain NaN or infinite values.", fix="check the model and its inputs.")
+        faiss_index, used = _build_faiss(emb, opts)
+        meta = {"kind": _kind_of(faiss_index), "requested_kind": opts.kind, "params": used, "metric": "inner_product"}
+        meta.update(metadata or {})
+        return cls(faiss_index, ids, metadata=meta, corpus=corpus)
+
+    # -- searching
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
+        """Top ``k' = min(k, len(self))`` documents per query row: scores ``[n, k']`` (descending) and ids.
+
+        Approximate indexes (IVF with few clusters probed) can return fewer than ``k'`` hits for a query;
+        its id list is then shorter and the missing score slots hold ``-inf``.
+        """
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim == 1:
+            q = q[None, :]
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise ModelError(f"query embeddings have dimension {q.shape[-1]}, the index has {self.dim}.",
+                             fix=f"search with the model the index was built with ({self.metadata.get('model', '?')}).")
+        kk = min(int(k), len(self))
+        if kk <= 0 or q.shape[0] == 0:
+            return np.zeros((q.shape[0], max(kk, 0)), dtype=np.float32), [[] for _ in range(q.shape[0])]
+        if self.kind == "hnsw" and self.index.hnsw.efSearch < kk:
+            self.index.hnsw.efSearch = kk
+        scores, labels = self.index.search(q, kk)
+        ids: list[list[str]] = []
+        for row_scores, row in zip(scores, labels):
+            valid = row >= 0
+            if not valid.all():
+                row_scores[~valid] = -np.inf
+            ids.append([self.ids[j] for j in row[valid]])
+        return scores, ids
+
+    # -- documents
+    def position(self, doc_id: str) -> int | None:
+        if self._positions is None:
+            self._positions = {d: i for i, d in enumerate(self.ids)}
+        return self._positions.get(doc_id)
+
+    def doc(self, doc_id: str) -> dict[str, str] | None:
+        """``{"title", "text"}`` of an indexed document when the index stores texts, else ``None``."""
+        if self._corpus is not None:
+            doc = self._corpus.get(doc_id)
+            return dict(doc) if doc is not None else None
+        pos = self.position(doc_id)
+        if self._store is None or pos is None:
+            return None
+        row = self._store.get(pos)
+        return {"title": row.get("title", ""), "text": row.get("text", "")}
+
+    # -- persistence
+    def save(self, directory: str | Path) -> None:
+        """Write ``index.faiss``, ``ids.json``, ``meta.json`` (+ texts when held) atomically to ``directory``."""
+        import faiss
+
+        meta = {**self.metadata, "format_version": FORMAT_VERSION, "kind": self.kind, "dim": self.dim,
+                "count": len(self), "has_texts": self.has_texts}
+        with atomic_dir(directory) as tmp:
+            faiss.write_index(self.index, str(tmp / INDEX_FILE))
+            (tmp / IDS_FILE).write_text(json.dumps(self.ids, ensure_ascii=False), encoding="utf-8")
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            if self._corpus is not None:
+                DocStore.write(tmp, self.ids, self._corpus)
+            elif self._store is not None:
+                self._store.copy_to(tmp)
+        log.info("saved %s index of %d documents to %s", self.kind, len(self), directory)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> DenseIndex:
+        """Load an index saved by :meth:`save`; :class:`IndexLoadError` when missing or inconsistent."""
+        import faiss
+
+        directory = Path(directory).expanduser()
+        rebuild = "rebuild it with drmix index --corpus ... --output DIR."
+        if not directory.is_dir():
+            raise IndexLoadError("index directory not found.", path=directory,
+                                 fix="pass the --output of drmix index, or " + rebuild)
+        for name in (INDEX_FILE, IDS_FILE, META_FILE):
+            if not (directory / name).is_file():
+                raise IndexLoadError(f"index directory has no {name}.", path=directory, fix=rebuild)
+        meta = _read_json(directory / META_FILE, dict, rebuild)
+        ids = _read_json(directory / IDS_FILE, list, rebuild)
+        try:
+            faiss_index = faiss.read_index(str(directory / INDEX_FILE))
+        except RuntimeError as e:
+            raise IndexLoadError(f"cannot read the FAISS index ({str(e).splitlines()[0][:160]}).",
+                                 path=directory / INDEX_FILE, fix=rebuild) from None
+        if faiss_index.ntotal != len(ids) or meta.get("count", len(ids)) != len(ids):
+            raise IndexLoadError(f"index holds {faiss_index.ntotal} vectors but ids.json lists {len(ids)} ids "
+                                 f"(meta.json says {meta.get('count')}).", path=directory, fix=rebuild)
+        if meta.get("dim", faiss_index.d) != faiss_index.d:
+            raise IndexLoadError(f"meta.json says dimension {meta.get('dim')}, the index has {faiss_index.d}.",
+                                 path=directory, fix=rebuild)
+        store = DocStore.open(directory, len(ids))
+        return cls(faiss_index, [str(i) for i in ids], metadata=meta, store=store)
+
+
+def _counts(items: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for x in items:
+        counts[x] = counts.get(x, 0) + 1
+    return counts
+
+
+def _read_json(path: Path, kind: type, fix: str) -> Any:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise IndexLoadError(f"cannot parse {path.name} ({e}).", path=path, fix=fix) from None
+    if not isinstance(value, kind):
+        raise IndexLoadError(f"{path.name} should hold a JSON {kind.__name__}.", path=path, fix=fix)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------- pipelines
+
+def model_name(model: Any) -> str:
+    """Best-effort name of a loaded model (the folder or hub id it was loaded from)."""
+    try:
+        return str(model[0].auto_model.config._name_or_path)
+    except (AttributeError, IndexError, TypeError, KeyError):
+        return type(model).__name__
+
+
+def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: str = "flat", batch_size: int = 64,
+                 max_length: int | None = None, show_progress: bool = True, store_texts: bool = True,
+                 metadata: dict[str, Any] | None = None, **params: Any) -> DenseIndex:
+    """Encode every document (``title + " " + text`` with the model's document prompt) into an index.
+
+    ``metadata`` is merged into ``meta.json`` (drmix index records the model and corpus paths there);
+    ``store_texts`` keeps the texts so the saved index can show them.
+    """
+    from drmix.data.beir import doc_text
+    from drmix.model.encoder import document_prompt
+
+    if not corpus:
+        raise DataError("the corpus is empty.", fix="index a corpus with at least one document.")
+    ids = list(corpus)
+    normalize = model_normalizes(model)
+    prompt = document_prompt(model)
+    emb = encode_texts(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size, prompt=prompt,
+                       max_length=max_length, show_progress=show_progress, normalize=normalize)
+    meta = {"model": model_name(model), "normalized": normalize, "document_prompt": prompt,
+            "max_length": max_length or getattr(model, "max_seq_length", None)}
+    meta.update(metadata or {})
+    return DenseIndex.build(emb, ids, kind=kind, metadata=meta, corpus=corpus if store_texts else None, **params)
+
+
+def search_queries(model: Any, index: DenseIndex, queries: Mapping[str, str], k: int = 100, *,
+                   batch_size: int = 64, prompt: str | None = None, max_length: int | None = None,
+                   show_progress: bool = False) -> dict[str, dict[str, float]]:
+    """Retrieve the top ``k`` documents per query: a run ``{query_id: {doc_id: score}}``.
+
+    ``prompt=None`` uses the model's own query prompt.
+    """
+    from drmix.model.encoder import query_prompt
+
+    qids = list(queries)
+    if not qids:
+        return {}
+    prompt = query_prompt(model) if prompt is None else prompt
+    emb = encode_texts(model, [queries[q] for q in qids], batch_size=batch_size, prompt=prompt,
+                       max_length=max_length, show_progress=show_progress, normalize=model_normalizes(model))
+    scores, ids = index.search(emb, k)
+    return {qid: {d: float(s) for d, s in zip(row_ids, row_scores)}
+            for qid, row_ids, row_scores in zip(qids, ids, scores)}

@@ -1,0 +1,104 @@
+"""drmix index / search / eval through a throwaway typer app (the main app wires the same register())."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from drmix.cli.retrieval import register
+from drmix.data.beir import write_beir
+from drmix.errors import ConfigError, DataError, IndexLoadError
+
+CORPUS = {"cat": {"title": "Cats", "text": "Cats are small domesticated felines that purr."},
+          "ship": {"title": "Ships", "text": "A container ship carries cargo across the ocean."},
+          "bread": {"title": "Bread", "text": "Sourdough bread is leavened with wild yeast."}}
+QUERIES = {"q1": "which animal purrs", "q2": "how is cargo moved over the sea"}
+QRELS = {"test": {"q1": {"cat": 1}, "q2": {"ship": 1}}}
+
+
+@pytest.fixture(scope="module")
+def app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+@pytest.fixture(scope="module")
+def indexed(app, tmp_path_factory):
+    """A BEIR dir and its index built with the default model (real MiniLM: tiny random weights can't rank)."""
+    root = tmp_path_factory.mktemp("cli")
+    data = write_beir(root / "toy", CORPUS, QUERIES, QRELS)
+    result = CliRunner().invoke(app, ["index", "--corpus", str(data), "--output", str(root / "idx")])
+    assert result.exit_code == 0, result.output
+    return root, data
+
+
+def test_index_writes_meta_and_texts(indexed):
+    root, data = indexed
+    meta = json.loads((root / "idx" / "meta.json").read_text())
+    assert meta["model"] == "default" and meta["count"] == 3 and meta["kind"] == "flat"
+    assert meta["corpus"] == str((data / "corpus.jsonl").resolve()) and meta["has_texts"] is True
+
+
+def test_search_json_and_run_file(app, indexed):
+    root, _ = indexed
+    out = root / "run.jsonl"
+    result = CliRunner().invoke(app, ["search", "--index", str(root / "idx"), "-q", "which animal purrs",
+                                      "-q", "how is cargo moved over the sea", "--k", "2", "--json",
+                                      "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["query_id"] for r in rows] == ["1", "2"]
+    assert [r["hits"][0]["doc_id"] for r in rows] == ["cat", "ship"]
+    assert rows[0]["hits"][0]["text"] == "Cats Cats are small domesticated felines that purr."
+    assert [h["rank"] for h in rows[0]["hits"]] == [1, 2]
+    saved = [json.loads(line) for line in out.read_text().splitlines()]
+    assert saved[1]["hits"][0] == {"rank": 1, "doc_id": "ship", "score": rows[1]["hits"][0]["score"]}
+
+
+def test_search_query_files_and_table(app, indexed, tmp_path):
+    root, data = indexed
+    txt = tmp_path / "q.txt"
+    txt.write_text("sourdough yeast\n\nocean cargo\n")
+    result = CliRunner().invoke(app, ["search", "--index", str(root / "idx"), "--queries", str(txt), "--k", "1"])
+    assert result.exit_code == 0, result.output
+    assert "bread" in result.output and "ship" in result.output and "Sourdough" in result.output
+    result = CliRunner().invoke(app, ["search", "--index", str(root / "idx"), "--queries",
+                                      str(data / "queries.jsonl"), "--k", "1", "--json"])
+    assert [json.loads(x)["query_id"] for x in result.stdout.splitlines()] == ["q1", "q2"]
+
+
+def test_search_bad_inputs(app, indexed, tmp_path):
+    root, _ = indexed
+    runner = CliRunner()
+    result = runner.invoke(app, ["search", "--index", str(tmp_path / "none"), "-q", "x"])
+    assert isinstance(result.exception, IndexLoadError)
+    result = runner.invoke(app, ["search", "--index", str(root / "idx")])
+    assert isinstance(result.exception, ConfigError)
+    (tmp_path / "empty.txt").write_text("\n")
+    result = runner.invoke(app, ["search", "--index", str(root / "idx"), "--queries", str(tmp_path / "empty.txt")])
+    assert isinstance(result.exception, DataError)
+
+
+def test_eval_prints_and_writes(app, indexed, tmp_path):
+    _, data = indexed
+    result = CliRunner().invoke(app, ["eval", "--data", str(data), "--output", str(tmp_path / "out"), "--k", "3"])
+    assert result.exit_code == 0, result.output
+    assert "ndcg@10" in result.output and "toy" in result.output
+    report = json.loads((tmp_path / "out" / "eval.json").read_text())
+    assert report["results"]["toy"] == pytest.approx({"ndcg@10": 1.0, "recall@100": 1.0, "mrr@10": 1.0,
+                                                      "map@100": 1.0})
+    assert "| average | 1.0000 |" in (tmp_path / "out" / "eval.md").read_text()
+
+
+def test_index_hnsw_option_and_missing_corpus(app, indexed, tmp_path):
+    _, data = indexed
+    result = CliRunner().invoke(app, ["index", "--corpus", str(data / "corpus.jsonl"), "--output",
+                                      str(tmp_path / "h"), "--kind", "hnsw", "--hnsw-m", "8", "--no-texts"])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "h" / "meta.json").read_text())
+    assert meta["kind"] == "hnsw" and meta["params"]["M"] == 8 and meta["has_texts"] is False
+    result = CliRunner().invoke(app, ["index", "--corpus", str(tmp_path / "nope"), "--output", str(tmp_path / "x")])
+    assert isinstance(result.exception, DataError)

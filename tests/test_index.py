@@ -1,0 +1,210 @@
+"""Encoding order/mode, FAISS index kinds, save/load and its failure paths."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
+from drmix.retrieval.index import (DenseIndex, _Batcher, _token_lengths, encode_texts, index_corpus,
+                                   length_order, search_queries)
+
+TEXTS = ["a short one", "a much longer text that has quite a few more words in it than the others", "mid size text",
+         "x", "another fairly long sentence about retrieval and indexes"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path):
+    from drmix.model.encoder import load_encoder
+
+    return load_encoder(tiny_model_path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    """The real MiniLM (loads in well under a second): the tiny random model maps all texts to nearly
+    the same vector, so tests that must tell texts apart use this one."""
+    from drmix.model.encoder import load_encoder
+
+    return load_encoder(None, device="cpu")
+
+
+def test_length_order_is_longest_first_and_stable():
+    assert length_order(np.array([3, 5, 5, 1])).tolist() == [1, 2, 0, 3]
+
+
+def test_token_lengths_count_prompt_special_tokens_and_truncation(tiny):
+    # [CLS] hello world [SEP] = 4; the prompt "query:" adds "query" and ":" = 6; max_length caps.
+    assert _token_lengths(tiny, ["hello world"], "", None).tolist() == [4]
+    assert _token_lengths(tiny, ["hello world"], "query: ", None).tolist() == [6]
+    assert _token_lengths(tiny, ["hello world"], "query: ", 3).tolist() == [3]
+
+
+def test_encode_texts_restores_input_order(minilm):
+    batched = encode_texts(minilm, TEXTS, batch_size=2)  # token-sorted batches: (1, 4), (0, 2), (3)
+    assert batched.dtype == np.float32 and batched.shape == (5, 384)
+    reference = minilm.encode(TEXTS, batch_size=5, convert_to_numpy=True)  # one batch, input order
+    np.testing.assert_allclose(batched, reference, atol=1e-5)
+    assert np.abs(batched[0] - batched[1]).max() > 0.05  # the texts really do embed differently
+
+
+def test_pretokenised_batches_match_preprocess_or_fall_back(minilm):
+    texts = TEXTS * 3
+    batcher = _Batcher(minilm, "query: ", 16)
+    ids = batcher.tokenize(texts[:4])
+    assert [len(x) for x in ids] == _token_lengths(minilm, texts[:4], "query: ", 16).tolist()
+    reference = minilm.preprocess(texts[:4], prompt="query: ",
+                                  processing_kwargs={"text": {"max_length": 16, "truncation": True}})
+    first = batcher.features(texts[:4], ids)
+    assert batcher.fast is True and first.keys() == reference.keys()
+    padded = batcher.features(texts[:4], ids)  # built by hand now
+    assert padded.keys() == reference.keys() and padded["prompt_length"] == reference["prompt_length"]
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        assert torch.equal(padded[key], reference[key])
+    expected = minilm.encode(texts, batch_size=4, prompt="query: ")
+    module = minilm[0]
+    saved = module.processing_kwargs
+    # preprocess now pads to a multiple of 8 tokens: the shortcut must notice and step aside
+    module.processing_kwargs = {**saved, "text": {**saved.get("text", {}), "pad_to_multiple_of": 8}}
+    try:
+        odd = ["one two three", "four five"]  # 5 and 4 tokens: preprocess pads to 8, the shortcut to 5
+        fallback = _Batcher(minilm, "", None)
+        assert fallback.features(odd, fallback.tokenize(odd))["input_ids"].shape == (2, 8)
+        assert fallback.fast is False
+        np.testing.assert_allclose(encode_texts(minilm, texts, batch_size=4, prompt="query: "), expected, atol=1e-5)
+    finally:
+        module.processing_kwargs = saved
+
+
+def test_encode_texts_prompt_max_length_and_normalize(minilm, tiny):
+    prompted = encode_texts(minilm, ["hello world"], prompt="query: ")
+    np.testing.assert_allclose(prompted, encode_texts(minilm, ["query: hello world"]), atol=1e-5)
+    assert not np.allclose(prompted, encode_texts(minilm, ["hello world"]), atol=1e-2)
+    long_text = "alpha beta gamma " + "delta " * 40
+    capped = encode_texts(minilm, [long_text], max_length=5)  # [CLS] + 3 words + [SEP]
+    np.testing.assert_allclose(capped, encode_texts(minilm, ["alpha beta gamma"]), atol=1e-5)
+    assert not np.allclose(capped, encode_texts(minilm, [long_text]), atol=1e-2)
+    raw = encode_texts(tiny, TEXTS, normalize=True)
+    np.testing.assert_allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-5)
+    assert encode_texts(tiny, []).shape == (0, 32)
+
+
+def test_encode_texts_restores_training_mode(tiny):
+    tiny.train()
+    encode_texts(tiny, ["a"])
+    assert tiny.training
+    tiny.eval()
+    encode_texts(tiny, ["a"])
+    assert not tiny.training
+    with pytest.raises(ConfigError):
+        encode_texts(tiny, ["a"], batch_size=0)
+
+
+VECS = np.array([[1, 0, 0], [0, 1, 0], [0.6, 0.8, 0], [0, 0, 1]], dtype=np.float32)
+IDS = ["a", "b", "c", "d"]
+
+
+def test_flat_search_hand_computed():
+    index = DenseIndex.build(VECS, IDS)
+    scores, ids = index.search(np.array([[1.0, 0.5, 0.0]], dtype=np.float32), k=3)
+    # inner products: a 1.0, b 0.5, c 0.6 + 0.4 = 1.0, d 0
+    assert ids[0][2] == "b" and set(ids[0][:2]) == {"a", "c"}
+    np.testing.assert_allclose(scores[0], [1.0, 1.0, 0.5], atol=1e-6)
+    scores, ids = index.search(VECS[3], k=10)  # k' = min(k, len)
+    assert scores.shape == (1, 4) and ids[0][0] == "d"
+    assert index.kind == "flat" and len(index) == 4 and index.dim == 3
+
+
+def test_hnsw_and_ivf_agree_with_flat_on_small_data():
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(200, 16)).astype(np.float32)
+    ids = [f"d{i}" for i in range(200)]
+    queries = emb[:20] + 0.01
+    _, flat = DenseIndex.build(emb, ids).search(queries, 5)
+    hnsw = DenseIndex.build(emb, ids, kind="hnsw", M=8, ef_search=64)
+    ivf = DenseIndex.build(emb, ids, kind="ivf", nlist=4, nprobe=4)  # probing every list = exact
+    assert hnsw.kind == "hnsw" and ivf.kind == "ivf" and ivf.metadata["params"] == {"nlist": 4, "nprobe": 4}
+    assert [r[0] for r in hnsw.search(queries, 5)[1]] == [r[0] for r in flat]
+    assert ivf.search(queries, 5)[1] == flat
+
+
+def test_ivf_lowers_nlist_then_falls_back_to_flat(caplog):
+    rng = np.random.default_rng(1)
+    ivf = DenseIndex.build(rng.normal(size=(100, 4)).astype(np.float32), [str(i) for i in range(100)], kind="ivf")
+    assert ivf.metadata["params"]["nlist"] == 2  # 4 * sqrt(100) = 40 wanted, 100 // 39 = 2 allowed
+    small = DenseIndex.build(VECS, IDS, kind="ivf")
+    assert small.kind == "flat" and small.metadata["requested_kind"] == "ivf"
+    assert "flat index is built instead" in caplog.text
+
+
+def test_build_rejects_bad_input():
+    with pytest.raises(ConfigError, match="kind"):
+        DenseIndex.build(VECS, IDS, kind="lsh")
+    with pytest.raises(ConfigError, match="nprobee"):
+        DenseIndex.build(VECS, IDS, nprobee=3)
+    with pytest.raises(DataError, match="duplicate document id 'a'"):
+        DenseIndex.build(VECS, ["a", "b", "a", "d"])
+    with pytest.raises(DataError, match="3 ids for 4"):
+        DenseIndex.build(VECS, IDS[:3])
+    with pytest.raises(DataError, match="shape"):
+        DenseIndex.build(np.zeros((0, 3), dtype=np.float32), [])
+    with pytest.raises(ModelError, match="dimension 2"):
+        DenseIndex.build(VECS, IDS).search(np.zeros((1, 2), dtype=np.float32), 1)
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_save_load_round_trip_with_texts(tmp_path, kind):
+    corpus = {i: {"title": f"T{i}", "text": f"text of {i} ünïcode"} for i in IDS}
+    index = DenseIndex.build(VECS, IDS, kind=kind, metadata={"model": "m"}, corpus=corpus)
+    index.save(tmp_path / "idx")
+    loaded = DenseIndex.load(tmp_path / "idx")
+    assert loaded.ids == IDS and loaded.kind == kind and loaded.metadata["model"] == "m"
+    assert loaded.metadata["count"] == 4 and loaded.metadata["dim"] == 3
+    assert loaded.doc("c") == {"title": "Tc", "text": "text of c ünïcode"}
+    assert loaded.doc("zz") is None
+    q = np.array([[0.0, 1.0, 0.0]], dtype=np.float32)
+    assert loaded.search(q, 2)[1] == index.search(q, 2)[1]
+    loaded.save(tmp_path / "copy")  # texts travel with a re-save
+    assert DenseIndex.load(tmp_path / "copy").doc("d")["text"] == "text of d ünïcode"
+    np.save(tmp_path / "copy" / "docs.offsets.npy", np.zeros(3, dtype=np.int64))
+    with pytest.raises(IndexLoadError, match="3 entries for 4"):
+        DenseIndex.load(tmp_path / "copy")
+
+
+def test_load_failures(tmp_path):
+    DenseIndex.build(VECS, IDS).save(tmp_path / "idx")
+    with pytest.raises(IndexLoadError, match="not found"):
+        DenseIndex.load(tmp_path / "missing")
+    assert DenseIndex.load(tmp_path / "idx").doc("a") is None  # no texts stored
+    (tmp_path / "idx" / "ids.json").write_text(json.dumps(IDS[:3]))
+    with pytest.raises(IndexLoadError, match="4 vectors but ids.json lists 3"):
+        DenseIndex.load(tmp_path / "idx")
+    (tmp_path / "idx" / "ids.json").write_text("[oops")
+    with pytest.raises(IndexLoadError, match="cannot parse ids.json"):
+        DenseIndex.load(tmp_path / "idx")
+    (tmp_path / "idx" / "ids.json").write_text(json.dumps(IDS))
+    (tmp_path / "idx" / "index.faiss").write_bytes(b"garbage")
+    with pytest.raises(IndexLoadError, match="cannot read the FAISS index"):
+        DenseIndex.load(tmp_path / "idx")
+    (tmp_path / "idx" / "index.faiss").unlink()
+    with pytest.raises(IndexLoadError, match="no index.faiss") as info:
+        DenseIndex.load(tmp_path / "idx")
+    assert "drmix index" in info.value.fix
+
+
+def test_index_corpus_and_search_queries_find_identical_text():
+    from drmix.model.encoder import load_encoder
+
+    model = load_encoder(None, device="cpu")  # real MiniLM: the tiny random model cannot tell texts apart
+    corpus = {f"d{i}": {"title": f"title {i}", "text": t} for i, t in enumerate(TEXTS)}
+    index = index_corpus(model, corpus, show_progress=False, metadata={"model": "mini"})
+    assert index.metadata["model"] == "mini" and index.metadata["normalized"] is True
+    run = search_queries(model, index, {"q": f"title 3 {TEXTS[3]}", "r": f"title 1 {TEXTS[1]}"}, k=3)
+    assert list(run) == ["q", "r"] and all(len(v) == 3 for v in run.values())
+    for qid, doc in (("q", "d3"), ("r", "d1")):
+        best = max(run[qid], key=run[qid].get)
+        assert best == doc and run[qid][best] == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(DataError, match="empty"):
+        index_corpus(model, {})
