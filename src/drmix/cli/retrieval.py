@@ -87,7 +87,8 @@ def _print_results(rows: list[dict[str, Any]]) -> None:
         for hit in row["hits"]:
             text = hit.get("text", "")
             snippet = text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS - 1] + "…"
-            table.add_row(str(hit["rank"]), hit["doc_id"], f"{hit['score']:.4f}", snippet)
+            doc_id = f"{hit['corpus']}/{hit['doc_id']}" if "corpus" in hit else hit["doc_id"]
+            table.add_row(str(hit["rank"]), doc_id, f"{hit['score']:.4f}", snippet)
         console.print(table)
 
 
@@ -145,7 +146,14 @@ def index_command(
 
 
 def search_command(
-    index_dir: Path = typer.Option(..., "--index", help="Index directory written by drmix index."),
+    index_dir: Optional[Path] = typer.Option(None, "--index", help="Index directory written by drmix index "
+                                                                  "(or search several corpora with --corpus)."),
+    corpus: Optional[list[str]] = typer.Option(None, "--corpus", help="NAME=DIR: search several corpora (BEIR or "
+                                               "index directories) with one top-k budget; repeat, the corpus the "
+                                               "model was trained on first."),
+    allocation: str = typer.Option("naive", "--allocation", help="With --corpus: how the top-k budget is split: "
+                                   "naive, fixed:F, confidence:P, zscore, rrf (see docs/multicorpus.md)."),
+    depth: int = typer.Option(100, "--depth", min=1, help="With --corpus: candidates fetched per corpus."),
     query: Optional[list[str]] = typer.Option(None, "--query", "-q", help="A query text; repeat for several."),
     queries: Optional[Path] = typer.Option(None, "--queries", help="Query file: .jsonl with _id and text, or "
                                                                    "text with one query per line."),
@@ -165,10 +173,19 @@ def search_command(
     if bool(query) == (queries is not None):
         raise ConfigError("give queries either with --query or with --queries.",
                           fix="pass --query TEXT (repeatable) or --queries FILE, not both or neither.")
+    if (index_dir is None) == (not corpus):
+        raise ConfigError("give either --index or --corpus.",
+                          fix="pass --index DIR for one corpus, or --corpus NAME=DIR (repeatable) for several.")
     texts = read_query_file(queries) if queries is not None else {str(i): q for i, q in enumerate(query, 1)}
-    index = DenseIndex.load(index_dir)
-    encoder = load_encoder(model or index.metadata.get("model") or None)
-    rows = search_results(encoder, index, texts, k, batch_size=batch_size)
+    if corpus:
+        from drmix.retrieval.multi import multi_search, parse_corpus_args
+
+        rows = multi_search(load_encoder(model), parse_corpus_args(corpus), texts, k=k, allocation=allocation,
+                            depth=depth, batch_size=batch_size)
+    else:
+        index = DenseIndex.load(index_dir)
+        encoder = load_encoder(model or index.metadata.get("model") or None)
+        rows = search_results(encoder, index, texts, k, batch_size=batch_size)
     if output is not None:
         write_jsonl_atomic(output, [{**r, "hits": [{k2: v for k2, v in h.items() if k2 != "text"}
                                                     for h in r["hits"]]} for r in rows])

@@ -1,0 +1,138 @@
+"""The entity-matching builder (drmix.data.entity_matching) on tiny hand-written tables."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from drmix.data.beir import load_beir
+from drmix.data.entity_matching import EntityMatchingConfig, build_entity_matching, default_names, read_manifest
+from drmix.errors import DataError
+
+TABLE_A = "id,title,brand\n0,acme widget,acme\n1,foo gadget,foo\n2,bar thing,bar\n3,solo item,\n"
+TABLE_B = "id,title,brand\n10,acme widget pro,acme\n11,foo gadget x,foo\n12,other,zzz\n13,foo gadget y,foo\n"
+TRAIN = "ltable_id,rtable_id,label\n0,10,1\n1,12,0\n"
+VALID = "ltable_id,rtable_id,label\n1,11,1\n1,13,1\n"
+TEST = "ltable_id,rtable_id,label\n2,12,0\n"
+
+
+def write_src(root: Path, **over: str | bytes) -> Path:
+    files = {"tableA.csv": TABLE_A, "tableB.csv": TABLE_B, "train.csv": TRAIN, "valid.csv": VALID, "test.csv": TEST}
+    files.update({k.replace("_", ".") if k.endswith("_csv") else k: v for k, v in over.items()})
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    return root
+
+
+def build(tmp_path: Path, **kw):
+    src = write_src(tmp_path / "src")
+    cfg = EntityMatchingConfig(names=("left", "right"), **kw)
+    return build_entity_matching(src, tmp_path / "out", cfg), tmp_path / "out"
+
+
+def test_layout_queries_qrels_and_training_pairs(tmp_path):
+    s, out = build(tmp_path)
+    assert s.names == ("left", "right") and s.matches == 3
+    assert s.corpus_sizes == {"left": 4, "right": 4}
+    # Components: {A0, B10} (2 queries) and {A1, B11, B13} (3 queries) -> one per split.
+    assert sorted(s.queries.values()) == [2, 3]
+    left_corpus = [json.loads(x) for x in (out / "left" / "corpus.jsonl").read_text().splitlines()]
+    assert left_corpus[0] == {"_id": "0", "title": "", "text": "title: acme widget; brand: acme"}
+    assert left_corpus[3]["text"] == "title: solo item"          # empty brand left out
+    qrels = {}
+    for split in ("dev", "test"):
+        for side in ("left", "right"):
+            ds = load_beir(out / side, split=split, load_corpus=True)
+            for q, docs in ds.qrels.items():
+                qrels.setdefault(q, {})[side] = docs
+    assert qrels == {
+        "left-0": {"left": {"0": 1}, "right": {"10": 1}},
+        "right-10": {"left": {"0": 1}, "right": {"10": 1}},
+        "left-1": {"left": {"1": 1}, "right": {"11": 1, "13": 1}},
+        "right-11": {"left": {"1": 1}, "right": {"11": 1}},
+        "right-13": {"left": {"1": 1}, "right": {"13": 1}},
+    }
+    # A component never straddles the splits.
+    dev = set(load_beir(out / "left", split="dev", load_corpus=False).qrels)
+    assert dev in ({"left-0", "right-10"}, {"left-1", "right-11", "right-13"})
+    queries = load_beir(out / "left", split=None, load_corpus=False).queries
+    assert queries["right-13"] == "foo gadget y"
+    train_left = [json.loads(x) for x in (out / "train" / "left.jsonl").read_text().splitlines()]
+    assert train_left == [{"query": "bar thing", "positive": "title: bar thing; brand: bar"},
+                          {"query": "solo item", "positive": "title: solo item"}]
+    train_right = [json.loads(x) for x in (out / "train" / "right.jsonl").read_text().splitlines()]
+    assert train_right == [{"query": "other", "positive": "title: other; brand: zzz"}]
+    man = read_manifest(out)
+    assert man["corpus_dirs"] == {"left": out / "left", "right": out / "right"}
+    assert man["train_files"]["left"] == out / "train" / "left.jsonl"
+
+
+def test_split_is_seeded(tmp_path):
+    a, _ = build(tmp_path / "a", seed=1)
+    b, _ = build(tmp_path / "b", seed=1)
+    qa = (tmp_path / "a" / "out" / "left" / "qrels" / "dev.tsv").read_text()
+    qb = (tmp_path / "b" / "out" / "left" / "qrels" / "dev.tsv").read_text()
+    assert qa == qb and a.queries == b.queries
+
+
+def test_passage_fields_and_max_unmatched(tmp_path):
+    s, out = build(tmp_path, passage_fields=["brand"], max_unmatched=1)
+    assert s.corpus_sizes == {"left": 3, "right": 4}   # left: matched 0, 1 plus one of the unmatched 2, 3
+    texts = [json.loads(x)["text"] for x in (out / "left" / "corpus.jsonl").read_text().splitlines()]
+    assert texts[:2] == ["brand: acme", "brand: foo"]
+    assert s.train_sizes["left"] in (0, 1)             # "solo item" has no brand -> no positive
+
+
+def test_default_names_from_directory():
+    assert default_names(Path("/x/walmart-amazon")) == ("walmart", "amazon")
+    assert default_names(Path("/x/amazon_google")) == ("amazon", "google")
+    assert default_names(Path("/x/tables")) == ("a", "b")
+
+
+@pytest.mark.parametrize("over,file,line,needle", [
+    ({"tableA.csv": "id,name\n0,x\n"}, "tableA.csv", 1, "missing column(s) title"),
+    ({"tableB.csv": "id,title,brand\n10,a,b\n11,c,d\n10,e,f\n"}, "tableB.csv", 4, "duplicate id '10'"),
+    ({"valid.csv": "ltable_id,rtable_id,label\n1,11,1\n7,13,1\n"}, "valid.csv", 3, "ltable_id '7'"),
+    ({"train.csv": "ltable_id,rtable_id,label\n0,99,1\n"}, "train.csv", 2, "rtable_id '99'"),
+    ({"test.csv": "ltable_id,rtable_id\n2,12\n"}, "test.csv", 1, "missing column(s) label"),
+    ({"test.csv": "ltable_id,rtable_id,label\n2,12,yes\n"}, "test.csv", 2, "label 'yes'"),
+    ({"tableA.csv": b"id,title,brand\n0,acme,acme\n1,caf\xe9,x\n"}, "tableA.csv", 3, "not valid UTF-8"),
+    ({"tableA.csv": "id,title,brand\n0,acme\n"}, "tableA.csv", 2, "2 fields but the header has 3"),
+    ({"tableA.csv": ""}, "tableA.csv", 1, "empty"),
+])
+def test_bad_tables_raise_data_error_with_file_line_and_fix(tmp_path, over, file, line, needle):
+    src = write_src(tmp_path / "src", **over)
+    with pytest.raises(DataError) as ei:
+        build_entity_matching(src, tmp_path / "out", EntityMatchingConfig(names=("l", "r")))
+    err = ei.value
+    assert Path(err.path).name == file and err.line == line and needle in err.message and err.fix
+    assert not (tmp_path / "out").exists()               # nothing half-written
+
+
+def test_missing_files_and_no_matches(tmp_path):
+    src = write_src(tmp_path / "src")
+    (src / "tableB.csv").unlink()
+    with pytest.raises(DataError, match="file not found"):
+        build_entity_matching(src, tmp_path / "out")
+    src2 = write_src(tmp_path / "src2", train_csv="ltable_id,rtable_id,label\n0,10,0\n",
+                     valid_csv="ltable_id,rtable_id,label\n", test_csv="ltable_id,rtable_id,label\n")
+    with pytest.raises(DataError, match="no match"):
+        build_entity_matching(src2, tmp_path / "out2")
+    src3 = tmp_path / "src3"
+    src3.mkdir()
+    (src3 / "tableA.csv").write_text(TABLE_A)
+    (src3 / "tableB.csv").write_text(TABLE_B)
+    with pytest.raises(DataError, match="no labelled pair file"):
+        build_entity_matching(src3, tmp_path / "out3")
+
+
+@pytest.mark.slow
+def test_real_tables_build(shared_data, tmp_path):
+    s = build_entity_matching(shared_data / "walmart-amazon", tmp_path / "wa")
+    assert s.names == ("walmart", "amazon")
+    assert s.corpus_sizes == {"walmart": 2554, "amazon": 22074}
+    assert s.matches == 962
+    assert s.queries["dev"] + s.queries["test"] == 852 + 956   # distinct matched records of each side
+    assert abs(s.queries["dev"] - s.queries["test"]) <= 4
