@@ -131,10 +131,10 @@ def test_initial_weights_by_hand():
 
 
 def test_weights_file_plain_mapping_and_strategy_output(tmp_path):
-    (tmp_path / "w.json").write_text(json.dumps({"a": 1, "b": 3}))
+    (tmp_path / "w.json").write_text(json.dumps({"a": 1, "b": 3, "c": 0}))
     assert read_weights_file(tmp_path / "w.json", ["a", "b", "c"]).tolist() == [0.25, 0.75, 0.0]
-    (tmp_path / "s.json").write_text(json.dumps({"collections": ["a", "b"], "final": {"a": 0.2, "b": 0.8}}))
-    assert np.allclose(read_weights_file(tmp_path / "s.json", ["a", "b"]), [0.2, 0.8])
-    (tmp_path / "bad.json").write_text(json.dumps({"zzz": 1}))
-    with pytest.raises(ConfigError, match="unknown collections"):
-        read_weights_file(tmp_path / "bad.json", ["a"])
+    (tmp_path / "s.json").write_text(json.dumps({"collections": ["a", "b"], "weights": [0.2, 0.8],
+                                                 "final": {"a": 0.5, "b": 0.5}}))
+    assert np.allclose(read_weights_file(tmp_path / "s.json", ["a", "b"]), [0.2, 0.8])  # "weights" is the output
+    with pytest.raises(ConfigError, match="no weight for training collection"):
+        read_weights_file(tmp_path / "w.json", ["a", "zzz"])

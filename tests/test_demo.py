@@ -44,8 +44,8 @@ def test_demo_temperature_weights_follow_sizes(demo_result):
     assert sizes["large"] != sizes["small"]
     root = {f: math.sqrt(n) for f, n in sizes.items()}  # |D|^(1/tau), tau = 2
     expected = {f: r / sum(root.values()) for f, r in root.items()}
-    temp = json.loads((demo_result.run_dirs["temperature"] / "weights.json").read_text())["final"]
-    uni = json.loads((demo_result.run_dirs["uniform"] / "weights.json").read_text())["final"]
+    temp, uni = (json.loads((demo_result.run_dirs[m] / "weights.json").read_text()) for m in ("temperature", "uniform"))
+    temp, uni = (dict(zip(w["collections"], w["weights"])) for w in (temp, uni))
     assert temp == pytest.approx(expected)
     assert uni == pytest.approx({"large": 0.5, "small": 0.5})
     assert json.loads(demo_result.results_json.read_text())["train_pairs"] == sizes

@@ -63,7 +63,7 @@ def test_loss_goes_down_and_outputs_are_written(tiny_model_path, data, tmp_path)
     saved = TrainConfig.model_validate(__import__("yaml").safe_load((out / "config.yaml").read_text()))
     assert saved.max_steps == 40 and saved.scheduler == "constant"
     weights = json.loads((out / "weights.json").read_text())
-    assert weights["final"] == {"greek": 0.5, "letters": 0.5}
+    assert weights["collections"] == ["greek", "letters"] and weights["weights"] == [0.5, 0.5]
 
 
 def test_homogeneous_batches_hold_one_collection(tiny_model_path, data, tmp_path):
@@ -131,3 +131,18 @@ def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
     assert (r1["world"], r2["world"]) == (1, 2)
     assert r2["losses"] == pytest.approx(r1["losses"], abs=1e-5)
     assert r2["param_head"] == pytest.approx(r1["param_head"], abs=1e-6)
+
+
+def test_periodic_evaluation_on_dev_sets(tiny_model_path, data, tmp_path):
+    from drmix.data.beir import write_beir
+
+    corpus = {f"d{i}": {"title": "", "text": f"{WORDS[i]} {WORDS[i + 1]}"} for i in range(6)}
+    queries = {f"q{i}": WORDS[i] for i in range(3)}
+    qrels = {"dev": {f"q{i}": {f"d{i}": 1} for i in range(3)}}
+    dev = write_beir(tmp_path / "devset", corpus, queries, qrels)
+    train(config(tiny_model_path, data, tmp_path / "r", max_steps=4, eval_data=[str(dev)], eval_every=2))
+    evals = [json.loads(line) for line in open(tmp_path / "r" / "metrics.jsonl") if '"eval"' in line]
+    assert [e["step"] for e in evals] == [2, 4]
+    for e in evals:
+        assert 0.0 <= e["eval"]["devset/ndcg@10"] <= 1.0
+        assert e["eval"]["avg/ndcg@10"] == e["eval"]["devset/ndcg@10"]  # one dev set: the average is itself

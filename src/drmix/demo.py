@@ -203,7 +203,8 @@ def run_demo(output_dir: str | Path = "demo-output", *, options: DemoOptions | N
         res = train(_train_config(opts, data, mixture, out / "runs" / mixture))
         shutil.rmtree(res.output_dir / "checkpoints", ignore_errors=True)
         run_dirs[mixture] = res.output_dir
-        weights[mixture] = json.loads((res.output_dir / "weights.json").read_text(encoding="utf-8"))["final"]
+        saved = json.loads((res.output_dir / "weights.json").read_text(encoding="utf-8"))
+        weights[mixture] = dict(zip(saved["collections"], saved["weights"]))
         seconds[f"train_{mixture}"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         scores[mixture] = _evaluate(str(res.model_dir), data, mixture, out, opts)

@@ -101,7 +101,8 @@ class Strategy:
 
     def final_weights(self) -> dict:
         """What goes into ``weights.json`` at the end of training."""
-        return {"collections": self.collection_names, "weights": self.sampling_weights().tolist()}
+        return {"strategy": self.name, "collections": self.collection_names,
+                "weights": self.sampling_weights().tolist()}
 
     def state_dict(self) -> dict:
         """Everything needed to resume exactly (JSON-serialisable values, numpy arrays or tensors)."""

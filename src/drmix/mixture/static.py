@@ -4,17 +4,15 @@
 * size: ``w_i = |D_i| / sum_j |D_j|`` (every example equally likely)
 * temperature: ``w_i ∝ |D_i|^(1/tau)`` (tau=1 is size-proportional, tau→∞ is uniform; as in
   multilingual and multi-task sampling, and the Inf-DDS paper's initialisation)
-* file: weights read from a ``weights.json`` written by a strategy run (its ``final`` entry) or a plain
-  ``{name: weight}`` JSON/YAML mapping; collections absent from the file get weight 0.
+* file: weights read from a ``weights.json`` written by a strategy run (its ``weights`` entry) or a plain
+  ``{name: weight}`` JSON mapping; every training collection needs a weight (0 drops it).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from drmix.config import read_yaml
 from drmix.errors import ConfigError
 from drmix.mixture.base import Strategy
 
@@ -35,41 +33,15 @@ def initial_weights(sizes: list[int], scheme: str = "uniform", *, temperature: f
 
 
 def read_weights_file(path: str | Path, names: list[str]) -> np.ndarray:
-    """Weights aligned with ``names`` from a weights.json (strategy output) or a {name: weight} mapping."""
-    path = Path(path)
-    raw = read_yaml(path) if path.suffix in {".yaml", ".yml"} else _read_json(path)
-    mapping: dict[str, float]
-    if isinstance(raw, dict) and "collections" in raw:
-        entry = raw.get("final", raw.get("weights"))
-        if isinstance(entry, dict):
-            mapping = entry
-        else:
-            mapping = dict(zip(raw["collections"], entry or []))
-    elif isinstance(raw, dict):
-        mapping = raw
-    else:
-        raise ConfigError("weights file must map collection names to weights.", path=path,
-                          fix='write {"name": weight, ...} or pass a weights.json from `drmix mixture optimize`.')
-    unknown = sorted(set(mapping) - set(names))
-    if unknown:
-        raise ConfigError(f"weights name unknown collections {unknown}.", path=path,
-                          fix=f"use names from the training data: {names}.")
-    try:
-        w = np.array([float(mapping.get(n, 0.0)) for n in names])
-    except (TypeError, ValueError):
-        raise ConfigError("weights must be numbers.", path=path, fix="write numeric weights.") from None
-    if np.any(~np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-        raise ConfigError("weights must be finite, non-negative and not all zero.", path=path, fix="fix the values.")
-    return w / w.sum()
+    """Weights aligned with ``names`` from a strategy's ``weights.json`` or a ``{name: weight}`` mapping.
 
+    One reader serves ``--mixture file`` and ``--transfer``: see :func:`drmix.mixture.transfer.read_weights_file`
+    (the ``weights`` entry of a strategy output is used; every training collection must have a weight).
+    """
+    from drmix.mixture.transfer import align_weights
+    from drmix.mixture.transfer import read_weights_file as read_mapping
 
-def _read_json(path: Path):
-    if not path.exists():
-        raise ConfigError("weights file not found.", path=path, fix="check the path.")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"invalid JSON ({e.msg}).", path=path, line=e.lineno, fix="fix the JSON syntax.") from None
+    return align_weights(read_mapping(path), names, source=path)
 
 
 class StaticStrategy(Strategy):
@@ -96,5 +68,4 @@ class StaticStrategy(Strategy):
         return self.weights
 
     def final_weights(self) -> dict:
-        return {"strategy": self.name, "collections": self.collection_names,
-                "final": dict(zip(self.collection_names, self.weights.tolist()))}
+        return {"strategy": self.name, "collections": self.collection_names, "weights": self.weights.tolist()}

@@ -1,0 +1,91 @@
+"""``drmix mixture optimize`` (learn collection weights) and ``drmix pipeline tdro`` (the whole tDRO recipe)."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from drmix.cli.options import config_command
+from drmix.config import TrainConfig, load_config
+
+OPTIMIZE_HELP = """Learn collection weights (stage 1 of tDRO; DoReMi and GroupDRO as baselines).
+
+A proxy model trains on mixed batches (every collection, equal share) with hard-negative-only InfoNCE while
+a frozen reference model (--reference-model, a model fine-tuned with uniform weights) is forwarded on the
+same inputs; the strategy turns per-collection losses into weights: tdro = proxy/reference ratio,
+doremi = excess loss, groupdro = raw loss (no reference needed). Writes weights.json (final, mean, EMA,
+top-K% selections), weights.jsonl (trajectory) and weights.png into --output-dir. Transfer the weights
+with `drmix train --weights-file RUN/weights.json --transfer top:0.7|reweight|loss`.
+Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, smoothing, output, ema, min_relative_reference,
+measurement, top_percents); see docs/mixture.md.
+"""
+
+PIPELINE_HELP = """Run the tDRO recipe end to end: stage 0 (uniform reference, unless --reference-model),
+stage 1 (learned weights), stage 2 (fine-tuning with each --transfers entry) and evaluation of the uniform
+baseline and every transfer on --test-data (BEIR directories), ending with one table.
+
+Every training field applies to all stages; --stage0/--stage1/--stage2 KEY=VALUE override a field for one
+stage (e.g. --stage1 max_steps=200). Each stage writes a subdirectory of --output-dir; rerunning the command
+skips finished stages and resumes an interrupted one. The table is saved as summary.md / summary.json.
+"""
+
+
+def _paragraphs(text: str) -> str:
+    """Help text with hard line breaks inside paragraphs removed (the terminal wraps it)."""
+    return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
+
+
+def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_settings: bool = True) -> None:
+    from drmix.cli import console
+    from drmix.pipeline import optimize_weights, stage1_config
+
+    if overrides.get("strategy") is None:
+        raw = load_config(TrainConfig, config_path, overrides)
+        if raw.strategy == "static":
+            overrides = {**overrides, "strategy": "tdro"}
+    config = load_config(TrainConfig, config_path, overrides)
+    if paper_settings:
+        resume = config.resume           # stage1_config turns resume on; keep the user's choice here
+        config = stage1_config(config, strategy=config.strategy, reference=config.reference_model,
+                               output_dir=config.output_dir).model_copy(update={"resume": resume})
+    result = optimize_weights(config)
+    weights = result.weights_path
+    console.print(f"[green]learned weights[/green] over {result.steps} steps: {weights}")
+    if weights is not None:
+        import json
+
+        data = json.loads(weights.read_text(encoding="utf-8"))
+        for name, w in sorted(zip(data["collections"], data["weights"]), key=lambda x: -x[1]):
+            console.print(f"  {w:.4f}  {name}")
+        console.print(f"top-70%: {', '.join(data.get('top', {}).get('70', []))}")
+
+
+def run_pipeline(config_path: Path | None, overrides: dict[str, Any]) -> None:
+    from drmix.cli import console
+    from drmix.pipeline import PipelineConfig, run_tdro_pipeline
+
+    config = load_config(PipelineConfig, config_path, overrides)
+    result = run_tdro_pipeline(config)
+    console.print(result.table, highlight=False, soft_wrap=True)
+    console.print(f"summary: {result.output_dir / 'summary.md'}")
+
+
+def register(app: typer.Typer) -> None:
+    from drmix.pipeline import PipelineConfig
+
+    mixture = typer.Typer(help="Learn collection weights (tDRO, DoReMi, GroupDRO).", no_args_is_help=True)
+    paper = inspect.Parameter(
+        "paper_settings", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+        default=typer.Option(True, "--paper-settings/--as-given",
+                             help="Use tDRO's stage-1 settings (mixed equal-share batches, hard-negative-only "
+                                  "InfoNCE, uniform sampling); --as-given keeps the config's batching and negatives."))
+    mixture.command("optimize", help=_paragraphs(OPTIMIZE_HELP), no_args_is_help=True)(
+        config_command(TrainConfig, run_optimize, extra=[paper]))
+    app.add_typer(mixture, name="mixture")
+
+    pipeline = typer.Typer(help="Multi-stage recipes.", no_args_is_help=True)
+    pipeline.command("tdro", help=_paragraphs(PIPELINE_HELP), no_args_is_help=True)(
+        config_command(PipelineConfig, run_pipeline))
+    app.add_typer(pipeline, name="pipeline")

@@ -1,0 +1,405 @@
+"""Learned dataset weights by distributionally robust optimisation: tDRO, DoReMi and GroupDRO.
+
+Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, "Task-level Distributionally Robust Optimization
+for LLM-based Dense Retrieval", AAAI 2025), with the implementation facts recorded in
+seeds/README.md for tDRO, DoReMi and GroupDRO. The three are one :class:`DROStrategy`; they differ only
+in the *measurement* ``M_g`` of each collection ``g`` and in the defaults of the update.
+
+Stage 1 of tDRO trains a proxy model on *mixed* batches (every collection, equal share, sampled with
+probability 1/k: Eq. 1 with uniform alpha) with hard-negative-only InfoNCE per example (Eq. 2), while a
+frozen reference model is forwarded on the same inputs. Per step (the paper's order):
+
+1. measure each collection present in the batch from the per-example proxy losses ``l_i`` and
+   reference losses ``r_i`` (``B`` examples, ``G_g`` those of collection ``g``):
+
+   * ``ratio`` (tDRO, Eq. 5 as the authors implement it): the reference loss is normalised over the
+     batch, ``r~_i = r_i / mean_j r_j``, and ``M_g = mean_{i in G_g} l_i / r~_i``.
+     The authors normalise by the L1 norm (``r_i / sum_j r_j``); dividing by the mean instead only
+     scales every ``M_g`` by the batch size ``B``, which the unit-norm rescaling below removes, and keeps
+     ``M_g`` on the scale of a loss in the logs. Examples whose normalised reference loss is below
+     ``min_relative_reference`` contribute 0 to their collection's sum (but still count): the authors'
+     code replaces such a normaliser by 1, which makes the example's ratio ``l_i / B``, i.e. about 0;
+     their threshold 1e-4 on ``r_i / sum_j r_j`` at their batch size 2048 is ``0.2`` on ``r~_i``, our
+     default. Set it to 0 to divide every example (zero reference losses are then left out).
+   * ``difference`` (DoReMi, and the paper's "minus" ablation): ``M_g = mean_{i in G_g} max(l_i - r_i, 0)``.
+   * ``raw`` (GroupDRO, the paper's "proxy loss only" ablation): ``M_g = mean_{i in G_g} l_i``.
+
+2. update the log-weights by exponentiated-gradient ascent (Eq. 4 in log space):
+   ``g = M`` (0 for absent collections); with ``normalize_gradient`` ``g <- g / ||g||_2`` (tDRO's
+   gradient normalisation, so lr 2e-2 moves every log-weight by at most 0.02 per step);
+   ``log alpha_g <- log alpha_g + lr * g_g``; re-normalise (softmax). DoReMi then smooths with the uniform
+   distribution, ``alpha <- (1 - c) alpha + c / k`` (c = 1e-3), and GroupDRO is the plain
+   ``q <- q * exp(eta * loss)`` (eta = 0.01). tDRO keeps no floor on the weights.
+
+3. return the loss to back-propagate, weighted by the *just-updated* weights (Eq. 6 as implemented by the
+   authors): ``L = sum_i alpha_{g(i)} l_i / sum_i alpha_{g(i)}``. With equal shares this equals
+   ``sum_g alpha_g mean_{i in G_g} l_i``, DoReMi's and GroupDRO's weighted objective.
+
+Output (``weights.json``): the final weights, their mean over steps (DoReMi's output), an EMA
+(factor 0.1, as in the authors' code), and the top-K% selections (K = 10..90): the ``floor(k*K/100)``
+(at least 1) collections of highest weight, which the paper transfers uniformly (top-70%).
+
+Departures, and why:
+
+* A collection absent from a batch (possible when the batch is smaller than the number of
+  collections, or under weighted mixed sampling) keeps its weight exactly: the renormalisation runs
+  over the collections present, which keep their total mass. With every collection present (the tDRO
+  setting) this is the paper's update unchanged.
+* Non-finite losses (a bad batch) or an all-zero reference loss skip the weight update for that step
+  with a warning; log-weights are stored re-normalised (log-softmax) and clamped at log(1e-300)
+  (a numerical guard against float underflow, not an algorithmic floor), so they stay finite and
+  every weight stays positive whatever the losses do.
+* The weights are updated with a hand-written rule (a handful of numpy lines in float64) instead of an
+  SGD optimiser over a ``torch`` parameter as in the authors' code: SGD without momentum (their
+  default) keeps no optimiser state, and float64 makes the trajectory exactly reproducible on resume.
+* Under DDP the per-collection sums and counts (and the batch's reference normaliser) are all-reduced,
+  so every rank measures the global batch and makes the same update.
+* The weight update happens once per :meth:`DROStrategy.loss` call, i.e. once per micro-batch when
+  gradient accumulation is used (the authors accumulate the measurement over micro-batches).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from drmix.mixture.base import Batch, StepContext, Strategy
+
+log = logging.getLogger(__name__)
+
+Measurement = Literal["ratio", "difference", "raw"]
+
+#: strategy name (``TrainConfig.strategy``) -> measurement
+STRATEGY_MEASUREMENT: dict[str, Measurement] = {"tdro": "ratio", "doremi": "difference", "groupdro": "raw"}
+#: defaults that depend on the measurement: (lr, normalize_gradient, smoothing, output)
+_DEFAULTS: dict[str, tuple[float, bool, float, str]] = {
+    "ratio": (2e-2, True, 0.0, "final"),        # tDRO: lr 2e-2, unit-norm gradient, final weights
+    "difference": (1.0, False, 1e-3, "mean"),   # DoReMi: eta 1.0, smoothing c=1e-3, average over steps
+    "raw": (1e-2, False, 0.0, "final"),         # GroupDRO: eta 0.01
+}
+_MIN_LOG_WEIGHT = math.log(1e-300)
+
+
+class DROConfig(BaseModel):
+    """Options of the DRO strategy family (defaults from the papers; ``None`` = the measurement's default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    measurement: Measurement | None = Field(
+        None, description="ratio (tDRO), difference (DoReMi) or raw (GroupDRO); None = from the strategy name.")
+    lr: float | None = Field(None, gt=0, description="Weight learning rate: 2e-2 ratio, 1.0 difference, 0.01 raw.")
+    normalize_gradient: bool | None = Field(
+        None, description="Rescale the measurement vector to unit L2 norm before the step (True for ratio).")
+    smoothing: float | None = Field(
+        None, ge=0, lt=1, description="Mix with uniform after each update: 1e-3 for difference, else 0.")
+    output: Literal["final", "mean", "ema"] | None = Field(
+        None, description="Which weights go to weights.json 'weights' and the top-K lists: "
+                          "mean for difference, else final.")
+    ema: float = Field(0.1, gt=0, le=1, description="EMA factor of the tracked weights (authors' code: 0.1).")
+    min_relative_reference: float = Field(
+        0.2, ge=0, description="ratio only: examples whose reference loss is below this fraction of the batch "
+                               "mean contribute 0 (authors' guard at batch 2048).")
+    top_percents: list[int] = Field(default_factory=lambda: [10, 20, 30, 40, 50, 60, 70, 80, 90],
+                                    description="K values of the top-K% selections written to weights.json.")
+
+    def resolved(self, strategy: str = "tdro") -> "DROConfig":
+        """A copy with every ``None`` replaced by the default of the (strategy's) measurement."""
+        m = self.measurement or STRATEGY_MEASUREMENT.get(strategy, "ratio")
+        lr, norm, smooth, out = _DEFAULTS[m]
+        return self.model_copy(update={
+            "measurement": m,
+            "lr": self.lr if self.lr is not None else lr,
+            "normalize_gradient": self.normalize_gradient if self.normalize_gradient is not None else norm,
+            "smoothing": self.smoothing if self.smoothing is not None else smooth,
+            "output": self.output or out,
+        })
+
+
+@dataclass
+class Measured:
+    """Per-collection statistics of one (global) batch."""
+
+    measurement: np.ndarray      # [k] M_g (0 where absent)
+    present: np.ndarray          # [k] bool: collection has at least one measured example
+    proxy_loss: np.ndarray       # [k] mean proxy loss (nan where absent)
+    reference_loss: np.ndarray   # [k] mean reference loss (nan where absent or no reference)
+    counts: np.ndarray           # [k] examples per collection in the global batch
+    ok: bool                     # False: non-finite or degenerate losses, skip the update
+    reason: str = ""
+
+
+def _all_reduce_sum(values: np.ndarray) -> np.ndarray:
+    """Sum a float64 vector over DDP ranks (identity on one process)."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return values
+    t = torch.as_tensor(values, dtype=torch.float64)
+    if torch.distributed.get_backend() == "nccl":
+        t = t.cuda()
+    torch.distributed.all_reduce(t)
+    return t.cpu().numpy()
+
+
+def measure(proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray, k: int,
+            measurement: Measurement, *, min_relative_reference: float = 0.2) -> Measured:
+    """Per-collection measurement ``M_g`` (see the module docstring) of this rank's slice, all-reduced.
+
+    ``proxy`` and ``reference`` are per-example losses ``[B]`` (float), ``collection_ids`` ints in ``[0, k)``.
+    """
+    proxy = np.asarray(proxy, dtype=np.float64)
+    ids = np.asarray(collection_ids, dtype=np.int64)
+    ref = None if reference is None else np.asarray(reference, dtype=np.float64)
+    if measurement != "raw" and ref is None:
+        raise ValueError(f"measurement {measurement!r} needs reference losses (set reference_model).")
+    finite = np.isfinite(proxy).all() and (ref is None or np.isfinite(ref).all())
+    bad = 0.0 if finite else 1.0
+    p = np.where(np.isfinite(proxy), proxy, 0.0)
+    r = None if ref is None else np.where(np.isfinite(ref), ref, 0.0)
+
+    ref_mean = 0.0
+    if measurement == "ratio":
+        # The batch normaliser of the reference loss is global: sum and count over all ranks.
+        s = _all_reduce_sum(np.array([r.sum(), float(len(r)), bad]))
+        ref_mean = s[0] / s[1] if s[1] > 0 else 0.0
+        bad = s[2]
+        if ref_mean > 0 and bad == 0:
+            rel = r / ref_mean
+            use = rel >= max(min_relative_reference, 1e-300)
+            per_example = np.where(use, p / np.where(use, rel, 1.0), 0.0)
+            if min_relative_reference <= 0:   # plain ratio: leave zero-reference examples out entirely
+                counted = use
+            else:                              # authors: below-threshold examples count, contribute ~0
+                counted = np.ones_like(use)
+        else:
+            per_example, counted = np.zeros_like(p), np.ones(len(p), dtype=bool)
+    elif measurement == "difference":
+        per_example, counted = np.maximum(p - r, 0.0), np.ones(len(p), dtype=bool)
+    else:
+        per_example, counted = p, np.ones(len(p), dtype=bool)
+
+    sums = np.zeros((4, k))
+    np.add.at(sums[0], ids, per_example * counted)
+    np.add.at(sums[1], ids, counted.astype(np.float64))
+    np.add.at(sums[2], ids, p)
+    np.add.at(sums[3], ids, 1.0)
+    packed = np.concatenate([sums.ravel(), np.zeros(1) if r is None else np.bincount(ids, weights=r, minlength=k),
+                             [bad]])
+    packed = _all_reduce_sum(packed)
+    sums = packed[: 4 * k].reshape(4, k)
+    ref_sums = packed[4 * k: -1] if r is not None else None
+    bad = packed[-1]
+    counts = sums[3]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        present = sums[1] > 0
+        m = np.where(present, sums[0] / np.maximum(sums[1], 1.0), 0.0)
+        proxy_mean = np.where(counts > 0, sums[2] / np.maximum(counts, 1.0), np.nan)
+        ref_means = (np.full(k, np.nan) if ref_sums is None
+                     else np.where(counts > 0, ref_sums / np.maximum(counts, 1.0), np.nan))
+    if bad > 0:
+        return Measured(np.zeros(k), np.zeros(k, bool), proxy_mean, ref_means, counts, False, "non-finite losses")
+    if measurement == "ratio" and not ref_mean > 0:
+        return Measured(np.zeros(k), np.zeros(k, bool), proxy_mean, ref_means, counts, False,
+                        "the reference losses of the batch are all zero")
+    if not np.isfinite(m).all():   # e.g. huge finite losses overflowing a ratio
+        return Measured(np.zeros(k), np.zeros(k, bool), proxy_mean, ref_means, counts, False,
+                        "non-finite measurement")
+    return Measured(m, present, proxy_mean, ref_means, counts, True)
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    mx = x.max()
+    return x - (mx + math.log(np.exp(x - mx).sum()))
+
+
+def update_log_weights(log_weights: np.ndarray, measurement: np.ndarray, present: np.ndarray, *,
+                       lr: float, normalize_gradient: bool, smoothing: float) -> np.ndarray:
+    """One exponentiated-gradient ascent step on normalised log-weights (returns new log-weights).
+
+    Only the collections in ``present`` move; they are re-normalised to keep their total mass, so an absent
+    collection keeps its weight (with every collection present this is the plain softmax update).
+    """
+    lw = np.asarray(log_weights, dtype=np.float64)
+    present = np.asarray(present, dtype=bool)
+    if not present.any():
+        return lw.copy()
+    g = np.where(present, np.asarray(measurement, dtype=np.float64), 0.0)
+    if normalize_gradient:
+        norm = float(np.linalg.norm(g))
+        if not norm > 0 or not math.isfinite(norm):
+            return lw.copy()
+        g = g / norm
+    idx = np.flatnonzero(present)
+    old = lw[idx]
+    mass = old.max() + math.log(np.exp(old - old.max()).sum())          # log of the present mass
+    new = log_softmax(old + lr * g[idx])                                 # normalised within present
+    if smoothing > 0:
+        new = np.log((1.0 - smoothing) * np.exp(new) + smoothing / len(idx))
+    out = lw.copy()
+    out[idx] = new + mass
+    out = log_softmax(np.maximum(out, _MIN_LOG_WEIGHT + out.max()))
+    return np.maximum(out, _MIN_LOG_WEIGHT)
+
+
+def top_k_selection(names: list[str], weights: np.ndarray, percent: float) -> list[str]:
+    """Names of the ``max(1, floor(k * percent / 100))`` highest-weight collections (ties: input order)."""
+    n = max(1, math.floor(len(names) * float(percent) / 100 + 1e-9))
+    order = sorted(range(len(names)), key=lambda i: (-float(weights[i]), i))
+    return [names[i] for i in order[:n]]
+
+
+class DROStrategy(Strategy):
+    """tDRO / DoReMi / GroupDRO: learned collection weights from a proxy (and a frozen reference) model.
+
+    Sampling stays uniform (stage 1 uses mixed batches with an equal share of every collection); the
+    learned weights act on the loss and are what :meth:`final_weights` writes for transfer.
+    """
+
+    def __init__(self, config: DROConfig | None = None, *, strategy: str = "tdro") -> None:
+        self.strategy_name = strategy
+        self.config = (config or DROConfig()).resolved(strategy)
+        self.name = strategy
+
+    # -- Strategy hooks -------------------------------------------------------------------------------------
+    def setup(self, collection_names: list[str], collection_sizes: list[int]) -> None:
+        super().setup(collection_names, collection_sizes)
+        k = len(self.collection_names)
+        self.log_weights = np.full(k, -math.log(k))
+        self.mean_weights = np.full(k, 1.0 / k)
+        self.ema_weights = np.full(k, 1.0 / k)
+        self.n_steps = 0          # loss() calls (each one is a step of the weights, possibly skipped)
+        self.n_skipped = 0
+        self.last: Measured | None = None
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Current learned weights (sum to 1)."""
+        return np.exp(log_softmax(self.log_weights))
+
+    def sampling_weights(self) -> np.ndarray:
+        n = len(self.collection_names)
+        return np.full(n, 1.0 / n)
+
+    def loss(self, losses: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
+        """Measure the batch, update the weights, return the loss weighted by the updated weights."""
+        ref = None
+        if self.config.measurement != "raw":
+            if ctx.reference_losses is None:
+                raise RuntimeError(f"strategy {self.name!r} needs a reference model (config.reference_model).")
+            ref = ctx.reference_losses(batch).detach().float().cpu().numpy()
+        proxy = losses.detach().float().cpu().numpy()
+        self.step_weights(proxy, ref, np.asarray(batch.collection_ids))
+        return self.weighted_loss(losses, np.asarray(batch.collection_ids), world_size=ctx.world_size)
+
+    def step_weights(self, proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray) -> Measured:
+        """Measure and update the weights from per-example losses (the weight half of :meth:`loss`)."""
+        cfg = self.config
+        k = len(self.collection_names)
+        m = measure(proxy, reference, collection_ids, k, cfg.measurement,
+                    min_relative_reference=cfg.min_relative_reference)
+        if m.ok:
+            self.log_weights = update_log_weights(self.log_weights, m.measurement, m.present, lr=cfg.lr,
+                                                  normalize_gradient=cfg.normalize_gradient, smoothing=cfg.smoothing)
+        else:
+            self.n_skipped += 1
+            log.warning("%s: skipped the weight update at step %d (%s); weights unchanged.",
+                        self.name, self.n_steps + 1, m.reason)
+        w = self.weights
+        self.n_steps += 1
+        self.mean_weights = self.mean_weights + (w - self.mean_weights) / self.n_steps
+        self.ema_weights = (1.0 - cfg.ema) * self.ema_weights + cfg.ema * w
+        self.last = m
+        return m
+
+    def weighted_loss(self, losses: torch.Tensor, collection_ids: np.ndarray, *, world_size: int = 1) -> torch.Tensor:
+        """``sum_i alpha_{g(i)} l_i / sum_i alpha_{g(i)}`` over the global batch (this rank's share of it)."""
+        w = torch.as_tensor(self.weights[np.asarray(collection_ids, dtype=np.int64)], dtype=losses.dtype,
+                            device=losses.device)
+        total = float(_all_reduce_sum(np.array([float(w.sum())]))[0]) if world_size > 1 else float(w.sum())
+        # DDP averages gradients over ranks, hence the factor world_size.
+        return (losses * w).sum() * (world_size / max(total, 1e-300))
+
+    def trajectory_record(self, step: int) -> dict | None:
+        if self.last is None:
+            return None
+        names = self.collection_names
+
+        def named(values: np.ndarray, mask: np.ndarray | None = None) -> dict:
+            return {n: (None if (mask is not None and not mask[i]) or not math.isfinite(float(values[i]))
+                        else float(values[i])) for i, n in enumerate(names)}
+
+        m = self.last
+        return {"step": int(step), "weights": named(self.weights),
+                "proxy_loss": named(m.proxy_loss), "reference_loss": named(m.reference_loss),
+                "measurement": named(m.measurement, m.present), "counts": {n: int(c) for n, c in zip(names, m.counts)},
+                "skipped": not m.ok}
+
+    def output_weights(self) -> np.ndarray:
+        return {"final": self.weights, "mean": self.mean_weights, "ema": self.ema_weights}[self.config.output]
+
+    def final_weights(self) -> dict:
+        names = self.collection_names
+        out = self.output_weights()
+
+        def named(v: np.ndarray) -> dict:
+            return {n: float(x) for n, x in zip(names, v)}
+
+        return {
+            "collections": list(names),
+            "weights": [float(x) for x in out],
+            "strategy": self.name,
+            "measurement": self.config.measurement,
+            "output": self.config.output,
+            "steps": self.n_steps,
+            "skipped_steps": self.n_skipped,
+            "final": named(self.weights),
+            "mean": named(self.mean_weights),
+            "ema": named(self.ema_weights),
+            "top": {str(p): top_k_selection(names, out, p) for p in self.config.top_percents},
+        }
+
+    def state_dict(self) -> dict:
+        return {"log_weights": self.log_weights.tolist(), "mean_weights": self.mean_weights.tolist(),
+                "ema_weights": self.ema_weights.tolist(), "n_steps": self.n_steps, "n_skipped": self.n_skipped,
+                "collections": list(self.collection_names)}
+
+    def load_state_dict(self, state: dict) -> None:
+        names = list(state.get("collections", self.collection_names))
+        if names != list(self.collection_names):
+            from drmix.errors import CheckpointError
+            raise CheckpointError(f"checkpoint was trained on collections {names}, not {self.collection_names}.",
+                                  fix="resume with the same training collections, or start a new output_dir.")
+        self.log_weights = np.asarray(state["log_weights"], dtype=np.float64)
+        self.mean_weights = np.asarray(state["mean_weights"], dtype=np.float64)
+        self.ema_weights = np.asarray(state["ema_weights"], dtype=np.float64)
+        self.n_steps = int(state["n_steps"])
+        self.n_skipped = int(state.get("n_skipped", 0))
+
+
+def build_dro_strategy(strategy: str, config: DROConfig | None = None) -> DROStrategy:
+    """The strategy for ``TrainConfig.strategy`` in {"tdro", "doremi", "groupdro"}."""
+    if strategy not in STRATEGY_MEASUREMENT:
+        from drmix.errors import ConfigError
+        raise ConfigError(f"unknown DRO strategy {strategy!r}.", fix=f"use one of {sorted(STRATEGY_MEASUREMENT)}.")
+    return DROStrategy(config, strategy=strategy)
+
+
+def dro_strategy_from_options(strategy: str, options: dict | DROConfig | None = None) -> DROStrategy:
+    """Build from ``TrainConfig.tdro`` (a free-form mapping validated here); errors become ConfigError."""
+    from pydantic import ValidationError
+
+    from drmix.errors import ConfigError
+
+    if isinstance(options, DROConfig) or options is None:
+        return build_dro_strategy(strategy, options)
+    try:
+        cfg = DROConfig.model_validate(options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"invalid tdro option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
+                          fix=f"valid options: {', '.join(DROConfig.model_fields)}.") from None
+    return build_dro_strategy(strategy, cfg)

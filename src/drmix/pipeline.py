@@ -1,0 +1,346 @@
+"""The tDRO pipeline as a library function: reference, learned weights, transfer, evaluation.
+
+Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"), stages as in the paper:
+
+* **stage 0** -- the reference model: fine-tuning with uniform weights and task-homogeneous batches
+  (``drmix train`` with ``mixture: uniform``); skipped when the config names ``reference_model``. It is
+  also the uniform baseline of the final table (GroupDRO uses it only as that: it needs no reference).
+* **stage 1** -- learned weights (:func:`optimize_weights`): a proxy model trained on *mixed* batches
+  (every collection, equal share) with hard-negative-only InfoNCE, the frozen reference forwarded on the
+  same inputs, and a DRO strategy (``tdro`` by default; ``doremi``/``groupdro`` for the baselines;
+  GroupDRO needs no reference). Writes ``weights.json``, ``weights.jsonl`` and ``weights.png``.
+* **stage 2** -- fine-tuning with each configured transfer (default ``top:0.7`` and ``reweight``; see
+  :mod:`drmix.mixture.transfer`), task-homogeneous batches.
+* **evaluation** -- every stage-2 model and the uniform baseline on the configured BEIR test sets
+  (nDCG@10 etc. through :mod:`drmix.evaluation.evaluate`), ending with one Markdown table (uniform vs
+  each transfer, per dataset and average) plus the learned weights (``summary.md``, ``summary.json``).
+
+The uniform baseline is the stage-0 model (the paper's reference *is* a uniform fine-tune with the
+fine-tuning recipe). When the config supplies ``reference_model``, no stage 0 runs and the baseline is
+trained as stage 2 with uniform weights. Each stage writes to its own subdirectory of ``output_dir``
+(``stage0-reference``, ``stage1-<strategy>``, ``stage2-<strategy>-<transfer>``, ``stage2-uniform``), so
+several strategies can share one root and one reference; a rerun skips finished stages and resumes an
+interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json``.
+
+Collections without hard negatives: with hard-negative-only InfoNCE their loss is identically 0 (the
+positive is the only candidate), so no measurement is possible. The tDRO authors mine negatives for such
+datasets; stage 1 here gives each such example ``num_negatives`` random positives of *other examples of
+the same collection* (seeded) -- the negatives in-batch sampling would give under task-homogeneous
+batching, so the measurement stays within one task. Set ``stage1_fill_negatives: false`` to turn it off.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, ValidationError
+
+from drmix.config import TrainConfig, load_config
+from drmix.errors import ConfigError
+from drmix.io import atomic_write_json, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+DRO_STRATEGIES = ("tdro", "doremi", "groupdro")
+BASELINE = "uniform"
+
+
+class PipelineConfig(TrainConfig):
+    """``drmix pipeline tdro`` options: the training fields shared by every stage, plus the stages' own."""
+
+    strategy: Literal["tdro", "doremi", "groupdro"] = Field(
+        "tdro", description="Stage-1 strategy: tdro (relative loss), doremi (excess loss) or groupdro (raw loss).")
+    output_dir: str = Field("runs/pipeline", description="Root directory; each stage writes a subdirectory.")
+    transfers: list[str] = Field(default_factory=lambda: ["top:0.7", "reweight"],
+                                 description="Stage-2 transfers of the learned weights: top:K, reweight, loss.")
+    test_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated at the end.")
+    test_split: str = Field("test", description="Qrels split of the final evaluation.")
+    test_max_queries: int | None = Field(None, ge=1, description="Cap on test queries per dataset (seeded subsample).")
+    test_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
+    stage0: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 0.")
+    stage1: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 1.")
+    stage2: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 2.")
+    stage1_fill_negatives: bool = Field(True, description="Stage 1: give examples without hard negatives random "
+                                                          "same-collection negatives.")
+
+
+@dataclass
+class StageOutput:
+    name: str
+    output_dir: Path
+    model_dir: Path
+    skipped: bool
+
+
+@dataclass
+class PipelineResult:
+    output_dir: Path
+    reference: str
+    weights_path: Path
+    weights: dict[str, float]
+    models: dict[str, Path]                                    # label -> model dir (uniform + each transfer)
+    results: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # label -> dataset -> metric
+    table: str = ""
+
+
+def slug(text: str) -> str:
+    """A directory-safe form of a transfer name: ``top:0.7`` -> ``top-0.7``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _stage_config(base: PipelineConfig, overrides: dict[str, Any], **fixed: Any) -> TrainConfig:
+    own = set(PipelineConfig.model_fields) - set(TrainConfig.model_fields)
+    values = base.model_dump(exclude=own | {"strategy"})
+    values.update(fixed)
+    values.update(overrides)
+    values["resume"] = True          # finished / interrupted stages continue instead of failing
+    try:
+        return TrainConfig.model_validate(values)
+    except ValidationError as e:
+        raise ConfigError(f"invalid stage configuration: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}.",
+                          fix="check the stage0/stage1/stage2 overrides.") from None
+
+
+def _finished(out: Path) -> bool:
+    return (out / "model" / "modules.json").exists()
+
+
+def fill_missing_negatives(collections: list, num_negatives: int, *, seed: int = 0) -> list:
+    """Give examples without hard negatives ``num_negatives`` positives of other examples of their collection.
+
+    Returns the collections (datasets replaced where something was filled); a one-example collection is
+    left as it is.
+    """
+    out = []
+    for ci, c in enumerate(collections):
+        negs = c.dataset["negatives"]
+        missing = [i for i, n in enumerate(negs) if not n]
+        n = len(c.dataset)
+        if not missing or n < 2 or num_negatives < 1:
+            out.append(c)
+            continue
+        firsts = [p[0] for p in c.dataset["positives"]]
+        rng = np.random.default_rng([seed, ci, 15485863])
+        k = min(num_negatives, n - 1)
+        new_negs = list(negs)
+        for i in missing:
+            picks = rng.choice(n - 1, size=k, replace=False)
+            new_negs[i] = [firsts[j + (j >= i)] for j in picks]      # skip the example itself
+        log.info("stage 1: %s: %d of %d examples had no hard negatives; gave them %d same-collection negatives",
+                 c.name, len(missing), n, k)
+        c.dataset = c.dataset.remove_columns("negatives").add_column(
+            "negatives", new_negs, feature=c.dataset.features["negatives"])
+        out.append(c)
+    return out
+
+
+def stage1_config(base: TrainConfig | PipelineConfig, *, strategy: str, reference: str | None,
+                  output_dir: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """The TrainConfig of stage 1: mixed equal-share batches, hard-negative-only InfoNCE, the DRO strategy."""
+    values = base.model_dump(exclude=set(PipelineConfig.model_fields) - set(TrainConfig.model_fields))
+    values.update(batching="mixed", in_batch_negatives=False, cross_device_negatives=False, mixture="uniform",
+                  num_negatives=max(1, base.num_negatives), strategy=strategy, reference_model=reference,
+                  transfer=None, weights_file=None, output_dir=str(output_dir), resume=True)
+    values.update(overrides or {})
+    return TrainConfig.model_validate(values)
+
+
+def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_negatives: bool = True):
+    """Stage 1: learn collection weights with ``strategy`` (default ``config.strategy``); returns a TrainResult.
+
+    ``config`` is used as given except that ``strategy`` is set; call :func:`stage1_config` first to get the
+    paper's stage-1 settings from a fine-tuning config.
+    """
+    from drmix.data.collections import load_collections
+    from drmix.mixture.dro import STRATEGY_MEASUREMENT, dro_strategy_from_options
+    from drmix.train.trainer import train
+
+    name = (strategy or config.strategy).lower()
+    if name not in STRATEGY_MEASUREMENT:
+        raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(DRO_STRATEGIES)}.")
+    strat = dro_strategy_from_options(name, config.tdro)
+    if strat.config.measurement != "raw" and not config.reference_model:
+        raise ConfigError(f"strategy '{name}' needs a frozen reference model.",
+                          fix="set reference_model (a model trained with uniform weights), or run "
+                              "`drmix pipeline tdro` which trains one (stage 0).")
+    if config.batching != "mixed":
+        log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", config.batching)
+    config = config.model_copy(update={"strategy": name})
+    collections = load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)
+    if fill_negatives and not config.in_batch_negatives:
+        collections = fill_missing_negatives(collections, max(1, config.num_negatives), seed=config.seed)
+    return train(config, strategy=strat, collections=collections)
+
+
+def _run_stage(name: str, config: TrainConfig, *, strategy=None, collections=None) -> StageOutput:
+    from drmix.train.trainer import train
+
+    out = Path(config.output_dir)
+    if _finished(out):
+        log.info("%s: finished earlier in %s, skipping", name, out)
+        return StageOutput(name, out, out / "model", True)
+    log.info("%s: training into %s", name, out)
+    kwargs = {"collections": collections} if collections is not None else {}
+    result = train(config, strategy=strategy, **kwargs)
+    return StageOutput(name, out, result.model_dir, False)
+
+
+def evaluate_models(models: dict[str, Path], test_data: list[str], *, split: str = "test",
+                    max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
+                    max_length: int | None = None, metrics: tuple[str, ...] | None = None,
+                    cache_name: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """``{label: {dataset: {metric: value}}}`` for each model folder; cached next to the model."""
+    from drmix.data.beir import load_beir
+    from drmix.evaluation.evaluate import dataset_names, evaluate_dataset, subsample
+    from drmix.evaluation.metrics import DEFAULT_METRICS
+    from drmix.model.encoder import load_encoder
+
+    metrics = tuple(metrics or DEFAULT_METRICS)
+    key = {"split": split, "data": [str(Path(d).resolve()) for d in test_data], "max_queries": max_queries,
+           "max_docs": max_docs, "seed": seed, "max_length": max_length, "metrics": list(metrics)}
+    cache_name = cache_name or f"eval-{split}.json"
+    datasets = None
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for label, model_dir in models.items():
+        cache = Path(model_dir).parent / cache_name
+        if cache.exists():
+            cached = json.loads(cache.read_text(encoding="utf-8"))
+            if cached.get("key") == key:
+                results[label] = cached["results"]
+                continue
+        if datasets is None:
+            datasets = {n: subsample(load_beir(d, split), max_queries=max_queries, max_docs=max_docs, seed=seed)
+                        for n, d in zip(dataset_names(test_data), test_data)}
+        model = load_encoder(str(model_dir))
+        results[label] = {n: evaluate_dataset(model, data, metrics=metrics, max_length=max_length)
+                          for n, data in datasets.items()}
+        atomic_write_json(cache, {"key": key, "model": str(model_dir), "results": results[label]})
+        log.info("%s: %s", label, {n: round(r.get("ndcg@10", float("nan")), 4) for n, r in results[label].items()})
+    return results
+
+
+def results_table(results: dict[str, dict[str, dict[str, float]]], metric: str = "ndcg@10") -> str:
+    """Markdown: one row per dataset (+ average), one column per model label; deltas vs the first column."""
+    labels = list(results)
+    datasets = list(dict.fromkeys(d for r in results.values() for d in r))
+    base = labels[0]
+
+    def cell(label: str, value: float | None, ref: float | None) -> str:
+        if value is None:
+            return ""
+        if label == base or ref is None:
+            return f"{value:.4f}"
+        return f"{value:.4f} ({value - ref:+.4f})"
+
+    lines = [f"| {metric} | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    avgs: dict[str, float | None] = {}
+    for label in labels:
+        vals = [results[label][d][metric] for d in datasets if metric in results[label].get(d, {})]
+        avgs[label] = sum(vals) / len(vals) if len(vals) == len(datasets) and vals else None
+    for d in datasets:
+        ref = results[base].get(d, {}).get(metric)
+        row = [cell(lb, results[lb].get(d, {}).get(metric), ref) for lb in labels]
+        lines.append(f"| {d} | " + " | ".join(row) + " |")
+    if len(datasets) > 1:
+        lines.append("| average | " + " | ".join(cell(lb, avgs[lb], avgs[base]) for lb in labels) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | None = None) -> str:
+    """Markdown: collections sorted by learned weight, with which transfers keep them."""
+    names = weights_json["collections"]
+    w = dict(zip(names, weights_json["weights"]))
+    kept = kept or {}
+    head = "| collection | weight | " + " | ".join(kept) + (" |" if kept else "|")
+    lines = [head, "|---|---:|" + "---|" * len(kept)]
+    for n in sorted(names, key=lambda x: -w[x]):
+        marks = " | ".join("yes" if n in k else "" for k in kept.values())
+        lines.append(f"| {n} | {w[n]:.4f} | " + marks + (" |" if kept else "|"))
+    return "\n".join(lines) + "\n"
+
+
+def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
+    """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
+    from drmix.data.collections import load_collections
+    from drmix.mixture.dro import dro_strategy_from_options
+    from drmix.mixture.transfer import build_transfer_strategy
+
+    root = Path(config.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(root / "pipeline.yaml", config.dump_yaml())
+    if not config.transfers:
+        raise ConfigError("no transfer configured.", fix="set transfers: [top:0.7, reweight] (or loss).")
+    strat = dro_strategy_from_options(config.strategy, config.tdro)
+    models: dict[str, Path] = {}
+
+    # Stage 0: the uniform baseline, and the reference of the ratio / difference measurements.
+    reference = config.reference_model
+    if reference is None:
+        s0 = _run_stage("stage 0", _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform",
+                                                 strategy="static", transfer=None, weights_file=None,
+                                                 reference_model=None, output_dir=str(root / "stage0-reference")))
+        models[BASELINE] = s0.model_dir
+        if strat.config.measurement != "raw":      # GroupDRO measures raw losses: no reference forward
+            reference = str(s0.model_dir)
+
+    # Stage 1: learned weights.
+    s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
+                           output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
+    s1_out = Path(s1_cfg.output_dir)
+    if _finished(s1_out) and (s1_out / "weights.json").exists():
+        log.info("stage 1: finished earlier in %s, skipping", s1_out)
+    else:
+        optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives)
+    weights_path = s1_out / "weights.json"
+    learned = json.loads(weights_path.read_text(encoding="utf-8"))
+
+    # Stage 2: each transfer (and the uniform baseline when stage 0 did not run).
+    names = [c.name for c in load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)]
+    runs: list[tuple[str, str | None]] = ([] if BASELINE in models else [(BASELINE, None)])
+    runs += [(t, t) for t in config.transfers]
+    kept: dict[str, list[str]] = {}
+    for label, transfer in runs:
+        fixed = dict(batching="homogeneous", strategy="static", reference_model=None,
+                     mixture="uniform", transfer=transfer, weights_file=str(weights_path) if transfer else None,
+                     output_dir=str(root / ("stage2-uniform" if transfer is None
+                                            else f"stage2-{config.strategy}-{slug(transfer)}")))
+        cfg = _stage_config(config, config.stage2, **fixed)
+        strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
+        if strategy is not None and "kept" in strategy.info:
+            kept[label] = strategy.info["kept"]
+        out = _run_stage(f"stage 2 ({label})", cfg, strategy=strategy)
+        models[label] = out.model_dir
+
+    result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
+                            models)
+    if config.test_data:
+        result.results = evaluate_models(models, config.test_data, split=config.test_split,
+                                         max_queries=config.test_max_queries, max_docs=config.test_max_docs,
+                                         seed=config.seed, max_length=config.doc_max_length)
+    result.table = _summary(config, result, learned, kept)
+    return result
+
+
+def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept: dict[str, list[str]]) -> str:
+    parts = [f"# tDRO pipeline ({config.strategy})", ""]
+    if result.results:
+        parts += [f"## {config.test_split} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
+    parts += [f"## Learned weights ({learned.get('output', 'final')}, {learned.get('steps', '?')} steps)", "",
+              weights_table(learned, kept=kept), "",
+              "Models: " + ", ".join(f"{k}: `{v}`" for k, v in result.models.items()), ""]
+    text = "\n".join(parts)
+    atomic_write_text(result.output_dir / "summary.md", text)
+    atomic_write_json(result.output_dir / "summary.json", {
+        "strategy": config.strategy, "reference": result.reference, "weights_file": str(result.weights_path),
+        "weights": result.weights, "kept": kept, "models": {k: str(v) for k, v in result.models.items()},
+        "results": result.results})
+    return text
+
+
+def load_pipeline_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> PipelineConfig:
+    return load_config(PipelineConfig, path, overrides)

@@ -1,0 +1,280 @@
+"""DRO strategy family (tDRO ratio, DoReMi difference, GroupDRO raw) against hand-computed updates."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from drmix.mixture.base import Batch, StepContext
+from drmix.mixture.dro import DROConfig, DROStrategy, build_dro_strategy, measure, top_k_selection, update_log_weights
+
+NAMES = ["a", "b", "c"]
+# One mixed batch: two examples of each collection.
+IDS = np.array([0, 0, 1, 1, 2, 2])
+PROXY = np.array([1.0, 3.0, 2.0, 2.0, 1.0, 0.5])
+REF = np.array([1.0, 1.0, 2.0, 2.0, 0.5, 0.5])
+
+
+def make(strategy: str, **cfg) -> DROStrategy:
+    s = build_dro_strategy(strategy, DROConfig(**cfg))
+    s.setup(NAMES, [10, 20, 30])
+    return s
+
+
+def ctx_for(ref: np.ndarray | None) -> StepContext:
+    ref_fn = None if ref is None else (lambda batch: torch.tensor(ref, dtype=torch.float32))
+    return StepContext(step=0, model=None, optimizer=None, scheduler=None, collection_names=NAMES,
+                       collection_sizes=[10, 20, 30], compute_losses=lambda b: None, reference_losses=ref_fn)
+
+
+def batch_of(ids: np.ndarray) -> Batch:
+    n = len(ids)
+    return Batch(["q"] * n, ["p"] * n, [["n"]] * n, np.asarray(ids))
+
+
+def test_tdro_one_step_matches_hand_computation():
+    # Reference normalised over the batch: mean(REF) = 7/6, r~ = REF * 6/7.
+    # Per-example ratio l_i / r~_i = PROXY * 7 / (6 * REF):
+    #   a: 1*7/6 = 7/6, 3*7/6 = 21/6 -> M_a = 14/6 = 7/3
+    #   b: 2*7/12 = 7/6 (twice)     -> M_b = 7/6
+    #   c: 1*7/3 = 7/3, 0.5*7/3 = 7/6 -> M_c = 7/4
+    # M = 7/12 * [4, 2, 3]; unit norm -> g = [4, 2, 3] / sqrt(29).
+    # log w = log(1/3) + 0.02 * g, softmax: w_i = exp(0.02 c_i / sqrt(29)) / sum_j exp(0.02 c_j / sqrt(29))
+    #   exp = [1.0149663, 1.0074552, 1.0112037] -> w = [0.334572, 0.332096, 0.333332]
+    s = make("tdro")
+    losses = torch.tensor(PROXY, dtype=torch.float64)
+    out = s.loss(losses, batch_of(IDS), ctx_for(REF))
+    np.testing.assert_allclose(s.last.measurement, [7 / 3, 7 / 6, 7 / 4], rtol=1e-12)
+    np.testing.assert_allclose(s.weights, [0.334572, 0.332096, 0.333332], atol=1e-6)
+    # Weighted loss with the JUST-updated weights: sum_i w_g(i) l_i / sum_i w_g(i)
+    #   = (w_a * (1+3) + w_b * (2+2) + w_c * (1+0.5)) / (2 * (w_a + w_b + w_c)) = 1.583335
+    assert out.item() == pytest.approx(1.5833352, abs=1e-6)
+
+
+def test_tdro_guard_below_relative_reference_contributes_zero():
+    # REF2 = [0.01, 1, 1, 1] -> mean 0.7525, r~ = [0.0133, 1.329, 1.329, 1.329]; the first example is under
+    # 0.2 of the batch mean: it counts for collection a but contributes 0, so M_a = (0 + 1/1.329)/2.
+    ids = np.array([0, 0, 1, 1])
+    proxy, ref = np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.01, 1.0, 1.0, 1.0])
+    m = measure(proxy, ref, ids, 2, "ratio", min_relative_reference=0.2)
+    mean = 3.01 / 4
+    np.testing.assert_allclose(m.measurement, [0.5 * mean, mean], rtol=1e-12)
+    # Plain ratio (guard off): a = mean(1/(0.01/mean), 1/(1/mean)) = mean * (100 + 1) / 2
+    m = measure(proxy, ref, ids, 2, "ratio", min_relative_reference=0.0)
+    np.testing.assert_allclose(m.measurement, [mean * 101 / 2, mean], rtol=1e-12)
+
+
+def test_doremi_one_step_matches_hand_computation():
+    # Excess loss max(l - r, 0): a: [0, 2] -> 1; b: [0, 0] -> 0; c: [0.5, 0] -> 0.25.
+    # log w = log(1/3) + 1.0 * [1, 0, 0.25]; softmax: [e, 1, e^0.25] / 5.0023075 = [0.543405, 0.199908, 0.256687]
+    # smoothed with uniform, c = 1e-3: 0.999 * w + 0.001 / 3 = [0.543196, 0.200041, 0.256763]
+    s = make("doremi")
+    s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
+    np.testing.assert_allclose(s.last.measurement, [1.0, 0.0, 0.25])
+    np.testing.assert_allclose(s.weights, [0.543196, 0.200041, 0.256763], atol=1e-6)
+    # Output is the average over steps: after one step it is the step's weights.
+    fw = s.final_weights()
+    assert fw["output"] == "mean"
+    np.testing.assert_allclose(fw["weights"], s.weights, rtol=1e-12)
+    # Second step with the same losses: w2 = 0.999 * softmax(log w1 + [1, 0, .25]) + 0.001/3; mean = (w1 + w2) / 2
+    w1 = s.weights.copy()
+    s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
+    e = w1 * np.exp([1.0, 0.0, 0.25])
+    w2 = 0.999 * e / e.sum() + 0.001 / 3
+    np.testing.assert_allclose(s.weights, w2, rtol=1e-12)
+    np.testing.assert_allclose(s.final_weights()["weights"], (w1 + w2) / 2, rtol=1e-12)
+
+
+def test_groupdro_one_step_matches_hand_computation():
+    # Raw group loss: a: (1+3)/2 = 2; b: 2; c: (1+0.5)/2 = 0.75
+    # q_i = exp(0.01 * L_i) / sum: exp(0.02) = 1.0202013, exp(0.0075) = 1.0075282, sum = 3.0479309
+    # -> [0.334719, 0.334719, 0.330561]; no reference model is needed.
+    s = make("groupdro")
+    s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(None))
+    np.testing.assert_allclose(s.weights, [0.334719, 0.334719, 0.330561], atol=1e-6)
+
+
+def test_groupdro_overweights_the_highest_loss_collection():
+    # Constant losses 3 > 1 > 0.5 for 200 steps: q_a / q_b = exp(0.01 * 200 * (3 - 1)) = e^4.
+    s = make("groupdro")
+    proxy = np.array([3.0, 3.0, 1.0, 1.0, 0.5, 0.5])
+    for _ in range(200):
+        s.step_weights(proxy, None, IDS)
+    w = s.weights
+    assert w.argmax() == 0
+    assert w[0] / w[1] == pytest.approx(math.exp(4.0), rel=1e-9)
+
+
+@pytest.mark.parametrize("strategy", ["tdro", "doremi", "groupdro"])
+def test_weights_sum_to_one_and_stay_positive(strategy):
+    rng = np.random.default_rng(0)
+    s = make(strategy)
+    for _ in range(300):
+        proxy = rng.exponential(2.0, size=6)
+        ref = rng.exponential(1.0, size=6) + 0.05
+        s.step_weights(proxy, ref, IDS)
+        w = s.weights
+        assert w.sum() == pytest.approx(1.0, abs=1e-12)
+        assert (w > 0).all()
+        assert np.isfinite(s.log_weights).all()
+
+
+def test_absent_collection_keeps_its_weight():
+    # Start from weights [0.5, 0.3, 0.2]; a batch with only a and b: c stays 0.2 exactly, a and b share 0.8.
+    # GroupDRO losses a = 2, b = 1: a, b ∝ 0.5 e^0.02, 0.3 e^0.01, scaled to total 0.8.
+    s = make("groupdro")
+    s.log_weights = np.log(np.array([0.5, 0.3, 0.2]))
+    s.step_weights(np.array([2.0, 1.0]), None, np.array([0, 1]))
+    ea, eb = 0.5 * math.exp(0.02), 0.3 * math.exp(0.01)
+    np.testing.assert_allclose(s.weights, [0.8 * ea / (ea + eb), 0.8 * eb / (ea + eb), 0.2], rtol=1e-12)
+    assert s.trajectory_record(1)["measurement"]["c"] is None
+
+
+def test_nan_and_zero_reference_skip_the_update(caplog):
+    s = make("tdro")
+    s.step_weights(PROXY, REF, IDS)
+    before = s.log_weights.copy()
+    with caplog.at_level(logging.WARNING, logger="drmix.mixture.dro"):
+        s.step_weights(np.array([1.0, np.nan, 1, 1, 1, 1]), REF, IDS)
+        s.step_weights(PROXY, np.zeros(6), IDS)
+        s.step_weights(PROXY, np.array([1.0, np.inf, 1, 1, 1, 1]), IDS)
+    np.testing.assert_array_equal(s.log_weights, before)
+    assert s.n_skipped == 3
+    assert sum("skipped the weight update" in r.message for r in caplog.records) == 3
+    assert s.trajectory_record(5)["skipped"] is True
+
+
+def test_huge_losses_keep_weights_finite_and_positive():
+    # tDRO: the unit-norm gradient bounds each step to 0.02 in log space whatever the scale.
+    s = make("tdro")
+    s.step_weights(np.array([1e30, 1e30, 1.0, 1.0, 1.0, 1.0]), np.ones(6), IDS)
+    assert abs(s.log_weights - math.log(1 / 3)).max() <= 0.02 + 1e-12
+    # GroupDRO: 0.01 * 1e6 = 1e4 in log space; the others would underflow to 0 -> clamped at 1e-300.
+    g = make("groupdro")
+    g.step_weights(np.array([1e6, 1e6, 1.0, 1.0, 1.0, 1.0]), None, IDS)
+    w = g.weights
+    assert (w > 0).all() and w.sum() == pytest.approx(1.0) and w[0] == pytest.approx(1.0)
+    assert np.isfinite(g.log_weights).all()
+
+
+def test_update_rule_unit_norm_and_no_floor():
+    # Exponentiated gradient with lr 2e-2 on a unit-norm gradient [0.6, 0.8]: many steps push b up and a down
+    # without any floor: after 1000 steps log(w_a / w_b) = 1000 * 0.02 * (0.6 - 0.8) = -4.
+    lw = np.log([0.5, 0.5])
+    for _ in range(1000):
+        lw = update_log_weights(lw, np.array([3.0, 4.0]), np.array([True, True]), lr=0.02,
+                                normalize_gradient=True, smoothing=0.0)
+    assert lw[0] - lw[1] == pytest.approx(-4.0, abs=1e-9)
+
+
+def test_final_weights_and_top_k():
+    s = make("groupdro", top_percents=[10, 30, 70, 90])
+    s.log_weights = np.log(np.array([0.2, 0.5, 0.3]))
+    fw = s.final_weights()
+    assert fw["collections"] == NAMES
+    # floor(3 * K / 100), at least 1: 10% -> 1, 30% -> 0 -> 1, 70% -> 2, 90% -> 2
+    assert fw["top"] == {"10": ["b"], "30": ["b"], "70": ["b", "c"], "90": ["b", "c"]}
+    assert set(fw) >= {"final", "mean", "ema", "weights", "top", "steps"}
+    assert top_k_selection(["x", "y", "z", "w"], np.array([0.25, 0.25, 0.25, 0.25]), 50) == ["x", "y"]
+
+
+def test_ema_and_mean_tracking():
+    # Two GroupDRO steps: mean = (w1 + w2) / 2; ema = 0.9 * (0.9 * u + 0.1 * w1) + 0.1 * w2 with u = 1/3.
+    s = make("groupdro")
+    s.step_weights(PROXY, None, IDS)
+    w1 = s.weights.copy()
+    s.step_weights(PROXY, None, IDS)
+    w2 = s.weights.copy()
+    np.testing.assert_allclose(s.mean_weights, (w1 + w2) / 2, rtol=1e-12)
+    np.testing.assert_allclose(s.ema_weights, 0.9 * (0.9 / 3 + 0.1 * w1) + 0.1 * w2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["tdro", "doremi", "groupdro"])
+def test_state_dict_round_trip_resumes_exactly(strategy):
+    rng = np.random.default_rng(1)
+    steps = [(rng.exponential(2.0, 6), rng.exponential(1.0, 6) + 0.1) for _ in range(6)]
+    a = make(strategy)
+    for p, r in steps[:3]:
+        a.step_weights(p, r, IDS)
+    state = json.loads(json.dumps(a.state_dict()))   # what a checkpoint stores
+    b = make(strategy)
+    b.load_state_dict(state)
+    for p, r in steps[3:]:
+        a.step_weights(p, r, IDS)
+        b.step_weights(p, r, IDS)
+    np.testing.assert_array_equal(a.log_weights, b.log_weights)
+    assert a.final_weights() == b.final_weights()
+
+
+def test_resume_with_other_collections_is_an_error():
+    from drmix.errors import CheckpointError
+
+    a = make("tdro")
+    b = DROStrategy(DROConfig(), strategy="tdro")
+    b.setup(["a", "b", "x"], [1, 1, 1])
+    with pytest.raises(CheckpointError):
+        b.load_state_dict(a.state_dict())
+
+
+def test_config_defaults_follow_the_papers():
+    assert DROConfig().resolved("tdro").model_dump(include={"measurement", "lr", "normalize_gradient", "smoothing"}) \
+        == {"measurement": "ratio", "lr": 0.02, "normalize_gradient": True, "smoothing": 0.0}
+    d = DROConfig().resolved("doremi")
+    assert (d.measurement, d.lr, d.normalize_gradient, d.smoothing, d.output) == \
+        ("difference", 1.0, False, 1e-3, "mean")
+    g = DROConfig().resolved("groupdro")
+    assert (g.measurement, g.lr, g.normalize_gradient) == ("raw", 0.01, False)
+    # The paper's ablation: tDRO machinery with another measurement.
+    assert DROConfig(measurement="raw").resolved("tdro").measurement == "raw"
+    # sampling stays uniform: the weights act on the loss in stage 1
+    np.testing.assert_allclose(make("tdro").sampling_weights(), [1 / 3] * 3)
+
+
+def test_reference_needed_for_ratio():
+    s = make("tdro")
+    with pytest.raises(RuntimeError, match="reference"):
+        s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(None))
+
+
+def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        s = make("tdro")
+        half = slice(rank * 3, rank * 3 + 3)
+        # rank 0 holds [a, a, b], rank 1 [b, c, c]: the update must equal the single-process one.
+        losses = torch.tensor(PROXY[half], requires_grad=True)
+        s.step_weights(PROXY[half], REF[half], IDS[half])
+        out = s.weighted_loss(losses, IDS[half], world_size=world)
+        queue.put((rank, s.weights.tolist(), out.item()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_ranks_make_the_global_update():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.spawn(_ddp_worker, args=(2, port, queue), nprocs=2, join=True)
+    results = sorted(queue.get() for _ in range(2))
+    single = make("tdro")
+    single.step_weights(PROXY, REF, IDS)
+    for _, w, _ in results:
+        np.testing.assert_allclose(w, single.weights, rtol=1e-12)
+    # DDP averages the two ranks' gradients: mean of the returned losses = the global weighted loss.
+    w = single.weights[IDS]
+    assert (results[0][2] + results[1][2]) / 2 == pytest.approx(float((w * PROXY).sum() / w.sum()), rel=1e-9)
