@@ -29,3 +29,13 @@ def test_every_command_and_option_is_documented():
             if not any(n in text for n in names):
                 missing.append(f"option {param.opts[0]} of drmix {' '.join(path)}")
     assert not missing, "undocumented in docs/: " + ", ".join(missing)
+
+
+def test_cli_reference_is_up_to_date():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_cli_docs", DOCS.parent / "scripts" / "gen_cli_docs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert (DOCS / "cli.md").read_text(encoding="utf-8") == gen.render(), \
+        "docs/cli.md is out of date: run python scripts/gen_cli_docs.py"
