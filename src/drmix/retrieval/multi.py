@@ -50,6 +50,7 @@ unspecified; here any number of corpora is allowed and the ordering is as above.
 """
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import re
@@ -189,14 +190,15 @@ def largest_remainder(k: int, fractions: Sequence[float]) -> list[int]:
 # --------------------------------------------------------------------------------------------------
 
 
-class AllocationPolicy:
+class AllocationPolicy(abc.ABC):
     """Turns the per-corpus candidates of one query into a merged top-k list of :class:`Hit`."""
 
     name = "policy"
     needs_relevance = False
 
+    @abc.abstractmethod
     def allocate(self, cands: QueryCandidates, k: int, relevant: Relevant | None = None) -> list[Hit]:
-        raise NotImplementedError
+        """The merged top-``k`` for one query (``relevant``: qrels of the query, for the oracle only)."""
 
     @property
     def spec(self) -> str:
