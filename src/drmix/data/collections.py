@@ -48,14 +48,6 @@ class Collection:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    @property
-    def has_negatives(self) -> bool:
-        return bool(self._negative_count())
-
-    def _negative_count(self) -> int:
-        sample = self.dataset.select(range(min(len(self.dataset), 64)))["negatives"]
-        return sum(len(n) for n in sample)
-
     def format_query(self, query: str) -> str:
         return apply_instruction(self.instruction, query)
 
@@ -280,10 +272,6 @@ def load_collections(specs: list[str | CollectionSpec], *, split: str | None = N
     return out
 
 
-def collection_sizes(collections: list[Collection]) -> list[int]:
-    return [len(c) for c in collections]
-
-
 __all__ = ["Collection", "load_collections", "load_collection_spec", "load_jsonl_collection",
-           "load_beir_collection", "parse_example", "apply_instruction", "collection_sizes"]
+           "load_beir_collection", "parse_example", "apply_instruction"]
 

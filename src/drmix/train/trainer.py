@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -430,6 +429,4 @@ class Trainer:
 def train(config: TrainConfig, *, strategy: Strategy | None = None,
           callbacks: Sequence[Callable[[StepContext], None]] = (), **kwargs: Any) -> TrainResult:
     """Train a model as ``config`` says; see :class:`Trainer`."""
-    if config.resume is False and kwargs.pop("overwrite", False):
-        shutil.rmtree(config.output_dir, ignore_errors=True)
     return Trainer(config, strategy=strategy, callbacks=callbacks, **kwargs).train()
