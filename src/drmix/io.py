@@ -15,13 +15,34 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from drmix.errors import DataError
+from drmix.errors import ConfigError, DataError
+
+
+@contextlib.contextmanager
+def _writable(path: Path) -> Iterator[None]:
+    """Turn a missing permission or a file in the way into a one-line error naming the path."""
+    try:
+        yield
+    except PermissionError as e:
+        raise ConfigError(f"no permission to write here ({e.strerror}).", path=e.filename or path,
+                          fix="choose a writable location or fix the folder's permissions.") from None
+    except (NotADirectoryError, FileExistsError) as e:
+        raise ConfigError(f"cannot create this path: a file is in the way ({e.strerror}).", path=e.filename or path,
+                          fix="choose another location.") from None
+
+
+def _make_parent(path: Path) -> None:
+    with _writable(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise ConfigError("expected a file path, found a folder.", path=path, fix="name a file, not a folder.")
+    _make_parent(path)
+    with _writable(path.parent):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -44,10 +65,18 @@ def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary directory that replaces ``path`` only when the block succeeds."""
+    """Yield a temporary directory that replaces ``path`` only when the block succeeds.
+
+    A file at ``path`` is refused (never renamed or replaced); callers that replace a folder given by
+    the user check it first with :func:`drmix.outputs.check_output_dir`.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    if path.exists() and not path.is_dir():
+        raise ConfigError("the output path is a file; a folder is written here.", path=path,
+                          fix="choose a new folder (the file is left as it is).")
+    _make_parent(path)
+    with _writable(path.parent):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         if path.exists():

@@ -76,7 +76,8 @@ def demo_command(
 
 
 def localdocs_build_command(
-    out: Path = typer.Argument(..., help="Folder to write (replaced atomically): train/, beir/, stats.json."),
+    out: Path = typer.Argument(..., help="Folder to write (replaced atomically): train/, beir/, stats.json. A "
+                                         "non-empty folder that is not such a build is refused."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     max_pairs: int = typer.Option(3000, "--max-pairs", min=1, help="Cap on training pairs per family."),
     family: Optional[list[str]] = typer.Option(None, "--family", help="Build only this family (repeatable): stdlib, numerics, ml, tooling."),
@@ -85,11 +86,16 @@ def localdocs_build_command(
     distractors: int = typer.Option(200, "--distractors", min=0, help="Extra same-family documents per held-out corpus."),
     negatives: int = typer.Option(2, "--negatives", min=0, help="Hard negatives per training pair."),
     max_words: int = typer.Option(200, "--max-words", min=8, help="Truncate every text to this many words."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty OUT folder that is not a "
+                                                             "documentation build (its contents are deleted)."),
 ) -> None:
     from rich.table import Table
 
     from drmix.cli import console
     from drmix.data.localdocs import STATS_COLUMNS, LocalDocsOptions, build_localdocs
+    from drmix.outputs import check_output_dir
+
+    check_output_dir(out, "localdocs", overwrite=overwrite)
 
     opts = LocalDocsOptions(test_queries=test_queries, dev_queries=dev_queries, distractors=distractors,
                             num_negatives=negatives, max_words=max_words)
