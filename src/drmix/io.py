@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -59,8 +60,29 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, ±inf) replaced by None, so JSON files hold ``null``.
+
+    ``json.dumps`` would otherwise write bare ``NaN`` / ``Infinity``, which is not JSON.
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:
+        return finite_json(obj.item())  # numpy / torch scalars
+    return obj
+
+
+def dumps_json(obj: Any, *, indent: int | None = None) -> str:
+    """Strict JSON text of ``obj`` (non-finite numbers become ``null``)."""
+    return json.dumps(finite_json(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
 def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    atomic_write_text(path, dumps_json(obj, indent=indent) + "\n")
 
 
 @contextlib.contextmanager
