@@ -115,6 +115,17 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def file_digest(path: str | Path) -> str:
+    """BLAKE2b hex digest of a file's content (streamed)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` for each non-blank line of a UTF-8 file (1-based numbers).
 

@@ -181,6 +181,9 @@ def search_command(
     if (index_dir is None) == (not corpus):
         raise ConfigError("give either --index or --corpus.",
                           fix="pass --index DIR for one corpus, or --corpus NAME=DIR (repeatable) for several.")
+    if output is not None and output.is_dir():
+        raise ConfigError("--output is a folder; search writes one JSONL file.", path=output,
+                          fix="name a file, e.g. --output run.jsonl.")
     texts = read_query_file(queries) if queries is not None else {str(i): q for i, q in enumerate(query, 1)}
     if corpus:
         from drmix.retrieval.multi import multi_search, parse_corpus_args
@@ -218,6 +221,9 @@ def eval_command(
     from drmix.evaluation.evaluate import evaluate_model
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
+    if output is not None and output.exists() and not output.is_dir():
+        raise ConfigError("--output is a file; eval writes eval.json and eval.md into a folder.", path=output,
+                          fix="name a folder (it is created).")
     report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
                             metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default")
     print_report(report)

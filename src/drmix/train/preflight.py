@@ -41,7 +41,8 @@ def check_model_fit(config: Any, model: Any) -> None:
     dims = list(getattr(config, "matryoshka_dims", []) or [])
     if not dims:
         return
-    size = model.get_sentence_embedding_dimension()
+    get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    size = get()
     too_big = [d for d in dims if size is not None and d > size]
     if too_big:
         raise ConfigError(f"--matryoshka-dims {too_big} exceed the model's embedding size {size}.",

@@ -56,13 +56,31 @@ def training_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     return changes
 
 
+def check_data(checkpoint: Path, state: dict[str, Any] | None, names: list[str] | None,
+               sizes: list[int] | None) -> None:
+    """Refuse a resume whose collections changed size (the sampler's cursors would point elsewhere)."""
+    if not state or names is None or sizes is None or state.get("collections") != names:
+        return  # a different set of collections is reported when the checkpoint is restored
+    before = state.get("sizes")
+    if isinstance(before, list) and before != sizes:
+        diff = ", ".join(f"{n} {b} -> {a}" for n, b, a in zip(names, before, sizes) if b != a)
+        raise ResumeMismatchError(f"the training collections changed size since the checkpoint: {diff}.",
+                                  path=checkpoint, fix="resume with the original data files, or start a new "
+                                  "--output-dir.")
+
+
 def check_resume(run_dir: Path, checkpoint: Path, current: dict[str, Any], *, allow_changes: bool,
-                 log: Callable[[dict[str, Any]], None]) -> dict[str, dict[str, Any]]:
-    """Refuse (or, with ``allow_changes``, log) a resume whose training fields differ; return the changes."""
+                 log: Callable[[dict[str, Any]], None], names: list[str] | None = None,
+                 sizes: list[int] | None = None) -> dict[str, dict[str, Any]]:
+    """Refuse (or, with ``allow_changes``, log) a resume whose training fields differ; return the changes.
+
+    Also refuses collections whose sizes changed (never allowed: the data order cannot be resumed).
+    """
     try:
         state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         state = None
+    check_data(checkpoint, state, names, sizes)
     before = recorded_config(run_dir, state)
     if before is None:
         return {}

@@ -321,7 +321,7 @@ class Trainer:
                               fix="pass --resume to continue it, or choose another --output-dir.")
         if ckpt is not None:  # every rank checks (and refuses) alike; only the main one logs
             check_resume(self.out, ckpt, cfg.model_dump(mode="json"), allow_changes=cfg.resume_with_changes,
-                         log=self.metrics.append)
+                         log=self.metrics.append, names=self.names, sizes=self.sizes)
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             clean_stale_temporaries(self.out)
