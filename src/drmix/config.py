@@ -69,6 +69,8 @@ class TrainConfig(BaseModel):
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep.")
     log_every: int = Field(10, ge=1, description="Write a metrics record every N steps.")
     resume: bool = Field(False, description="Continue from the latest checkpoint in output_dir.")
+    resume_with_changes: bool = Field(False, description="With resume: accept training fields that differ from the checkpoint's (logged in metrics.jsonl).")
+    max_nonfinite_steps: int = Field(20, ge=1, description="Stop after this many consecutive steps skipped for a non-finite loss or gradient.")
     show_progress: bool = Field(True, description="Show a progress bar.")
     mixed_precision: Literal["no", "fp16", "bf16"] = Field("no", description="Mixed precision on GPU.")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")
@@ -83,6 +85,19 @@ class TrainConfig(BaseModel):
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return [v] if isinstance(v, (str, dict)) else v
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _yaml_no(cls, v: Any) -> Any:
+        return "no" if v is False else v  # YAML 1.1 reads `mixed_precision: no` as false
+
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _positive_dims(cls, v: list[int]) -> list[int]:
+        bad = [d for d in v if d < 1]
+        if bad:
+            raise ValueError(f"dimensions must be positive, got {bad}")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> "TrainConfig":

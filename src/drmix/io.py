@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -15,13 +16,34 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from drmix.errors import DataError
+from drmix.errors import ConfigError, DataError
+
+
+@contextlib.contextmanager
+def _writable(path: Path) -> Iterator[None]:
+    """Turn a missing permission or a file in the way into a one-line error naming the path."""
+    try:
+        yield
+    except PermissionError as e:
+        raise ConfigError(f"no permission to write here ({e.strerror}).", path=e.filename or path,
+                          fix="choose a writable location or fix the folder's permissions.") from None
+    except (NotADirectoryError, FileExistsError) as e:
+        raise ConfigError(f"cannot create this path: a file is in the way ({e.strerror}).", path=e.filename or path,
+                          fix="choose another location.") from None
+
+
+def _make_parent(path: Path) -> None:
+    with _writable(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise ConfigError("expected a file path, found a folder.", path=path, fix="name a file, not a folder.")
+    _make_parent(path)
+    with _writable(path.parent):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -38,16 +60,45 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def finite_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, ±inf) replaced by None, so JSON files hold ``null``.
+
+    ``json.dumps`` would otherwise write bare ``NaN`` / ``Infinity``, which is not JSON.
+    """
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:
+        return finite_json(obj.item())  # numpy / torch scalars
+    return obj
+
+
+def dumps_json(obj: Any, *, indent: int | None = None) -> str:
+    """Strict JSON text of ``obj`` (non-finite numbers become ``null``)."""
+    return json.dumps(finite_json(obj), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
 def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+    atomic_write_text(path, dumps_json(obj, indent=indent) + "\n")
 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary directory that replaces ``path`` only when the block succeeds."""
+    """Yield a temporary directory that replaces ``path`` only when the block succeeds.
+
+    A file at ``path`` is refused (never renamed or replaced); callers that replace a folder given by
+    the user check it first with :func:`drmix.outputs.check_output_dir`.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    if path.exists() and not path.is_dir():
+        raise ConfigError("the output path is a file; a folder is written here.", path=path,
+                          fix="choose a new folder (the file is left as it is).")
+    _make_parent(path)
+    with _writable(path.parent):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         if path.exists():
@@ -62,6 +113,17 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def file_digest(path: str | Path) -> str:
+    """BLAKE2b hex digest of a file's content (streamed)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=20)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -55,7 +55,8 @@ def _main(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    for noisy in ("httpx", "urllib3", "filelock", "datasets", "sentence_transformers", "transformers", "numba"):
+    for noisy in ("httpx", "urllib3", "filelock", "datasets", "sentence_transformers", "transformers", "numba",
+                  "faiss"):  # faiss.loader logs which CPU build it loaded at INFO
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 

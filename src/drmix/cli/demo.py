@@ -13,9 +13,10 @@ import typer
 DEMO_HELP = (
     "Run drmix end to end on data it builds from the installed packages' documentation (no download).\n\n"
     "Builds one training collection per library family (stdlib, numerics, ml, tooling) with held-out BEIR "
-    "test/dev splits, evaluates the base model, trains it twice (uniform vs temperature mixture, same steps "
-    "and seed), evaluates both and prints nDCG@10 per family. Under 5 minutes on 2 CPU cores; --quick is "
-    "about a third of that. Outputs: OUTPUT/results.md, results.json, data/, runs/, eval/."
+    "test/dev splits, evaluates the base model, trains it twice on the same batches (uniform family weights vs "
+    "weights learned by GroupDRO), evaluates both and prints nDCG@10 per family, the learned weights and "
+    "why they moved. Under 5 minutes on 2 CPU cores; --quick is about half of that. Outputs: "
+    "OUTPUT/results.md, results.json, data/, runs/, eval/."
 )
 
 _SHORT = {"train_pairs": "train", "signature_pairs": "sig", "summary_pairs": "sum", "package_pairs": "pkg",
@@ -29,18 +30,22 @@ def _print_demo(result) -> None:
 
     from drmix.cli import console
 
-    table = Table(title=f"nDCG@10 on held-out documentation queries ({result.data.root / 'beir'})")
+    table = Table(title=f"nDCG@10 on held-out documentation queries ({result.data.root / 'beir'}); base: "
+                        "untrained; uniform / learned: trained on the same batches with equal / GroupDRO weights")
     table.add_column("family")
     for col in result.columns:
         table.add_column(col, justify="right")
+    table.add_column("learned weight", justify="right")
+    table.add_column("mean train loss", justify="right")
+    learned = result.weights.get("learned", {})
     for fam, row in result.table.items():
         best = max(row.values())
         cells = [f"[bold]{row[c]:.4f}[/bold]" if row[c] == best else f"{row[c]:.4f}" for c in result.columns]
-        table.add_row(fam, *cells, end_section=(fam == list(result.table)[-2]))
+        extra = [f"{learned[fam]:.3f}" if fam in learned else "",
+                 f"{result.losses[fam]:.3f}" if fam in result.losses else ""]
+        table.add_row(fam, *cells, *extra, end_section=(fam == list(result.table)[-2]))
     console.print(table)
-    w = result.weights
-    console.print("mixture weights: " + "; ".join(
-        f"{m}: " + ", ".join(f"{f} {v:.2f}" for f, v in w[m].items()) for m in w))
+    console.print(result.explanation, highlight=False)
     console.print(f"[green]done[/green] in {result.seconds.get('total', 0):.0f} s. Results: {result.results_md} "
                   f"(and {result.results_json.name}); data: {result.data.root}; "
                   f"models: {', '.join(str(d / 'model') for d in result.run_dirs.values())}; "
@@ -49,14 +54,14 @@ def _print_demo(result) -> None:
 
 def demo_command(
     output: Path = typer.Option(Path("demo-output"), "--output", "-o", help="Folder for every output of the demo."),
-    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps per mixture (default 15; 8 with --quick).", show_default=False),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps per run (default 30; 12 with --quick).", show_default=False),
     batch_size: int = typer.Option(16, "--batch-size", min=2, help="Training batch size."),
     learning_rate: float = typer.Option(5e-5, "--learning-rate", help="Peak learning rate of both runs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data build, sampling and training."),
     model: Optional[str] = typer.Option(None, "--model", help="Base model: SentenceTransformer folder or hub id (default: the bundled all-MiniLM-L6-v2).", show_default=False),
     max_pairs: int = typer.Option(3000, "--max-pairs", min=1, help="Cap on training pairs per family."),
     family: Optional[list[str]] = typer.Option(None, "--family", help="Build only this family (repeatable): stdlib, numerics, ml, tooling."),
-    quick: bool = typer.Option(False, "--quick", help="Smaller demo: families stdlib and tooling, 8 steps, 20 test queries each."),
+    quick: bool = typer.Option(False, "--quick", help="Smaller demo: families stdlib and tooling, 12 steps, 20 test queries each."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the outputs of an earlier demo in --output."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
@@ -76,7 +81,8 @@ def demo_command(
 
 
 def localdocs_build_command(
-    out: Path = typer.Argument(..., help="Folder to write (replaced atomically): train/, beir/, stats.json."),
+    out: Path = typer.Argument(..., help="Folder to write (replaced atomically): train/, beir/, stats.json. A "
+                                         "non-empty folder that is not such a build is refused."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     max_pairs: int = typer.Option(3000, "--max-pairs", min=1, help="Cap on training pairs per family."),
     family: Optional[list[str]] = typer.Option(None, "--family", help="Build only this family (repeatable): stdlib, numerics, ml, tooling."),
@@ -85,11 +91,16 @@ def localdocs_build_command(
     distractors: int = typer.Option(200, "--distractors", min=0, help="Extra same-family documents per held-out corpus."),
     negatives: int = typer.Option(2, "--negatives", min=0, help="Hard negatives per training pair."),
     max_words: int = typer.Option(200, "--max-words", min=8, help="Truncate every text to this many words."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty OUT folder that is not a "
+                                                             "documentation build (its contents are deleted)."),
 ) -> None:
     from rich.table import Table
 
     from drmix.cli import console
     from drmix.data.localdocs import STATS_COLUMNS, LocalDocsOptions, build_localdocs
+    from drmix.outputs import check_output_dir
+
+    check_output_dir(out, "localdocs", overwrite=overwrite)
 
     opts = LocalDocsOptions(test_queries=test_queries, dev_queries=dev_queries, distractors=distractors,
                             num_negatives=negatives, max_words=max_words)

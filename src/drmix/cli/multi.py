@@ -40,7 +40,8 @@ def build_command(
     source: Path = typer.Argument(..., help="Directory with tableA.csv, tableB.csv and train/valid/test.csv "
                                             "(ltable_id, rtable_id, label)."),
     output: Path = typer.Argument(..., help="Output directory (replaced atomically): one BEIR directory per "
-                                            "side, train/<side>.jsonl, manifest.json."),
+                                            "side, train/<side>.jsonl, manifest.json. A non-empty folder that is "
+                                            "not such a benchmark is refused."),
     names: Optional[str] = typer.Option(None, "--names", help="Names of side A and B, comma-separated (default: "
                                                               "from SOURCE's name, walmart-amazon -> walmart,amazon)."),
     query_field: str = typer.Option("title", "--query-field", help="Column whose value is the query text."),
@@ -49,9 +50,14 @@ def build_command(
     seed: int = typer.Option(42, "--seed", help="Seed of the dev/test split and of distractor subsampling."),
     max_unmatched: Optional[int] = typer.Option(None, "--max-unmatched", min=0, help="Keep at most this many "
                                                 "unmatched records per side (seeded sample; default all)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty OUTPUT folder that is not a "
+                                                             "benchmark built by this command (its contents are deleted)."),
 ) -> None:
     """Convert entity-matching tables into a multi-corpus retrieval benchmark."""
     from drmix.data.entity_matching import EntityMatchingConfig, build_entity_matching
+    from drmix.outputs import check_output_dir
+
+    check_output_dir(output, "multicorpus", overwrite=overwrite, inputs=[source])
 
     side_names = _csv_list(names)
     if side_names is not None and len(side_names) != 2:

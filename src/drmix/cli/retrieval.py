@@ -107,7 +107,8 @@ def print_report(report: Any) -> None:
 def index_command(
     corpus: Path = typer.Option(..., "--corpus", help="BEIR directory (its corpus.jsonl is used) or a corpus "
                                                       ".jsonl file with _id, title, text."),
-    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the index to (replaced atomically)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the index to (replaced atomically; "
+                                                           "a non-empty folder that is not an index is refused)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="SentenceTransformer folder, drmix run "
                                                                    "directory or hub id; default all-MiniLM-L6-v2."),
     kind: IndexKind = typer.Option(IndexKind.flat, "--kind", help="flat: exact inner product; hnsw: graph "
@@ -124,12 +125,16 @@ def index_command(
     nprobe: int = typer.Option(16, "--nprobe", min=1, help="IVF: clusters searched per query."),
     no_texts: bool = typer.Option(False, "--no-texts", help="Do not store document texts (search then shows ids "
                                                            "and scores only)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --output folder that is not "
+                                                             "an index (its contents are deleted)."),
 ) -> None:
     """Encode a corpus into a FAISS index that drmix search can query."""
     from drmix.data.beir import read_corpus
     from drmix.model.encoder import load_encoder
+    from drmix.outputs import check_output_dir
     from drmix.retrieval.index import index_corpus
 
+    check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
     corpus_file = resolve_corpus_file(corpus)
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model)
@@ -176,6 +181,9 @@ def search_command(
     if (index_dir is None) == (not corpus):
         raise ConfigError("give either --index or --corpus.",
                           fix="pass --index DIR for one corpus, or --corpus NAME=DIR (repeatable) for several.")
+    if output is not None and output.is_dir():
+        raise ConfigError("--output is a folder; search writes one JSONL file.", path=output,
+                          fix="name a file, e.g. --output run.jsonl.")
     texts = read_query_file(queries) if queries is not None else {str(i): q for i, q in enumerate(query, 1)}
     if corpus:
         from drmix.retrieval.multi import multi_search, parse_corpus_args
@@ -213,6 +221,9 @@ def eval_command(
     from drmix.evaluation.evaluate import evaluate_model
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
+    if output is not None and output.exists() and not output.is_dir():
+        raise ConfigError("--output is a file; eval writes eval.json and eval.md into a folder.", path=output,
+                          fix="name a folder (it is created).")
     report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
                             metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default")
     print_report(report)

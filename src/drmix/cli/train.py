@@ -25,12 +25,27 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.train.trainer import train
 
     config = load_config(TrainConfig, config_path, overrides)
-    result = train(config)
+    try:
+        result = train(config)
+    except KeyboardInterrupt:
+        raise typer.Exit(_interrupted(Path(config.output_dir))) from None
     from drmix.cli import console
 
     console.print(f"[green]trained[/green] {result.steps} steps; model: {result.model_dir}")
     console.print(f"config: {result.output_dir / 'config.yaml'}  metrics: {result.metrics_path}"
                   + (f"  weights: {result.weights_path}" if result.weights_path else ""))
+
+
+def _interrupted(out: Path) -> int:
+    """Say where an interrupted (Ctrl-C) run can be resumed from; the exit code (130)."""
+    from drmix.cli import err_console
+    from drmix.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(out)
+    where = (f"the last checkpoint is {ckpt}; run the same command with --resume to continue from it"
+             if ckpt is not None else "no checkpoint was written yet; run the same command again to start over")
+    err_console.print(f"interrupted: {where} (--output-dir {out}).", highlight=False, soft_wrap=True)
+    return 130
 
 
 def register(app: typer.Typer) -> None:

@@ -133,6 +133,9 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
         t0 = time.perf_counter()
         data = load_beir(root, split)
         log.info("evaluating on %s: %d documents, %d queries", name, len(data.corpus), len(data.queries))
+        if not any(score > 0 for docs in data.qrels.values() for score in docs.values()):
+            log.warning("%s: every judgement in the %r split is 0 (no relevant document); every metric will be 0. "
+                        "Check qrels/%s.tsv.", name, split, split)
         results[name] = evaluate_dataset(model, data, k=k, batch_size=batch_size, metrics=metrics,
                                          query_prompt=query_prompt, max_length=max_length,
                                          show_progress=show_progress)

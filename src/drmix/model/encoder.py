@@ -56,6 +56,9 @@ def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
     except Exception as e:  # noqa: BLE001 - turn any loading failure into one clear message
         hint = ("the Hugging Face Hub is not reachable or the id is wrong; pass a local folder"
                 if not Path(path).exists() else "check that the folder holds a SentenceTransformer or transformers model")
+        if not trust_remote_code and "trust_remote_code" in str(e):
+            hint = ("this model runs its own code; if you trust its source, pass --trust-remote-code "
+                    "(trust_remote_code: true in a config)")
         raise ModelError(f"cannot load model ({type(e).__name__}: {str(e).splitlines()[0][:200]}).",
                          path=path, fix=hint + ".") from e
     if max_seq_length is not None:

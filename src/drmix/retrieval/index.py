@@ -283,7 +283,15 @@ class DocStore:
     def get(self, position: int) -> dict[str, str]:
         with open(self.path, "rb") as f:
             f.seek(int(self.offsets[position]))
-            return json.loads(f.readline().decode("utf-8"))
+            raw = f.readline()
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            row = None
+        if not isinstance(row, dict):
+            raise IndexLoadError(f"{DOCS_FILE} is damaged or truncated (document #{position + 1} cannot be read).",
+                                 path=self.path, fix="rebuild the index with drmix index.")
+        return row
 
     def copy_to(self, directory: Path) -> None:
         shutil.copyfile(self.path, directory / DOCS_FILE)

@@ -10,6 +10,7 @@ loses only the steps since then. Optimiser/strategy states use ``torch.save`` an
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -100,6 +101,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer, scheduler) -> tuple[dict, dict]:
     """Restore model, optimiser, scheduler and RNG; return ``(trainer_state, strategy_state)``."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_model
 
     path = Path(path)
@@ -111,7 +113,8 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer, scheduler)
         set_rng_state(from_saveable(opt["rng"]))
         strategy_state = from_saveable(torch.load(path / "strategy.pt", weights_only=True, map_location="cpu"))
         trainer_state = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, RuntimeError, KeyError, ValueError) as e:
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError, EOFError, pickle.UnpicklingError,
+            SafetensorError) as e:  # UnpicklingError: not a plain tensor file (weights_only refused it)
         raise CheckpointError(f"cannot resume from this checkpoint ({type(e).__name__}: {str(e)[:200]}).", path=path,
                               fix="the model or data changed since it was written; start a new --output-dir.") from e
     return trainer_state, strategy_state

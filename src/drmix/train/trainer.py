@@ -31,11 +31,15 @@ from drmix.config import TrainConfig
 from drmix.data.collections import Collection, load_beir_collection, load_collections
 from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.errors import ConfigError
-from drmix.io import atomic_dir, atomic_write_json, atomic_write_text
+from drmix.io import atomic_dir, atomic_write_json, atomic_write_text, dumps_json
 from drmix.mixture.base import Batch, StepContext, Strategy
 from drmix.model.encoder import document_prompt, load_encoder, query_prompt
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from drmix.train.guard import NonFiniteGuard
+from drmix.train.lock import clean_stale_temporaries, run_lock
+from drmix.train.preflight import check_device, check_model_fit, warn_small_collections
+from drmix.train.resume_check import check_resume
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class JsonlLog:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.write(dumps_json(record) + "\n")  # strict JSON: NaN/inf become null
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (and a torn last line), atomically."""
@@ -124,6 +128,7 @@ class Trainer:
 
         self.config = config
         self.callbacks = list(callbacks)
+        check_device(config.device)
         # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
         self.accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=(config.device == "cpu"),
@@ -144,6 +149,8 @@ class Trainer:
         self.model = model if model is not None else load_encoder(
             config.model, device=str(self.accelerator.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.accelerator.device)
+        check_model_fit(config, self.model)
+        warn_small_collections(self.names, self.sizes, config.batch_size, config.batching)
         self.q_prompt = query_prompt(self.model)
         self.d_prompt = document_prompt(self.model)
 
@@ -188,6 +195,8 @@ class Trainer:
                                           max_queries=config.eval_max_queries, seed=config.seed)
         self.step = 0
         self.lookahead_seconds = 0.0
+        self.guard = NonFiniteGuard(self.accelerator.device, max_consecutive=config.max_nonfinite_steps,
+                                    world_size=self.world)
 
     # -- encoding and losses -------------------------------------------------------------------------
     def _features(self, model, texts: list[str], max_length: int) -> dict:
@@ -271,7 +280,8 @@ class Trainer:
                 "aux_sampler": self.aux_sampler.state_dict(), "aux_builder": self.aux_builder.state_dict(),
                 "dev_sampler": self.dev_sampler.state_dict() if self.dev_sampler else None,
                 "dev_builder": self.dev_builder.state_dict(), "collections": self.names, "sizes": self.sizes,
-                "lookahead_seconds": self.lookahead_seconds}
+                "lookahead_seconds": self.lookahead_seconds, "nonfinite": self.guard.state_dict(),
+                "config": self.config.model_dump(mode="json")}
 
     def _restore(self, path: Path) -> None:
         state, strategy_state = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
@@ -288,6 +298,7 @@ class Trainer:
             self.dev_sampler.load_state_dict(state["dev_sampler"])
             self.dev_builder.load_state_dict(state["dev_builder"])
         self.lookahead_seconds = state.get("lookahead_seconds", 0.0)
+        self.guard.load_state_dict(state.get("nonfinite"))
         self.strategy.load_state_dict(strategy_state)
         self.step = int(state["step"])
         self.metrics.truncate_after(self.step)
@@ -308,13 +319,22 @@ class Trainer:
         if (ckpt or finished) and not cfg.resume:
             raise ConfigError("the output directory already holds a run.", path=self.out,
                               fix="pass --resume to continue it, or choose another --output-dir.")
+        if ckpt is not None:  # every rank checks (and refuses) alike; only the main one logs
+            check_resume(self.out, ckpt, cfg.model_dump(mode="json"), allow_changes=cfg.resume_with_changes,
+                         log=self.metrics.append, names=self.names, sizes=self.sizes)
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
+            clean_stale_temporaries(self.out)
             atomic_write_text(self.out / "config.yaml", cfg.dump_yaml())
         return ckpt
 
     # -- the loop ----------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
+        """Train under the output directory's lock (one writer per directory; see drmix.train.lock)."""
+        with run_lock(self.out, enabled=self.is_main):
+            return self._train()
+
+    def _train(self) -> TrainResult:
         cfg = self.config
         ckpt = self._prepare_output()
         if ckpt is not None:
@@ -348,13 +368,16 @@ class Trainer:
                     losses = self._losses_from_embeddings(qe, de, mask, gather=True)
                     ctx.step = self.step
                     loss = self.strategy.loss(losses, local, ctx)
+                    self.guard.observe_loss(loss)
                     self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
                 step_loss += loss.detach().float().item() / cfg.gradient_accumulation_steps
                 step_raw += losses.detach().float().mean().item() / cfg.gradient_accumulation_steps
+            grad_norm = None
             if cfg.max_grad_norm > 0:
-                self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.max_grad_norm)
+                grad_norm = self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.max_grad_norm)
             lr = self.scheduler.get_last_lr()[0]
-            self.optimizer.step()
+            if self.guard.before_step(self.optimizer, grad_norm, scaler=self.accelerator.scaler):  # non-finite: skip
+                self.optimizer.step()
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
@@ -372,7 +395,8 @@ class Trainer:
                 self.metrics.append({"step": self.step, "loss": last_loss, "raw_loss": self._mean_across(step_raw),
                                      "lr": lr, "samples_per_s": window_n / max(window_seconds, 1e-9),
                                      "train_seconds": window_seconds, "strategy_seconds": self.lookahead_seconds,
-                                     "collection_counts": dict(zip(self.names, counts.tolist()))})
+                                     "collection_counts": dict(zip(self.names, counts.tolist())),
+                                     **self.guard.sync()})  # reads the skip counters; raises after too many
                 window_seconds, window_n = 0.0, 0
                 counts[:] = 0
             if self.evaluator is not None and cfg.eval_every and self.step % cfg.eval_every == 0:
