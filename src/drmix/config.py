@@ -71,6 +71,8 @@ class TrainConfig(BaseModel):
     resume: bool = Field(False, description="Continue from the latest checkpoint in output_dir.")
     show_progress: bool = Field(True, description="Show a progress bar.")
     mixed_precision: Literal["no", "fp16", "bf16"] = Field("no", description="Mixed precision on GPU.")
+    input_prefetch: int = Field(2, ge=0, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
+    input_workers: int = Field(1, ge=0, description="Threads preparing batches ahead (0 = tokenise in the loop).")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")
     trust_remote_code: bool = Field(False, description="Allow custom model code from the model folder / hub.")
     device: str | None = Field(None, description="Device override (default: cuda if available, else cpu).")

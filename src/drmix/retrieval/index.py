@@ -119,14 +119,21 @@ class _Batcher:
     built by ``model.preprocess`` and compared key by key: if the two differ in anything (a tokenizer
     that pads on the left, a module that adds inputs, a chat template), every batch goes through
     ``model.preprocess`` instead, so the shortcut never changes what the model sees.
+
+    ``pad_multiple`` rounds the padded width up (8 suits tensor cores; attention masks the extra
+    columns, so embeddings do not change); the check against ``preprocess`` is made at the unrounded
+    width. ``tokenizer`` replaces the model's (a private copy per thread: a fast tokenizer's
+    truncation settings are shared state, so two threads must not call one tokenizer at once).
     """
 
-    def __init__(self, model: Any, prompt: str, max_length: int | None) -> None:
+    def __init__(self, model: Any, prompt: str, max_length: int | None, *, pad_multiple: int = 1,
+                 tokenizer: Any = None) -> None:
         self.model = model
         self.prompt = prompt
-        tokenizer = getattr(model, "tokenizer", None)
+        tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         self.tokenizer = tokenizer if callable(tokenizer) and getattr(tokenizer, "is_fast", False) else None
         self.limit = max_length or getattr(model, "max_seq_length", None)
+        self.pad_multiple = max(1, int(pad_multiple))
         self.kwargs: dict[str, Any] = {}
         if max_length is not None:
             self.kwargs["processing_kwargs"] = {"text": {"max_length": int(max_length), "truncation": True}}
@@ -142,16 +149,20 @@ class _Batcher:
             kwargs.update(truncation=True, max_length=int(self.limit))
         return self.tokenizer([self.prompt + t for t in texts], **kwargs)["input_ids"]
 
-    def _pad(self, ids: list[list[int]], keys: Sequence[str]) -> dict[str, Any]:
+    def _pad(self, ids: list[list[int]], keys: Sequence[str], multiple: int = 1) -> dict[str, Any]:
+        """Right-pad ``ids`` into int64 tensors in one vectorised scatter (no per-element Python path)."""
+        import itertools
+
         import torch
 
-        width = max(len(x) for x in ids)
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        width = int(lengths.max()) if len(ids) else 0
+        width = -(-width // multiple) * multiple
+        mask = np.arange(width)[None, :] < lengths[:, None]
         input_ids = np.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
-        mask = np.zeros((len(ids), width), dtype=np.int64)
-        for row, x in enumerate(ids):
-            input_ids[row, :len(x)] = x
-            mask[row, :len(x)] = 1
-        features: dict[str, Any] = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+        input_ids[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        features: dict[str, Any] = {"input_ids": torch.from_numpy(input_ids),
+                                    "attention_mask": torch.from_numpy(mask.astype(np.int64))}
         if "token_type_ids" in keys:
             features["token_type_ids"] = torch.zeros_like(features["input_ids"])
         return features
@@ -161,7 +172,8 @@ class _Batcher:
         if ids is None or self.fast is False:
             return self.model.preprocess(list(texts), prompt=self.prompt or None, **self.kwargs)
         if self.fast and not verify:
-            return {**self._pad(ids, self.extras["_keys"]), **{k: v for k, v in self.extras.items() if k != "_keys"}}
+            return {**self._pad(ids, self.extras["_keys"], self.pad_multiple),
+                    **{k: v for k, v in self.extras.items() if k != "_keys"}}
         reference = self.model.preprocess(list(texts), prompt=self.prompt or None, **self.kwargs)
         tensors = [k for k, v in reference.items() if hasattr(v, "shape")]
         candidate = self._pad(ids, tensors)
@@ -171,10 +183,15 @@ class _Batcher:
         if same and (self.fast is None or extras == {k: v for k, v in self.extras.items() if k != "_keys"}):
             self.fast = True
             self.extras = {"_keys": tensors, **extras}
+            if self.pad_multiple > 1:  # the same padded width whichever batch was checked (exact resume)
+                return {**self._pad(ids, tensors, self.pad_multiple), **extras}
         else:
             self.fast = False
             log.debug("pre-tokenised batches differ from model.preprocess; re-tokenising every batch")
         return reference
+
+
+TextBatcher = _Batcher  # the public name (the training input pipeline uses it)
 
 
 def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prompt: str = "",

@@ -36,6 +36,7 @@ from drmix.mixture.base import Batch, StepContext, Strategy
 from drmix.model.encoder import document_prompt, load_encoder, query_prompt
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,10 @@ class Trainer:
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
         self.builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed)
+        self._featurizers: dict[int, Featurizer] = {}
+        self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs, prefetch=config.input_prefetch,
+                                    workers=config.input_workers,
+                                    threadable=lambda: self._featurizer(self.model).threadable)
         # separate streams for strategies that draw extra batches (look-ahead, dev measurement)
         self.aux_sampler = MixtureSampler(self.sizes, 1, seed=config.seed + 1)
         self.aux_builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed + 1)
@@ -190,26 +195,34 @@ class Trainer:
         self.lookahead_seconds = 0.0
 
     # -- encoding and losses -------------------------------------------------------------------------
-    def _features(self, model, texts: list[str], max_length: int) -> dict:
-        old = model.max_seq_length
-        model.max_seq_length = max_length
-        try:
-            feats = model.preprocess(texts)
-        finally:
-            model.max_seq_length = old
-        dev = self.accelerator.device
-        return {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in feats.items()}
+    def _featurizer(self, model) -> Featurizer:
+        if id(model) not in self._featurizers:
+            self._featurizers[id(model)] = Featurizer(model, pin=pin_memory_available(self.accelerator.device))
+        return self._featurizers[id(model)]
 
-    def _batch_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
+    def _host_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
+        """Tokenised (padded, pinned on CUDA) CPU tensors of a batch: queries, documents, negative mask."""
         cfg = self.config
         negs = [n[:num_neg] for n in batch.negatives]
         mask = torch.zeros(len(batch), num_neg, dtype=torch.bool)
         for i, n in enumerate(negs):
             mask[i, :len(n)] = True
         docs = [self.d_prompt + d for d in batch.positives] + [self.d_prompt + d for n in negs for d in n]
-        q = self._features(model, [self.q_prompt + t for t in batch.queries], cfg.query_max_length)
-        d = self._features(model, docs, cfg.doc_max_length)
-        return q, d, mask.to(self.accelerator.device)
+        featurize = self._featurizer(model)
+        q = featurize([self.q_prompt + t for t in batch.queries], cfg.query_max_length)
+        d = featurize(docs, cfg.doc_max_length)
+        return q, d, mask
+
+    def _batch_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
+        q, d, mask = self._host_inputs(model, batch, num_neg)
+        dev = self.accelerator.device
+        return to_device(q, dev), to_device(d, dev), mask.to(dev)
+
+    def _prepare_inputs(self, batch: Batch) -> tuple[Batch, dict, dict, torch.Tensor]:
+        """This process's slice of a global batch and its host tensors (runs on an input thread)."""
+        b = self.config.batch_size // self.world
+        local = batch.slice(self.rank * b, (self.rank + 1) * b)
+        return (local, *self._host_inputs(self.model, local, self._num_negatives(batch)))
 
     def _losses_from_embeddings(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *,
                                 gather: bool) -> torch.Tensor:
@@ -267,7 +280,7 @@ class Trainer:
 
     # -- state ------------------------------------------------------------------------------------------
     def _trainer_state(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(), "builder": self.builder.state_dict(),
+        return {**self.inputs.state_dict(),
                 "aux_sampler": self.aux_sampler.state_dict(), "aux_builder": self.aux_builder.state_dict(),
                 "dev_sampler": self.dev_sampler.state_dict() if self.dev_sampler else None,
                 "dev_builder": self.dev_builder.state_dict(), "collections": self.names, "sizes": self.sizes,
@@ -280,8 +293,7 @@ class Trainer:
             raise ConfigError(f"the checkpoint was trained on collections {state.get('collections')}, "
                               f"the data now gives {self.names}.", path=path,
                               fix="resume with the same data, or start a new --output-dir.")
-        self.sampler.load_state_dict(state["sampler"])
-        self.builder.load_state_dict(state["builder"])
+        self.inputs.load_state_dict(state)
         self.aux_sampler.load_state_dict(state["aux_sampler"])
         self.aux_builder.load_state_dict(state["aux_builder"])
         if self.dev_sampler and state.get("dev_sampler"):
@@ -322,7 +334,6 @@ class Trainer:
         if self.step >= cfg.max_steps and (self.out / "model" / "modules.json").exists():
             log.info("run in %s is already complete (%d steps)", self.out, self.step)
             return self._result(None)
-        b = cfg.batch_size // self.world
         ctx = self.context()
         last_loss = None
         from tqdm.auto import tqdm
@@ -333,24 +344,24 @@ class Trainer:
         counts = np.zeros(len(self.names), dtype=np.int64)
         self.wrapped.train()
         while self.step < cfg.max_steps:
-            step_loss, step_raw = 0.0, 0.0
+            step_loss, step_raw = 0.0, 0.0  # device tensors after the first micro-step: read every log_every
             t_step = time.perf_counter()
             for micro in range(cfg.gradient_accumulation_steps):
                 weights = self.strategy.sampling_weights()
-                batch = self.builder.build(self.sampler.next_indices(weights))
+                batch, (local, q, d, mask) = self.inputs.next(weights)
                 counts += np.bincount(batch.collection_ids, minlength=len(self.names))
-                local = batch.slice(self.rank * b, (self.rank + 1) * b)
                 last = micro == cfg.gradient_accumulation_steps - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.wrapped)
                 with sync, self.accelerator.autocast():
-                    q, d, mask = self._batch_inputs(self.model, local, self._num_negatives(batch))
+                    dev = self.accelerator.device
+                    q, d, mask = to_device(q, dev), to_device(d, dev), mask.to(dev)
                     qe, de = self.wrapped(q, d)
                     losses = self._losses_from_embeddings(qe, de, mask, gather=True)
                     ctx.step = self.step
                     loss = self.strategy.loss(losses, local, ctx)
                     self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
-                step_loss += loss.detach().float().item() / cfg.gradient_accumulation_steps
-                step_raw += losses.detach().float().mean().item() / cfg.gradient_accumulation_steps
+                step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
+                step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
             if cfg.max_grad_norm > 0:
                 self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.max_grad_norm)
             lr = self.scheduler.get_last_lr()[0]
@@ -367,9 +378,10 @@ class Trainer:
             record = self.strategy.trajectory_record(self.step)
             if record is not None:
                 self.trajectory.append({"step": self.step, **record})
-            last_loss = self._mean_across(step_loss)
-            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
-                self.metrics.append({"step": self.step, "loss": last_loss, "raw_loss": self._mean_across(step_raw),
+            logging_step = self.step % cfg.log_every == 0 or self.step == cfg.max_steps
+            if logging_step:  # the only host syncs of the loop: losses are read every log_every steps
+                last_loss = self._mean_across(float(step_loss))
+                self.metrics.append({"step": self.step, "loss": last_loss, "raw_loss": self._mean_across(float(step_raw)),
                                      "lr": lr, "samples_per_s": window_n / max(window_seconds, 1e-9),
                                      "train_seconds": window_seconds, "strategy_seconds": self.lookahead_seconds,
                                      "collection_counts": dict(zip(self.names, counts.tolist()))})
@@ -381,9 +393,11 @@ class Trainer:
                 cb(ctx)
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                 self._save()
-            bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
+            if logging_step:
+                bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
             bar.update(1)
         bar.close()
+        self.inputs.close()
         if self.evaluator is not None and (not cfg.eval_every or cfg.max_steps % cfg.eval_every):
             self._evaluate()
         return self._finish(last_loss)
