@@ -70,7 +70,8 @@ class TrainConfig(BaseModel):
     log_every: int = Field(10, ge=1, description="Write a metrics record every N steps.")
     resume: bool = Field(False, description="Continue from the latest checkpoint in output_dir.")
     show_progress: bool = Field(True, description="Show a progress bar.")
-    mixed_precision: Literal["no", "fp16", "bf16"] = Field("no", description="Mixed precision on GPU.")
+    mixed_precision: Literal["auto", "no", "fp16", "bf16"] = Field(
+        "auto", description="auto: bf16 on GPUs that support it, else fp16 with loss scaling; fp32 (no) on CPU.")
     input_prefetch: int = Field(2, ge=0, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
     input_workers: int = Field(1, ge=0, description="Threads preparing batches ahead (0 = tokenise in the loop).")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")

@@ -37,6 +37,7 @@ from drmix.model.encoder import document_prompt, load_encoder, query_prompt
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
+from drmix.train.precision import Precision
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,9 @@ class Trainer:
         self.callbacks = list(callbacks)
         # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
-        self.accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=(config.device == "cpu"),
-                                       kwargs_handlers=[ddp])
+        # precision is per trainer (train/precision.py), not accelerate's process-wide mixed_precision
+        self.accelerator = Accelerator(mixed_precision="no", cpu=(config.device == "cpu"), kwargs_handlers=[ddp])
+        self.precision = Precision(config.mixed_precision, self.accelerator.device)
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
         self.is_main = self.accelerator.is_main_process
@@ -284,7 +286,7 @@ class Trainer:
                 "aux_sampler": self.aux_sampler.state_dict(), "aux_builder": self.aux_builder.state_dict(),
                 "dev_sampler": self.dev_sampler.state_dict() if self.dev_sampler else None,
                 "dev_builder": self.dev_builder.state_dict(), "collections": self.names, "sizes": self.sizes,
-                "lookahead_seconds": self.lookahead_seconds}
+                "lookahead_seconds": self.lookahead_seconds, "precision": self.precision.state_dict()}
 
     def _restore(self, path: Path) -> None:
         state, strategy_state = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
@@ -300,6 +302,7 @@ class Trainer:
             self.dev_sampler.load_state_dict(state["dev_sampler"])
             self.dev_builder.load_state_dict(state["dev_builder"])
         self.lookahead_seconds = state.get("lookahead_seconds", 0.0)
+        self.precision.load_state_dict(state.get("precision"))
         self.strategy.load_state_dict(strategy_state)
         self.step = int(state["step"])
         self.metrics.truncate_after(self.step)
@@ -352,20 +355,21 @@ class Trainer:
                 counts += np.bincount(batch.collection_ids, minlength=len(self.names))
                 last = micro == cfg.gradient_accumulation_steps - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.wrapped)
-                with sync, self.accelerator.autocast():
+                with sync, self.precision.autocast():
                     dev = self.accelerator.device
                     q, d, mask = to_device(q, dev), to_device(d, dev), mask.to(dev)
                     qe, de = self.wrapped(q, d)
                     losses = self._losses_from_embeddings(qe, de, mask, gather=True)
                     ctx.step = self.step
                     loss = self.strategy.loss(losses, local, ctx)
-                    self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
+                    self.precision.backward(loss / cfg.gradient_accumulation_steps)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
                 step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
+            self.precision.unscale_(self.optimizer)
             if cfg.max_grad_norm > 0:
                 self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.max_grad_norm)
             lr = self.scheduler.get_last_lr()[0]
-            self.optimizer.step()
+            self.precision.step(self.optimizer)
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
