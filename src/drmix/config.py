@@ -72,6 +72,7 @@ class TrainConfig(BaseModel):
     show_progress: bool = Field(True, description="Show a progress bar.")
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] = Field(
         "auto", description="auto: bf16 on GPUs that support it, else fp16 with loss scaling; fp32 (no) on CPU.")
+    grad_cache_chunk: int = Field(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
     input_prefetch: int = Field(2, ge=0, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
     input_workers: int = Field(1, ge=0, description="Threads preparing batches ahead (0 = tokenise in the loop).")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")

@@ -36,6 +36,7 @@ from drmix.mixture.base import Batch, StepContext, Strategy
 from drmix.model.encoder import document_prompt, load_encoder, query_prompt
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from drmix.train.gradcache import GradCache
 from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
 from drmix.train.precision import Precision
 
@@ -185,6 +186,9 @@ class Trainer:
                                        num_warmup_steps=math.ceil(config.warmup_ratio * config.max_steps),
                                        num_training_steps=config.max_steps)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
+        self.grad_cache = (GradCache(self.wrapped, config.grad_cache_chunk, backward=self._backward,
+                                     no_sync=lambda: self.accelerator.no_sync(self.wrapped))
+                           if config.grad_cache_chunk else None)
         self.metrics = JsonlLog(self.out / "metrics.jsonl", self.is_main)
         self.trajectory = JsonlLog(self.out / "weights.jsonl", self.is_main)
         self.evaluator = None
@@ -239,6 +243,25 @@ class Trainer:
                                   temperature=cfg.temperature, in_batch=cfg.in_batch_negatives,
                                   gather=gather and cfg.cross_device_negatives,
                                   matryoshka_dims=cfg.matryoshka_dims)
+
+    def _forward_backward(self, q: dict, d: dict, mask: torch.Tensor, local: Batch,
+                          ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode, per-example losses, the strategy's scalar, backward (whole batch, or GradCache chunks)."""
+        kept: dict[str, torch.Tensor] = {}
+
+        def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+            kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
+            return self.strategy.loss(kept["losses"], local, ctx)
+
+        if self.grad_cache is not None:
+            loss = self.grad_cache.step((q, d), objective)
+        else:
+            loss = objective(*self.wrapped(q, d))
+            self._backward(loss)
+        return loss, kept["losses"]
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        self.precision.backward(loss / self.config.gradient_accumulation_steps)
 
     def _num_negatives(self, batch: Batch) -> int:
         """Hard negatives per example for this global batch (same on every process)."""
@@ -358,11 +381,8 @@ class Trainer:
                 with sync, self.precision.autocast():
                     dev = self.accelerator.device
                     q, d, mask = to_device(q, dev), to_device(d, dev), mask.to(dev)
-                    qe, de = self.wrapped(q, d)
-                    losses = self._losses_from_embeddings(qe, de, mask, gather=True)
                     ctx.step = self.step
-                    loss = self.strategy.loss(losses, local, ctx)
-                    self.precision.backward(loss / cfg.gradient_accumulation_steps)
+                    loss, losses = self._forward_backward(q, d, mask, local, ctx)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
                 step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
             self.precision.unscale_(self.optimizer)
