@@ -73,6 +73,10 @@ class TrainConfig(BaseModel):
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] = Field(
         "auto", description="auto: bf16 on GPUs that support it, else fp16 with loss scaling; fp32 (no) on CPU.")
     grad_cache_chunk: int = Field(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
+    lora_r: int = Field(0, ge=0, description="LoRA rank (0 = train all weights); saves model/ merged and adapter/.")
+    lora_alpha: float = Field(32.0, gt=0, description="LoRA scaling alpha (update scaled by alpha / r).")
+    lora_dropout: float = Field(0.1, ge=0, lt=1, description="Dropout on the LoRA branch.")
+    lora_targets: list[str] = Field(default_factory=list, description="Module names to adapt (default: peft's choice for the architecture).")
     input_prefetch: int = Field(2, ge=0, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
     input_workers: int = Field(1, ge=0, description="Threads preparing batches ahead (0 = tokenise in the loop).")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")

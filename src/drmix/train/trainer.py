@@ -31,13 +31,14 @@ from drmix.config import TrainConfig
 from drmix.data.collections import Collection, load_beir_collection, load_collections
 from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.errors import ConfigError
-from drmix.io import atomic_dir, atomic_write_json, atomic_write_text
+from drmix.io import atomic_write_json, atomic_write_text
 from drmix.mixture.base import Batch, StepContext, Strategy
 from drmix.model.encoder import document_prompt, load_encoder, query_prompt
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from drmix.train.gradcache import GradCache
 from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
+from drmix.train.lora import apply_lora, save_model
 from drmix.train.precision import Precision
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,9 @@ class Trainer:
         self.model = model if model is not None else load_encoder(
             config.model, device=str(self.accelerator.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.accelerator.device)
+        if config.lora_r:
+            apply_lora(self.model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                       targets=config.lora_targets)
         self.q_prompt = query_prompt(self.model)
         self.d_prompt = document_prompt(self.model)
 
@@ -441,8 +445,7 @@ class Trainer:
 
     def _finish(self, last_loss: float | None) -> TrainResult:
         if self.is_main:
-            with atomic_dir(self.out / "model") as tmp:
-                self.model.save(str(tmp))
+            save_model(self.model, self.out)  # model/ (LoRA merged) and, with LoRA, adapter/
             atomic_write_json(self.out / "weights.json", self.strategy.final_weights())
             self._plot_weights()
         self.accelerator.wait_for_everyone()
