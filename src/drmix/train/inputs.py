@@ -6,7 +6,8 @@ to the GPU) used to run on the training thread between two steps while the GPU w
 * :class:`Featurizer` tokenises texts straight to padded int64 tensors in one pass, with the
   single-pass tokenisation of :class:`drmix.retrieval.index.TextBatcher` (one fast-tokenizer call, a
   vectorised scatter into a numpy array; never transformers' per-element ``convert_to_tensors``).
-  Widths are padded to a multiple of 8 (tensor cores; masked columns leave embeddings unchanged).
+  On CUDA widths are padded to a multiple of 8 (tensor cores; masked columns leave embeddings
+  unchanged); on CPU the extra columns would only cost time, so the trainer pads to the longest text.
   The first batch is checked against ``model.preprocess`` (and everything falls back to it when the
   two differ), so every SentenceTransformer module still sees what it would see from ``encode``.
   Tensors are pinned when the target device is CUDA, so the copy can be asynchronous.

@@ -207,7 +207,8 @@ class Trainer:
     # -- encoding and losses -------------------------------------------------------------------------
     def _featurizer(self, model) -> Featurizer:
         if id(model) not in self._featurizers:
-            self._featurizers[id(model)] = Featurizer(model, pin=pin_memory_available(self.accelerator.device))
+            cuda = pin_memory_available(self.accelerator.device)  # pad to 8 for tensor cores; on CPU it only costs
+            self._featurizers[id(model)] = Featurizer(model, pin=cuda, pad_multiple=8 if cuda else 1)
         return self._featurizers[id(model)]
 
     def _host_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
