@@ -2,7 +2,7 @@
 
 A synthetic collection (query, one positive, one hard negative; short texts) is written as a saved
 Hugging Face dataset (Arrow) in a temporary directory, cheaply (pyarrow, no JSON parsing). Each size
-is trained in a fresh process (a tiny random BERT, so the model's memory is small and constant;
+is written and trained in fresh processes (a tiny random BERT, so the model's memory is small and constant;
 batch 32, the default input pipeline) and RSS is read with psutil after the trainer is built and
 after the steps, with the peak (``ru_maxrss``). Collections are memory-mapped, so RSS should stay
 nearly flat in the number of rows; what grows is the sampler's per-epoch permutation (8 bytes/row).
@@ -26,7 +26,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def write_collection(path: Path, rows: int, chunk: int = 1_000_000) -> None:
-    """A saved dataset of ``rows`` synthetic examples, built in chunks of Arrow arrays."""
+    """A saved dataset of ``rows`` synthetic examples: 1M-row Arrow parts saved one at a time, then joined
+    (memory-mapped) and saved once, so writing 10M rows needs about one part's memory."""
+    import shutil
+
     import datasets
     import numpy as np
     import pyarrow as pa
@@ -37,13 +40,17 @@ def write_collection(path: Path, rows: int, chunk: int = 1_000_000) -> None:
     def one_list(values: pa.Array) -> pa.Array:
         return pa.ListArray.from_arrays(pa.array(np.arange(len(values) + 1, dtype=np.int32)), values)
 
-    tables = []
-    for start in range(0, rows, chunk):
+    parts = []
+    for k, start in enumerate(range(0, rows, chunk)):
         ids = np.arange(start, min(rows, start + chunk))
-        tables.append(pa.table({"query": texts("query", ids), "positives": one_list(texts("passage", ids)),
-                                "negatives": one_list(texts("other", ids[::-1]))}))
-    ds = datasets.Dataset(pa.concat_tables(tables))
-    ds.save_to_disk(str(path), num_shards=max(1, rows // 2_000_000))
+        part = path.parent / f"{path.name}.part{k}"
+        datasets.Dataset(pa.table({"query": texts("query", ids), "positives": one_list(texts("passage", ids)),
+                                   "negatives": one_list(texts("other", ids[::-1]))})).save_to_disk(str(part))
+        parts.append(part)
+    joined = datasets.concatenate_datasets([datasets.load_from_disk(str(p)) for p in parts])
+    joined.save_to_disk(str(path), num_shards=max(1, rows // 2_000_000))
+    for p in parts:
+        shutil.rmtree(p)
 
 
 def build_tiny_model(folder: Path) -> Path:
@@ -93,20 +100,30 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000, 10_000_000])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--child", nargs=3, metavar=("DATA", "MODEL", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--write", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     import logging
 
     logging.disable(logging.WARNING)
+    if args.write:
+        write_collection(Path(args.write[1]), int(args.write[0]))
+        return
     if args.child:
         print(json.dumps(measure(Path(args.child[0]), Path(args.child[1]), Path(args.child[2]), args.steps)))
         return
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        model = build_tiny_model(tmp / "model")
+        # the model and the data are made in their own processes: a child's peak RSS (ru_maxrss) starts
+        # from its parent's at fork, so this orchestrating process must stay small
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import bench_rss; "
+                        "bench_rss.build_tiny_model(__import__('pathlib').Path(sys.argv[2]))",
+                        str(Path(__file__).parent), str(tmp / "model")], check=True, capture_output=True)
+        model = tmp / "model" / "st"
         for n in args.sizes:
             t0 = time.perf_counter()
-            write_collection(tmp / f"c{n}", n)
+            subprocess.run([sys.executable, __file__, "--write", str(n), str(tmp / f"c{n}")], check=True,
+                           capture_output=True)
             made = time.perf_counter() - t0
             child = subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--child",
                                     str(tmp / f"c{n}"), str(model), str(tmp / f"run{n}")],

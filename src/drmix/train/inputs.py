@@ -240,3 +240,4 @@ class InputPipeline:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        self.prefetch = 0  # a later next() prepares synchronously
