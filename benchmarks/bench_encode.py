@@ -8,7 +8,15 @@ tokens each batching computes (character-length sorting, as ST does, vs token-le
 drmix does) and the time of one tokenizer pass over the texts (drmix tokenises each text once and
 pads batches from those ids; ST tokenises per batch).
 
+``--device`` (cpu | cuda) and ``--precision`` (drmix's encoding precision: auto | fp32 | fp16 | bf16 |
+int8) set what drmix runs; ``SentenceTransformer.encode`` always runs at its defaults (fp32), the
+baseline the targets name. ``--ndcg`` also evaluates SciFact (full corpus, test queries) with drmix at
+fp32 and at ``--precision`` and prints the nDCG@10 change. Presets: ``--preset cpu`` (int8, 500
+passages, batch 64) and ``--preset gpu`` (auto = fp16/bf16, 8,000 passages, batch 256, with --ndcg).
+
     python benchmarks/bench_encode.py --data ../shared/data --n 500 --rounds 2
+    python benchmarks/bench_encode.py --data ../shared/data --preset cpu --ndcg
+    python benchmarks/bench_encode.py --data ../shared/data --preset gpu --device cuda
 """
 from __future__ import annotations
 
@@ -47,6 +55,21 @@ def pad_tokens(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> int:
     return total
 
 
+PRESETS = {"cpu": {"precision": "int8", "n": 500, "batch_size": 64},
+           "gpu": {"precision": "auto", "n": 8000, "batch_size": 256, "ndcg": True}}
+
+
+def scifact_ndcg(model, data: Path, precision: str, batch_size: int, max_length: int) -> tuple[float, float]:
+    """nDCG@10 on SciFact test and the seconds it took, drmix encoding at ``precision``."""
+    from drmix.evaluation.evaluate import evaluate_dataset
+    from drmix.data.beir import load_beir
+
+    t = time.perf_counter()
+    scores = evaluate_dataset(model, load_beir(data / "scifact", "test"), k=100, batch_size=batch_size,
+                              metrics=("ndcg@10",), max_length=max_length, precision=precision)
+    return scores["ndcg@10"], time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data", help="shared data folder")
@@ -55,14 +78,20 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--max-length", type=int, default=256, help="token cap (MiniLM's max_seq_length is 256)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (each encodes the passages twice)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", default="fp32", help="drmix precision: auto, fp32, fp16, bf16, int8")
+    ap.add_argument("--ndcg", action="store_true", help="also measure SciFact nDCG@10 at fp32 and --precision")
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     args = ap.parse_args()
+    for k, v in PRESETS.get(args.preset or "", {}).items():
+        setattr(args, k, v)
 
     import torch
 
     from drmix.model.encoder import load_encoder
     from drmix.retrieval.index import _token_lengths, encode_texts, length_order
 
-    model = load_encoder(args.model, device="cpu", max_seq_length=args.max_length)
+    model = load_encoder(args.model, device=args.device, max_seq_length=args.max_length)
     texts = load_passages(args.data, args.n)
 
     t0 = time.perf_counter()
@@ -74,7 +103,8 @@ def main() -> None:
             "token-sorted (drmix)": pad_tokens(tok_lengths, length_order(tok_lengths), args.batch_size)}
 
     def run_drmix(batch: list[str] = texts) -> np.ndarray:
-        return encode_texts(model, batch, batch_size=args.batch_size, max_length=args.max_length)
+        return encode_texts(model, batch, batch_size=args.batch_size, max_length=args.max_length,
+                            precision=args.precision)
 
     def run_st(batch: list[str] = texts) -> np.ndarray:
         return model.encode(batch, batch_size=args.batch_size, convert_to_numpy=True, show_progress_bar=False)
@@ -101,7 +131,8 @@ def main() -> None:
     diff = float(np.abs(outputs["drmix"] - outputs["st"]).max())
     print()
     print(f"model {model[0].auto_model.config._name_or_path}; {len(texts)} SciFact passages; batch {args.batch_size}; "
-          f"max_length {args.max_length}; torch threads {torch.get_num_threads()}")
+          f"max_length {args.max_length}; torch threads {torch.get_num_threads()}; device {args.device}; "
+          f"drmix precision {args.precision}, ST at its defaults")
     print("| method | passages/s wall (median; rounds) | passages per CPU-s (median; rounds) |")
     print("|---|---:|---:|")
     for name, label in (("drmix", "drmix encode_texts"), ("st", "SentenceTransformer.encode")):
@@ -118,6 +149,11 @@ def main() -> None:
           f"{100 * t_len / statistics.median(wall['drmix']):.2f}% of drmix's encoding wall time")
     for name, p in pads.items():
         print(f"pad tokens, {name}: {p} ({100 * p / real:.2f}% of {real} real tokens)")
+    if args.ndcg:
+        base, t_base = scifact_ndcg(model, args.data, "fp32", args.batch_size, args.max_length)
+        other, t_other = scifact_ndcg(model, args.data, args.precision, args.batch_size, args.max_length)
+        print(f"SciFact test nDCG@10: fp32 {base:.4f} ({t_base:.0f} s), {args.precision} {other:.4f} "
+              f"({t_other:.0f} s): change {other - base:+.4f}")
 
 
 if __name__ == "__main__":

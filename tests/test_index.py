@@ -185,13 +185,17 @@ def test_load_failures(tmp_path):
     with pytest.raises(IndexLoadError, match="cannot parse ids.json"):
         DenseIndex.load(tmp_path / "idx")
     (tmp_path / "idx" / "ids.json").write_text(json.dumps(IDS))
-    (tmp_path / "idx" / "index.faiss").write_bytes(b"garbage")
-    with pytest.raises(IndexLoadError, match="cannot read the FAISS index"):
+    (tmp_path / "idx" / "vectors.npy").write_bytes(b"garbage")
+    with pytest.raises(IndexLoadError, match="cannot read vectors.npy"):
         DenseIndex.load(tmp_path / "idx")
-    (tmp_path / "idx" / "index.faiss").unlink()
-    with pytest.raises(IndexLoadError, match="no index.faiss") as info:
+    (tmp_path / "idx" / "vectors.npy").unlink()
+    with pytest.raises(IndexLoadError, match="no vectors.npy or index.faiss") as info:
         DenseIndex.load(tmp_path / "idx")
     assert "drmix index" in info.value.fix
+    DenseIndex.build(VECS, IDS, kind="hnsw").save(tmp_path / "hnsw")
+    (tmp_path / "hnsw" / "index.faiss").write_bytes(b"garbage")
+    with pytest.raises(IndexLoadError, match="cannot read the FAISS index"):
+        DenseIndex.load(tmp_path / "hnsw")
 
 
 def test_index_corpus_and_search_queries_find_identical_text():

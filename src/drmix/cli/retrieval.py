@@ -24,6 +24,18 @@ class IndexKind(str, Enum):
     ivf = "ivf"
 
 
+class Precision(str, Enum):
+    auto = "auto"
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    int8 = "int8"
+
+
+PRECISION_HELP = ("Encoding precision: auto (fp16/bf16 on a GPU, fp32 on CPU), fp32, fp16, bf16, or int8 "
+                  "(CPU dynamic quantisation; see docs/benchmarks.md for its quality change).")
+
+
 def _console():
     from rich.console import Console
 
@@ -55,12 +67,12 @@ def read_query_file(path: Path) -> dict[str, str]:
 
 
 def search_results(model: Any, index: Any, queries: dict[str, str], k: int, *, batch_size: int = 64,
-                   with_text: bool = True) -> list[dict[str, Any]]:
+                   with_text: bool = True, precision: str = "auto") -> list[dict[str, Any]]:
     """Search and shape the hits: ``[{"query_id", "query", "hits": [{"rank", "doc_id", "score", ...}]}]``."""
     from drmix.data.beir import doc_text
     from drmix.retrieval.index import search_queries
 
-    run = search_queries(model, index, queries, k=k, batch_size=batch_size)
+    run = search_queries(model, index, queries, k=k, batch_size=batch_size, precision=precision)
     rows = []
     for qid, docs in run.items():
         hits = []
@@ -127,8 +139,9 @@ def index_command(
                                                            "and scores only)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --output folder that is not "
                                                              "an index (its contents are deleted)."),
+    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
 ) -> None:
-    """Encode a corpus into a FAISS index that drmix search can query."""
+    """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query."""
     from drmix.data.beir import read_corpus
     from drmix.model.encoder import load_encoder
     from drmix.outputs import check_output_dir
@@ -144,7 +157,7 @@ def index_command(
     elif kind is IndexKind.ivf:
         params = {"nlist": nlist, "nprobe": nprobe}
     index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
-                         store_texts=not no_texts,
+                         store_texts=not no_texts, precision=precision.value,
                          metadata={"model": model or "default", "corpus": str(corpus_file.resolve())}, **params)
     index.save(output)
     _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
@@ -169,6 +182,7 @@ def search_command(
                                                                       "line (a run file)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of tables."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Queries per encoding batch."),
+    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
 ) -> None:
     """Answer queries from the command line or a file with ids, scores and text."""
     from drmix.io import write_jsonl_atomic
@@ -193,7 +207,7 @@ def search_command(
     else:
         index = DenseIndex.load(index_dir)
         encoder = load_encoder(model or index.metadata.get("model") or None)
-        rows = search_results(encoder, index, texts, k, batch_size=batch_size)
+        rows = search_results(encoder, index, texts, k, batch_size=batch_size, precision=precision.value)
     if output is not None:
         write_jsonl_atomic(output, [{**r, "hits": [{k2: v for k2, v in h.items() if k2 != "text"}
                                                     for h in r["hits"]]} for r in rows])
@@ -216,6 +230,7 @@ def eval_command(
                                                                               "the model's)."),
     metric: Optional[list[str]] = typer.Option(None, "--metric", help="Metric such as ndcg@10; repeat for several "
                                                                      "(default: ndcg@10 recall@100 mrr@10 map@100)."),
+    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
 ) -> None:
     """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets."""
     from drmix.evaluation.evaluate import evaluate_model
@@ -225,7 +240,8 @@ def eval_command(
         raise ConfigError("--output is a file; eval writes eval.json and eval.md into a folder.", path=output,
                           fix="name a folder (it is created).")
     report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
-                            metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default")
+                            metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
+                            precision=precision.value)
     print_report(report)
     if output is not None:
         report.write(output)

@@ -10,9 +10,11 @@
   ``model.preprocess`` on the first batches and abandoned for ``preprocess`` if anything differs, so
   every SentenceTransformer module (prompts, prompt-aware pooling, custom input modules) still sees
   exactly what it would see from ``encode``.
-* :class:`DenseIndex` wraps a FAISS inner-product index with the id map: ``flat`` (exact, default),
-  ``hnsw`` or ``ivf``. Saved as ``index.faiss`` + ``ids.json`` + ``meta.json`` (plus ``docs.jsonl`` and
-  ``docs.offsets.npy`` when the document texts are stored), written atomically.
+* :class:`DenseIndex` wraps an inner-product index with the id map: ``flat`` (exact, default; searched
+  with torch, on the GPU when present, see :mod:`drmix.retrieval.exact`), ``hnsw`` or ``ivf`` (FAISS,
+  imported only for these). Saved as ``vectors.npy`` (flat) or ``index.faiss`` + ``ids.json`` +
+  ``meta.json`` (plus ``docs.jsonl`` and ``docs.offsets.npy`` when the document texts are stored),
+  written atomically. Flat indexes saved as ``index.faiss`` by earlier versions still load.
 * Scores are inner products. When the model declares cosine similarity (the SentenceTransformer
   default), embeddings are L2-normalised so the inner product is the cosine; ``dot`` models are left
   as they are.
@@ -42,8 +44,9 @@ from drmix.io import atomic_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: flat indexes are vectors.npy searched with torch (1: index.faiss, still read)
 INDEX_FILE = "index.faiss"
+VECTORS_FILE = "vectors.npy"
 IDS_FILE = "ids.json"
 META_FILE = "meta.json"
 DOCS_FILE = "docs.jsonl"
@@ -119,14 +122,21 @@ class _Batcher:
     built by ``model.preprocess`` and compared key by key: if the two differ in anything (a tokenizer
     that pads on the left, a module that adds inputs, a chat template), every batch goes through
     ``model.preprocess`` instead, so the shortcut never changes what the model sees.
+
+    ``pad_multiple`` rounds the padded width up (8 suits tensor cores; attention masks the extra
+    columns, so embeddings do not change); the check against ``preprocess`` is made at the unrounded
+    width. ``tokenizer`` replaces the model's (a private copy per thread: a fast tokenizer's
+    truncation settings are shared state, so two threads must not call one tokenizer at once).
     """
 
-    def __init__(self, model: Any, prompt: str, max_length: int | None) -> None:
+    def __init__(self, model: Any, prompt: str, max_length: int | None, *, pad_multiple: int = 1,
+                 tokenizer: Any = None) -> None:
         self.model = model
         self.prompt = prompt
-        tokenizer = getattr(model, "tokenizer", None)
+        tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
         self.tokenizer = tokenizer if callable(tokenizer) and getattr(tokenizer, "is_fast", False) else None
         self.limit = max_length or getattr(model, "max_seq_length", None)
+        self.pad_multiple = max(1, int(pad_multiple))
         self.kwargs: dict[str, Any] = {}
         if max_length is not None:
             self.kwargs["processing_kwargs"] = {"text": {"max_length": int(max_length), "truncation": True}}
@@ -142,16 +152,20 @@ class _Batcher:
             kwargs.update(truncation=True, max_length=int(self.limit))
         return self.tokenizer([self.prompt + t for t in texts], **kwargs)["input_ids"]
 
-    def _pad(self, ids: list[list[int]], keys: Sequence[str]) -> dict[str, Any]:
+    def _pad(self, ids: list[list[int]], keys: Sequence[str], multiple: int = 1) -> dict[str, Any]:
+        """Right-pad ``ids`` into int64 tensors in one vectorised scatter (no per-element Python path)."""
+        import itertools
+
         import torch
 
-        width = max(len(x) for x in ids)
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        width = int(lengths.max()) if len(ids) else 0
+        width = -(-width // multiple) * multiple
+        mask = np.arange(width)[None, :] < lengths[:, None]
         input_ids = np.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
-        mask = np.zeros((len(ids), width), dtype=np.int64)
-        for row, x in enumerate(ids):
-            input_ids[row, :len(x)] = x
-            mask[row, :len(x)] = 1
-        features: dict[str, Any] = {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask)}
+        input_ids[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        features: dict[str, Any] = {"input_ids": torch.from_numpy(input_ids),
+                                    "attention_mask": torch.from_numpy(mask.astype(np.int64))}
         if "token_type_ids" in keys:
             features["token_type_ids"] = torch.zeros_like(features["input_ids"])
         return features
@@ -161,7 +175,8 @@ class _Batcher:
         if ids is None or self.fast is False:
             return self.model.preprocess(list(texts), prompt=self.prompt or None, **self.kwargs)
         if self.fast and not verify:
-            return {**self._pad(ids, self.extras["_keys"]), **{k: v for k, v in self.extras.items() if k != "_keys"}}
+            return {**self._pad(ids, self.extras["_keys"], self.pad_multiple),
+                    **{k: v for k, v in self.extras.items() if k != "_keys"}}
         reference = self.model.preprocess(list(texts), prompt=self.prompt or None, **self.kwargs)
         tensors = [k for k, v in reference.items() if hasattr(v, "shape")]
         candidate = self._pad(ids, tensors)
@@ -171,65 +186,104 @@ class _Batcher:
         if same and (self.fast is None or extras == {k: v for k, v in self.extras.items() if k != "_keys"}):
             self.fast = True
             self.extras = {"_keys": tensors, **extras}
+            if self.pad_multiple > 1:  # the same padded width whichever batch was checked (exact resume)
+                return {**self._pad(ids, tensors, self.pad_multiple), **extras}
         else:
             self.fast = False
             log.debug("pre-tokenised batches differ from model.preprocess; re-tokenising every batch")
         return reference
 
 
+TextBatcher = _Batcher  # the public name (the training input pipeline uses it)
+
+
 def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prompt: str = "",
                  max_length: int | None = None, show_progress: bool = False,
-                 normalize: bool = False) -> np.ndarray:
+                 normalize: bool = False, precision: str | None = "auto",
+                 devices: Sequence[str] | None = None) -> np.ndarray:
     """Embed ``texts`` with a SentenceTransformer; float32 ``[len(texts), dim]`` in input order.
 
     ``prompt`` is prepended to every text (and handed to the model so prompt-aware pooling works);
     ``max_length`` caps tokens per text (default: the model's ``max_seq_length``); ``normalize``
     L2-normalises the rows. The model's ``truncate_dim`` (Matryoshka) is honoured. Texts are taken
-    in chunks of ``_SORT_CHUNK``, each sorted by token length, which bounds the memory held by token ids.
+    in chunks of ``_SORT_CHUNK``, each sorted by token length, which bounds the memory held by token ids;
+    the next chunk is tokenised on a background thread while the current one is encoded.
+    ``precision``: ``auto`` (fp16/bf16 on a GPU, fp32 on CPU) | ``fp32`` | ``fp16`` | ``bf16`` | ``int8``
+    (CPU dynamic quantisation), see :mod:`drmix.retrieval.accel`. ``devices``: encode shards on these
+    devices in parallel (default: every visible GPU when the model is on a GPU and there are at least
+    ``SHARD_MIN_TEXTS`` texts).
     """
+    import copy
+    from concurrent.futures import ThreadPoolExecutor
+
     import torch
     from tqdm.auto import tqdm
+
+    from drmix.retrieval.accel import SHARD_MIN_TEXTS, encode_sharded, inference_setup, model_device, visible_gpus
 
     if batch_size < 1:
         raise ConfigError(f"batch size must be at least 1, got {batch_size}.", fix="pass --batch-size 1 or more.")
     texts = list(texts)
     n = len(texts)
+    if devices is None and model_device(model).type == "cuda" and n >= SHARD_MIN_TEXTS and len(visible_gpus()) > 1:
+        devices = visible_gpus()
+    if devices is not None and len(devices) > 1:
+        return encode_sharded(model, texts, devices, lambda m, part: encode_texts(
+            m, part, batch_size=batch_size, prompt=prompt, max_length=max_length, normalize=normalize,
+            precision=precision, devices=[str(model_device(m))]))
+    owner = model
+    model, autocast = inference_setup(model, precision)
     batcher = _Batcher(model, prompt, max_length)
+    # a private tokenizer for the prefetch thread (a fast tokenizer must not be shared between threads)
+    ahead = (_Batcher(model, prompt, max_length, tokenizer=copy.deepcopy(batcher.tokenizer))
+             if batcher.tokenizer is not None and n > _SORT_CHUNK else None)
     truncate_dim = getattr(model, "truncate_dim", None)
     device = getattr(model, "device", None)
+    pin = device is not None and torch.device(device).type == "cuda"
     out: np.ndarray | None = None
-    was_training = bool(getattr(model, "training", False))
+    was_training = bool(getattr(owner, "training", False))
     model.eval()
     bar = tqdm(total=-(-n // batch_size), desc="encoding", unit="batch", disable=not show_progress)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drmix-tokenize") if ahead is not None else None
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast():
+            pending = None
             for chunk_start in range(0, n, _SORT_CHUNK):
                 chunk = texts[chunk_start:chunk_start + _SORT_CHUNK]
-                ids = batcher.tokenize(chunk)
+                ids = pending.result() if pending is not None else batcher.tokenize(chunk)
+                nxt = texts[chunk_start + _SORT_CHUNK:chunk_start + 2 * _SORT_CHUNK]
+                pending = pool.submit(ahead.tokenize, nxt) if pool is not None and nxt and batcher.fast is not False else None
                 lengths = (np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(chunk)) if ids is not None
                            else _token_lengths(model, chunk, prompt, max_length))
                 order = length_order(lengths)
+                embs = []
                 for start in range(0, len(chunk), batch_size):
                     idx = order[start:start + batch_size]
                     # the shortcut is checked on the longest and the shortest batch of the first chunk
                     verify = chunk_start == 0 and start + batch_size >= len(chunk)
                     features = batcher.features([chunk[i] for i in idx],
                                                 [ids[i] for i in idx] if ids is not None else None, verify=verify)
+                    if pin:
+                        features = {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in features.items()}
                     if device is not None:
                         features = _to_device(features, device)
                     emb = model(features)["sentence_embedding"]
                     if truncate_dim:
                         emb = emb[:, :truncate_dim]
                     if normalize:
-                        emb = torch.nn.functional.normalize(emb, p=2, dim=1)
-                    emb_np = emb.float().cpu().numpy()
-                    if out is None:
-                        out = np.empty((n, emb_np.shape[1]), dtype=np.float32)
-                    out[idx + chunk_start] = emb_np
+                        emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
+                    embs.append(emb.float())
                     bar.update(1)
+                # one device-to-host copy per chunk (no sync per batch)
+                emb_np = torch.cat(embs).cpu().numpy()
+                if out is None:
+                    out = np.empty((n, emb_np.shape[1]), dtype=np.float32)
+                out[order + chunk_start] = emb_np
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         bar.close()
-        model.train(was_training)
+        owner.train(was_training)
     if out is None:
         return np.zeros((0, _embedding_dim(model)), dtype=np.float32)
     return out
@@ -301,10 +355,14 @@ class DocStore:
 # ----------------------------------------------------------------------------------------------- index
 
 def _build_faiss(embeddings: np.ndarray, opts: IndexOptions) -> tuple[Any, dict[str, Any]]:
-    """Build and fill the FAISS index; returns it and the parameters actually used."""
-    import faiss
+    """Build and fill the index; returns it and the parameters actually used."""
+    from drmix.retrieval.exact import TorchFlatIndex
 
     n, dim = embeddings.shape
+    if opts.kind == "flat":
+        return TorchFlatIndex(embeddings), {}
+    import faiss
+
     if opts.kind == "hnsw":
         index = faiss.IndexHNSWFlat(dim, opts.M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = opts.ef_construction
@@ -318,9 +376,7 @@ def _build_faiss(embeddings: np.ndarray, opts: IndexOptions) -> tuple[Any, dict[
         if nlist < 2:
             log.warning("IVF needs at least 78 vectors (39 per cluster, 2 clusters); got %d, so an exact flat "
                         "index is built instead", n)
-            index = faiss.IndexFlatIP(dim)
-            index.add(embeddings)
-            return index, {"fallback": f"ivf needs >= 78 vectors, got {n}"}
+            return TorchFlatIndex(embeddings), {"fallback": f"ivf needs >= 78 vectors, got {n}"}
         if nlist < wanted:
             log.warning("IVF nlist lowered from %d to %d: %d vectors allow at most n/39 clusters", wanted, nlist, n)
         quantizer = faiss.IndexFlatIP(dim)
@@ -330,12 +386,14 @@ def _build_faiss(embeddings: np.ndarray, opts: IndexOptions) -> tuple[Any, dict[
         index.add(embeddings)
         index.nprobe = min(opts.nprobe, nlist)
         return index, {"nlist": nlist, "nprobe": index.nprobe}
-    index = faiss.IndexFlatIP(dim)
-    index.add(embeddings)
-    return index, {}
+    raise ConfigError(f"unknown index kind {opts.kind!r}.", fix="use flat, hnsw or ivf.")
 
 
 def _kind_of(faiss_index: Any) -> str:
+    from drmix.retrieval.exact import TorchFlatIndex
+
+    if isinstance(faiss_index, TorchFlatIndex):
+        return "flat"
     import faiss
 
     if isinstance(faiss_index, faiss.IndexHNSW):
@@ -447,13 +505,18 @@ class DenseIndex:
 
     # -- persistence
     def save(self, directory: str | Path) -> None:
-        """Write ``index.faiss``, ``ids.json``, ``meta.json`` (+ texts when held) atomically to ``directory``."""
-        import faiss
+        """Write the index, ``ids.json``, ``meta.json`` (+ texts when held) atomically to ``directory``."""
+        from drmix.retrieval.exact import TorchFlatIndex
 
         meta = {**self.metadata, "format_version": FORMAT_VERSION, "kind": self.kind, "dim": self.dim,
                 "count": len(self), "has_texts": self.has_texts}
         with atomic_dir(directory) as tmp:
-            faiss.write_index(self.index, str(tmp / INDEX_FILE))
+            if isinstance(self.index, TorchFlatIndex):
+                np.save(tmp / VECTORS_FILE, self.index.vectors, allow_pickle=False)
+            else:
+                import faiss
+
+                faiss.write_index(self.index, str(tmp / INDEX_FILE))
             (tmp / IDS_FILE).write_text(json.dumps(self.ids, ensure_ascii=False), encoding="utf-8")
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             if self._corpus is not None:
@@ -465,23 +528,20 @@ class DenseIndex:
     @classmethod
     def load(cls, directory: str | Path) -> DenseIndex:
         """Load an index saved by :meth:`save`; :class:`IndexLoadError` when missing or inconsistent."""
-        import faiss
-
         directory = Path(directory).expanduser()
         rebuild = "rebuild it with drmix index --corpus ... --output DIR."
         if not directory.is_dir():
             raise IndexLoadError("index directory not found.", path=directory,
                                  fix="pass the --output of drmix index, or " + rebuild)
-        for name in (INDEX_FILE, IDS_FILE, META_FILE):
+        for name in (IDS_FILE, META_FILE):
             if not (directory / name).is_file():
                 raise IndexLoadError(f"index directory has no {name}.", path=directory, fix=rebuild)
+        if not (directory / VECTORS_FILE).is_file() and not (directory / INDEX_FILE).is_file():
+            raise IndexLoadError(f"index directory has no {VECTORS_FILE} or {INDEX_FILE}.", path=directory,
+                                 fix=rebuild)
         meta = _read_json(directory / META_FILE, dict, rebuild)
         ids = _read_json(directory / IDS_FILE, list, rebuild)
-        try:
-            faiss_index = faiss.read_index(str(directory / INDEX_FILE))
-        except RuntimeError as e:
-            raise IndexLoadError(f"cannot read the FAISS index ({str(e).splitlines()[0][:160]}).",
-                                 path=directory / INDEX_FILE, fix=rebuild) from None
+        faiss_index = _read_index(directory, rebuild)
         if faiss_index.ntotal != len(ids) or meta.get("count", len(ids)) != len(ids):
             raise IndexLoadError(f"index holds {faiss_index.ntotal} vectors but ids.json lists {len(ids)} ids "
                                  f"(meta.json says {meta.get('count')}).", path=directory, fix=rebuild)
@@ -490,6 +550,32 @@ class DenseIndex:
                                  path=directory, fix=rebuild)
         store = DocStore.open(directory, len(ids))
         return cls(faiss_index, [str(i) for i in ids], metadata=meta, store=store)
+
+
+def _read_index(directory: Path, rebuild: str) -> Any:
+    """The saved index: flat vectors for torch search, or a FAISS index (flat FAISS files become torch)."""
+    from drmix.retrieval.exact import TorchFlatIndex
+
+    if (directory / VECTORS_FILE).is_file():
+        try:
+            vectors = np.load(directory / VECTORS_FILE, allow_pickle=False)
+        except (ValueError, OSError) as e:
+            raise IndexLoadError(f"cannot read {VECTORS_FILE} ({e}).", path=directory / VECTORS_FILE,
+                                 fix=rebuild) from None
+        if vectors.ndim != 2:
+            raise IndexLoadError(f"{VECTORS_FILE} holds an array of shape {vectors.shape}, not [n, dim].",
+                                 path=directory / VECTORS_FILE, fix=rebuild)
+        return TorchFlatIndex(vectors)
+    import faiss
+
+    try:
+        index = faiss.read_index(str(directory / INDEX_FILE))
+    except RuntimeError as e:
+        raise IndexLoadError(f"cannot read the FAISS index ({str(e).splitlines()[0][:160]}).",
+                             path=directory / INDEX_FILE, fix=rebuild) from None
+    if isinstance(index, faiss.IndexFlat):  # format 1 flat index: search it with torch
+        return TorchFlatIndex(index.reconstruct_n(0, index.ntotal))
+    return index
 
 
 def _counts(items: Sequence[str]) -> dict[str, int]:
@@ -521,7 +607,8 @@ def model_name(model: Any) -> str:
 
 def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: str = "flat", batch_size: int = 64,
                  max_length: int | None = None, show_progress: bool = True, store_texts: bool = True,
-                 metadata: dict[str, Any] | None = None, **params: Any) -> DenseIndex:
+                 metadata: dict[str, Any] | None = None, precision: str | None = "auto",
+                 **params: Any) -> DenseIndex:
     """Encode every document (``title + " " + text`` with the model's document prompt) into an index.
 
     ``metadata`` is merged into ``meta.json`` (drmix index records the model and corpus paths there);
@@ -536,8 +623,8 @@ def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: s
     normalize = model_normalizes(model)
     prompt = document_prompt(model)
     emb = encode_texts(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size, prompt=prompt,
-                       max_length=max_length, show_progress=show_progress, normalize=normalize)
-    meta = {"model": model_name(model), "normalized": normalize, "document_prompt": prompt,
+                       max_length=max_length, show_progress=show_progress, normalize=normalize, precision=precision)
+    meta = {"model": model_name(model), "normalized": normalize, "document_prompt": prompt, "precision": precision,
             "max_length": max_length or getattr(model, "max_seq_length", None)}
     meta.update(metadata or {})
     return DenseIndex.build(emb, ids, kind=kind, metadata=meta, corpus=corpus if store_texts else None, **params)
@@ -545,10 +632,10 @@ def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: s
 
 def search_queries(model: Any, index: DenseIndex, queries: Mapping[str, str], k: int = 100, *,
                    batch_size: int = 64, prompt: str | None = None, max_length: int | None = None,
-                   show_progress: bool = False) -> dict[str, dict[str, float]]:
+                   show_progress: bool = False, precision: str | None = "auto") -> dict[str, dict[str, float]]:
     """Retrieve the top ``k`` documents per query: a run ``{query_id: {doc_id: score}}``.
 
-    ``prompt=None`` uses the model's own query prompt.
+    ``prompt=None`` uses the model's own query prompt; ``precision`` as in :func:`encode_texts`.
     """
     from drmix.model.encoder import query_prompt
 
@@ -557,7 +644,8 @@ def search_queries(model: Any, index: DenseIndex, queries: Mapping[str, str], k:
         return {}
     prompt = query_prompt(model) if prompt is None else prompt
     emb = encode_texts(model, [queries[q] for q in qids], batch_size=batch_size, prompt=prompt,
-                       max_length=max_length, show_progress=show_progress, normalize=model_normalizes(model))
+                       max_length=max_length, show_progress=show_progress, normalize=model_normalizes(model),
+                       precision=precision)
     scores, ids = index.search(emb, k)
     return {qid: {d: float(s) for d, s in zip(row_ids, row_scores)}
             for qid, row_ids, row_scores in zip(qids, ids, scores)}

@@ -31,7 +31,7 @@ from drmix.config import TrainConfig
 from drmix.data.collections import Collection, load_beir_collection, load_collections
 from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.errors import ConfigError
-from drmix.io import atomic_dir, atomic_write_json, atomic_write_text, dumps_json
+from drmix.io import atomic_write_json, atomic_write_text, dumps_json
 from drmix.mixture.base import Batch, StepContext, Strategy
 from drmix.model.encoder import document_prompt, load_encoder, query_prompt
 from drmix.model.losses import contrastive_losses
@@ -40,6 +40,10 @@ from drmix.train.guard import NonFiniteGuard
 from drmix.train.lock import clean_stale_temporaries, run_lock
 from drmix.train.preflight import check_device, check_model_fit, warn_small_collections
 from drmix.train.resume_check import check_resume
+from drmix.train.gradcache import GradCache
+from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
+from drmix.train.lora import apply_lora, save_model
+from drmix.train.precision import Precision
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +135,9 @@ class Trainer:
         check_device(config.device)
         # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
-        self.accelerator = Accelerator(mixed_precision=config.mixed_precision, cpu=(config.device == "cpu"),
-                                       kwargs_handlers=[ddp])
+        # precision is per trainer (train/precision.py), not accelerate's process-wide mixed_precision
+        self.accelerator = Accelerator(mixed_precision="no", cpu=(config.device == "cpu"), kwargs_handlers=[ddp])
+        self.precision = Precision(config.mixed_precision, self.accelerator.device)
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
         self.is_main = self.accelerator.is_main_process
@@ -149,6 +154,9 @@ class Trainer:
         self.model = model if model is not None else load_encoder(
             config.model, device=str(self.accelerator.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.accelerator.device)
+        if config.lora_r:
+            apply_lora(self.model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+                       targets=config.lora_targets)
         check_model_fit(config, self.model)
         warn_small_collections(self.names, self.sizes, config.batch_size, config.batching)
         self.q_prompt = query_prompt(self.model)
@@ -163,6 +171,10 @@ class Trainer:
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
         self.builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed)
+        self._featurizers: dict[int, Featurizer] = {}
+        self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs, prefetch=config.input_prefetch,
+                                    workers=config.input_workers,
+                                    threadable=lambda: self._featurizer(self.model).threadable)
         # separate streams for strategies that draw extra batches (look-ahead, dev measurement)
         self.aux_sampler = MixtureSampler(self.sizes, 1, seed=config.seed + 1)
         self.aux_builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed + 1)
@@ -185,6 +197,9 @@ class Trainer:
                                        num_warmup_steps=math.ceil(config.warmup_ratio * config.max_steps),
                                        num_training_steps=config.max_steps)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
+        self.grad_cache = (GradCache(self.wrapped, config.grad_cache_chunk, backward=self._backward,
+                                     no_sync=lambda: self.accelerator.no_sync(self.wrapped))
+                           if config.grad_cache_chunk else None)
         self.metrics = JsonlLog(self.out / "metrics.jsonl", self.is_main)
         self.trajectory = JsonlLog(self.out / "weights.jsonl", self.is_main)
         self.evaluator = None
@@ -199,26 +214,35 @@ class Trainer:
                                     world_size=self.world)
 
     # -- encoding and losses -------------------------------------------------------------------------
-    def _features(self, model, texts: list[str], max_length: int) -> dict:
-        old = model.max_seq_length
-        model.max_seq_length = max_length
-        try:
-            feats = model.preprocess(texts)
-        finally:
-            model.max_seq_length = old
-        dev = self.accelerator.device
-        return {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in feats.items()}
+    def _featurizer(self, model) -> Featurizer:
+        if id(model) not in self._featurizers:
+            cuda = pin_memory_available(self.accelerator.device)  # pad to 8 for tensor cores; on CPU it only costs
+            self._featurizers[id(model)] = Featurizer(model, pin=cuda, pad_multiple=8 if cuda else 1)
+        return self._featurizers[id(model)]
 
-    def _batch_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
+    def _host_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
+        """Tokenised (padded, pinned on CUDA) CPU tensors of a batch: queries, documents, negative mask."""
         cfg = self.config
         negs = [n[:num_neg] for n in batch.negatives]
         mask = torch.zeros(len(batch), num_neg, dtype=torch.bool)
         for i, n in enumerate(negs):
             mask[i, :len(n)] = True
         docs = [self.d_prompt + d for d in batch.positives] + [self.d_prompt + d for n in negs for d in n]
-        q = self._features(model, [self.q_prompt + t for t in batch.queries], cfg.query_max_length)
-        d = self._features(model, docs, cfg.doc_max_length)
-        return q, d, mask.to(self.accelerator.device)
+        featurize = self._featurizer(model)
+        q = featurize([self.q_prompt + t for t in batch.queries], cfg.query_max_length)
+        d = featurize(docs, cfg.doc_max_length)
+        return q, d, mask
+
+    def _batch_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
+        q, d, mask = self._host_inputs(model, batch, num_neg)
+        dev = self.accelerator.device
+        return to_device(q, dev), to_device(d, dev), mask.to(dev)
+
+    def _prepare_inputs(self, batch: Batch) -> tuple[Batch, dict, dict, torch.Tensor]:
+        """This process's slice of a global batch and its host tensors (runs on an input thread)."""
+        b = self.config.batch_size // self.world
+        local = batch.slice(self.rank * b, (self.rank + 1) * b)
+        return (local, *self._host_inputs(self.model, local, self._num_negatives(batch)))
 
     def _losses_from_embeddings(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *,
                                 gather: bool) -> torch.Tensor:
@@ -233,6 +257,25 @@ class Trainer:
                                   temperature=cfg.temperature, in_batch=cfg.in_batch_negatives,
                                   gather=gather and cfg.cross_device_negatives,
                                   matryoshka_dims=cfg.matryoshka_dims)
+
+    def _forward_backward(self, q: dict, d: dict, mask: torch.Tensor, local: Batch,
+                          ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encode, per-example losses, the strategy's scalar, backward (whole batch, or GradCache chunks)."""
+        kept: dict[str, torch.Tensor] = {}
+
+        def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+            kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
+            return self.strategy.loss(kept["losses"], local, ctx)
+
+        if self.grad_cache is not None:
+            loss = self.grad_cache.step((q, d), objective)
+        else:
+            loss = objective(*self.wrapped(q, d))
+            self._backward(loss)
+        return loss, kept["losses"]
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        self.precision.backward(loss / self.config.gradient_accumulation_steps)
 
     def _num_negatives(self, batch: Batch) -> int:
         """Hard negatives per example for this global batch (same on every process)."""
@@ -276,12 +319,12 @@ class Trainer:
 
     # -- state ------------------------------------------------------------------------------------------
     def _trainer_state(self) -> dict[str, Any]:
-        return {"sampler": self.sampler.state_dict(), "builder": self.builder.state_dict(),
+        return {**self.inputs.state_dict(),
                 "aux_sampler": self.aux_sampler.state_dict(), "aux_builder": self.aux_builder.state_dict(),
                 "dev_sampler": self.dev_sampler.state_dict() if self.dev_sampler else None,
                 "dev_builder": self.dev_builder.state_dict(), "collections": self.names, "sizes": self.sizes,
                 "lookahead_seconds": self.lookahead_seconds, "nonfinite": self.guard.state_dict(),
-                "config": self.config.model_dump(mode="json")}
+                "precision": self.precision.state_dict(), "config": self.config.model_dump(mode="json")}
 
     def _restore(self, path: Path) -> None:
         state, strategy_state = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
@@ -290,8 +333,7 @@ class Trainer:
             raise ConfigError(f"the checkpoint was trained on collections {state.get('collections')}, "
                               f"the data now gives {self.names}.", path=path,
                               fix="resume with the same data, or start a new --output-dir.")
-        self.sampler.load_state_dict(state["sampler"])
-        self.builder.load_state_dict(state["builder"])
+        self.inputs.load_state_dict(state)
         self.aux_sampler.load_state_dict(state["aux_sampler"])
         self.aux_builder.load_state_dict(state["aux_builder"])
         if self.dev_sampler and state.get("dev_sampler"):
@@ -299,6 +341,7 @@ class Trainer:
             self.dev_builder.load_state_dict(state["dev_builder"])
         self.lookahead_seconds = state.get("lookahead_seconds", 0.0)
         self.guard.load_state_dict(state.get("nonfinite"))
+        self.precision.load_state_dict(state.get("precision"))
         self.strategy.load_state_dict(strategy_state)
         self.step = int(state["step"])
         self.metrics.truncate_after(self.step)
@@ -342,7 +385,6 @@ class Trainer:
         if self.step >= cfg.max_steps and (self.out / "model" / "modules.json").exists():
             log.info("run in %s is already complete (%d steps)", self.out, self.step)
             return self._result(None)
-        b = cfg.batch_size // self.world
         ctx = self.context()
         last_loss = None
         from tqdm.auto import tqdm
@@ -353,31 +395,29 @@ class Trainer:
         counts = np.zeros(len(self.names), dtype=np.int64)
         self.wrapped.train()
         while self.step < cfg.max_steps:
-            step_loss, step_raw = 0.0, 0.0
+            step_loss, step_raw = 0.0, 0.0  # device tensors after the first micro-step: read every log_every
             t_step = time.perf_counter()
             for micro in range(cfg.gradient_accumulation_steps):
                 weights = self.strategy.sampling_weights()
-                batch = self.builder.build(self.sampler.next_indices(weights))
+                batch, (local, q, d, mask) = self.inputs.next(weights)
                 counts += np.bincount(batch.collection_ids, minlength=len(self.names))
-                local = batch.slice(self.rank * b, (self.rank + 1) * b)
                 last = micro == cfg.gradient_accumulation_steps - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.wrapped)
-                with sync, self.accelerator.autocast():
-                    q, d, mask = self._batch_inputs(self.model, local, self._num_negatives(batch))
-                    qe, de = self.wrapped(q, d)
-                    losses = self._losses_from_embeddings(qe, de, mask, gather=True)
+                with sync, self.precision.autocast():
+                    dev = self.accelerator.device
+                    q, d, mask = to_device(q, dev), to_device(d, dev), mask.to(dev)
                     ctx.step = self.step
-                    loss = self.strategy.loss(losses, local, ctx)
+                    loss, losses = self._forward_backward(q, d, mask, local, ctx)
                     self.guard.observe_loss(loss)
-                    self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
-                step_loss += loss.detach().float().item() / cfg.gradient_accumulation_steps
-                step_raw += losses.detach().float().mean().item() / cfg.gradient_accumulation_steps
+                step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
+                step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
+            self.precision.unscale_(self.optimizer)
             grad_norm = None
             if cfg.max_grad_norm > 0:
                 grad_norm = self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.max_grad_norm)
             lr = self.scheduler.get_last_lr()[0]
-            if self.guard.before_step(self.optimizer, grad_norm, scaler=self.accelerator.scaler):  # non-finite: skip
-                self.optimizer.step()
+            if self.guard.before_step(self.optimizer, grad_norm, scaler=self.precision.scaler):  # non-finite: skip
+                self.precision.step(self.optimizer)
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
@@ -390,9 +430,10 @@ class Trainer:
             record = self.strategy.trajectory_record(self.step)
             if record is not None:
                 self.trajectory.append({"step": self.step, **record})
-            last_loss = self._mean_across(step_loss)
-            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
-                self.metrics.append({"step": self.step, "loss": last_loss, "raw_loss": self._mean_across(step_raw),
+            logging_step = self.step % cfg.log_every == 0 or self.step == cfg.max_steps
+            if logging_step:  # the only host syncs of the loop: losses are read every log_every steps
+                last_loss = self._mean_across(float(step_loss))
+                self.metrics.append({"step": self.step, "loss": last_loss, "raw_loss": self._mean_across(float(step_raw)),
                                      "lr": lr, "samples_per_s": window_n / max(window_seconds, 1e-9),
                                      "train_seconds": window_seconds, "strategy_seconds": self.lookahead_seconds,
                                      "collection_counts": dict(zip(self.names, counts.tolist())),
@@ -405,9 +446,11 @@ class Trainer:
                 cb(ctx)
             if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
                 self._save()
-            bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
+            if logging_step:
+                bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
             bar.update(1)
         bar.close()
+        self.inputs.close()
         if self.evaluator is not None and (not cfg.eval_every or cfg.max_steps % cfg.eval_every):
             self._evaluate()
         return self._finish(last_loss)
@@ -427,8 +470,7 @@ class Trainer:
 
     def _finish(self, last_loss: float | None) -> TrainResult:
         if self.is_main:
-            with atomic_dir(self.out / "model") as tmp:
-                self.model.save(str(tmp))
+            save_model(self.model, self.out)  # model/ (LoRA merged) and, with LoRA, adapter/
             atomic_write_json(self.out / "weights.json", self.strategy.final_weights())
             self._plot_weights()
         self.accelerator.wait_for_everyone()

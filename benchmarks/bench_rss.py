@@ -1,0 +1,150 @@
+"""Memory while training on a large collection: resident set size (RSS) at 10k, 1M and 10M rows.
+
+A synthetic collection (query, one positive, one hard negative; short texts) is written as a saved
+Hugging Face dataset (Arrow) in a temporary directory, cheaply (pyarrow, no JSON parsing). Each size
+is written and trained in fresh processes (a tiny random BERT, so the model's memory is small and constant;
+batch 32, the default input pipeline) and RSS is read with psutil after the trainer is built and
+after the steps, with the peak (``ru_maxrss``). Collections are memory-mapped, so RSS should stay
+nearly flat in the number of rows; what grows is the sampler's per-epoch permutation (8 bytes/row).
+
+    python benchmarks/bench_rss.py --sizes 10000 1000000 10000000 --steps 30
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def write_collection(path: Path, rows: int, chunk: int = 1_000_000) -> None:
+    """A saved dataset of ``rows`` synthetic examples: 1M-row Arrow parts saved one at a time, then joined
+    (memory-mapped) and saved once, so writing 10M rows needs about one part's memory."""
+    import shutil
+
+    import datasets
+    import numpy as np
+    import pyarrow as pa
+
+    def texts(prefix: str, ids: np.ndarray) -> pa.Array:
+        return pa.array([f"{prefix} {i} alpha beta gamma {i % 97} delta" for i in ids.tolist()], pa.string())
+
+    def one_list(values: pa.Array) -> pa.Array:
+        return pa.ListArray.from_arrays(pa.array(np.arange(len(values) + 1, dtype=np.int32)), values)
+
+    parts = []
+    for k, start in enumerate(range(0, rows, chunk)):
+        ids = np.arange(start, min(rows, start + chunk))
+        part = path.parent / f"{path.name}.part{k}"
+        datasets.Dataset(pa.table({"query": texts("query", ids), "positives": one_list(texts("passage", ids)),
+                                   "negatives": one_list(texts("other", ids[::-1]))})).save_to_disk(str(part))
+        parts.append(part)
+    joined = datasets.concatenate_datasets([datasets.load_from_disk(str(p)) for p in parts])
+    joined.save_to_disk(str(path), num_shards=max(1, rows // 2_000_000))
+    for p in parts:
+        shutil.rmtree(p)
+
+
+def build_tiny_model(folder: Path) -> Path:
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from drmix.model.encoder import default_model_path
+
+    hf = folder / "hf"
+    tok = AutoTokenizer.from_pretrained(default_model_path())
+    tok.save_pretrained(hf)
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(hf)
+    model = SentenceTransformer(modules=[Transformer(str(hf), max_seq_length=64), Pooling(32, "mean"), Normalize()],
+                                device="cpu")
+    model.save(str(folder / "st"))
+    return folder / "st"
+
+
+def measure(data: Path, model: Path, out: Path, steps: int) -> dict:
+    """Runs in a child process: build a trainer, train, report RSS."""
+    import psutil
+
+    from drmix.config import TrainConfig
+    from drmix.train.trainer import Trainer
+
+    proc = psutil.Process()
+    base = proc.memory_info().rss
+    cfg = TrainConfig(model=str(model), data=[str(data)], output_dir=str(out), max_steps=steps, batch_size=32,
+                      num_negatives=1, query_max_length=32, doc_max_length=32, save_every=10**6, log_every=10,
+                      show_progress=False, device="cpu", seed=0)
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg)
+    built = proc.memory_info().rss
+    trainer.train()
+    done = proc.memory_info().rss
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"rows": len(trainer.collections[0]), "rss_imports_mb": base / 2**20, "rss_built_mb": built / 2**20,
+            "rss_trained_mb": done / 2**20, "peak_mb": peak / 2**20, "seconds": time.perf_counter() - t0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 1_000_000, 10_000_000])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--child", nargs=3, metavar=("DATA", "MODEL", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--write", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    import logging
+
+    logging.disable(logging.WARNING)
+    if args.write:
+        write_collection(Path(args.write[1]), int(args.write[0]))
+        return
+    if args.child:
+        print(json.dumps(measure(Path(args.child[0]), Path(args.child[1]), Path(args.child[2]), args.steps)))
+        return
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        # the model and the data are made in their own processes: a child's peak RSS (ru_maxrss) starts
+        # from its parent's at fork, so this orchestrating process must stay small
+        subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import bench_rss; "
+                        "bench_rss.build_tiny_model(__import__('pathlib').Path(sys.argv[2]))",
+                        str(Path(__file__).parent), str(tmp / "model")], check=True, capture_output=True)
+        model = tmp / "model" / "st"
+        for n in args.sizes:
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "--write", str(n), str(tmp / f"c{n}")], check=True,
+                           capture_output=True)
+            made = time.perf_counter() - t0
+            child = subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--child",
+                                    str(tmp / f"c{n}"), str(model), str(tmp / f"run{n}")],
+                                   capture_output=True, text=True, check=True)
+            r = json.loads(child.stdout.strip().splitlines()[-1])
+            r["write_seconds"] = made
+            results.append(r)
+            print(json.dumps(r), flush=True)
+            import shutil
+
+            shutil.rmtree(tmp / f"c{n}", ignore_errors=True)
+    print("\n| rows | RSS after imports (MB) | RSS, trainer built (MB) | RSS after training (MB) | peak (MB) |")
+    print("|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['rows']:,} | {r['rss_imports_mb']:.0f} | {r['rss_built_mb']:.0f} | {r['rss_trained_mb']:.0f} "
+              f"| {r['peak_mb']:.0f} |")
+    if len(results) > 1:
+        print(f"\ngrowth from {results[0]['rows']:,} to {results[-1]['rows']:,} rows: "
+              f"{results[-1]['rss_trained_mb'] - results[0]['rss_trained_mb']:+.0f} MB after training, "
+              f"{results[-1]['peak_mb'] - results[0]['peak_mb']:+.0f} MB peak")
+
+
+if __name__ == "__main__":
+    main()

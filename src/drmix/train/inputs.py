@@ -1,0 +1,243 @@
+"""The training input pipeline: batches drawn, tokenised to tensors and pinned off the critical path.
+
+Building a step's inputs (drawing rows, fetching their texts from Arrow, tokenising, padding, copying
+to the GPU) used to run on the training thread between two steps while the GPU waited. Here:
+
+* :class:`Featurizer` tokenises texts straight to padded int64 tensors in one pass, with the
+  single-pass tokenisation of :class:`drmix.retrieval.index.TextBatcher` (one fast-tokenizer call, a
+  vectorised scatter into a numpy array; never transformers' per-element ``convert_to_tensors``).
+  On CUDA widths are padded to a multiple of 8 (tensor cores; masked columns leave embeddings
+  unchanged); on CPU the extra columns would only cost time, so the trainer pads to the longest text.
+  The first batch is checked against ``model.preprocess`` (and everything falls back to it when the
+  two differ), so every SentenceTransformer module still sees what it would see from ``encode``.
+  Tensors are pinned when the target device is CUDA, so the copy can be asynchronous.
+* :class:`InputPipeline` draws the next ``prefetch`` batches ahead and prepares them on background
+  threads (``workers``; a fast tokenizer releases the GIL while it encodes, so a thread overlaps
+  with the step's Python and the GPU's work). Threads rather than DataLoader worker processes: the
+  collections are memory-mapped Arrow tables and the model's tokenizer is already loaded here, so a
+  thread needs no pickling, no second copy and no start-up, and the draws stay in one process where
+  the sampler's state lives.
+
+Exactness. Drawing depends on the strategy's sampling weights, which may change after any step, so
+a batch drawn ahead is *speculative*: it is drawn (on the training thread; cheap index arithmetic)
+with the latest weights, from a recorded sampler/builder state. When it is consumed with weights
+``w``: if ``w`` equals the weights it was drawn with, it is used; otherwise the draw is replayed from
+the recorded state with ``w`` (index arithmetic only) and the batch is used only if the rows and the
+sampler's state after it are identical, else every pending batch is dropped and the draw is redone
+from the recorded state. So the pipeline yields exactly the batches of the synchronous loop, and its
+:meth:`InputPipeline.state_dict` is the state *before the first unconsumed batch*, so a resumed run
+draws exactly what the uninterrupted one would have.
+
+Hand-written: the prefetch with speculation and rollback is specific to a sampler whose weights a
+strategy moves during training; torch's DataLoader cannot redraw a batch it has already produced.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from drmix.data.sampling import BatchBuilder, MixtureSampler
+from drmix.mixture.base import Batch
+
+PAD_MULTIPLE = 8
+
+
+def pin_memory_available(device: torch.device | str) -> bool:
+    """Pinned host memory helps (and is allowed) only for copies to a CUDA device."""
+    return torch.device(device).type == "cuda" and torch.cuda.is_available()
+
+
+def to_device(features: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
+    """Move tensors to ``device``; asynchronous when they are pinned (overlaps with queued GPU work)."""
+    return {k: (v.to(device, non_blocking=v.is_pinned()) if isinstance(v, torch.Tensor) else v)
+            for k, v in features.items()}
+
+
+class Featurizer:
+    """Texts -> padded CPU tensors for one SentenceTransformer, safe to call from several threads.
+
+    Each thread gets its own copy of the tokenizer (a fast tokenizer's truncation setting is shared
+    mutable state). Call :meth:`verify` once on the main thread before using it from threads.
+    """
+
+    def __init__(self, model: Any, *, pin: bool = False, pad_multiple: int = PAD_MULTIPLE) -> None:
+        self.model = model
+        self.pin = pin
+        self.pad_multiple = pad_multiple
+        self._local = threading.local()
+        self._fast: dict[int, bool] = {}  # max_length -> shortcut verified equal to model.preprocess
+        self._extras: dict[int, dict[str, Any]] = {}
+
+    def _batcher(self, max_length: int, *, main: bool = False):
+        from drmix.retrieval.index import TextBatcher
+
+        cache = self._local.__dict__.setdefault("batchers", {})
+        key = (max_length, main)
+        if key not in cache:
+            tok = getattr(self.model, "tokenizer", None)
+            if not main and tok is not None:
+                tok = copy.deepcopy(tok)
+            b = TextBatcher(self.model, "", max_length, pad_multiple=self.pad_multiple, tokenizer=tok)
+            if max_length in self._fast:
+                b.fast = self._fast[max_length]
+                b.extras = self._extras[max_length]
+            cache[key] = b
+        return cache[key]
+
+    @property
+    def threadable(self) -> bool:
+        """True once every verified length uses the shortcut (``model.preprocess`` stays on the main thread)."""
+        return bool(self._fast) and all(self._fast.values())
+
+    def verify(self, texts: list[str], max_length: int) -> dict[str, Any]:
+        """Features of ``texts`` built on the calling thread, checking the shortcut for ``max_length``."""
+        b = self._batcher(max_length, main=True)
+        feats = b.features(texts, b.tokenize(texts), verify=True)
+        self._fast[max_length] = bool(b.fast)
+        self._extras[max_length] = b.extras
+        return self._finish(feats)
+
+    def __call__(self, texts: list[str], max_length: int) -> dict[str, Any]:
+        if max_length not in self._fast:
+            return self.verify(texts, max_length)
+        b = self._batcher(max_length, main=not self._fast[max_length])
+        return self._finish(b.features(texts, b.tokenize(texts)))
+
+    def _finish(self, feats: dict[str, Any]) -> dict[str, Any]:
+        if not self.pin:
+            return feats
+        return {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in feats.items()}
+
+
+@dataclass
+class _Pending:
+    weights: np.ndarray
+    sampler_state: dict
+    builder_state: dict
+    pairs: list[tuple[int, int]]
+    batch: Batch
+    result: Future
+
+
+def _set_sampler_state(sampler: MixtureSampler, state: dict) -> None:
+    """Restore a sampler without dropping its permutation cache (keyed by epoch, so it stays valid)."""
+    sampler.rng.bit_generator.state = state["rng"]
+    sampler.cursors = list(state["cursors"])
+    sampler.epochs = list(state["epochs"])
+
+
+def _replay(sampler: MixtureSampler, state: dict, weights: np.ndarray) -> tuple[list[tuple[int, int]], dict]:
+    """Rows a sampler in ``state`` would draw with ``weights``, and its state afterwards (no side effects)."""
+    clone = MixtureSampler(sampler.sizes, sampler.batch_size, mode=sampler.mode, seed=sampler.seed)
+    clone._perm_cache = dict(sampler._perm_cache)
+    _set_sampler_state(clone, state)
+    pairs = clone.next_indices(weights)
+    return pairs, clone.state_dict()
+
+
+class InputPipeline:
+    """Draws global batches with the strategy's weights and prepares them ahead on background threads.
+
+    ``prepare(batch)`` turns a drawn :class:`Batch` into whatever the step needs (tensors); it runs on a
+    worker thread for batches drawn ahead. ``prefetch=0`` (or ``workers=0``) prepares synchronously.
+    """
+
+    def __init__(self, sampler: MixtureSampler, builder: BatchBuilder, prepare: Callable[[Batch], Any], *,
+                 prefetch: int = 2, workers: int = 1, threadable: Callable[[], bool] = lambda: True) -> None:
+        self.sampler = sampler
+        self.builder = builder
+        self.prepare = prepare
+        self.prefetch = max(0, int(prefetch)) if workers > 0 else 0
+        self.threadable = threadable
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="drmix-inputs") if self.prefetch else None
+        self._pending: deque[_Pending] = deque()
+        self.replays = 0  # speculative batches whose weights changed but whose rows did not
+        self.redraws = 0  # speculative batches dropped because the new weights drew other rows
+
+    # -- drawing ----------------------------------------------------------------------------------
+    def _draw(self, weights: np.ndarray, *, ahead: bool) -> _Pending:
+        s_state, b_state = self.sampler.state_dict(), self.builder.state_dict()
+        pairs = self.sampler.next_indices(weights)
+        batch = self.builder.build(pairs)
+        fut: Future = Future()
+        if ahead:
+            fut = self._pool.submit(self.prepare, batch)
+        else:
+            fut.set_result(self.prepare(batch))
+        return _Pending(np.array(weights, dtype=np.float64, copy=True), s_state, b_state, pairs, batch, fut)
+
+    def _rollback(self, item: _Pending) -> None:
+        for p in self._pending:
+            p.result.cancel()
+        self._pending.clear()
+        _set_sampler_state(self.sampler, item.sampler_state)
+        self.builder.load_state_dict(item.builder_state)
+
+    def _usable(self, item: _Pending, weights: np.ndarray) -> bool:
+        if np.array_equal(item.weights, weights):
+            return True
+        pairs, after = _replay(self.sampler, item.sampler_state, weights)
+        nxt = self._pending[1].sampler_state if len(self._pending) > 1 else self.sampler.state_dict()
+        if pairs != item.pairs:
+            return False
+        if after != nxt:  # same rows, but the sampler's stream moved differently: redraw what follows
+            for p in list(self._pending)[1:]:
+                p.result.cancel()
+            following = list(self._pending)[1:2]
+            builder_next = following[0].builder_state if following else self.builder.state_dict()
+            while len(self._pending) > 1:
+                self._pending.pop()
+            _set_sampler_state(self.sampler, after)
+            self.builder.load_state_dict(builder_next)
+        self.replays += 1
+        return True
+
+    def next(self, weights: np.ndarray) -> tuple[Batch, Any]:
+        """The next global batch drawn with ``weights`` and its prepared inputs."""
+        w = np.asarray(weights, dtype=np.float64)
+        item = None
+        if self._pending:
+            head = self._pending[0]
+            if self._usable(head, w):
+                item = self._pending.popleft()
+            else:
+                self.redraws += 1
+                self._rollback(head)
+        if item is None:
+            item = self._draw(w, ahead=False)
+        if self.prefetch and self.threadable():
+            while len(self._pending) < self.prefetch:
+                self._pending.append(self._draw(w, ahead=True))
+        return item.batch, item.result.result()
+
+    # -- state ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Sampler and builder state before the first batch not yet handed out (exact resume)."""
+        if self._pending:
+            head = self._pending[0]
+            return {"sampler": copy.deepcopy(head.sampler_state), "builder": copy.deepcopy(head.builder_state)}
+        return {"sampler": self.sampler.state_dict(), "builder": self.builder.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for p in self._pending:
+            p.result.cancel()
+        self._pending.clear()
+        self.sampler.load_state_dict(state["sampler"])
+        self.builder.load_state_dict(state["builder"])
+
+    def close(self) -> None:
+        for p in self._pending:
+            p.result.cancel()
+        self._pending.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self.prefetch = 0  # a later next() prepares synchronously

@@ -1,0 +1,101 @@
+"""Mixed precision for training and inference: ``auto`` picks bf16, fp16 (with a loss scaler) or fp32.
+
+``auto`` (the default) resolves per device: bf16 on a GPU that supports it (Ampere and newer:
+``torch.cuda.is_bf16_supported()``), fp16 with a dynamic loss scaler on older GPUs, fp32 on CPU
+(CPU autocast to bf16 is slower than fp32 on most CPUs without AMX). TF32 matmuls are switched on
+for CUDA (fp32 weights and optimiser, tensor-core matmuls; what PyTorch recommends for training).
+
+Precision is handled here rather than by ``accelerate``'s ``mixed_precision``: accelerate keeps it in
+a process-wide singleton (``AcceleratorState``), so a second ``Accelerator`` with another precision in
+the same process fails ("AcceleratorState has already been initialized") and resetting the singleton
+would silently change the first trainer's precision too. Each :class:`Precision` is independent (its
+own ``torch.autocast`` settings and ``GradScaler``), so several trainers with different precision
+live in one process (pipeline stages, notebooks); the trainer's ``Accelerator`` always runs with
+``mixed_precision="no"``.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Literal
+
+import torch
+
+PrecisionName = Literal["auto", "no", "fp32", "fp16", "bf16"]
+
+
+def resolve_precision(requested: str | None, device: torch.device | str) -> str:
+    """``no`` | ``fp16`` | ``bf16`` for ``requested`` (``auto``/``fp32`` included) on ``device``."""
+    requested = (requested or "auto").lower()
+    if requested in ("no", "fp32"):
+        return "no"
+    if requested in ("fp16", "bf16"):
+        return requested
+    if requested != "auto":
+        raise ValueError(f"unknown precision {requested!r}: use auto, fp32 (no), fp16 or bf16")
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "no"
+
+
+def enable_tf32(device: torch.device | str) -> None:
+    """Tensor-core TF32 for fp32 matmuls and convolutions on CUDA (a no-op elsewhere)."""
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class Precision:
+    """Autocast and (for fp16) loss scaling of one training run, independent of any other in the process."""
+
+    def __init__(self, requested: str | None, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.name = resolve_precision(requested, self.device)
+        enable_tf32(self.device)
+        self.dtype = _DTYPES.get(self.name)
+        self.scaler = None
+        if self.name == "fp16":
+            self.scaler = torch.amp.GradScaler(self.device.type)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, scaled under fp16."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward(**kwargs)
+
+    def scale(self, loss: torch.Tensor) -> torch.Tensor:
+        return self.scaler.scale(loss) if self.scaler is not None else loss
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true scale (before clipping)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.step()``; under fp16 skipped when gradients overflowed, and the scale updated."""
+        if self.scaler is None:
+            optimizer.step()
+            return
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "scaler": self.scaler.state_dict() if self.scaler is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if state and self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+
+
+def inference_autocast(precision: str | None, device: torch.device | str) -> contextlib.AbstractContextManager:
+    """Autocast for encoding: ``auto`` is fp16/bf16 on CUDA (as :func:`resolve_precision`), fp32 on CPU."""
+    name = resolve_precision(precision, device)
+    if name == "no":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=_DTYPES[name])
