@@ -45,7 +45,11 @@ def build_command(
                                                               "from SOURCE's name, walmart-amazon -> walmart,amazon)."),
     query_field: str = typer.Option("title", "--query-field", help="Column whose value is the query text."),
     passage_fields: Optional[str] = typer.Option(None, "--passage-fields", help="Comma-separated columns serialised "
-                                                 "into each passage (default: every column except id)."),
+                                                 "into each passage (default: every column except id and the "
+                                                 "query field)."),
+    include_query_field: bool = typer.Option(False, "--include-query-field", help="Also put the query field in "
+                                             "the default passage: an identity task (each query appears verbatim "
+                                             "in its own passage), for sanity checks only."),
     seed: int = typer.Option(42, "--seed", help="Seed of the dev/test split and of distractor subsampling."),
     max_unmatched: Optional[int] = typer.Option(None, "--max-unmatched", min=0, help="Keep at most this many "
                                                 "unmatched records per side (seeded sample; default all)."),
@@ -57,7 +61,8 @@ def build_command(
     if side_names is not None and len(side_names) != 2:
         raise ConfigError(f"--names needs two names, got {names!r}.", fix="write --names walmart,amazon.")
     cfg = EntityMatchingConfig(names=tuple(side_names) if side_names else None, query_field=query_field,
-                               passage_fields=_csv_list(passage_fields), seed=seed, max_unmatched=max_unmatched)
+                               passage_fields=_csv_list(passage_fields),
+                               include_query_field=include_query_field, seed=seed, max_unmatched=max_unmatched)
     s = build_entity_matching(source, output, cfg)
     a, b = s.names
     _console().print(f"built {output}: corpora {a} ({s.corpus_sizes[a]}) and {b} ({s.corpus_sizes[b]}); "
