@@ -6,7 +6,8 @@ section 4.2 "Allocation Strategies" and section 5. A query is answered from seve
 the retriever fetches the top ``depth`` candidates of every corpus once and an *allocation policy*
 turns those per-corpus sorted lists into one merged top-k list.
 
-Policies (all pure functions of the candidate lists of one query; ``parse_policy`` builds them by name):
+Policies (functions of the candidate lists of one query -- ``calibrated`` also of statistics fitted on other
+queries' scores, never labels; ``parse_policy`` builds them by name):
 
 * ``naive`` -- the paper's naive merging: one list ordered by raw similarity.
 * ``fixed:F`` / ``fixed:F1,F2,...`` -- fixed-fractional allocation: ``k_1 = round(F k)`` from the first
