@@ -1,19 +1,26 @@
-"""Multi-corpus retrieval benchmark: allocation policies on Walmart-Amazon and Amazon-Google (k = 10).
+"""Multi-corpus retrieval benchmark: allocation policies on full-size, title-free Walmart-Amazon and Amazon-Google.
 
 Reproduces the shape of Table 3 of *Multi Distribution Dense Information Retrieval*
-(seed 003_1da1604bae7d74b5.txt): for each benchmark and each choice of known corpus, the rows are
-naive merging, fixed fractions 0.0..1.0, confidence allocation, the calibrated label-free policies
-(zscore, rrf), the fractions/thresholds chosen on the validation split, and the oracle; each cell is
-per-corpus credit Recall@k (x100) / per-corpus MRR@k on the test split.
+(seed 003_1da1604bae7d74b5.txt) on the layouts of ``drmix multicorpus build`` with its defaults: every
+record of both tables (no subsampling, so the corpus-size imbalance is the real one) and passages that do
+not contain the query field (the title). For each benchmark and each known side, the columns are
 
-Models: all-MiniLM-L6-v2 as shipped (no fine-tuning; both directions share its encodings), and the same
-model fine-tuned on the known side's unmatched records with ``drmix.train.trainer.train`` (in-batch
-negatives; steps/batch/lengths from the flags, kept small for CPU).
+* ``MiniLM``: all-MiniLM-L6-v2 as shipped (both directions share its encodings), and
+* ``MiniLM fine-tuned``: the same model fine-tuned on the known side's training pairs with ``drmix train``
+  (run as a subprocess, exactly the user's command), once per fine-tuning seed; cells are means over the
+  seeds, with 95% t-intervals over seeds in ``summary.md``.
 
-    python benchmarks/bench_multicorpus.py --data ../shared/data --out /tmp/drmix-multicorpus
+Rows: naive merging, fixed fractions 0.0..1.0, confidence thresholds, the label-free policies (``zscore``,
+``calibrated``, ``calibrated:method=gauss``), the rows chosen on the dev split by the rule in
+docs/multicorpus.md (``fixed (dev-tuned)``, ``confidence (dev-tuned)``, ``label-free (dev-chosen)``), and
+the oracle. Cells are per-corpus credit Recall@k (x100) / per-corpus MRR@k on the test split.
 
-Writes ``table.md``, ``results.json`` and recall-vs-k plots under ``--out`` and prints the table. It
-also times ranx's RRF fusion against drmix's ``rrf`` policy on the same candidates (ratio, same run).
+    python benchmarks/bench_multicorpus.py --data ../shared/data --out /tmp/drmix-multicorpus --preset cpu
+
+Presets: ``cpu`` (short fine-tuning for a shared 2-core machine, about 40 minutes) and ``gpu`` (longer
+fine-tuning, five seeds, larger batches). Any preset value can be overridden by its flag. Writes
+``table.md``, ``results.json``, ``summary.md``/``summary.json`` (the paper's comparisons and the bar, with
+intervals and paired Wilcoxon tests over queries) and recall-vs-k plots under ``--out/results``.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,27 +38,41 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from drmix.data.entity_matching import EntityMatchingConfig, build_entity_matching, read_manifest  # noqa: E402
+from drmix.data.entity_matching import build_entity_matching, read_manifest  # noqa: E402
 from drmix.evaluation.multi_metrics import (  # noqa: E402
+    LABEL_FREE_ROW,
+    SweepResult,
     format_table,
     load_multi_qrels,
     sweep_policies,
     write_sweep,
 )
-from drmix.io import atomic_write_json  # noqa: E402
+from drmix.io import atomic_write_json, atomic_write_text  # noqa: E402
 from drmix.retrieval.multi import (  # noqa: E402
     CandidateSet,
     CorpusCandidates,
     MultiCorpusRetriever,
-    allocate_all,
     expand_policy_specs,
 )
 
 log = logging.getLogger("bench_multicorpus")
 
-SPECS = ["naive", "fixed:0.0..1.0", "confidence:0.1", "confidence:0.3", "confidence:0.5", "confidence:0.7", "confidence:0.9", "confidence:0.95",
-         "confidence:0.99", "zscore", "zscore:source=candidates", "rrf", "oracle"]
+SPECS = ["naive", "fixed:0.0..1.0", "confidence:0.1..0.9/0.2", "confidence:0.95", "confidence:0.99",
+         "zscore", "calibrated", "calibrated:method=gauss", "oracle"]   # the order is the dev rule's tie order
 KS = (1, 2, 5, 10, 20, 50, 100)
+CURVES = ("naive", "oracle", "fixed:0.5", "fixed (dev-tuned)", "confidence (dev-tuned)", LABEL_FREE_ROW)
+PRESETS = {
+    # 2 shared CPU cores: a few hundred steps at batch 16; product records are short (titles <= 32 tokens,
+    # title-free records <= 48), so the lengths cut almost nothing.
+    # The shared CPU could not run full fine-tuning today (drmix train: 10 steps of batch 16 took 300 s
+    # under the machine's load), so the cpu preset fine-tunes a linear layer on top of the frozen encoder
+    # (``--finetune adapter``, see ``train_adapter``): the corpora are encoded once per benchmark.
+    "cpu": {"finetune": "adapter", "steps": 300, "batch_size": 32, "learning_rate": 1e-3, "query_max_length": 32,
+            "doc_max_length": 48, "seeds": "0,1,2", "encode_batch_size": 128, "threads": 2, "max_train_pairs": 3000},
+    # One GPU: ten times the steps, larger in-batch negatives, five seeds.
+    "gpu": {"finetune": "full", "steps": 2000, "batch_size": 128, "learning_rate": 5e-5, "query_max_length": 32,
+            "doc_max_length": 64, "seeds": "0,1,2,3,4", "encode_batch_size": 512, "threads": 8, "max_train_pairs": 0},
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,24 +80,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(here.parent / "shared" / "data"), help="shared data directory")
     ap.add_argument("--out", default="/tmp/drmix-multicorpus", help="where layouts, models and results go")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="fine-tuning and encoding scale")
     ap.add_argument("--benchmarks", default="walmart-amazon,amazon-google", help="comma-separated")
     ap.add_argument("--models", default="base,finetuned", help="base and/or finetuned")
     ap.add_argument("--k", type=int, default=10, help="retrieval budget of the table")
     ap.add_argument("--depth", type=int, default=100, help="candidates fetched per corpus")
-    ap.add_argument("--steps", type=int, default=60, help="fine-tuning steps per direction")
-    ap.add_argument("--batch-size", type=int, default=32, help="fine-tuning batch size")
-    ap.add_argument("--max-unmatched", type=int, default=1000, help="subsample unmatched records per side (seeded)")
-    ap.add_argument("--passage-fields", action="append", default=[], metavar="BENCH=F1,F2",
-                    help="passage columns for one benchmark (default: all but id), e.g. "
-                         "walmart-amazon=category,brand,modelno,price; repeatable")
-    ap.add_argument("--encode-batch-size", type=int, default=128, help="encoding batch size")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
-    ap.add_argument("--skip-ranx", action="store_true", help="do not time ranx fusion")
-    return ap.parse_args(argv)
+    for key, val in PRESETS["cpu"].items():
+        ap.add_argument("--" + key.replace("_", "-"), type=type(val), default=None,
+                        help=f"override the preset (cpu: {val}, gpu: {PRESETS['gpu'][key]})"
+                        + ("; full = drmix train, adapter = a linear layer on the frozen encoder" if key == "finetune"
+                           else ""))
+    args = ap.parse_args(argv)
+    for key, val in PRESETS[args.preset].items():
+        if getattr(args, key) is None:
+            setattr(args, key, val)
+    args.seed_list = [int(s) for s in str(args.seeds).split(",") if s.strip()]
+    if args.finetune not in ("full", "adapter"):
+        ap.error("--finetune must be full or adapter")
+    return args
+
+
+# --------------------------------------------------------------------------------------------------
+# Candidates (cached) and fine-tuning
+# --------------------------------------------------------------------------------------------------
 
 
 def save_cset(cset: CandidateSet, path: Path) -> None:
-    rows = {q: {c: [cc.ids, cc.scores.tolist(), cc.background] for c, cc in by_c.items()}
+    rows = {q: {c: [cc.ids, [round(x, 6) for x in cc.scores.tolist()], cc.background] for c, cc in by_c.items()}
             for q, by_c in cset.by_query.items()}
     atomic_write_json(path, {"corpora": cset.corpora, "by_query": rows}, indent=None)
 
@@ -90,13 +121,14 @@ def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
     """Candidates of every split's queries (cached as JSON so an interrupted run resumes cheaply)."""
     from drmix.model.encoder import load_encoder
 
+    enc = None
     if cache.exists():
-        cset, enc = load_cset(cache), None
+        cset = load_cset(cache)
     else:
         model = load_encoder(model_path)
         t = time.perf_counter()
         retr = MultiCorpusRetriever.from_dirs(model, man["corpus_dirs"], depth=args.depth,
-                                              batch_size=args.encode_batch_size)
+                                              batch_size=args.encode_batch_size, max_length=args.doc_max_length)
         all_q = {q: text for qs in split_queries.values() for q, text in qs.items()}
         cset = retr.candidates(all_q, k=max(args.k, max(KS)))
         enc = time.perf_counter() - t
@@ -106,44 +138,229 @@ def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
     return {s: cset.subset(qs) for s, qs in split_queries.items()}, enc
 
 
-def finetune(train_file: Path, out_dir: Path, args) -> Path:
-    from drmix.config import TrainConfig
-    from drmix.train.trainer import train
+def train_command(train_file: Path, out_dir: Path, seed: int, args) -> list[str]:
+    """The ``drmix train`` command line of one fine-tuning run (printed in the docs as run)."""
+    return ["drmix", "train", "--data", str(train_file), "--output-dir", str(out_dir), "--max-steps", str(args.steps),
+            "--batch-size", str(args.batch_size), "--learning-rate", str(args.learning_rate), "--num-negatives", "0",
+            "--query-max-length", str(args.query_max_length), "--doc-max-length", str(args.doc_max_length),
+            "--seed", str(seed), "--save-every", str(args.steps), "--keep-checkpoints", "1", "--no-show-progress"]
 
-    if (out_dir / "model" / "config.json").exists():
+
+def finetune(train_file: Path, out_dir: Path, seed: int, args) -> tuple[Path, float | None]:
+    model = out_dir / "model"
+    if (model / "config.json").exists():
         log.info("reusing %s", out_dir)
-        return out_dir / "model"
-    cfg = TrainConfig(model=None, data=[str(train_file)], output_dir=str(out_dir), max_steps=args.steps,
-                      batch_size=args.batch_size, learning_rate=5e-5, warmup_ratio=0.1, num_negatives=0,
-                      query_max_length=32, doc_max_length=64, save_every=10_000, log_every=25, seed=42,
-                      show_progress=False)
+        return model, None
+    cmd = train_command(train_file, out_dir, seed, args)
     t = time.perf_counter()
-    res = train(cfg)
-    log.info("fine-tuned on %s: %d steps in %.0f s", train_file.name, res.steps, time.perf_counter() - t)
-    return res.model_dir
+    subprocess.run([sys.executable, "-m", "drmix", *cmd[1:]], check=True)
+    took = time.perf_counter() - t
+    log.info("fine-tuned on %s (seed %d): %d steps in %.0f s", train_file.name, seed, args.steps, took)
+    return model, took
 
 
-def time_ranx(cset, k: int) -> dict:
-    """RRF through ranx.fuse vs drmix's rrf policy on the same candidates (one run, alternating)."""
-    from ranx import Run, fuse
+# --------------------------------------------------------------------------------------------------
+# The cpu preset's fine-tuning: a linear layer on the frozen encoder (embeddings computed once)
+# --------------------------------------------------------------------------------------------------
 
-    runs = []
-    for name in cset.corpora:
-        runs.append(Run({q: {f"{name}/{d}": float(s) for d, s in zip(c[name].ids, c[name].scores)}
-                         for q, c in cset.by_query.items()}, name=name))
-    t = time.perf_counter()
-    fuse(runs, method="rrf")
-    first = time.perf_counter() - t
-    ours, theirs = [], []
-    for _ in range(3):
+
+class Frozen:
+    """Base-model embeddings of one benchmark: both corpora, every query, and the training pairs' titles."""
+
+    def __init__(self, man: dict, split_queries: dict, args, cache: Path):
+        from drmix.data.beir import doc_text, read_corpus
+
+        self.names = list(man["corpus_dirs"])
+        self.ids = {}
+        texts = {}
+        for name, d in man["corpus_dirs"].items():
+            corpus = read_corpus(Path(d) / "corpus.jsonl")
+            self.ids[name] = list(corpus)
+            texts[f"corpus:{name}"] = [doc_text(corpus[i]) for i in self.ids[name]]
+        self.qids = [q for qs in split_queries.values() for q in qs]
+        qtext = {q: t for qs in split_queries.values() for q, t in qs.items()}
+        texts["queries"] = [qtext[q] for q in self.qids]
+        self.train = {}
+        for name, f in man["train_files"].items():
+            rows = [json.loads(line) for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
+            cap = args.max_train_pairs or len(rows)   # a seeded sample bounds the titles to encode
+            if len(rows) > cap:
+                keep = np.sort(np.random.default_rng(0).choice(len(rows), size=cap, replace=False))
+                rows = [rows[i] for i in keep]
+            self.train[name] = rows
+            texts[f"train:{name}"] = [r["query"] for r in rows]
+        self.texts = texts
+        self.emb = {}
         t = time.perf_counter()
-        allocate_all(cset, "rrf", k)
-        ours.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        fuse(runs, method="rrf")
-        theirs.append(time.perf_counter() - t)
-    return {"ranx_first_call_s": first, "ranx_warm_s": min(theirs), "drmix_rrf_s": min(ours),
-            "queries": len(cset.by_query)}
+        for key, tx in texts.items():
+            path = cache / f"{key.replace(':', '-')}.npy"
+            if path.exists():
+                self.emb[key] = np.load(path)
+                if len(self.emb[key]) == len(tx):
+                    continue
+            from drmix.model.encoder import document_prompt, load_encoder, query_prompt
+            from drmix.retrieval.index import encode_texts
+
+            model = getattr(self, "_model", None) or load_encoder(None)
+            self._model = model
+            doc = key.startswith("corpus:")
+            e = encode_texts(model, tx, batch_size=args.encode_batch_size,
+                             prompt=document_prompt(model) if doc else query_prompt(model),
+                             max_length=args.doc_max_length if doc else args.query_max_length, normalize=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            np.save(path, e)
+            self.emb[key] = e
+        self.encode_s = time.perf_counter() - t
+        # a training pair's positive is its record's passage: reuse the corpus embedding
+        self.pos_rows = {}
+        for name, rows in self.train.items():
+            row_of = {text: i for i, text in enumerate(texts[f"corpus:{name}"])}
+            self.pos_rows[name] = np.array([row_of[r["positive"]] for r in rows])
+
+    def candidates(self, weight, split_queries: dict, depth: int) -> dict[str, CandidateSet]:
+        """Top-``depth`` candidates per corpus with ``normalize(W e)`` embeddings (W = identity: the base model)."""
+        from drmix.retrieval.multi import sample_rows
+
+        def tf(e):
+            x = e if weight is None else e @ weight.T
+            return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+        q = tf(self.emb["queries"])
+        cset = CandidateSet(self.names, {qid: {} for qid in self.qids})
+        for name in self.names:
+            p = tf(self.emb[f"corpus:{name}"])
+            bg = p[sample_rows(len(p), 1000, 42)]
+            bstat = q @ bg.T
+            mu, sd = bstat.mean(axis=1), bstat.std(axis=1)
+            d = min(depth, len(p))
+            for start in range(0, len(q), 256):
+                sc = q[start:start + 256] @ p.T
+                top = np.argpartition(-sc, d - 1, axis=1)[:, :d]
+                for i in range(len(top)):
+                    row = top[i][np.argsort(-sc[i, top[i]], kind="stable")]
+                    j = start + i
+                    cset.by_query[self.qids[j]][name] = CorpusCandidates(
+                        [self.ids[name][r] for r in row], sc[i, row].astype(np.float64), (float(mu[j]), float(sd[j])))
+        return {s: cset.subset(qs) for s, qs in split_queries.items()}
+
+
+def train_adapter(frozen: Frozen, known: str, seed: int, args) -> np.ndarray:
+    """Fine-tune ``W`` (initialised to the identity) on the known side's pairs with the trainer's loss:
+    InfoNCE over in-batch negatives at temperature 0.05 on ``normalize(W e)`` for queries and passages
+    (one shared layer, as the shared encoder of the paper), AdamW, linear warm-up (10%) and decay."""
+    import torch
+
+    from drmix.model.losses import info_nce
+
+    g = torch.Generator().manual_seed(seed)
+    qe = torch.from_numpy(frozen.emb[f"train:{known}"])
+    pe = torch.from_numpy(frozen.emb[f"corpus:{known}"][frozen.pos_rows[known]])
+    dim = qe.shape[1]
+    w = torch.nn.Parameter(torch.eye(dim))
+    opt = torch.optim.AdamW([w], lr=args.learning_rate, weight_decay=0.0)
+    warm = max(1, int(0.1 * args.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, max(0.0, (args.steps - s) / max(1, args.steps - warm))))
+    n = len(qe)
+    for _ in range(args.steps):
+        idx = torch.randperm(n, generator=g)[:min(args.batch_size, n)]
+        q = torch.nn.functional.normalize(qe[idx] @ w.T, dim=-1)
+        p = torch.nn.functional.normalize(pe[idx] @ w.T, dim=-1)
+        loss = info_nce(q, p, temperature=0.05).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    return w.detach().numpy()
+
+
+# --------------------------------------------------------------------------------------------------
+# Statistics over seeds and queries
+# --------------------------------------------------------------------------------------------------
+
+
+def t_interval(values) -> tuple[float, float]:
+    """Mean and 95% t half-width over seeds (0 with one seed)."""
+    from scipy import stats
+
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2:
+        return float(v.mean()), 0.0
+    return float(v.mean()), float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+
+
+def wilcoxon_p(diffs) -> float | None:
+    """Two-sided Wilcoxon signed-rank p over per-query paired differences (None if all are zero)."""
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=np.float64)
+    if not np.any(np.abs(d) > 1e-12):
+        return None
+    return float(stats.wilcoxon(d, zero_method="wilcox").pvalue)
+
+
+def aggregate(setting: str, k: int, runs: list[SweepResult]) -> SweepResult:
+    """Mean over seeds of every row's metrics and curves (the chosen specs joined with '/')."""
+    agg = SweepResult(setting, k)
+    for lab in runs[0].rows:
+        ms = [r.rows[lab] for r in runs]
+        agg.rows[lab] = {key: float(np.mean([m[key] for m in ms])) for key in (f"pc_recall@{k}", f"pc_mrr@{k}")}
+        agg.rows[lab]["spec"] = "/".join(dict.fromkeys(m["spec"] for m in ms))
+        agg.rows[lab]["per_seed"] = [m[f"pc_recall@{k}"] for m in ms]
+        agg.curves[lab] = {kk: float(np.mean([r.curves[lab][kk] for r in runs])) for kk in runs[0].curves[lab]}
+    for fam in runs[0].chosen:
+        agg.chosen[fam] = "/".join(r.chosen[fam] for r in runs)
+    return agg
+
+
+def compare(runs: list[SweepResult], pq: list[dict[str, dict[str, float]]], k: int) -> dict:
+    """The paper's comparisons and the bar for one column (means over seeds, intervals, paired tests)."""
+    key = f"pc_recall@{k}"
+    fixed = [lab for lab in runs[0].rows if lab.startswith("fixed:")]
+    best_fixed = max(fixed, key=lambda lab: (np.mean([r.rows[lab][key] for r in runs]), -fixed.index(lab)))
+
+    def diff(a: str, b: str) -> dict:
+        per_seed = [100 * (r.rows[a][key] - r.rows[b][key]) for r in runs]
+        mean, half = t_interval(per_seed)
+        qs = sorted(pq[0][a])
+        d = [np.mean([p[a][q] - p[b][q] for p in pq]) for q in qs]
+        return {"a": a, "b": b, "mean": mean, "ci95": half, "per_seed": per_seed, "wilcoxon_p": wilcoxon_p(d)}
+
+    out = {"best_fixed_on_test": best_fixed,
+           "rows": {lab: dict(zip(("mean", "ci95"), t_interval([100 * r.rows[lab][key] for r in runs])))
+                    for lab in ("naive", "fixed:0.5", best_fixed, "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle")},
+           "fixed0.5_minus_naive": diff("fixed:0.5", "naive"),
+           "oracle_minus_best_fixed": diff("oracle", best_fixed),
+           "labelfree_minus_best_fixed_on_test": diff(LABEL_FREE_ROW, best_fixed),
+           "labelfree_minus_fixed_dev_tuned": diff(LABEL_FREE_ROW, "fixed (dev-tuned)"),
+           "labelfree_minus_naive": diff(LABEL_FREE_ROW, "naive"),
+           "chosen": [r.chosen for r in runs]}
+    out["bar_met"] = out["labelfree_minus_best_fixed_on_test"]["mean"] >= 0
+    return out
+
+
+def format_summary(summary: dict[str, dict]) -> str:
+    def cell(d):
+        p = d["wilcoxon_p"]
+        return f"{d['mean']:+.2f} ± {d['ci95']:.2f}" + (f" (p={p:.2g})" if p is not None else " (p=–)")
+
+    lines = ["| column | naive | fixed 0.5 | best fixed on test | fixed dev-tuned | label-free dev-chosen | oracle | "
+             "fixed 0.5 − naive | oracle − best fixed | label-free − best fixed on test | bar met |",
+             "|---|" + "---|" * 10]
+    for col, s in summary.items():
+        r = s["rows"]
+        v = [f"{r[lab]['mean']:.2f} ± {r[lab]['ci95']:.2f}" for lab in
+             ("naive", "fixed:0.5", s["best_fixed_on_test"], "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle")]
+        v[2] += f" ({s['best_fixed_on_test']})"
+        lines.append(f"| {col} | " + " | ".join(v) + f" | {cell(s['fixed0.5_minus_naive'])} | "
+                     f"{cell(s['oracle_minus_best_fixed'])} | {cell(s['labelfree_minus_best_fixed_on_test'])} | "
+                     f"{'yes' if s['bar_met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------------
 
 
 def main(argv=None) -> int:
@@ -153,47 +370,82 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
-    pfields = {b: f.split(",") for b, _, f in (x.partition("=") for x in args.passage_fields)}
-    benches = args.benchmarks.split(",")
-    variants = {b: b + (f"[{'+'.join(pfields[b])}]" if b in pfields else "") for b in benches}
-    res_dir = out / ("results-" + args.models.replace(",", "+") + "-" + "+".join(variants.values()))
+    res_dir = out / "results"
     specs = expand_policy_specs(SPECS)
-    results, timings = [], {}
-    for bench in benches:
-        variant = variants[bench]
-        layout = out / "layouts" / variant
+    results: list[SweepResult] = []
+    summary: dict[str, dict] = {}
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    for bench in args.benchmarks.split(","):
+        layout = out / "layouts" / bench
         if not (layout / "manifest.json").exists():
-            build_entity_matching(Path(args.data) / bench, layout,
-                                  EntityMatchingConfig(max_unmatched=args.max_unmatched,
-                                                       passage_fields=pfields.get(bench)))
+            build_entity_matching(Path(args.data) / bench, layout)   # defaults: full size, title-free
         man = read_manifest(layout)
+        assert not man["passage_contains_query"]
         names = list(man["corpus_dirs"])
         split_q, split_qrels = {}, {}
         for split in ("dev", "test"):
             split_q[split], split_qrels[split] = load_multi_qrels(man["corpus_dirs"], split)
-        jobs = []   # (label, model path, cache tag, known corpora)
+        frozen = Frozen(man, split_q, args, out / "cache" / f"{bench}-frozen") if args.finetune == "adapter" else None
+        if frozen is not None:
+            timings[f"{bench}/encode_once_s"] = frozen.encode_s
+        ft_label = "MiniLM fine-tuned" if args.finetune == "full" else "MiniLM + adapter fine-tuned"
+        jobs = []   # (label, known corpora, [(seed, model path or None)])
         if "base" in args.models:
-            jobs.append(("MiniLM", None, "base", names))
+            jobs.append(("MiniLM", names, [(None, None)]))
         if "finetuned" in args.models:
-            jobs += [("MiniLM fine-tuned", known, f"ft-{known}", [known]) for known in names]
-        for tag_label, ft_known, tag, knowns in jobs:
-            model_path = None
-            if ft_known is not None:
-                model_path = str(finetune(man["train_files"][ft_known], out / "models" / f"{variant}-{ft_known}", args))
-            csets, enc = candidates(model_path, man, split_q, args, out / "cache" / f"{variant}-{tag}.json")
-            timings[f"{variant}/{tag}/encode_s"] = enc
-            if tag == "base" and not args.skip_ranx and "ranx" not in timings:
-                timings["ranx"] = time_ranx(csets["test"], args.k)
-            for known in knowns:
-                res = sweep_policies(csets["test"].reorder(known), split_qrels["test"], specs, args.k,
-                                     setting=f"{variant} {known} known, {tag_label}", ks=KS,
-                                     cset_dev=csets["dev"].reorder(known), qrels_dev=split_qrels["dev"])
-                results.append(res)
+            jobs += [(ft_label, [known], [(s, known) for s in args.seed_list]) for known in names]
+        for label, knowns, seeds in jobs:
+            per_known: dict[str, tuple[list[SweepResult], list[dict]]] = {kn: ([], []) for kn in knowns}
+            for seed, ft_known in seeds:
+                model_path, tag = None, "base"
+                if frozen is not None:
+                    weight, t = None, time.perf_counter()
+                    if ft_known is not None:
+                        tag = f"adapter-{ft_known}-s{seed}"
+                        weight = train_adapter(frozen, ft_known, seed, args)
+                        timings[f"{bench}/{tag}/train_s"] = time.perf_counter() - t
+                    csets, enc = frozen.candidates(weight, split_q, max(args.depth, args.k, max(KS))), None
+                else:
+                    if ft_known is not None:
+                        tag = f"ft-{ft_known}-s{seed}"
+                        mp, took = finetune(man["train_files"][ft_known], out / "models" / f"{bench}-{tag}", seed,
+                                            args)
+                        model_path = str(mp)
+                        if took is not None:
+                            timings[f"{bench}/{tag}/train_s"] = took
+                    csets, enc = candidates(model_path, man, split_q, args, out / "cache" / f"{bench}-{tag}.json")
+                if enc is not None:
+                    timings[f"{bench}/{tag}/encode_s"] = enc
+                for known in knowns:
+                    test, dev = csets["test"].reorder(known), csets["dev"].reorder(known)
+                    t = time.perf_counter()
+                    res = sweep_policies(test, split_qrels["test"], specs, args.k, ks=KS, cset_dev=dev,
+                                         qrels_dev=split_qrels["dev"], standard=(), curves_for=CURVES,
+                                         per_query=True, setting=f"{bench} {known} known, {label}")
+                    pq = {lab: {q: v["pc_recall"] for q, v in m.pop("per_query").items()}
+                          for lab, m in res.rows.items()}
+                    timings[f"{bench}/{tag}/{known}/sweep_s"] = time.perf_counter() - t
+                    per_known[known][0].append(res)
+                    per_known[known][1].append(pq)
+                    log.info("%s seed %s: %s", res.setting, seed, {lab: round(100 * m[f"pc_recall@{args.k}"], 2)
+                                                                  for lab, m in res.rows.items()
+                                                                  if "dev" in lab or lab in ("naive", "fixed:0.5", "oracle")})
+            for known, (runs, pqs) in per_known.items():
+                setting = f"{bench} {known} known, {label}" + (f" ({len(runs)} seeds)" if len(runs) > 1 else "")
+                agg = aggregate(setting, args.k, runs)
+                results.append(agg)
+                summary[setting] = compare(runs, pqs, args.k)
                 write_sweep(results, res_dir)
-                print(format_table([res]), flush=True)
+                atomic_write_json(res_dir / "summary.json", summary)
+                atomic_write_text(res_dir / "summary.md", format_summary(summary))
+                print(format_table([agg]), flush=True)
+    timings["total_s"] = time.perf_counter() - t0
     paths = write_sweep(results, res_dir)
-    (res_dir / "timings.json").write_text(json.dumps(timings, indent=2))
+    atomic_write_json(res_dir / "timings.json", timings)
+    atomic_write_json(res_dir / "config.json", {k: v for k, v in vars(args).items()})
     print(format_table(results))
+    print(format_summary(summary))
     print(json.dumps(timings, indent=2))
     print("wrote", {k: str(v) for k, v in paths.items()})
     return 0

@@ -8,7 +8,7 @@ import pytest
 
 from drmix.data.beir import load_beir
 from drmix.data.entity_matching import EntityMatchingConfig, build_entity_matching, default_names, read_manifest
-from drmix.errors import DataError
+from drmix.errors import ConfigError, DataError
 
 TABLE_A = "id,title,brand\n0,acme widget,acme\n1,foo gadget,foo\n2,bar thing,bar\n3,solo item,\n"
 TABLE_B = "id,title,brand\n10,acme widget pro,acme\n11,foo gadget x,foo\n12,other,zzz\n13,foo gadget y,foo\n"
@@ -39,8 +39,8 @@ def test_layout_queries_qrels_and_training_pairs(tmp_path):
     # Components: {A0, B10} (2 queries) and {A1, B11, B13} (3 queries) -> one per split.
     assert sorted(s.queries.values()) == [2, 3]
     left_corpus = [json.loads(x) for x in (out / "left" / "corpus.jsonl").read_text().splitlines()]
-    assert left_corpus[0] == {"_id": "0", "title": "", "text": "title: acme widget; brand: acme"}
-    assert left_corpus[3]["text"] == "title: solo item"          # empty brand left out
+    assert left_corpus[0] == {"_id": "0", "title": "", "text": "brand: acme"}   # no title by default
+    assert left_corpus[3]["text"] == ""                          # empty brand left out, nothing remains
     qrels = {}
     for split in ("dev", "test"):
         for side in ("left", "right"):
@@ -60,11 +60,12 @@ def test_layout_queries_qrels_and_training_pairs(tmp_path):
     queries = load_beir(out / "left", split=None, load_corpus=False).queries
     assert queries["right-13"] == "foo gadget y"
     train_left = [json.loads(x) for x in (out / "train" / "left.jsonl").read_text().splitlines()]
-    assert train_left == [{"query": "bar thing", "positive": "title: bar thing; brand: bar"},
-                          {"query": "solo item", "positive": "title: solo item"}]
+    assert train_left == [{"query": "bar thing", "positive": "brand: bar"}]   # "solo item" has no passage
     train_right = [json.loads(x) for x in (out / "train" / "right.jsonl").read_text().splitlines()]
-    assert train_right == [{"query": "other", "positive": "title: other; brand: zzz"}]
+    assert train_right == [{"query": "other", "positive": "brand: zzz"}]
     man = read_manifest(out)
+    assert man["passage_fields"] == {"left": ["brand"], "right": ["brand"]}
+    assert man["passage_contains_query"] is False
     assert man["corpus_dirs"] == {"left": out / "left", "right": out / "right"}
     assert man["train_files"]["left"] == out / "train" / "left.jsonl"
 
@@ -83,6 +84,64 @@ def test_passage_fields_and_max_unmatched(tmp_path):
     texts = [json.loads(x)["text"] for x in (out / "left" / "corpus.jsonl").read_text().splitlines()]
     assert texts[:2] == ["brand: acme", "brand: foo"]
     assert s.train_sizes["left"] in (0, 1)             # "solo item" has no brand -> no positive
+
+
+def _passages_and_queries(out: Path, sides=("left", "right")):
+    queries = load_beir(out / sides[0], split=None, load_corpus=False).queries
+    passages = {side: {json.loads(x)["_id"]: json.loads(x)["text"]
+                       for x in (out / side / "corpus.jsonl").read_text().splitlines()} for side in sides}
+    return queries, passages
+
+
+def test_default_passage_never_contains_the_title(tmp_path):
+    s, out = build(tmp_path)
+    queries, passages = _passages_and_queries(out)
+    assert len(queries) == 5
+    for side, docs in passages.items():
+        for text in docs.values():
+            assert "title" not in text and not any(q in text for q in queries.values())
+    for line in (out / "train" / "left.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        assert row["query"] not in row["positive"]
+
+
+def test_title_included_is_an_explicit_identity_option(tmp_path):
+    s, out = build(tmp_path, include_query_field=True)
+    queries, passages = _passages_and_queries(out)
+    assert passages["left"]["0"] == "title: acme widget; brand: acme"
+    assert passages["left"]["3"] == "title: solo item"
+    assert read_manifest(out)["passage_contains_query"] is True
+    # naming the query field explicitly is the same choice
+    s2, out2 = build(tmp_path / "explicit", passage_fields=["title", "brand"])
+    assert _passages_and_queries(out2)[1] == passages
+    assert read_manifest(out2)["passage_contains_query"] is True
+
+
+def test_no_passage_column_besides_the_title_is_refused(tmp_path):
+    src = write_src(tmp_path / "src", tableA_csv="id,title\n0,acme widget\n1,foo gadget\n2,bar thing\n")
+    with pytest.raises(ConfigError, match="no column to put in a passage"):
+        build_entity_matching(src, tmp_path / "out", EntityMatchingConfig(names=("l", "r")))
+
+
+def _many_components(root: Path, n: int = 12) -> Path:
+    a = "id,title,brand\n" + "".join(f"{i},item {i},b{i}\n" for i in range(n))
+    b = "id,title,brand\n" + "".join(f"{100 + i},thing {i},c{i}\n" for i in range(n))
+    pairs = "ltable_id,rtable_id,label\n" + "".join(f"{i},{100 + i},1\n" for i in range(n))
+    return write_src(root, tableA_csv=a, tableB_csv=b, train_csv=pairs, valid_csv="ltable_id,rtable_id,label\n",
+                     test_csv="ltable_id,rtable_id,label\n")
+
+
+def test_seeded_splits_differ_across_seeds(tmp_path):
+    src = _many_components(tmp_path / "src")
+    dev = {}
+    for seed in (0, 1, 2, 0):
+        out = tmp_path / f"out{seed}"
+        s = build_entity_matching(src, out, EntityMatchingConfig(names=("l", "r"), seed=seed))
+        assert s.queries == {"dev": 12, "test": 12}
+        d = set(load_beir(out / "l", split="dev", load_corpus=False).qrels)
+        assert seed not in dev or dev[seed] == d     # same seed, same split
+        dev[seed] = d
+    assert dev[0] != dev[1] and dev[0] != dev[2] and dev[1] != dev[2]
 
 
 def test_default_names_from_directory():
@@ -136,3 +195,22 @@ def test_real_tables_build(shared_data, tmp_path):
     assert s.matches == 962
     assert s.queries["dev"] + s.queries["test"] == 852 + 956   # distinct matched records of each side
     assert abs(s.queries["dev"] - s.queries["test"]) <= 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bench,sizes", [("walmart-amazon", {"walmart": 2554, "amazon": 22074}),
+                                         ("amazon-google", {"amazon": 1363, "google": 3226})])
+def test_real_tables_default_passage_never_contains_the_title(shared_data, tmp_path, bench, sizes):
+    s = build_entity_matching(shared_data / bench, tmp_path / bench)
+    assert s.corpus_sizes == sizes                     # full size: no subsampling by default
+    queries, passages = _passages_and_queries(tmp_path / bench, s.names)
+    own = 0
+    for side in s.names:
+        qrels = {**load_beir(tmp_path / bench / side, split="dev", load_corpus=False).qrels,
+                 **load_beir(tmp_path / bench / side, split="test", load_corpus=False).qrels}
+        for q, docs in qrels.items():
+            if q.startswith(side + "-"):
+                own += sum(queries[q] in passages[side][d] for d in docs)
+        assert not any(t.startswith("title:") or "; title:" in t for t in passages[side].values())
+    assert own == 0
+    assert read_manifest(tmp_path / bench)["passage_contains_query"] is False

@@ -58,7 +58,7 @@ def test_fixed_leftover_budget_goes_to_other_corpus_when_k_exceeds_a_corpus():
 
 
 def test_k_larger_than_all_candidates_returns_everything():
-    for spec in ("naive", "fixed:0.7", "confidence:0.5", "zscore", "rrf"):
+    for spec in ("naive", "fixed:0.7", "confidence:0.5", "zscore", "calibrated", "calibrated:method=gauss"):
         assert len(run(spec, two(), 20)) == 8
 
 
@@ -78,6 +78,7 @@ def test_empty_corpus_gives_its_budget_to_the_others():
     assert run("confidence:0.9", cands, 2) == ["B:b1", "B:b2"]
     assert run("naive", cands, 2) == ["B:b1", "B:b2"]
     assert run("zscore", cands, 2) == ["B:b1", "B:b2"]
+    assert run("calibrated", cands, 2) == ["B:b1", "B:b2"]
 
 
 def test_three_corpora_fractions_and_largest_remainder():
@@ -138,9 +139,67 @@ def test_zscore_uses_background_statistics_when_given():
     assert run("zscore:source=candidates", cands, 2) == ["B:b1", "A:a1"]
 
 
-def test_rrf_interleaves_by_rank():
-    assert run("rrf", two(), 4) == ["A:a1", "B:b1", "A:a2", "B:b2"]
-    assert run("rrf:10", two(), 7) == ["A:a1", "B:b1", "A:a2", "B:b2", "A:a3", "B:b3", "A:a4"]
+def test_rrf_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match="round-robin") as ei:
+        parse_policy("rrf:60")
+    assert "fixed:0.5" in ei.value.fix
+
+
+def _bg(lists, backgrounds):
+    cands = candidates_from_lists(lists)
+    for c, bg in backgrounds.items():
+        cands[c].background = bg
+    return cands
+
+
+def _calibration_case():
+    # Query (binary-exact values): A z = (1-0.5)/0.125, (0.875-0.5)/0.125 = 4, 3;  B z = 4, 2.
+    query = _bg({"A": [("a1", 1.0), ("a2", 0.875)], "B": [("b1", 0.625), ("b2", 0.375)]},
+                {"A": (0.5, 0.125), "B": (0.125, 0.125)})
+    # Reference queries (background 0, 1 so z = score): top-2 z of A {7, 6, 5, 3}, of B {3.5, 3, 2, 1}.
+    ref = CandidateSet(["A", "B"], {
+        "r1": _bg({"A": [("x", 7.0), ("y", 6.0), ("z", 0.0)], "B": [("u", 3.5), ("v", 3.0)]}, {"A": (0, 1), "B": (0, 1)}),
+        "r2": _bg({"A": [("x", 5.0), ("y", 3.0)], "B": [("u", 2.0), ("v", 1.0), ("w", -9.0)]}, {"A": (0, 1), "B": (0, 1)}),
+    })
+    return query, ref
+
+
+def test_calibrated_ecdf_against_reference_queries_by_hand():
+    query, ref = _calibration_case()
+    # zscore ties at z = 4 and keeps A first; A's z 4 is low for A (percentile (1+1)/8 = 0.25, z 3 -> 1/8)
+    # while B's z 4 is above all of B's reference (8/8 = 1.0; z 2 -> (1+2)/8 = 0.375).
+    assert run("zscore", query, 3) == ["A:a1", "B:b1", "A:a2"]
+    policy = parse_policy("calibrated").fit(ref, 2)
+    np.testing.assert_allclose(policy.reference["A"], [3, 5, 6, 7])
+    np.testing.assert_allclose(policy.keys("A", query["A"], 2), [0.25, 0.125], atol=1e-6)
+    np.testing.assert_allclose(policy.keys("B", query["B"], 2), [1.0, 0.375], atol=1e-6)
+    assert ids(policy.allocate(query, 3)) == ["B:b1", "B:b2", "A:a1"]
+    out = allocate_all(CandidateSet(["A", "B"], {"q": query}), "calibrated", 3, reference=ref)
+    assert ids(out["q"]) == ["B:b1", "B:b2", "A:a1"]
+    assert out["q"][0].score == pytest.approx(0.625)          # hits keep the raw score
+
+
+def test_calibrated_gauss_by_hand():
+    query, ref = _calibration_case()
+    policy = parse_policy("calibrated:method=gauss").fit(ref, 2)
+    # A reference mean 5.25, std sqrt(2.1875); B mean 2.375, std sqrt(0.921875).
+    np.testing.assert_allclose(policy.keys("A", query["A"], 2),
+                               [(4 - 5.25) / 2.1875 ** 0.5, (3 - 5.25) / 2.1875 ** 0.5])
+    np.testing.assert_allclose(policy.keys("B", query["B"], 2),
+                               [(4 - 2.375) / 0.921875 ** 0.5, (2 - 2.375) / 0.921875 ** 0.5])
+    assert ids(policy.allocate(query, 4)) == ["B:b1", "B:b2", "A:a1", "A:a2"]
+    # ref=1 pools only the top candidate of each reference query: A {7, 5}, B {3.5, 2}.
+    p1 = parse_policy("calibrated:ref=1").fit(ref, 2)
+    np.testing.assert_allclose(p1.reference["B"], [2.0, 3.5])
+
+
+def test_calibrated_without_reference_uses_the_query_itself():
+    query, _ = _calibration_case()
+    # Own top-2: A {3, 4}: z 4 -> 0.75, z 3 -> 0.25; B {2, 4}: 0.75, 0.25. Equal percentiles break by z.
+    assert ids(parse_policy("calibrated").allocate(query, 4)) == ["A:a1", "B:b1", "A:a2", "B:b2"]
+    # allocate_all with no reference fits on the allocated queries (label-free, transductive).
+    cset = CandidateSet(["A", "B"], {"q": query})
+    assert ids(allocate_all(cset, "calibrated", 4)["q"]) == ["A:a1", "B:b1", "A:a2", "B:b2"]
 
 
 def test_oracle_by_hand():
@@ -163,8 +222,10 @@ def test_unsorted_candidates_are_sorted():
     ("naive", "naive"), ("fixed:0.50", "fixed:0.5"), ("fixed:0.5,0.3,0.2", "fixed:0.5,0.3,0.2"),
     ("confidence:0.9", "confidence:0.9,temperature=0.05,depth=100"),
     ("confidence:0.8,temperature=0.1,depth=20", "confidence:0.8,temperature=0.1,depth=20"),
-    ("zscore", "zscore"), ("zscore:source=candidates", "zscore:source=candidates"), ("rrf", "rrf:60"),
-    ("oracle", "oracle"), (" Fixed:1 ", "fixed:1"),
+    ("zscore", "zscore"), ("zscore:source=candidates", "zscore:source=candidates"),
+    ("calibrated", "calibrated"), ("calibrated:method=gauss,ref=20", "calibrated:method=gauss,ref=20"),
+    ("calibrated:ecdf", "calibrated"), ("oracle", "oracle"), ("oracle:mode=fraction", "oracle:mode=fraction"),
+    (" Fixed:1 ", "fixed:1"),
 ])
 def test_parse_policy_round_trips(spec, canon):
     p = parse_policy(spec)
@@ -173,7 +234,8 @@ def test_parse_policy_round_trips(spec, canon):
 
 
 @pytest.mark.parametrize("bad", ["magic", "fixed", "fixed:abc", "fixed:1.5", "confidence:2", "naive:3",
-                                 "zscore:source=nope", "confidence:0.9,foo=1", "oracle:mode=x"])
+                                 "zscore:source=nope", "confidence:0.9,foo=1", "oracle:mode=x", "rrf",
+                                 "calibrated:method=x", "calibrated:ref=0"])
 def test_parse_policy_rejects_bad_specs(bad):
     with pytest.raises(ConfigError):
         parse_policy(bad)
@@ -219,7 +281,7 @@ def test_oracle_is_never_below_any_policy_and_every_policy_keeps_prefixes():
 
     rng = np.random.default_rng(0)
     specs = ["naive", "fixed:0", "fixed:0.3", "fixed:0.5", "fixed:1", "confidence:0.9", "confidence:0.5,temperature=1",
-             "zscore", "zscore:source=candidates", "rrf"]
+             "zscore", "zscore:source=candidates", "calibrated", "calibrated:method=gauss"]
     checked = 0
     for _ in range(300):
         cands, rel = _random_instance(rng)
@@ -241,3 +303,57 @@ def test_oracle_is_never_below_any_policy_and_every_policy_keeps_prefixes():
                 assert credit <= best + 1e-12, (spec, k, cands, rel)
                 checked += 1
     assert checked > 1000
+
+
+# --------------------------------------------------------------------------------------------------
+# The oracle equals a brute-force search over every split of the budget, in both credit modes
+# --------------------------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _all_splits(sizes, total):
+    if not sizes:
+        if total == 0:
+            yield ()
+        return
+    for m in range(0, min(sizes[0], total) + 1):
+        for rest in _all_splits(sizes[1:], total - m):
+            yield (m, *rest)
+
+
+@st.composite
+def instances(draw):
+    n_corpora = draw(st.integers(1, 3))
+    cands, rel = {}, {}
+    for c in range(n_corpora):
+        n = draw(st.integers(0, 6))
+        scores = sorted(draw(st.lists(st.sampled_from([-0.5, 0.0, 0.2, 0.5, 0.9]), min_size=n, max_size=n)),
+                        reverse=True)
+        cands[f"C{c}"] = CorpusCandidates([f"d{i}" for i in range(n)], np.array(scores, dtype=np.float64))
+        # relevant ids may lie beyond the retrieved list (d6, d7): then "fraction" credit stays below 1
+        rel[f"C{c}"] = {f"d{i}": 1 for i in draw(st.sets(st.integers(0, 7), max_size=4))}
+    return cands, rel, draw(st.integers(1, 14)), draw(st.sampled_from(["any", "fraction"]))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(instances())
+def test_oracle_equals_brute_force_over_all_splits(inst):
+    from drmix.evaluation.multi_metrics import query_credit
+    from drmix.retrieval.multi import fill_quotas
+
+    cands, rel, k, mode = inst
+    names = list(cands)
+    total = min(k, sum(len(c) for c in cands.values()))
+    best = None
+    for split in _all_splits([len(cands[c]) for c in names], total):
+        credit = query_credit(fill_quotas(cands, dict(zip(names, split)), k), rel, k, mode)
+        best = credit if best is None or (credit is not None and credit > best) else best
+    hits = parse_policy(f"oracle:mode={mode}").allocate(cands, k, rel)
+    assert len(hits) == total
+    got = query_credit(hits, rel, k, mode)
+    if best is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(best, abs=1e-9)

@@ -63,9 +63,34 @@ def test_multi_search_rows_and_oracle_refused(tiny, layout):
     hits = rows[0]["hits"]
     assert [h["rank"] for h in hits] == [1, 2, 3]
     assert sorted(h["corpus"] for h in hits) == ["left", "left", "right"]   # round(1.5) = 2 from left
-    assert all(h["text"].startswith("title: ") for h in hits)
+    assert all("title" not in h.get("text", "") for h in hits)    # title-free passages by default
     with pytest.raises(ConfigError, match="oracle"):
         multi_search(tiny, {"left": layout / "left"}, {"1": "x"}, allocation="oracle")
+
+
+def test_k_larger_than_depth_fetches_k_candidates(tiny, layout):
+    retr = MultiCorpusRetriever.from_dirs(tiny, {"left": layout / "left", "right": layout / "right"}, depth=2)
+    cset = retr.candidates({"q": "foo gadget"}, k=3)
+    assert [len(cset.by_query["q"][c]) for c in ("left", "right")] == [3, 3]   # max(depth, k) per corpus
+    out = retr.search({"q": "foo gadget"}, 6, "fixed:0.5")
+    assert sorted(h.corpus for h in out["q"]) == ["left"] * 3 + ["right"] * 3
+    # k above both corpora together (4 + 4 passages): everything, once
+    out = retr.search({"q": "foo gadget"}, 20, "naive")
+    assert len(out["q"]) == 8 and len({(h.corpus, h.doc_id) for h in out["q"]}) == 8
+
+
+@pytest.mark.parametrize("empty", ["no files", "empty corpus.jsonl"])
+def test_an_empty_corpus_directory_contributes_nothing(tiny, layout, tmp_path, empty):
+    private = tmp_path / "private"
+    private.mkdir()
+    if empty == "empty corpus.jsonl":
+        (private / "corpus.jsonl").write_text("\n")
+    dirs = {"left": layout / "left", "private": private}
+    for policy in ("naive", "fixed:0.5", "zscore", "calibrated", "confidence:0.9"):
+        rows = multi_search(tiny, dirs, {"q": "foo gadget"}, k=3, allocation=policy)
+        assert [h["corpus"] for h in rows[0]["hits"]] == ["left"] * 3, policy
+    alone = multi_search(tiny, {"private": private}, {"q": "x"}, k=3)
+    assert alone[0]["hits"] == []
 
 
 def test_parse_corpus_args(tmp_path):
@@ -122,3 +147,7 @@ def test_cli_rejects_bad_input(tmp_path):
     assert isinstance(r.exception, DataError) and "tableA.csv" in str(r.exception)
     r = runner.invoke(app, ["multicorpus", "sweep", "-p", "bogus", "--corpus", f"a={tmp_path}"])
     assert isinstance(r.exception, ConfigError) and "bogus" in str(r.exception)
+    r = runner.invoke(app, ["multicorpus", "sweep", "--corpus", f"a={tmp_path}", "--split", "dev"])
+    assert isinstance(r.exception, ConfigError) and "--tune-split dev is the evaluated --split" in str(r.exception)
+    r = runner.invoke(app, ["multicorpus", "sweep", "--corpus", f"a={tmp_path}", "-p", "rrf"])
+    assert isinstance(r.exception, ConfigError) and "round-robin" in str(r.exception)

@@ -46,7 +46,11 @@ def build_command(
                                                               "from SOURCE's name, walmart-amazon -> walmart,amazon)."),
     query_field: str = typer.Option("title", "--query-field", help="Column whose value is the query text."),
     passage_fields: Optional[str] = typer.Option(None, "--passage-fields", help="Comma-separated columns serialised "
-                                                 "into each passage (default: every column except id)."),
+                                                 "into each passage (default: every column except id and the "
+                                                 "query field)."),
+    include_query_field: bool = typer.Option(False, "--include-query-field", help="Also put the query field in "
+                                             "the default passage: an identity task (each query appears verbatim "
+                                             "in its own passage), for sanity checks only."),
     seed: int = typer.Option(42, "--seed", help="Seed of the dev/test split and of distractor subsampling."),
     max_unmatched: Optional[int] = typer.Option(None, "--max-unmatched", min=0, help="Keep at most this many "
                                                 "unmatched records per side (seeded sample; default all)."),
@@ -63,7 +67,8 @@ def build_command(
     if side_names is not None and len(side_names) != 2:
         raise ConfigError(f"--names needs two names, got {names!r}.", fix="write --names walmart,amazon.")
     cfg = EntityMatchingConfig(names=tuple(side_names) if side_names else None, query_field=query_field,
-                               passage_fields=_csv_list(passage_fields), seed=seed, max_unmatched=max_unmatched)
+                               passage_fields=_csv_list(passage_fields),
+                               include_query_field=include_query_field, seed=seed, max_unmatched=max_unmatched)
     s = build_entity_matching(source, output, cfg)
     a, b = s.names
     _console().print(f"built {output}: corpora {a} ({s.corpus_sizes[a]}) and {b} ({s.corpus_sizes[b]}); "
@@ -96,17 +101,20 @@ def sweep_command(
                                               "Default: the first corpus."),
     policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Allocation policy, repeatable; ranges "
                                                "like fixed:0.0..1.0 expand (default: naive, oracle, fixed:0.0..1.0, "
-                                               "confidence:0.1..0.9/0.2, zscore, zscore:source=candidates, rrf)."),
+                                               "confidence:0.1..0.9/0.2, zscore, calibrated, "
+                                               "calibrated:method=gauss)."),
     k: int = typer.Option(10, "--k", "-k", min=1, help="Retrieval budget of the table."),
     ks: str = typer.Option("1,2,5,10,20,50,100", "--ks", help="Budgets for the recall-vs-k plot, comma-separated."),
     split: str = typer.Option("test", "--split", help="qrels split evaluated."),
-    tune_split: Optional[str] = typer.Option("dev", "--tune-split", help="Split on which fixed fractions and "
-                                             "confidence thresholds are chosen (adds '(dev-tuned)' rows); "
-                                             "'none' to skip."),
+    tune_split: Optional[str] = typer.Option("dev", "--tune-split", help="Split on which fixed fractions, "
+                                             "confidence thresholds and the label-free variant are chosen "
+                                             "(adds '(dev-tuned)'/'(dev-chosen)' rows; calibrated is fitted on "
+                                             "its queries' scores); must differ from --split; 'none' to skip."),
     depth: int = typer.Option(100, "--depth", min=1, help="Candidates fetched per corpus (and the confidence "
                                                           "policy's softmax window upper bound)."),
     mode: str = typer.Option("any", "--credit", help="Per-corpus credit: any (a corpus counts once any of its "
-                                                     "relevant passages is retrieved) or fraction."),
+                                                     "relevant passages is retrieved) or fraction; the oracle "
+                                                     "optimises the same credit."),
     output: Path = typer.Option(Path("multicorpus-sweep"), "--output", "-o", help="Directory for table.md, "
                                                                                    "results.json and plots."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
@@ -134,6 +142,10 @@ def sweep_command(
     for s in specs:  # fail on a bad spec before encoding anything
         parse_policy(s)
     tune = None if tune_split in (None, "", "none") else tune_split
+    if tune == split:
+        raise ConfigError(f"--tune-split {tune} is the evaluated --split: fractions, thresholds and the label-free "
+                          "variant would be chosen on the labels being reported.",
+                          fix="evaluate on test and tune on dev (the default), or pass --tune-split none.")
     split_q, split_qrels = {}, {}
     for sp in [split] + ([tune] if tune and tune != split else []):
         split_q[sp], split_qrels[sp] = load_multi_qrels(dirs, sp)

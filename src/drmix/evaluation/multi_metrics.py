@@ -26,8 +26,9 @@ passages of ``q`` in corpus ``c``; ``L_q`` the merged top-k list an allocation p
   and each hit's run score is ``len(L_q) - rank`` so that the policy's order, not the raw similarity, is
   what gets evaluated (a policy may put a lower raw score above a higher one).
 
-The sweep evaluates many policies on candidates fetched once, tunes parameterised families (``fixed``,
-``confidence``) on a validation split, writes Table 3 as Markdown + JSON, and plots recall against k.
+The sweep evaluates many policies on candidates fetched once, chooses within each family (``fixed``
+fractions, ``confidence`` thresholds, the label-free ``zscore``/``calibrated`` variants) on a validation
+split disjoint from the evaluated one (overlap is an error), writes Table 3 as Markdown + JSON, and plots recall against k.
 """
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drmix.errors import DataError
+from drmix.errors import ConfigError, DataError
 from drmix.io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from drmix.retrieval.multi import CandidateSet, Hit, allocate_all, parse_policy
+from drmix.retrieval.multi import AllocationPolicy, CandidateSet, Hit, OraclePolicy, allocate_all, parse_policy
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,14 @@ def load_multi_qrels(corpus_dirs: Mapping[str, str | Path], split: str) -> tuple
 
 
 TUNABLE = ("fixed", "confidence")
+LABEL_FREE = ("zscore", "calibrated")   # policies that need no labels; the rule picks one of them on dev
+LABEL_FREE_ROW = "label-free (dev-chosen)"
+
+
+def family_of(spec: str) -> str:
+    """The tuning family of a spec: ``fixed``, ``confidence``, ``label-free`` or the policy's own name."""
+    name = parse_policy(spec).name
+    return "label-free" if name in LABEL_FREE else name
 
 
 @dataclass
@@ -191,45 +200,74 @@ class SweepResult:
                 "chosen_on_dev": self.chosen}
 
 
+def policy_for(spec: str | AllocationPolicy, mode: str) -> AllocationPolicy:
+    """The policy of a spec, with the oracle optimising the credit mode being evaluated."""
+    policy = parse_policy(spec)
+    if isinstance(policy, OraclePolicy) and policy.mode != mode:
+        return OraclePolicy(mode=mode)
+    return policy
+
+
 def tune_on_dev(cset_dev: CandidateSet, qrels_dev: MultiQrels, specs: Sequence[str], k: int,
                 mode: str = "any") -> dict[str, str]:
-    """Per tunable family, the spec with the best dev ``pc_recall@k`` (ties: higher pc_mrr, then first listed)."""
+    """The dev rule: per family, the spec with the best dev ``pc_recall@k``; ties: higher dev pc_mrr@k, then
+    the first listed. Families: ``fixed``, ``confidence`` and ``label-free`` (``zscore``/``calibrated``
+    variants, fitted on the dev queries' scores). Only dev labels are read."""
     best: dict[str, tuple[float, float, int, str]] = {}
     for i, spec in enumerate(specs):
-        family = parse_policy(spec).name
-        if family not in TUNABLE:
+        family = family_of(spec)
+        if family not in TUNABLE and family != "label-free":
             continue
-        m = evaluate_multi(qrels_dev, allocate_all(cset_dev, spec, k), k, mode=mode, standard=())
-        key = (m[f"pc_recall@{k}"], m[f"pc_mrr@{k}"], -i, spec)
+        m = evaluate_multi(qrels_dev, allocate_all(cset_dev, spec, k, reference=cset_dev), k, mode=mode,
+                           standard=())
+        key = (round(m[f"pc_recall@{k}"], 12), round(m[f"pc_mrr@{k}"], 12), -i, spec)
         if family not in best or key > best[family]:
             best[family] = key
     return {fam: v[3] for fam, v in best.items()}
 
 
+def check_disjoint(cset: CandidateSet, cset_dev: CandidateSet) -> None:
+    """Refuse to tune on the split being evaluated (any shared query id)."""
+    shared = set(cset.by_query) & set(cset_dev.by_query)
+    if shared:
+        raise ConfigError(f"the tuning split shares {len(shared)} of its queries with the evaluated split "
+                          f"(e.g. {sorted(shared)[0]!r}); choices made on it would be chosen on the test labels.",
+                          fix="tune on another split (--tune-split dev --split test) or pass --tune-split none.")
+
+
 def sweep_policies(cset: CandidateSet, qrels: MultiQrels, specs: Sequence[str], k: int, *, setting: str = "",
                    ks: Sequence[int] = (), mode: str = "any", cset_dev: CandidateSet | None = None,
-                   qrels_dev: MultiQrels | None = None, standard: Sequence[str] | None = None) -> SweepResult:
+                   qrels_dev: MultiQrels | None = None, standard: Sequence[str] | None = None,
+                   curves_for: Sequence[str] | None = None, per_query: bool = False) -> SweepResult:
     """Evaluate each policy at ``k`` (and ``pc_recall`` at each of ``ks`` for the plot).
 
-    With a dev candidate set, each tunable family gets one more row ``FAMILY (dev-tuned)`` that applies the
-    spec chosen on dev (recorded in ``chosen``), so those test numbers never depend on test labels.
+    ``curves_for`` limits the recall-vs-k curves to these row labels (default: every row); ``per_query``
+    keeps each row's per-query ``pc_recall``/``pc_mrr`` under ``rows[label]["per_query"]``.
+
+    With a dev candidate set (whose queries must not overlap the evaluated ones), each tunable family gets
+    one more row applying the spec chosen on dev by :func:`tune_on_dev` (recorded in ``chosen``): ``fixed
+    (dev-tuned)``, ``confidence (dev-tuned)`` and ``label-free (dev-chosen)``, so those test numbers never
+    depend on test labels. ``calibrated`` is fitted on the dev queries' scores when a dev set is given, else
+    on the evaluated queries' own scores (no labels either way). ``oracle`` optimises the credit ``mode``.
     """
     res = SweepResult(setting, k)
     rows: list[tuple[str, str]] = [(s, s) for s in specs]
     if cset_dev is not None and qrels_dev is not None:
+        check_disjoint(cset, cset_dev)
         res.chosen = tune_on_dev(cset_dev, qrels_dev, specs, k, mode)
-        rows += [(f"{fam} (dev-tuned)", s) for fam, s in res.chosen.items()]
+        rows += [(LABEL_FREE_ROW if fam == "label-free" else f"{fam} (dev-tuned)", s) for fam, s in res.chosen.items()]
     relevant = qrels
     for label, spec in rows:
-        policy = parse_policy(spec)
-        m = evaluate_multi(qrels, allocate_all(cset, policy, k, relevant), k, mode=mode, standard=standard)
+        policy = policy_for(spec, mode)
+        m = evaluate_multi(qrels, allocate_all(cset, policy, k, relevant, reference=cset_dev), k, mode=mode,
+                           standard=standard, per_query=per_query)
         m["spec"] = policy.spec
         res.rows[label] = m
-        curve = {}
-        for kk in sorted(set(ks) | {k}):
-            r = allocate_all(cset, policy, kk, relevant)
+        curve = {k: m[f"pc_recall@{k}"]}
+        for kk in sorted(set(ks) - {k}) if curves_for is None or label in curves_for else ():
+            r = allocate_all(cset, policy, kk, relevant, reference=cset_dev)
             curve[kk] = evaluate_multi(qrels, r, kk, mode=mode, standard=())[f"pc_recall@{kk}"]
-        res.curves[label] = curve
+        res.curves[label] = dict(sorted(curve.items()))
     return res
 
 
@@ -291,17 +329,26 @@ def _slug(text: str) -> str:
 def best_rows(result: SweepResult, top: int = 4) -> list[str]:
     """Rows to plot: naive, oracle, and the best row of each other policy family (at most ``top``).
 
-    Families are policy names (fixed, confidence, zscore, rrf); the dev-tuned rows repeat a grid row and
-    are left out; families are ranked by their best pc_recall@k.
+    Only rows with a curve (more than one k) are candidates. Families are policy names (fixed, confidence,
+    zscore, calibrated); a dev-chosen row is its own family, and the grid rows are left out when it is
+    plotted; families are ranked by their best pc_recall@k.
     """
     k = result.k
-    always = [lab for lab in ("naive", "oracle") if lab in result.rows]
+    has_curve = [lab for lab in result.rows if len(result.curves.get(lab, {})) > 1]
+    always = [lab for lab in ("naive", "oracle") if lab in has_curve]
+    dev_rows = [lab for lab in has_curve if "dev-tuned" in lab or "dev-chosen" in lab]
     best: dict[str, str] = {}
-    for lab, m in result.rows.items():
-        if lab in always or "dev-tuned" in lab:
+    for lab in has_curve:
+        if lab in always:
             continue
-        fam = parse_policy(m.get("spec", lab)).name
-        if fam not in best or m[f"pc_recall@{k}"] > result.rows[best[fam]][f"pc_recall@{k}"]:
+        if lab in dev_rows:
+            fam = lab
+        else:
+            fam = parse_policy(result.rows[lab].get("spec", lab)).name
+            if any(d.startswith(fam) or (fam in ("zscore", "calibrated") and d.startswith("label-free"))
+                   for d in dev_rows):
+                continue
+        if fam not in best or result.rows[lab][f"pc_recall@{k}"] > result.rows[best[fam]][f"pc_recall@{k}"]:
             best[fam] = lab
     ranked = sorted(best.values(), key=lambda lab: -result.rows[lab][f"pc_recall@{k}"])
     return always + ranked[:top]
@@ -347,5 +394,6 @@ def load_sweep_json(path: str | Path) -> list[SweepResult]:
 
 def default_policy_specs() -> list[str]:
     """The paper's Table 3 rows plus the calibrated policies."""
-    return ["naive", "oracle", "fixed:0.0..1.0", "confidence:0.1..0.9/0.2", "zscore", "zscore:source=candidates", "rrf"]
+    return ["naive", "oracle", "fixed:0.0..1.0", "confidence:0.1..0.9/0.2", "zscore", "calibrated",
+            "calibrated:method=gauss"]
 

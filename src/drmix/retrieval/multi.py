@@ -6,7 +6,8 @@ section 4.2 "Allocation Strategies" and section 5. A query is answered from seve
 the retriever fetches the top ``depth`` candidates of every corpus once and an *allocation policy*
 turns those per-corpus sorted lists into one merged top-k list.
 
-Policies (all pure functions of the candidate lists of one query; ``parse_policy`` builds them by name):
+Policies (functions of the candidate lists of one query -- ``calibrated`` also of statistics fitted on other
+queries' scores, never labels; ``parse_policy`` builds them by name):
 
 * ``naive`` -- the paper's naive merging: one list ordered by raw similarity.
 * ``fixed:F`` / ``fixed:F1,F2,...`` -- fixed-fractional allocation: ``k_1 = round(F k)`` from the first
@@ -25,24 +26,27 @@ Policies (all pure functions of the candidate lists of one query; ``parse_policy
   from the query's scores against a seeded random sample of the corpus (its *background*) when the
   retriever supplies one, else from the query's top-``depth`` candidates of that corpus
   (``zscore:source=candidates`` forces the latter). Needs no labels and no tuning.
-* ``rrf`` / ``rrf:K`` -- reciprocal rank fusion, merge by ``1 / (K + rank)`` (``K = 60``, Cormack et al.
-  2009). With two corpora it interleaves them, i.e. a query-independent 50/50 split ordered by rank. It is
-  four lines here; ranx's ``fuse`` does the same but compiles with numba on first call (about 20 s) and
-  needs ``Run`` objects per query set, so it is not worth it on this path.
+* ``calibrated`` -- beyond the paper, label-free score-level fusion: ``z`` as for ``zscore`` (query against
+  corpus background), then per corpus the percentile of ``z`` among the ``z`` values of the top-``k``
+  candidates that *other* (reference) queries get from that corpus; the lists are merged by that value.
+  See :class:`CalibratedPolicy`. (``rrf`` was removed: with one ranked list per corpus reciprocal rank
+  fusion is round-robin whatever its ``K``, i.e. ``fixed:0.5`` with two corpora ordered by rank.)
 * ``oracle`` -- analysis only, needs relevance judgements: per query, the split ``(k_1..k_n)`` of the
   budget that maximises per-corpus credit recall (``drmix.evaluation.multi_metrics``), found exactly by
   dynamic programming over corpora; among optimal splits it prefers the one with the largest sum of
-  raw scores (what naive merging would keep). Every other policy here keeps a prefix of each corpus's
-  list, so the oracle's recall is never below theirs.
+  raw scores (what naive merging would keep). ``oracle:mode=fraction`` optimises the fraction credit (the
+  sweep picks the mode matching ``--credit``). Every other policy here keeps a prefix of each corpus's
+  list, so the oracle's recall is never below theirs in the same credit mode.
 
 Common rules (documented behaviour, tested):
 
 * Every policy keeps a *prefix* of each corpus's candidate list (the order within a corpus is never changed).
 * Quota policies (``fixed``, ``confidence``, ``oracle``) cap each quota at the corpus's candidate count;
-  budget a corpus cannot use (fewer candidates than its quota, or an empty corpus) goes to the best
-  remaining candidates of the other corpora by raw score.
+  budget a corpus cannot use (fewer candidates than its quota, ``k`` above the fetch ``depth``, or an empty
+  corpus) goes to the best remaining candidates of the other corpora by raw score. An empty corpus
+  directory is allowed and contributes no candidates.
 * The merged list is ordered by the policy's key: raw score for ``naive`` and the quota policies, ``z`` for
-  ``zscore``, the fused score for ``rrf``. Ties are broken deterministically by corpus order (the order the
+  ``zscore``, the calibrated value for ``calibrated``. Ties are broken deterministically by corpus order (the order the
   corpora were given in) and then by rank within the corpus.
 
 Departures from the paper: the paper handles two corpora and leaves the ordering of the merged list
@@ -195,6 +199,11 @@ class AllocationPolicy(abc.ABC):
 
     name = "policy"
     needs_relevance = False
+    needs_reference = False
+
+    def fit(self, reference: "CandidateSet", k: int) -> "AllocationPolicy":
+        """Learn label-free statistics from a reference candidate set (only ``calibrated`` does)."""
+        return self
 
     @abc.abstractmethod
     def allocate(self, cands: QueryCandidates, k: int, relevant: Relevant | None = None) -> list[Hit]:
@@ -330,20 +339,86 @@ class ZScorePolicy(AllocationPolicy):
         return "zscore" if self.source == "auto" else f"zscore:source={self.source}"
 
 
-@dataclass(repr=False)
-class RRFPolicy(AllocationPolicy):
-    """Reciprocal rank fusion across corpora: merge by ``1 / (K + rank)`` (rank 1-based)."""
+RRF_REMOVED = ("rrf was removed: each corpus contributes one ranked list, so 1/(K + rank) orders by rank "
+               "whatever K is -- round-robin, the same split as fixed:0.5 with two corpora (ordered by rank).")
 
-    K: float = 60.0
-    name = "rrf"
+
+def _ecdf_keys(z: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Mid-rank empirical CDF of ``z`` in the sorted ``ref``; ties (e.g. beyond ``ref``'s range) broken by ``z``.
+
+    The tie-break term is below ``1e-7``, smaller than half a CDF step for any reference of fewer than
+    5 million values, so it only orders values whose percentile is equal.
+    """
+    n = max(ref.size, 1)
+    u = (np.searchsorted(ref, z, "left") + np.searchsorted(ref, z, "right")) / (2.0 * n)
+    return u + 1e-7 * (0.5 + 0.5 * np.tanh(z / 10.0))
+
+
+@dataclass(repr=False)
+class CalibratedPolicy(AllocationPolicy):
+    """Score-level fusion on a label-free calibrated scale (beyond the paper; no labels, no tuning).
+
+    Stage 1, per query: each candidate's score is standardised against the query's scores over a seeded
+    random sample of its corpus, ``z = (s - mu_{c,q}) / sigma_{c,q}`` (as ``zscore``; candidates' own
+    statistics when no background is known). This removes the query's offset and spread in that corpus.
+
+    Stage 2, per corpus: ``z`` is compared with the *reference* distribution ``Z_c`` of the ``z`` values that
+    the top-``r`` candidates (``r = ref``, default ``k``) of a set of reference queries get in the same
+    corpus -- other queries' scores, no labels. ``method=ecdf`` (default) maps ``z`` to its percentile in
+    ``Z_c`` (mid-rank empirical CDF); ``method=gauss`` standardises it, ``(z - mean Z_c) / std Z_c``. The
+    merged list is the top-k by this calibrated value, i.e. a score-level fusion of the per-corpus lists.
+
+    Why: a model fine-tuned on one corpus lifts that corpus's scores for every query, and a larger corpus
+    gives higher top scores by chance (the maximum of more draws). Both shifts are properties of the
+    corpus, visible in ``Z_c`` without labels; stage 2 removes them, while what stays is how unusually
+    well *this* query matches *this* corpus compared with other queries.
+
+    The reference set is given by :meth:`fit` (``allocate_all(..., reference=...)``): the sweep uses the
+    tuning split's queries (their scores only), ``search`` the queries being searched. Without a fit a
+    query is calibrated against its own top-``r`` (then ``ecdf`` interleaves corpora by rank).
+    """
+
+    method: str = "ecdf"
+    ref: int | None = None
+    name = "calibrated"
+    needs_reference = True
+
+    def __post_init__(self) -> None:
+        if self.method not in ("ecdf", "gauss") or (self.ref is not None and self.ref < 1):
+            raise ConfigError(f"invalid calibrated policy (method={self.method!r}, ref={self.ref}).",
+                              fix="use calibrated, calibrated:method=gauss or calibrated:ref=20.")
+        self.reference: dict[str, np.ndarray] = {}
+
+    def fit(self, reference: "CandidateSet", k: int) -> "CalibratedPolicy":
+        """Learn ``Z_c`` per corpus from the top-``r`` candidates of the reference queries (no labels)."""
+        r = self.ref or k
+        pooled: dict[str, list[np.ndarray]] = {}
+        for by_c in reference.by_query.values():
+            for c, cc in by_c.items():
+                pooled.setdefault(c, []).append(zscores(cc)[:r])
+        self.reference = {c: np.sort(np.concatenate(v)) for c, v in pooled.items()}
+        return self
+
+    def keys(self, corpus: str, cc: CorpusCandidates, k: int) -> np.ndarray:
+        z = zscores(cc)
+        ref = self.reference.get(corpus)
+        if ref is None or ref.size == 0:
+            ref = np.sort(z[:self.ref or k])
+        if ref.size == 0:
+            return z
+        if self.method == "gauss":
+            return (z - ref.mean()) / max(float(ref.std()), _EPS)
+        return _ecdf_keys(z, ref)
 
     def allocate(self, cands, k, relevant=None):
-        keys = {c: 1.0 / (self.K + np.arange(1, len(cc) + 1, dtype=np.float64)) for c, cc in cands.items()}
+        keys = {c: self.keys(c, cc, k) for c, cc in cands.items()}
         return _merge(cands, _top_by_key(cands, keys, k), keys)
 
     @property
     def spec(self) -> str:
-        return f"rrf:{self.K:g}"
+        opts = ([f"method={self.method}"] if self.method != "ecdf" else []) + \
+            ([f"ref={self.ref}"] if self.ref is not None else [])
+        return "calibrated" + (":" + ",".join(opts) if opts else "")
 
 
 def credit_curve(cc: CorpusCandidates, rel: Mapping[str, int], mode: str = "any") -> np.ndarray:
@@ -370,6 +445,8 @@ class OraclePolicy(AllocationPolicy):
     def split(self, cands: QueryCandidates, k: int, relevant: Relevant) -> dict[str, int]:
         names = list(cands)
         judged = [c for c in names if any(g > 0 for g in relevant.get(c, {}).values())]
+        if len(names) == 2:
+            return self._split_two(cands, k, relevant, max(len(judged), 1))
         # value[(credit, score sum)] of the best split of budget b over the corpora seen so far.
         best: list[tuple[tuple[float, float], dict[str, int]] | None] = [None] * (k + 1)
         best[0] = ((0.0, 0.0), {})
@@ -392,6 +469,20 @@ class OraclePolicy(AllocationPolicy):
             if best[b] is not None:
                 return best[b][1]
         return {}
+
+    def _split_two(self, cands: QueryCandidates, k: int, relevant: Relevant, n_judged: int) -> dict[str, int]:
+        """The same choice as the dynamic programme for two corpora, vectorised over the first one's share:
+        the best credit, then the largest score sum, then the smallest share of the first corpus."""
+        (a, ca), (b, cb) = cands.items()
+        total = min(k, len(ca) + len(cb))
+        m = np.arange(max(0, total - len(cb)), min(len(ca), total) + 1)
+        cur_a = credit_curve(ca, relevant.get(a, {}), self.mode) / n_judged
+        cur_b = credit_curve(cb, relevant.get(b, {}), self.mode) / n_judged
+        credit = np.round(cur_a[m] + cur_b[total - m], 9)
+        ssum = np.concatenate([[0.0], np.cumsum(ca.scores)])[m] + np.concatenate([[0.0], np.cumsum(cb.scores)])[total - m]
+        best = np.flatnonzero(credit == credit.max())
+        i = int(best[np.argmax(ssum[best])])
+        return {a: int(m[i]), b: int(total - m[i])}
 
     def allocate(self, cands, k, relevant=None):
         if relevant is None:
@@ -430,8 +521,8 @@ def _num(value: str, what: str, spec: str) -> float:
 
 
 POLICY_HELP = ("use naive, fixed:F (e.g. fixed:0.5, or fixed:0.5,0.3,0.2 for three corpora), "
-               "confidence:P[,temperature=T,depth=N], zscore[:source=candidates], rrf[:K], or oracle "
-               "(evaluation only).")
+               "confidence:P[,temperature=T,depth=N], zscore[:source=candidates], "
+               "calibrated[:method=ecdf|gauss,ref=R], or oracle[:mode=any|fraction] (evaluation only).")
 
 
 def _build(name: str, pos: list[str], kw: dict[str, str], spec: str) -> AllocationPolicy:
@@ -459,9 +550,13 @@ def _build(name: str, pos: list[str], kw: dict[str, str], spec: str) -> Allocati
     if name == "zscore":
         no_extra(("source",))
         return ZScorePolicy(source=kw.get("source", pos[0] if pos else "auto"))
+    if name == "calibrated":
+        no_extra(("method", "ref"))
+        ref = kw.get("ref")
+        return CalibratedPolicy(method=kw.get("method", pos[0] if pos else "ecdf"),
+                                ref=None if ref is None else int(_num(ref, "ref", spec)))
     if name == "rrf":
-        no_extra(("k",))
-        return RRFPolicy(K=_num(pos[0] if pos else kw.get("k", "60"), "K", spec))
+        raise ConfigError(RRF_REMOVED, fix="use fixed:0.5 (the same split), or calibrated for score-level fusion.")
     if name == "oracle":
         no_extra(("mode",))
         mode = kw.get("mode", pos[0] if pos else "any")
@@ -471,7 +566,7 @@ def _build(name: str, pos: list[str], kw: dict[str, str], spec: str) -> Allocati
     raise ConfigError(f"unknown allocation policy {spec!r}.", fix=POLICY_HELP)
 
 
-POLICY_NAMES = ("naive", "fixed", "confidence", "zscore", "rrf", "oracle")
+POLICY_NAMES = ("naive", "fixed", "confidence", "zscore", "calibrated", "oracle")
 
 
 def parse_policy(spec: str | AllocationPolicy) -> AllocationPolicy:
@@ -525,11 +620,18 @@ class CandidateSet:
 
 
 def allocate_all(cset: CandidateSet, policy: AllocationPolicy | str, k: int,
-                 relevant: Mapping[str, Relevant] | None = None) -> dict[str, list[Hit]]:
-    """Apply a policy to every query of a candidate set; ``relevant[qid][corpus][doc]`` for the oracle."""
+                 relevant: Mapping[str, Relevant] | None = None,
+                 reference: CandidateSet | None = None) -> dict[str, list[Hit]]:
+    """Apply a policy to every query of a candidate set; ``relevant[qid][corpus][doc]`` for the oracle.
+
+    A policy that learns from unlabelled queries (``calibrated``) is fitted on ``reference`` (candidates of
+    other queries, e.g. the tuning split's), or on ``cset`` itself when none is given; labels are never used.
+    """
     policy = parse_policy(policy)
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}.", fix="pass --k 10 or another positive number.")
+    if policy.needs_reference:
+        policy.fit(reference if reference is not None else cset, k)
     out: dict[str, list[Hit]] = {}
     for qid, cands in cset.by_query.items():
         rel = None
@@ -647,25 +749,60 @@ class MultiCorpusRetriever:
         return cset
 
     def search(self, queries: Mapping[str, str], k: int = 10, policy: str | AllocationPolicy = "naive", *,
+               reference_queries: Mapping[str, str] | None = None,
                show_progress: bool = False) -> dict[str, list[Hit]]:
-        """Merged top-k per query under an allocation policy."""
+        """Merged top-k per query under an allocation policy.
+
+        ``reference_queries`` (texts only, no labels) calibrate ``calibrated``; by default the queries
+        searched are their own reference.
+        """
         policy = parse_policy(policy)
         if policy.needs_relevance:
             raise ConfigError("the oracle policy needs relevance judgements (qrels).",
                               fix="use oracle only in evaluation (drmix multicorpus sweep).")
-        return allocate_all(self.candidates(queries, k=k, show_progress=show_progress), policy, k)
+        reference = None
+        if policy.needs_reference and reference_queries:
+            reference = self.candidates(reference_queries, k=k, show_progress=show_progress)
+        return allocate_all(self.candidates(queries, k=k, show_progress=show_progress), policy, k,
+                            reference=reference)
+
+
+@dataclass
+class EmptyIndex:
+    """Stands in for the index of a corpus with no passages: it contributes no candidates."""
+
+    path: Path
+    ids: list[str] = field(default_factory=list)
+
+    def doc(self, doc_id: str) -> None:
+        return None
+
+
+def _is_empty_corpus(d: Path) -> bool:
+    """A directory with no entries, or whose ``corpus.jsonl`` holds no record (blank lines only)."""
+    corpus = d / "corpus.jsonl"
+    if corpus.is_file():
+        with corpus.open("rb") as fh:
+            return not any(line.strip() for line in fh)
+    return d.is_dir() and not any(d.iterdir())
 
 
 def _open_corpus(model: Any, d: Path, *, batch_size: int, background_size: int, seed: int,
                  show_progress: bool, max_length: int | None) -> tuple[Any, np.ndarray | None]:
-    """A BEIR directory is encoded into a flat index; any other directory must be a saved index."""
+    """A BEIR directory is encoded into a flat index; any other directory must be a saved index.
+
+    An empty directory, or an empty ``corpus.jsonl``, is an empty corpus (a private corpus may have no
+    passages yet): it gets an :class:`EmptyIndex` and contributes nothing to a multi-corpus search.
+    """
     from drmix.retrieval.index import DenseIndex, index_corpus
 
+    if _is_empty_corpus(d):
+        log.warning("corpus %s has no passages; it contributes nothing", d)
+        return EmptyIndex(d), None
     if (d / "corpus.jsonl").exists():
-        from drmix.data.beir import load_beir
+        from drmix.data.beir import read_corpus
 
-        ds = load_beir(d, split=None, load_corpus=True)
-        idx = index_corpus(model, ds.corpus, batch_size=batch_size, max_length=max_length,
+        idx = index_corpus(model, read_corpus(d / "corpus.jsonl"), batch_size=batch_size, max_length=max_length,
                            show_progress=show_progress, metadata={"corpus": str(d)})
     else:
         idx = DenseIndex.load(d)
