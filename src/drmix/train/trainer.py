@@ -118,7 +118,11 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, strategy: Strategy | None = None,
                  callbacks: Sequence[Callable[[StepContext], None]] = (), collections: list[Collection] | None = None,
-                 model: Any = None) -> None:
+                 model: Any = None, builder: Any = None,
+                 loss_fn: Callable[..., torch.Tensor] | None = None) -> None:
+        """``builder`` (turns sampled ``(collection, row)`` pairs into a :class:`Batch`; has ``state_dict``)
+        and ``loss_fn`` (``loss_fn(query_emb, doc_emb, gather=bool) -> per-example losses``, used instead of
+        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining."""
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
@@ -155,7 +159,9 @@ class Trainer:
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
-        self.builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed)
+        self.builder = builder if builder is not None else BatchBuilder(self.collections, config.num_negatives,
+                                                                         seed=config.seed)
+        self.loss_fn = loss_fn
         # separate streams for strategies that draw extra batches (look-ahead, dev measurement)
         self.aux_sampler = MixtureSampler(self.sizes, 1, seed=config.seed + 1)
         self.aux_builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed + 1)
@@ -214,6 +220,8 @@ class Trainer:
     def _losses_from_embeddings(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *,
                                 gather: bool) -> torch.Tensor:
         cfg = self.config
+        if self.loss_fn is not None:
+            return self.loss_fn(q.float(), d.float(), gather=gather and cfg.cross_device_negatives)
         B, H = mask.shape
         p = d[:B]
         negs = None
