@@ -426,7 +426,7 @@ class Trainer:
             from drmix.report.plots import plot_weights
         except ImportError:  # pragma: no cover - plots module is part of the package
             return
-        plot_weights(traj, self.out / "weights.png", names=self.names)
+        plot_weights(traj, self.out / "weights.png", names=getattr(self.strategy, "weight_names", self.names))
 
     def _result(self, last_loss: float | None) -> TrainResult:
         weights = self.out / "weights.json"
