@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -34,7 +35,8 @@ class CocoConfig(TrainConfig):
     max_documents: int | None = Field(None, ge=1, description="Seeded sample of at most this many documents per "
                                                               "corpus (default: all).")
     num_proc: int | None = Field(None, ge=1, description="Processes for sentence splitting (default: one).")
-    mixture: str = Field("uniform", description="Corpus weights: uniform or size (proportional to documents).")
+    mixture: Literal["uniform", "size"] = Field("uniform", description="Corpus weights: uniform or size "
+                                                                       "(proportional to documents kept).")
 
 
 def pretrain_coco(config: CocoConfig, *, callbacks=()):
