@@ -34,12 +34,13 @@ TARGETS = ("scifact", "nfcorpus")
 SOURCES = ("altlex", "msrp", "sick", "xquad", "walmart_amazon", "amazon_google")
 
 PRESETS = {
-    "cpu": dict(coco=dict(max_steps=25, batch_size=32, learning_rate=5e-5, max_documents=600, span_max_length=64),
-                finetune=dict(max_steps=25, batch_size=16, learning_rate=2e-5, doc_max_length=128,
-                              max_collection_size=400),
-                idro=dict(clusters=50, refresh_every=10, max_queries=2400),
-                test=dict(max_queries=150, max_docs=500, max_length=128),
-                shift=dict(max_docs=2000, max_pairs=300, max_uniformity_docs=300)),
+    # sized for two shared CPU cores: minutes per model, so a signal is not expected (see docs/benchmarks.md)
+    "cpu": dict(coco=dict(max_steps=8, batch_size=32, learning_rate=5e-5, max_documents=400, span_max_length=48),
+                finetune=dict(max_steps=6, batch_size=16, learning_rate=2e-5, doc_max_length=96,
+                              max_collection_size=300),
+                idro=dict(clusters=8, refresh_every=3, max_queries=600),
+                test=dict(max_queries=100, max_docs=200, max_length=96),
+                shift=dict(max_docs=1000, max_pairs=100, max_uniformity_docs=100)),
     "gpu": dict(coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, max_documents=None, span_max_length=128,
                           mixed_precision="bf16"),
                 finetune=dict(max_steps=2000, batch_size=64, learning_rate=2e-5, doc_max_length=256,
@@ -114,13 +115,15 @@ def main(argv: list[str] | None = None) -> int:
 
         build_all(args.data, collections, seed=0, max_per_collection=1000, max_words=120, localdocs=False)
 
-    from drmix.analysis.shift import shift_report, write_shift_report
-    from drmix.recipes.coco import paired_test, per_query_scores
+    from drmix.recipes.coco import per_query_scores
 
     t_start = time.perf_counter()
     test = [str(args.data / t) for t in TARGETS]
+    zero = per_query_scores(None, test, max_queries=p["test"]["max_queries"], max_docs=p["test"]["max_docs"], seed=0,
+                            max_length=p["test"]["max_length"], cache=args.out / "zero-shot-scores.json")
     scores: dict[str, list[dict]] = {}
     coco_models = []
+    done = []
     for seed in args.seeds:
         models = run_seed(args, p, collections, seed)
         coco_models.append(models["coco"])
@@ -130,8 +133,32 @@ def main(argv: list[str] | None = None) -> int:
                 max_length=p["test"]["max_length"], cache=models[label].parent / "scores-test.json"))
         log.info("seed %d: %s", seed, {k: round(float(np.mean([np.mean(list(s.values())) for s in v[-1].values()])), 4)
                                        for k, v in scores.items()})
-    zero = per_query_scores(None, test, max_queries=p["test"]["max_queries"], max_docs=p["test"]["max_docs"], seed=0,
-                            max_length=p["test"]["max_length"], cache=args.out / "zero-shot-scores.json")
+        done.append(seed)
+        if len(done) == 1:
+            shift = shift_tables(args, p, collections, test, coco_models[0])
+        report(args, p, done, scores, zero, shift, t_start)
+    return 0
+
+
+def shift_tables(args, p, collections, test, coco_model) -> dict:
+    """The shift report (training collections vs targets) and alignment/uniformity before and after COCO."""
+    from drmix.analysis.shift import shift_report, write_shift_report
+
+    src = [str(collections / f"{s}.jsonl") for s in SOURCES]
+    rep = shift_report(src, test, model=None, max_docs=p["shift"]["max_docs"], seed=0)
+    write_shift_report(rep, args.out / "shift")
+    au = {}
+    for label, model in (("MiniLM", _default_model()), ("MiniLM + COCO (seed 0)", str(coco_model))):
+        r = shift_report([test[0]], [test[1]], model=model, max_docs=p["shift"]["max_docs"],
+                         max_pairs=p["shift"]["max_pairs"], max_uniformity_docs=p["shift"]["max_uniformity_docs"])
+        au[label] = {"alignment": r.alignment, "uniformity": r.uniformity}
+    return {"report": rep, "au": au}
+
+
+def report(args, p, seeds, scores, zero, shift, t_start) -> None:
+    from drmix.recipes.coco import paired_test
+
+    rep, au = shift["report"], shift["au"]
 
     def avg(run: dict) -> float:
         return float(np.mean([np.mean(list(s.values())) for s in run.values()]))
@@ -142,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     def seed_mean(runs: list[dict]) -> dict:
         return {d: {q: float(np.mean([r[d][q] for r in runs])) for q in runs[0][d]} for d in runs[0]}
 
-    lines = [f"Preset `{args.preset}`, seeds {args.seeds}; nDCG@10 on "
+    lines = [f"Preset `{args.preset}`, seeds {seeds}; nDCG@10 on "
              f"{p['test']['max_queries'] or 'all'} test queries and a {p['test']['max_docs'] or 'full'}-document "
              f"corpus per dataset (seeded subsample, the same for every model).", "",
              "| model | " + " | ".join(TARGETS) + " | average (mean over seeds) | 95% interval (seeds) |",
@@ -166,15 +193,6 @@ def main(argv: list[str] | None = None) -> int:
         tests[name] = t
         lines.append(f"| {name} | {t['n']} | {t['mean']:+.4f} | [{t['low']:+.4f}, {t['high']:+.4f}] | {t['p']:.3g} |")
 
-    # shift table: training collections vs the targets, alignment/uniformity before and after COCO (seed 0)
-    src = [str(collections / f"{s}.jsonl") for s in SOURCES]
-    rep = shift_report(src, test, model=None, max_docs=p["shift"]["max_docs"], seed=0)
-    write_shift_report(rep, args.out / "shift")
-    au = {}
-    for label, model in (("MiniLM", None), ("MiniLM + COCO (seed 0)", str(coco_models[0]))):
-        r = shift_report([test[0]], [test[1]], model=model or _default_model(), max_docs=p["shift"]["max_docs"],
-                         max_pairs=p["shift"]["max_pairs"], max_uniformity_docs=p["shift"]["max_uniformity_docs"])
-        au[label] = {"alignment": r.alignment, "uniformity": r.uniformity}
     tr = rep.names.index
     lines += ["", "Distribution shift (weighted Jaccard of unigram distributions; query types: App. C.1):", "",
               "| source | " + " | ".join(f"{t} corpus | {t} queries | {t} query types" for t in TARGETS) + " |",
@@ -190,15 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     for label, v in au.items():
         lines.append(f"| {label} | " + " | ".join(f"{v['alignment'].get(t, float('nan')):.4f} | "
                                                   f"{v['uniformity'].get(t, float('nan')):.4f}" for t in TARGETS) + " |")
-    times = {s: json.loads((args.out / f"seed{s}" / "times.json").read_text()) for s in args.seeds}
+    times = {s: json.loads((args.out / f"seed{s}" / "times.json").read_text()) for s in seeds}
     lines += ["", f"Wall time {time.perf_counter() - t_start:.0f} s for this invocation; training seconds per seed: "
               + "; ".join(f"seed {s}: " + ", ".join(f"{k} {v:.0f}" for k, v in t.items()) for s, t in times.items())]
     text = "\n".join(lines) + "\n"
     (args.out / "report.md").write_text(text, encoding="utf-8")
     (args.out / "report.json").write_text(json.dumps({"summary": summary, "tests": tests, "zero_shot": avg(zero),
                                                       "alignment_uniformity": au, "preset": p}, indent=2))
-    print(text)
-    return 0
+    print(text, flush=True)
 
 
 def _default_model() -> str:
