@@ -221,15 +221,13 @@ class IDROStrategy(Strategy):
         # per-cluster gradients of the mean cluster loss on the last layers, all-reduced and normalised
         params = last_layer_parameters(ctx.model, self.config.layers)
         idx = np.flatnonzero(present)
-        local_present = set(ids.unique().tolist())
         grads = []
         for k in idx:
-            if k in local_present:
-                g = torch.autograd.grad(local_sum[k] / denom[k], params, retain_graph=True, allow_unused=True)
-                flat = torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1).float()
-                                  for x, p in zip(g, params)])
-            else:
-                flat = torch.zeros(sum(p.numel() for p in params), device=losses.device)
+            # every rank differentiates every globally present cluster (a zero sum where it is absent locally):
+            # with cross-device negatives the backward of the all-gather is a collective all ranks must join
+            g = torch.autograd.grad(local_sum[k] / denom[k], params, retain_graph=True, allow_unused=True)
+            flat = torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1).float()
+                              for x, p in zip(g, params)])
             flat = _all_reduce(flat)
             grads.append(flat / flat.norm().clamp(min=1e-12))
         cos = np.zeros((K, K))
