@@ -56,7 +56,7 @@ class TrainConfig(BaseModel):
     mixture_temperature: float = Field(2.0, gt=0, description="tau for mixture='temperature'.")
     weights_file: str | None = Field(None, description="weights.json (from a strategy run) or a {name: weight} JSON/YAML file.")
     transfer: str | None = Field(None, description="How learned weights are used: top:K (e.g. top:0.7), reweight, or loss.")
-    strategy: str = Field("static", description="static | tdro | doremi | groupdro | infdds | multidds.")
+    strategy: str = Field("static", description="static | tdro | doremi | groupdro | infdds | multidds | idro.")
     reference_model: str | None = Field(None, description="Frozen reference model for tDRO/DoReMi.")
     dev: list[str] = Field(default_factory=list, description="BEIR directories whose dev split strategies use (Inf-DDS).")
     dev_split: str = Field("dev", description="Qrels split of the --dev directories.")
@@ -88,6 +88,7 @@ class TrainConfig(BaseModel):
     # Strategy sub-configurations (set by their modules' config models; free-form here and validated there).
     tdro: dict[str, Any] = Field(default_factory=dict, description="Options of the DRO strategies (see docs/mixture.md).")
     infdds: dict[str, Any] = Field(default_factory=dict, description="Options of Inf-DDS / MultiDDS (see docs/influence.md).")
+    idro: dict[str, Any] = Field(default_factory=dict, description="Options of iDRO (see docs/coco.md).")
 
     @field_validator("data", mode="before")
     @classmethod

@@ -6,7 +6,7 @@ from drmix.errors import ConfigError
 from drmix.mixture.base import Strategy
 from drmix.mixture.static import StaticStrategy, read_weights_file
 
-STRATEGIES = ("static", "tdro", "doremi", "groupdro", "infdds", "multidds")
+STRATEGIES = ("static", "tdro", "doremi", "groupdro", "infdds", "multidds", "idro")
 
 
 def build_strategy(config: TrainConfig, collection_names: list[str]) -> Strategy:
@@ -34,4 +34,8 @@ def build_strategy(config: TrainConfig, collection_names: list[str]) -> Strategy
         from drmix.mixture.influence import build_influence_strategy
 
         return build_influence_strategy(name, config.infdds, config.seed, batch_size=config.batch_size)
+    if name == "idro":
+        from drmix.mixture.idro import build_idro_strategy
+
+        return build_idro_strategy(config.idro, config.seed)
     raise ConfigError(f"unknown strategy '{config.strategy}'.", fix=f"use one of: {', '.join(STRATEGIES)}.")

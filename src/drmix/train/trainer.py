@@ -126,7 +126,11 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, *, strategy: Strategy | None = None,
                  callbacks: Sequence[Callable[[StepContext], None]] = (), collections: list[Collection] | None = None,
-                 model: Any = None) -> None:
+                 model: Any = None, builder: Any = None,
+                 loss_fn: Callable[..., torch.Tensor] | None = None) -> None:
+        """``builder`` (turns sampled ``(collection, row)`` pairs into a :class:`Batch`; has ``state_dict``)
+        and ``loss_fn`` (``loss_fn(query_emb, doc_emb, gather=bool) -> per-example losses``, used instead of
+        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining."""
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
@@ -170,7 +174,9 @@ class Trainer:
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
-        self.builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed)
+        self.builder = builder if builder is not None else BatchBuilder(self.collections, config.num_negatives,
+                                                                         seed=config.seed)
+        self.loss_fn = loss_fn
         self._featurizers: dict[int, Featurizer] = {}
         self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs, prefetch=config.input_prefetch,
                                     workers=config.input_workers,
@@ -247,6 +253,8 @@ class Trainer:
     def _losses_from_embeddings(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *,
                                 gather: bool) -> torch.Tensor:
         cfg = self.config
+        if self.loss_fn is not None:
+            return self.loss_fn(q.float(), d.float(), gather=gather and cfg.cross_device_negatives)
         B, H = mask.shape
         p = d[:B]
         negs = None
@@ -484,7 +492,7 @@ class Trainer:
             from drmix.report.plots import plot_weights
         except ImportError:  # pragma: no cover - plots module is part of the package
             return
-        plot_weights(traj, self.out / "weights.png", names=self.names)
+        plot_weights(traj, self.out / "weights.png", names=getattr(self.strategy, "weight_names", self.names))
 
     def _result(self, last_loss: float | None) -> TrainResult:
         weights = self.out / "weights.json"

@@ -1,0 +1,228 @@
+"""COCO-DR benchmark: COCO on the SciFact + NFCorpus corpora (no labels), fine-tuning on the other collections
+of build_collections.py, nDCG@10 on SciFact / NFCorpus test against the same fine-tuning without COCO, and
+iDRO against uniform fine-tuning; plus the distribution-shift table.
+
+Per seed: ``coco`` (COCO on both target corpora), ``base-uniform`` (fine-tuning from the original model),
+``coco-uniform`` (the same fine-tuning from the COCO model) and ``coco-idro`` (iDRO fine-tuning from the COCO
+model). Reported: per model the mean over seeds of the average nDCG@10 with a 95% t-interval over seeds, and
+paired t-tests over queries (per-query nDCG@10 averaged over seeds) for COCO vs no COCO and iDRO vs uniform.
+
+    python benchmarks/bench_coco.py --preset cpu --data ../shared/data --out /tmp/drmix-coco
+    python benchmarks/bench_coco.py --preset gpu --data ../shared/data --out /data/drmix-coco   # the issue's scale
+
+The cpu preset is small (subsampled corpora and test sets, tens of steps) so it finishes in about half an hour
+on two cores; the gpu preset runs COCO for 2,000 steps of 256 pairs on the full corpora and fine-tunes 2,000
+steps of 64 examples, evaluated on the full test sets. Settings were fixed before looking at test results.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+log = logging.getLogger("bench_coco")
+TARGETS = ("scifact", "nfcorpus")
+SOURCES = ("altlex", "msrp", "sick", "xquad", "walmart_amazon", "amazon_google")
+
+PRESETS = {
+    # sized for two shared CPU cores: minutes per model, so a signal is not expected (see docs/benchmarks.md)
+    "cpu": dict(coco=dict(max_steps=8, batch_size=32, learning_rate=5e-5, max_documents=400, span_max_length=48),
+                finetune=dict(max_steps=6, batch_size=16, learning_rate=2e-5, doc_max_length=96,
+                              max_collection_size=300),
+                idro=dict(clusters=8, refresh_every=3, max_queries=600),
+                test=dict(max_queries=100, max_docs=200, max_length=96),
+                shift=dict(max_docs=1000, max_pairs=100, max_uniformity_docs=100)),
+    "gpu": dict(coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, max_documents=None, span_max_length=128,
+                          mixed_precision="bf16"),
+                finetune=dict(max_steps=2000, batch_size=64, learning_rate=2e-5, doc_max_length=256,
+                              max_collection_size=None, mixed_precision="bf16"),
+                idro=dict(clusters=50, refresh_every=500, max_queries=None),
+                test=dict(max_queries=None, max_docs=None, max_length=256),
+                shift=dict(max_docs=None, max_pairs=1000, max_uniformity_docs=1000)),
+}
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float]:
+    from scipy import stats
+
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return float(v.mean()), float("nan"), float("nan")
+    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+
+
+def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
+    from drmix.config import TrainConfig
+    from drmix.pretrain.runner import CocoConfig, pretrain_coco
+    from drmix.train.trainer import train
+
+    out = args.out / f"seed{seed}"
+    corpora = [str(args.data / t) for t in TARGETS]
+    times = {}
+    t0 = time.perf_counter()
+    coco_dir = out / "coco"
+    if not (coco_dir / "model" / "modules.json").exists():
+        pretrain_coco(CocoConfig(corpus=corpora, output_dir=str(coco_dir), seed=seed, show_progress=False,
+                                 resume=True, save_every=10_000, log_every=5, **p["coco"]))
+    times["coco"] = time.perf_counter() - t0
+    data = [str(collections / f"{s}.jsonl") for s in SOURCES]
+    runs = {"base-uniform": (None, "static"), "coco-uniform": (str(coco_dir / "model"), "static"),
+            "coco-idro": (str(coco_dir / "model"), "idro")}
+    models = {"coco": coco_dir / "model"}
+    for label, (start, strategy) in runs.items():
+        t0 = time.perf_counter()
+        d = out / label
+        if not (d / "model" / "modules.json").exists():
+            train(TrainConfig(model=start, data=data, output_dir=str(d), seed=seed, strategy=strategy,
+                              idro=p["idro"] if strategy == "idro" else {}, show_progress=False, resume=True,
+                              save_every=10_000, log_every=5, num_negatives=1, **p["finetune"]))
+        times[label] = time.perf_counter() - t0
+        models[label] = d / "model"
+    log.info("seed %d training seconds: %s", seed, {k: round(v) for k, v in times.items()})
+    (out / "times.json").write_text(json.dumps(times))
+    return models
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="shared data (read-only)")
+    ap.add_argument("--collections", type=Path, default=None, help="built collections (default: OUT/collections)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("datasets", "sentence_transformers", "transformers", "httpx", "accelerate"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import datasets
+
+    datasets.disable_progress_bars()
+    p = PRESETS[args.preset]
+    args.data = args.data.resolve()
+    collections = args.collections or args.out / "collections"
+    if not all((collections / f"{s}.jsonl").exists() for s in SOURCES):
+        from build_collections import build_all
+
+        build_all(args.data, collections, seed=0, max_per_collection=1000, max_words=120, localdocs=False)
+
+    from drmix.recipes.coco import per_query_scores
+
+    t_start = time.perf_counter()
+    test = [str(args.data / t) for t in TARGETS]
+    zero = per_query_scores(None, test, max_queries=p["test"]["max_queries"], max_docs=p["test"]["max_docs"], seed=0,
+                            max_length=p["test"]["max_length"], cache=args.out / "zero-shot-scores.json")
+    scores: dict[str, list[dict]] = {}
+    coco_models = []
+    done = []
+    for seed in args.seeds:
+        models = run_seed(args, p, collections, seed)
+        coco_models.append(models["coco"])
+        for label in ("base-uniform", "coco-uniform", "coco-idro"):
+            scores.setdefault(label, []).append(per_query_scores(
+                models[label], test, max_queries=p["test"]["max_queries"], max_docs=p["test"]["max_docs"], seed=0,
+                max_length=p["test"]["max_length"], cache=models[label].parent / "scores-test.json"))
+        log.info("seed %d: %s", seed, {k: round(float(np.mean([np.mean(list(s.values())) for s in v[-1].values()])), 4)
+                                       for k, v in scores.items()})
+        done.append(seed)
+        if len(done) == 1:
+            shift = shift_tables(args, p, collections, test, coco_models[0])
+        report(args, p, done, scores, zero, shift, t_start)
+    return 0
+
+
+def shift_tables(args, p, collections, test, coco_model) -> dict:
+    """The shift report (training collections vs targets) and alignment/uniformity before and after COCO."""
+    from drmix.analysis.shift import shift_report, write_shift_report
+
+    src = [str(collections / f"{s}.jsonl") for s in SOURCES]
+    rep = shift_report(src, test, model=None, max_docs=p["shift"]["max_docs"], seed=0)
+    write_shift_report(rep, args.out / "shift")
+    au = {}
+    for label, model in (("MiniLM", _default_model()), ("MiniLM + COCO (seed 0)", str(coco_model))):
+        r = shift_report([test[0]], [test[1]], model=model, max_docs=p["shift"]["max_docs"],
+                         max_pairs=p["shift"]["max_pairs"], max_uniformity_docs=p["shift"]["max_uniformity_docs"])
+        au[label] = {"alignment": r.alignment, "uniformity": r.uniformity}
+    return {"report": rep, "au": au}
+
+
+def report(args, p, seeds, scores, zero, shift, t_start) -> None:
+    from drmix.recipes.coco import paired_test
+
+    rep, au = shift["report"], shift["au"]
+
+    def avg(run: dict) -> float:
+        return float(np.mean([np.mean(list(s.values())) for s in run.values()]))
+
+    def per_dataset(run: dict, d: str) -> float:
+        return float(np.mean(list(run[d].values())))
+
+    def seed_mean(runs: list[dict]) -> dict:
+        return {d: {q: float(np.mean([r[d][q] for r in runs])) for q in runs[0][d]} for d in runs[0]}
+
+    lines = [f"Preset `{args.preset}`, seeds {seeds}; nDCG@10 on "
+             f"{p['test']['max_queries'] or 'all'} test queries and a {p['test']['max_docs'] or 'full'}-document "
+             f"corpus per dataset (seeded subsample, the same for every model).", "",
+             "| model | " + " | ".join(TARGETS) + " | average (mean over seeds) | 95% interval (seeds) |",
+             "|---|" + "---:|" * len(TARGETS) + "---:|---|"]
+    lines.append("| MiniLM, no fine-tuning | " + " | ".join(f"{per_dataset(zero, d):.4f}" for d in TARGETS)
+                 + f" | {avg(zero):.4f} | |")
+    summary = {}
+    for label, runs in scores.items():
+        m, lo, hi = t_interval([avg(r) for r in runs])
+        summary[label] = {"per_seed": [avg(r) for r in runs], "mean": m, "low": lo, "high": hi,
+                          "per_dataset": {d: float(np.mean([per_dataset(r, d) for r in runs])) for d in TARGETS}}
+        lines.append(f"| {label} | " + " | ".join(f"{summary[label]['per_dataset'][d]:.4f}" for d in TARGETS)
+                     + f" | {m:.4f} | [{lo:.4f}, {hi:.4f}] |")
+    lines += ["", "| comparison | queries | mean difference | 95% interval | p (paired t over queries) |",
+              "|---|---:|---:|---|---:|"]
+    tests = {}
+    for name, a, b in (("COCO vs no COCO (uniform fine-tuning)", "base-uniform", "coco-uniform"),
+                       ("iDRO vs uniform (both after COCO)", "coco-uniform", "coco-idro"),
+                       ("COCO + iDRO vs no COCO, uniform", "base-uniform", "coco-idro")):
+        t = paired_test(seed_mean(scores[a]), seed_mean(scores[b]))
+        tests[name] = t
+        lines.append(f"| {name} | {t['n']} | {t['mean']:+.4f} | [{t['low']:+.4f}, {t['high']:+.4f}] | {t['p']:.3g} |")
+
+    tr = rep.names.index
+    lines += ["", "Distribution shift (weighted Jaccard of unigram distributions; query types: App. C.1):", "",
+              "| source | " + " | ".join(f"{t} corpus | {t} queries | {t} query types" for t in TARGETS) + " |",
+              "|---|" + "---:|" * (3 * len(TARGETS))]
+    for i, nm in enumerate(rep.names):
+        cells = []
+        for t in TARGETS:
+            j = tr(t)
+            cells += [f"{rep.corpus_jaccard[i][j]:.3f}", f"{rep.query_jaccard[i][j]:.3f}", f"{rep.intent_jaccard[i][j]:.3f}"]
+        lines.append(f"| {nm} | " + " | ".join(cells) + " |")
+    lines += ["", "| model | " + " | ".join(f"{t} alignment | {t} uniformity" for t in TARGETS) + " |",
+              "|---|" + "---:|" * (2 * len(TARGETS))]
+    for label, v in au.items():
+        lines.append(f"| {label} | " + " | ".join(f"{v['alignment'].get(t, float('nan')):.4f} | "
+                                                  f"{v['uniformity'].get(t, float('nan')):.4f}" for t in TARGETS) + " |")
+    times = {s: json.loads((args.out / f"seed{s}" / "times.json").read_text()) for s in seeds}
+    lines += ["", f"Wall time {time.perf_counter() - t_start:.0f} s for this invocation; training seconds per seed: "
+              + "; ".join(f"seed {s}: " + ", ".join(f"{k} {v:.0f}" for k, v in t.items()) for s, t in times.items())]
+    text = "\n".join(lines) + "\n"
+    (args.out / "report.md").write_text(text, encoding="utf-8")
+    (args.out / "report.json").write_text(json.dumps({"summary": summary, "tests": tests, "zero_shot": avg(zero),
+                                                      "alignment_uniformity": au, "preset": p}, indent=2))
+    print(text, flush=True)
+
+
+def _default_model() -> str:
+    from drmix.model.encoder import default_model_path
+
+    return default_model_path()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,283 @@
+"""iDRO: implicit distributionally robust optimisation over k-means query clusters (``--strategy idro``).
+
+Specification: COCO-DR (seeds/001_e28c42063fca7c70.txt), Sec. 4.2, Eqs. 5-12 and Appendix E, implemented as
+the authors' code does it (``ANCE/model/dro_loss.py``, facts recorded in the issue / seeds/README.md):
+
+1. **clusters**: the training queries are embedded with the *current* model and clustered by k-means
+   (``K = 50``, faiss, spherical, so the similarity is the dot product as in the paper); the clusters are
+   recomputed every ``refresh_every`` steps (the authors: whenever ANCE refreshes its negatives). A batch's
+   queries are assigned to the nearest centroid (a no-grad forward of the queries in eval mode).
+2. **per-cluster losses** ``l_i``: the mean per-example loss of cluster ``i`` in the (global) batch.
+3. **per-cluster gradients** ``g_i = grad l_i`` on the parameters of the **last 3 transformer layers**
+   only, L2-normalised, so ``g_i . g_j`` is a cosine.
+4. **weight update**: ``r_ij = cos(g_i, g_j) * (l_i l_j)^beta`` (beta = 0.25, Eq. 12);
+   ``e_i = rho * mean_j r_ij`` over the clusters ``j`` present in the batch (rho = 0.05 plays ``1/tau``
+   of Eq. 11), ``e_i = 0`` for absent clusters, then ``e <- e - max(e)``;
+   ``h <- h^0.1 * exp(e)``, normalised to sum 1, then floored at 0.01.
+5. **loss**: ``sum_i h_i l_i`` with the weights ``h`` of the *previous* step (the update of step 4 is
+   used from the next batch on).
+
+Where the code (followed) and the paper differ:
+
+* Eq. 11 multiplies by the previous weights ``w^(t-1)`` (a KL proximal step); the code raises them to the
+  power 0.1 (``power``), which lets the weights forget old batches quickly.
+* Eq. 5 weights the loss by ``alpha_i w_i`` with ``alpha_i ∝ l_i^beta``; the code puts ``(l_i l_j)^beta``
+  only inside ``r_ij`` and back-propagates ``sum_i h_i l_i``.
+* Eq. 11 sums ``r_ij`` over ``j``; the code averages over the clusters present (a constant factor that
+  rescales ``rho``) and subtracts the maximum exponent for numerical safety (no effect after normalising).
+* The floor (0.01) is applied after normalising and the weights are not renormalised afterwards (as in
+  the code), so they may sum to slightly more than 1.
+
+Under DDP, per-cluster loss sums, counts and gradients are all-reduced, so every rank measures the global
+batch and makes the same update; each rank back-propagates ``world * sum_i h_i (local sum_i / global n_i)``,
+which DDP's gradient averaging turns into the gradient of ``sum_i h_i l_i`` over the global batch.
+Sampling over collections stays as configured (uniform): iDRO acts on the loss only.
+The weights, centroids and cluster sizes are part of the checkpoint, so a resumed run continues exactly.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from drmix.errors import ConfigError
+from drmix.mixture.base import Batch, StepContext, Strategy
+
+log = logging.getLogger(__name__)
+
+
+class IDROConfig(BaseModel):
+    """Options of ``--strategy idro`` (``--idro KEY=VALUE``); defaults are the authors'."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clusters: int = Field(50, ge=1, description="K of k-means over the training queries.")
+    refresh_every: int = Field(1000, ge=0, description="Recompute the clusters every N steps (0 = only at start).")
+    layers: int = Field(3, ge=1, description="Per-cluster gradients on the last N transformer layers.")
+    beta: float = Field(0.25, ge=0, description="Loss exponent in r_ij = cos(g_i, g_j) (l_i l_j)^beta.")
+    rho: float = Field(0.05, gt=0, description="Step size: exponent = rho * mean_j r_ij.")
+    power: float = Field(0.1, ge=0, description="Previous weights enter as h^power (authors: 0.1).")
+    floor: float = Field(0.01, ge=0, lt=1, description="Minimum cluster weight after normalising.")
+    kmeans_iterations: int = Field(20, ge=1, description="k-means iterations.")
+    max_queries: int | None = Field(None, ge=1, description="Cluster a seeded sample of at most this many queries.")
+    encode_batch_size: int = Field(128, ge=1, description="Batch size when embedding queries for k-means.")
+
+
+# ------------------------------------------------------------------------------------------- the update rule
+
+def idro_update(h: np.ndarray, losses: np.ndarray, present: np.ndarray, cos: np.ndarray, *, beta: float = 0.25,
+                rho: float = 0.05, power: float = 0.1, floor: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
+    """One iDRO weight update (module docstring, step 4); returns ``(new_h, exponent)``.
+
+    ``losses`` [K] per-cluster mean losses (ignored where not ``present``), ``cos`` [K, K] cosines of the
+    per-cluster gradients (only entries between present clusters are read).
+    """
+    h = np.asarray(h, dtype=np.float64)
+    present = np.asarray(present, dtype=bool)
+    K = len(h)
+    expo = np.zeros(K)
+    idx = np.flatnonzero(present)
+    if len(idx):
+        lp = np.maximum(np.asarray(losses, dtype=np.float64)[idx], 0.0) ** beta
+        r = np.asarray(cos, dtype=np.float64)[np.ix_(idx, idx)] * np.outer(lp, lp)
+        expo[idx] = rho * r.mean(axis=1)
+    expo = expo - expo.max()
+    new = np.power(h, power) * np.exp(expo)
+    new = new / new.sum()
+    return np.maximum(new, floor), expo
+
+
+def last_layer_parameters(model: torch.nn.Module, n: int) -> list[torch.nn.Parameter]:
+    """Trainable parameters of the last ``n`` blocks of the model's longest transformer layer list."""
+    best = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.ModuleList) and name.split(".")[-1] in ("layer", "layers", "h", "block", "blocks"):
+            if best is None or len(mod) > len(best):
+                best = mod
+    if best is None or len(best) == 0:
+        raise ConfigError("iDRO cannot find the transformer layers of the model.",
+                          fix="use a BERT-like or decoder model (an encoder.layer / layers module list).")
+    params = [p for blk in list(best)[-n:] for p in blk.parameters() if p.requires_grad]
+    if not params:
+        raise ConfigError("the last transformer layers have no trainable parameters.", fix="unfreeze them.")
+    return params
+
+
+def _dist() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size(), torch.distributed.get_rank()
+    return 1, 0
+
+
+def _all_reduce(t: torch.Tensor) -> torch.Tensor:
+    if _dist()[0] > 1:
+        torch.distributed.all_reduce(t)
+    return t
+
+
+def kmeans(x: np.ndarray, k: int, *, iterations: int = 20, seed: int = 0) -> np.ndarray:
+    """Spherical k-means centroids ``[k, d]`` (faiss) of row vectors ``x``."""
+    import faiss
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if k > len(x):
+        raise ConfigError(f"iDRO needs at least K={k} training queries to cluster, got {len(x)}.",
+                          fix=f"use --idro clusters=N with N <= {len(x)}, or more training data.")
+    km = faiss.Kmeans(x.shape[1], k, niter=iterations, seed=int(seed) % (2**31), spherical=True, verbose=False,
+                      min_points_per_centroid=1, max_points_per_centroid=max(256, math.ceil(len(x) / k)))
+    km.train(x)
+    return np.asarray(km.centroids, dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------------------------ strategy
+
+class IDROStrategy(Strategy):
+    """Reweights the loss over k-means query clusters by gradient similarity (see the module docstring)."""
+
+    name = "idro"
+
+    def __init__(self, config: IDROConfig | None = None, *, seed: int = 0) -> None:
+        self.config = config or IDROConfig()
+        self.seed = seed
+        K = self.config.clusters
+        self.h = np.full(K, 1.0 / K)
+        self.centroids: np.ndarray | None = None
+        self.cluster_sizes = np.zeros(K, dtype=np.int64)
+        self.refreshes = 0
+        self.last: dict[str, Any] = {}
+
+    @property
+    def weight_names(self) -> list[str]:
+        return [f"cluster{i}" for i in range(self.config.clusters)]
+
+    # -- clusters --------------------------------------------------------------------------------------
+    def _embed(self, trainer: Any, texts: list[str]) -> np.ndarray:
+        model = trainer.model
+        was = model.training
+        model.eval()
+        out = []
+        try:
+            with torch.no_grad():
+                for s in range(0, len(texts), self.config.encode_batch_size):
+                    chunk = [trainer.q_prompt + t for t in texts[s:s + self.config.encode_batch_size]]
+                    feats = trainer._features(model, chunk, trainer.config.query_max_length)
+                    out.append(model(feats)["sentence_embedding"].float().cpu().numpy())
+        finally:
+            model.train(was)
+        return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+
+    def refresh(self, ctx: StepContext) -> None:
+        """Re-cluster the training queries with the current model (rank 0 computes, every rank receives)."""
+        trainer = ctx.extras["trainer"]
+        queries = [c.format_query(q) for c in trainer.collections for q in c.dataset["query"]]
+        K = self.config.clusters
+        if K > len(queries):
+            raise ConfigError(f"iDRO needs at least K={K} training queries, the collections hold {len(queries)}.",
+                              fix=f"use --idro clusters=N with N <= {len(queries)}.")
+        rng = np.random.default_rng([self.seed, self.refreshes, 4093])
+        if self.config.max_queries and len(queries) > self.config.max_queries:
+            pick = np.sort(rng.choice(len(queries), self.config.max_queries, replace=False))
+            queries = [queries[i] for i in pick]
+        world, rank = _dist()
+        emb = self._embed(trainer, queries)
+        cent = kmeans(emb, K, iterations=self.config.kmeans_iterations, seed=self.seed + self.refreshes)
+        if world > 1:
+            t = torch.as_tensor(cent, device=trainer.accelerator.device)
+            torch.distributed.broadcast(t, src=0)
+            cent = t.cpu().numpy()
+        self.centroids = cent
+        self.cluster_sizes = np.bincount(self.assign(emb), minlength=K)
+        self.refreshes += 1
+        ctx.log({"step": ctx.step, "idro_refresh": self.refreshes, "queries": len(queries),
+                 "cluster_sizes": self.cluster_sizes.tolist()})
+        log.info("iDRO: %d clusters over %d queries (sizes %d..%d)", K, len(queries), self.cluster_sizes.min(),
+                 self.cluster_sizes.max())
+
+    def assign(self, emb: np.ndarray) -> np.ndarray:
+        """Nearest centroid by dot product (the k-means is spherical)."""
+        return (np.asarray(emb, np.float32) @ self.centroids.T).argmax(axis=1)
+
+    # -- the loss -----------------------------------------------------------------------------------------
+    def loss(self, losses: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
+        trainer = ctx.extras["trainer"]
+        if self.centroids is None:
+            self.refresh(ctx)
+        K = self.config.clusters
+        world, _ = _dist()
+        ids = torch.as_tensor(self.assign(self._embed(trainer, batch.queries)), device=losses.device)
+        local_sum = torch.zeros(K, device=losses.device, dtype=losses.dtype).index_add(0, ids, losses)
+        counts = _all_reduce(torch.bincount(ids, minlength=K).to(torch.float64))
+        global_sum = _all_reduce(local_sum.detach().to(torch.float64))
+        present = (counts > 0).cpu().numpy()
+        cl_loss = (global_sum / counts.clamp(min=1)).cpu().numpy()
+        denom = counts.clamp(min=1).to(losses.dtype)
+        h_prev = torch.as_tensor(self.h, device=losses.device, dtype=losses.dtype)
+        loss = world * (h_prev * local_sum / denom).sum()
+
+        # per-cluster gradients of the mean cluster loss on the last layers, all-reduced and normalised
+        params = last_layer_parameters(ctx.model, self.config.layers)
+        idx = np.flatnonzero(present)
+        grads = []
+        for k in idx:
+            # every rank differentiates every globally present cluster (a zero sum where it is absent locally):
+            # with cross-device negatives the backward of the all-gather is a collective all ranks must join
+            g = torch.autograd.grad(local_sum[k] / denom[k], params, retain_graph=True, allow_unused=True)
+            flat = torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1).float()
+                              for x, p in zip(g, params)])
+            flat = _all_reduce(flat)
+            grads.append(flat / flat.norm().clamp(min=1e-12))
+        cos = np.zeros((K, K))
+        if grads:
+            G = torch.stack(grads)
+            cos[np.ix_(idx, idx)] = (G @ G.T).double().cpu().numpy()
+        if np.isfinite(cl_loss[present]).all():
+            self.h, expo = idro_update(self.h, cl_loss, present, cos, beta=self.config.beta, rho=self.config.rho,
+                                       power=self.config.power, floor=self.config.floor)
+        else:
+            log.warning("iDRO: non-finite cluster losses at step %d; weights kept", ctx.step)
+        self.last = {"present": int(present.sum())}
+        return loss
+
+    def after_step(self, ctx: StepContext) -> None:
+        every = self.config.refresh_every
+        if every and ctx.step % every == 0:
+            self.refresh(ctx)
+
+    # -- outputs and state -------------------------------------------------------------------------------------
+    def trajectory_record(self, step: int) -> dict | None:
+        return {"weights": dict(zip(self.weight_names, self.h.tolist())), **self.last}
+
+    def final_weights(self) -> dict:
+        out = super().final_weights()
+        out.update({"strategy": "idro", "cluster_weights": self.h.tolist(), "clusters": self.config.clusters,
+                    "cluster_sizes": self.cluster_sizes.tolist(), "refreshes": self.refreshes,
+                    "options": self.config.model_dump()})
+        return out
+
+    def state_dict(self) -> dict:
+        return {"h": self.h.tolist(), "centroids": None if self.centroids is None else self.centroids.tolist(),
+                "cluster_sizes": self.cluster_sizes.tolist(), "refreshes": self.refreshes, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not state:
+            return
+        self.h = np.asarray(state["h"], dtype=np.float64)
+        self.centroids = None if state["centroids"] is None else np.asarray(state["centroids"], dtype=np.float32)
+        self.cluster_sizes = np.asarray(state["cluster_sizes"], dtype=np.int64)
+        self.refreshes = int(state["refreshes"])
+
+
+def build_idro_strategy(options: dict[str, Any], seed: int) -> IDROStrategy:
+    from pydantic import ValidationError
+
+    try:
+        cfg = IDROConfig.model_validate(options or {})
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"invalid --idro option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
+                          fix="see docs/coco.md for the iDRO options.") from None
+    return IDROStrategy(cfg, seed=seed)

@@ -1,0 +1,93 @@
+"""``drmix pretrain coco`` as a library function: chunk the target corpora, then train with the COCO loss.
+
+The training loop is the shared :class:`~drmix.train.trainer.Trainer` (same optimiser, schedule, DDP,
+checkpoints and exact resume as ``drmix train``); COCO plugs in through its ``builder`` (two spans of a
+drawn document, :class:`~drmix.pretrain.coco.SpanBuilder`) and ``loss_fn``
+(:func:`~drmix.pretrain.coco.coco_losses`) hooks. Each target corpus is one "collection" of documents;
+batches are drawn with the usual mixture sampler (``mixture``: uniform over corpora by default, ``size``
+for proportional). The output ``model/`` folder is a SentenceTransformer that ``drmix train --model`` fine-tunes.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from drmix.config import TrainConfig
+from drmix.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+class CocoConfig(TrainConfig):
+    """Options of ``drmix pretrain coco``: every training field plus the span settings."""
+
+    corpus: list[str] = Field(default_factory=list,
+                              description="Target corpora: BEIR directories (corpus.jsonl) or JSONL files with 'text'.")
+    output_dir: str = Field("runs/coco", description="Where the model, logs, checkpoints and span tables go.")
+    learning_rate: float = Field(1e-4, gt=0, description="Peak learning rate (paper: 1e-4 for a base model).")
+    span_max_tokens: int = Field(30, ge=1, description="Greedy sentence packing: at most this many tokens a chunk.")
+    new_chunk_probability: float = Field(0.1, ge=0, le=1, description="Chance of starting a new chunk before "
+                                                                      "each sentence.")
+    span_max_length: int = Field(128, ge=4, description="Tokens a span is cropped to when encoded (paper: 128).")
+    max_documents: int | None = Field(None, ge=1, description="Seeded sample of at most this many documents per "
+                                                              "corpus (default: all).")
+    num_proc: int | None = Field(None, ge=1, description="Processes for sentence splitting (default: one).")
+    mixture: Literal["uniform", "size"] = Field("uniform", description="Corpus weights: uniform or size "
+                                                                       "(proportional to documents kept).")
+
+
+def pretrain_coco(config: CocoConfig, *, callbacks=()):
+    """Run COCO; returns the trainer's TrainResult (``model_dir`` is the pretrained SentenceTransformer)."""
+    from drmix.data.collections import Collection
+    from drmix.model.encoder import load_encoder
+    from drmix.pretrain.coco import SpanBuilder, build_spans, coco_loss_fn, corpus_name
+    from drmix.train.trainer import Trainer
+
+    if not config.corpus:
+        raise ConfigError("no target corpus given.", fix="pass --corpus DIR_OR_JSONL (repeatable).")
+    if config.mixture not in ("uniform", "size"):
+        raise ConfigError(f"COCO corpus weights must be uniform or size, got '{config.mixture}'.",
+                          fix="use --mixture uniform or --mixture size.")
+    if config.strategy != "static":
+        raise ConfigError("COCO pretraining takes no mixture strategy.", fix="drop --strategy.")
+    names = [corpus_name(c) for c in config.corpus]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"two corpora have the same name ({', '.join(names)}).",
+                          fix="put each corpus in a directory of its own name.")
+    out = Path(config.output_dir)
+    model = load_encoder(config.model, device=config.device, trust_remote_code=config.trust_remote_code)
+    collections, all_stats = [], []
+    for i, (path, name) in enumerate(zip(config.corpus, names)):
+        ds, stats = build_spans(path, out / "spans", model.tokenizer, corpus_index=i, seed=config.seed,
+                                max_tokens=config.span_max_tokens, new_chunk_probability=config.new_chunk_probability,
+                                max_documents=config.max_documents, num_proc=config.num_proc, name=name)
+        log.info("COCO spans: %s", stats.describe())
+        if stats.dropped_short + stats.dropped_empty:
+            log.warning("%s: %d of %d documents dropped (fewer than 2 chunks of <= %d tokens)", name,
+                        stats.dropped_short + stats.dropped_empty, stats.documents, config.span_max_tokens)
+        collections.append(Collection(name=name, dataset=ds, source=str(path)))
+        all_stats.append(stats)
+    train_cfg = TrainConfig.model_validate({
+        **config.model_dump(exclude=set(CocoConfig.model_fields) - set(TrainConfig.model_fields) | {"mixture"}),
+        "mixture": config.mixture, "num_negatives": 0, "query_max_length": config.span_max_length,
+        "doc_max_length": config.span_max_length, "in_batch_negatives": True})
+    trainer = Trainer(train_cfg, collections=collections, model=model,
+                      builder=SpanBuilder(collections, seed=config.seed), loss_fn=coco_loss_fn(config.temperature), callbacks=callbacks)
+    trainer.q_prompt = trainer.d_prompt     # both sides are document spans
+    if trainer.is_main:
+        from drmix.io import atomic_write_text
+
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "coco.yaml", config.dump_yaml())
+    result = trainer.train()
+    if trainer.is_main:
+        from dataclasses import asdict
+
+        from drmix.io import atomic_write_json
+
+        atomic_write_json(out / "spans.json", [asdict(s) for s in all_stats])
+    result.span_stats = all_stats
+    return result

@@ -1,0 +1,124 @@
+"""COCO: chunking by hand, the drop rule with counts, the seeded pair draw, the loss by hand, exact resume."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from drmix.errors import DataError
+from drmix.pretrain.coco import (SpanBuilder, build_spans, chunk_text, coco_losses, draw_pair, pack_chunks,
+                                 split_sentences)
+
+
+class FixedRng:
+    """Stands in for a numpy Generator: returns the given uniforms in order."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def random(self):
+        return self.values.pop(0)
+
+
+def test_greedy_packing_by_hand():
+    # lengths 10, 15, 10, 40, 5, 5 with max 30 and no random breaks:
+    # [10+15=25] (+10 overflows) [10] [40 alone, too long] [5+5]
+    assert pack_chunks([10, 15, 10, 40, 5, 5], max_tokens=30, new_chunk_probability=0.0) == [[0, 1], [2], [3], [4, 5]]
+
+
+def test_random_new_chunk_before_a_sentence():
+    # one uniform per sentence; 0.05 < 0.1 before sentence 2 forces a break although 3+3 fits
+    rng = FixedRng([0.5, 0.9, 0.05, 0.7])
+    assert pack_chunks([3, 3, 3, 3], max_tokens=30, new_chunk_probability=0.1, rng=rng) == [[0, 1], [2, 3]]
+    # the first sentence never breaks (nothing to close)
+    assert pack_chunks([3, 3], max_tokens=30, new_chunk_probability=0.1, rng=FixedRng([0.0, 0.5])) == [[0, 1]]
+
+
+def test_chunk_text_uses_sentences_and_token_counts():
+    text = "The cat sat. The dog ran away quickly. Birds fly."
+    assert split_sentences(text) == ["The cat sat.", "The dog ran away quickly.", "Birds fly."]
+    words = lambda xs: [len(x.split()) for x in xs]  # noqa: E731 - token count = words
+    assert chunk_text(text, words, max_tokens=8, new_chunk_probability=0.0) == [
+        "The cat sat. The dog ran away quickly.", "Birds fly."]  # 3 + 5 = 8 fits, +2 overflows
+    assert chunk_text(text, words, max_tokens=4, new_chunk_probability=0.0) == [
+        "The cat sat.", "The dog ran away quickly.", "Birds fly."]
+    assert chunk_text("   ", words) == []
+
+
+def test_pair_draw_is_distinct_and_seeded():
+    a = [draw_pair(3, np.random.default_rng(5)) for _ in range(1)]
+    b = [draw_pair(3, np.random.default_rng(5)) for _ in range(1)]
+    assert a == b
+    rng = np.random.default_rng(0)
+    pairs = [draw_pair(3, rng) for _ in range(300)]
+    assert all(i != j for i, j in pairs)
+    assert {(i, j) for i, j in pairs} == {(i, j) for i in range(3) for j in range(3) if i != j}  # not only adjacent
+
+
+def test_loss_by_hand_on_two_pairs():
+    # spans a0=(1,0), a1=(0,1), b0=(1,0), b1=(0,1); temperature 1
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    b = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    # row a0 scores [a0 masked, a1=0, b0=1, b1=0] -> -log(e / (e + 1 + 1)); the same for every span
+    expected = -math.log(math.e / (math.e + 2))
+    out = coco_losses(a, b, temperature=1.0)
+    assert torch.allclose(out, torch.tensor([expected, expected]), atol=1e-6)
+
+
+def test_loss_by_hand_on_three_pairs_with_temperature():
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    b = torch.tensor([[0.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    t = 0.5
+    e = lambda s: math.exp(s / t)  # noqa: E731
+    # a0=(1,0): others a1=0, a2=1, b0=0 (target), b1=0, b2=1
+    la0 = -math.log(e(0) / (e(0) + e(1) + e(0) + e(0) + e(1)))
+    # b0=(0,1): others a0=0 (target), a1=1, a2=0, b1=1, b2=0
+    lb0 = -math.log(e(0) / (e(0) + e(1) + e(0) + e(1) + e(0)))
+    # a2=(1,0): a0=1, a1=0, b0=0, b1=0, b2=1 (target)
+    la2 = -math.log(e(1) / (e(1) + e(0) + e(0) + e(0) + e(1)))
+    # b2=(1,0): a0=1, a1=0, a2=1 (target), b0=0, b1=0
+    lb2 = -math.log(e(1) / (e(1) + e(0) + e(1) + e(0) + e(0)))
+    out = coco_losses(a, b, temperature=t)
+    assert out[0].item() == pytest.approx((la0 + lb0) / 2, abs=1e-5)
+    assert out[2].item() == pytest.approx((la2 + lb2) / 2, abs=1e-5)
+
+
+def _corpus(path, docs):
+    path.write_text("".join(json.dumps({"_id": str(i), "title": "", "text": t}) + "\n" for i, t in enumerate(docs)))
+    return path
+
+
+LONG = ("Alpha beta gamma delta epsilon zeta eta theta. Iota kappa lambda mu nu xi omicron pi. "
+        "Rho sigma tau upsilon phi chi psi omega. One two three four five six seven eight.")
+
+
+def test_short_documents_are_dropped_and_counted(tmp_path, tiny_model_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    f = _corpus(tmp_path / "c.jsonl", [LONG, "Just one sentence.", LONG + " " + LONG, ""])
+    ds, stats = build_spans(f, tmp_path / "cache", tok, max_tokens=12, new_chunk_probability=0.0, name="c")
+    assert (stats.documents, stats.kept, stats.dropped_short, stats.dropped_empty) == (4, 2, 1, 1)
+    assert [len(c) for c in ds["chunks"]] == [4, 8]          # each sentence is 9-12 tokens: one a chunk
+    assert stats.chunks == 12
+    builder = SpanBuilder([type("C", (), {"dataset": ds})()], seed=3)
+    b1 = builder.build([(0, 0), (0, 1), (0, 0)])
+    assert all(q != p for q, p in zip(b1.queries, b1.positives))
+    again = SpanBuilder([type("C", (), {"dataset": ds})()], seed=3).build([(0, 0), (0, 1), (0, 0)])
+    assert (b1.queries, b1.positives) == (again.queries, again.positives)
+
+
+def test_corpus_without_two_chunk_documents_is_an_error(tmp_path, tiny_model_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    f = _corpus(tmp_path / "short.jsonl", ["One sentence.", "Another one."])
+    with pytest.raises(DataError, match="2 short documents|2 documents: 2 with one chunk"):
+        build_spans(f, tmp_path / "cache", tok)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match="empty"):
+        build_spans(empty, tmp_path / "cache", tok)
