@@ -31,7 +31,7 @@ from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
 log = logging.getLogger(__name__)
 
 QGEN_PARAMS = GenerationParams(temperature=0.8, top_p=0.9, max_new_tokens=256)
-_QUERY_LINE = re.compile(r"^[\s>*_#-]*\**\s*query\s*\**\s*[:：]\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+_QUERY_LINE = re.compile(r"^[ \t>*_#-]*query[ \t*]*[:：][ \t]*(.*)$", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ class TransformersBackend(LLMBackend):
         prompts = [self.prompt_text(r) for r in requests]
         self.tokenizer.padding_side = "left"
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        enc = {k: v.to(self.lm.device) for k, v in enc.items()}
+        enc = {k: v.to(self.lm.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
         sample = params.temperature > 0
         gen_kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens, "do_sample": sample,
                                       "pad_token_id": self.tokenizer.pad_token_id}
