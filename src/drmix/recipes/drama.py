@@ -8,8 +8,9 @@ small student -> evaluate student vs teacher vs the untuned student, one table.
    LLM calls are cached in ``augment/llm-cache.jsonl``.
 2. **student**: ``model`` (any SentenceTransformer), or, with ``prune_from`` set, a backbone pruned from a
    decoder LM by :mod:`drmix.model.prune` (``student-init/``), which is also the untuned student.
-3. **train** the student on every augmented collection (``train/``; all training fields apply, e.g.
-   ``matryoshka_dims``, ``num_negatives`` -- the paper uses 7).
+3. **train** the student on every augmented collection plus any ``data`` collections (labelled general-domain
+   data, the paper's D_sft) (``train/``; all training fields apply, e.g. ``matryoshka_dims``,
+   ``num_negatives`` -- the paper uses 7).
 4. **evaluate** teacher, untuned student and trained student on ``test_data`` (BEIR directories), every metric
    at full size and at each of ``dims``; ``summary.md`` / ``summary.json`` hold the table.
 
@@ -216,7 +217,8 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     train_dir = root / "train"
     if not (train_dir / "model" / "modules.json").exists():
         tcfg = TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
-                                           "model": student0, "data": files, "output_dir": str(train_dir),
+                                           "model": student0, "data": files + list(cfg.data),
+                                           "output_dir": str(train_dir),
                                            "resume": True})
         train(tcfg)
     models = {"teacher": cfg.teacher or "default", "untuned": student0, "student": str(train_dir / "model")}
