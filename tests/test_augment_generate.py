@@ -34,8 +34,13 @@ def test_parse_query(output, expected):
     assert parse_query(output) == expected
 
 
-def test_copy_of_the_passage_is_rejected():
+def test_copies_of_the_passage_or_of_an_example_are_rejected():
     assert parse_query("Query: The Sky is blue.", "the sky  is blue.") == (None, "copied_passage")
+    assert parse_query("Query: What is ATP", examples=["what is  atp"]) == (None, "copied_example")
+    t = QGenTemplate.load()
+    shot = t.examples[0]["query"]
+    rows, stats = generate_queries({"1": "some text"}, FakeBackend(lambda m: f"Query: {shot}"), template=t)
+    assert rows == [] and dict(stats.outcomes) == {"copied_example": 1}
 
 
 def test_generation_keeps_parsed_queries_and_counts_the_rest():

@@ -11,7 +11,8 @@ as package data (``drmix/augment/data/qgen_fewshot.json``) and ``--template FILE
 
 :func:`parse_query` accepts the ``Query:`` line (any case, optional bullets, bold markers or quotes) and
 rejects, with a reason that is counted: no ``Query:`` line, an empty query, a query longer than
-``max_words``, a query that is the template's placeholder, or one that copies the whole passage.
+``max_words``, a query that is the template's placeholder, one that copies the whole passage, or one that
+repeats a few-shot example's query (small models parrot the examples).
 """
 from __future__ import annotations
 
@@ -79,8 +80,10 @@ def clean_passage(text: str) -> str:
     return " ".join(text.split())
 
 
-def parse_query(output: str, passage: str = "", *, max_words: int = 48) -> tuple[str | None, str]:
-    """``(query, "kept")`` or ``(None, reason)`` for one completion (see the module docstring)."""
+def parse_query(output: str, passage: str = "", *, max_words: int = 48,
+                examples: Sequence[str] = ()) -> tuple[str | None, str]:
+    """``(query, "kept")`` or ``(None, reason)`` for one completion (see the module docstring); a query equal to
+    one of the few-shot ``examples`` (small models parrot them) is ``copied_example``."""
     m = _QUERY_LINE.search(output or "")
     if m is None:
         return None, "no_query_line"
@@ -93,6 +96,8 @@ def parse_query(output: str, passage: str = "", *, max_words: int = 48) -> tuple
         return None, "too_long"
     if passage and clean_passage(q).lower() == clean_passage(passage).lower():
         return None, "copied_passage"
+    if any(clean_passage(q).lower() == clean_passage(e).lower() for e in examples):
+        return None, "copied_example"
     return q, "kept"
 
 
@@ -124,6 +129,7 @@ def generate_queries(corpus: Mapping[str, str], backend: LLMBackend, *, template
     import time
 
     template = template or QGenTemplate.load()
+    shots = [ex["query"] for ex in template.examples if "query" in ex]
     ids = list(corpus)
     stats = GenerationStats(documents=len(ids))
     rows: list[dict[str, Any]] = []
@@ -140,7 +146,7 @@ def generate_queries(corpus: Mapping[str, str], backend: LLMBackend, *, template
             if not comp.ok:
                 stats.outcomes["llm_error"] += 1
                 continue
-            q, outcome = parse_query(comp.text, corpus[doc_id], max_words=max_words)
+            q, outcome = parse_query(comp.text, corpus[doc_id], max_words=max_words, examples=shots)
             stats.outcomes[outcome] += 1
             if q is not None:
                 stats.kept += 1
