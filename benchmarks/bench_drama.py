@@ -206,6 +206,9 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--skip-llm", action="store_true", help="leave out part (c)")
+    ap.add_argument("--arms", default="pruned,minilm", help="trained arms to run (several processes may share "
+                                                            "--out, one arm each; a last run with all arms "
+                                                            "collects the cached results)")
     args = ap.parse_args()
     import torch
 
@@ -229,15 +232,17 @@ def main() -> None:
         prune_to_sentence_transformer(None, pruned, keep_layers=p["keep_layers"], max_seq_length=p["doc_max_length"])
     prune_info = json.loads((pruned / "drmix_prune.json").read_text())
     teacher_pq = per_query(None, sets, p, out / "eval" / "teacher.json")
-    pruned_pq = per_query(str(pruned), sets, p, out / "eval" / "pruned-untuned.json")
-    arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], pruned_pq, "pruned"),
-            "(b) MiniLM": (default_model_path(), p["lr_minilm"], teacher_pq, "minilm")}
+    wanted = args.arms.split(",")
+    arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], "pruned-untuned", "pruned"),
+            "(b) MiniLM": (default_model_path(), p["lr_minilm"], "teacher", "minilm")}
+    arms = {k: v for k, v in arms.items() if v[3] in wanted}
     results = {"preset": args.preset, "seeds": seeds, "augment": aug_info, "prune": prune_info, "llm": None,
                "teacher": {}, "arms": {}}
     metrics = ["ndcg@10"] + [f"ndcg@10@{d}d" for d in p["dims"]]
     for ds, pq in [*teacher_pq.items(), ("both (pooled queries)", pool(teacher_pq))]:
         results["teacher"][ds] = {m: mean_of(pq, m) for m in metrics if m in next(iter(pq.values()))}
-    for arm, (init, lr, base_pq, tag) in arms.items():
+    for arm, (init, lr, base_name, tag) in arms.items():
+        base_pq = per_query(None if base_name == "teacher" else init, sets, p, out / "eval" / f"{base_name}.json")
         runs = []
         for s in seeds:
             model = train_student(init, files, out / f"train-{tag}-s{s}", s, lr, p)
