@@ -156,19 +156,25 @@ def llm_part(sets: dict, teacher, p: dict, out: Path) -> dict:
     name = p["datasets"][0]
     ds = sets[name]
     ids = sorted(ds.corpus)[:p["gen_docs"]]
+    c0 = time.process_time()
     rows, gstats = generate_queries(document_texts(ds.corpus, ids), backend,
                                     params=GenerationParams(0.8, 0.9, p["gen_new_tokens"], 0))
+    gen_cpu = time.process_time() - c0
     texts = {d: doc_text(x) for d, x in ds.corpus.items()}
     mined, _ = mine_examples([{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"]} for r in rows],
                              texts, teacher, teacher_name="all-MiniLM-L6-v2")
     src_top = sum(m["teacher"]["positive_ids"][0] == m["source_doc"] for m in mined)
     rr_rows = mined[:p["rerank_queries"]]
+    c0 = time.process_time()
     _, rstats = rerank_examples(rr_rows, texts, backend, k=p["rerank_k"], max_words=p["rerank_words"]) if rr_rows \
         else ([], None)
+    rr_cpu = time.process_time() - c0
     g = gstats.as_dict()
+    g["cpu_seconds"] = round(gen_cpu, 1)   # all threads of this process: robust to other jobs on the machine
     return {"dataset": name, "model_load_seconds": round(load_s, 1), "generate": g,
             "generated_source_doc_is_teacher_top1": f"{src_top}/{len(mined)}",
-            "examples": [r["query"] for r in rows[:5]], "rerank": rstats.as_dict() if rstats else None}
+            "examples": [r["query"] for r in rows[:5]], "rerank": rstats.as_dict() if rstats else None,
+            "rerank_cpu_seconds": round(rr_cpu, 1)}
 
 
 def fmt_table(results: dict, dims: list[int]) -> str:
