@@ -212,6 +212,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     ap.add_argument("--skip-llm", action="store_true", help="leave out part (c)")
+    ap.add_argument("--collect-only", action="store_true", help="train and evaluate nothing new: tabulate the "
+                                                                  "seeds whose evaluations are on disk")
     ap.add_argument("--arms", default="pruned,minilm", help="trained arms to run (several processes may share "
                                                             "--out, one arm each; a last run with all arms "
                                                             "collects the cached results)")
@@ -251,8 +253,14 @@ def main() -> None:
         base_pq = per_query(None if base_name == "teacher" else init, sets, p, out / "eval" / f"{base_name}.json")
         runs = []
         for s in seeds:
+            cache = out / "eval" / f"{tag}-s{s}.json"
+            if args.collect_only and not cache.exists():
+                continue
             model = train_student(init, files, out / f"train-{tag}-s{s}", s, lr, p)
-            runs.append(per_query(model, sets, p, out / "eval" / f"{tag}-s{s}.json"))
+            runs.append(per_query(model, sets, p, cache))
+        if not runs:
+            continue
+        results.setdefault("seeds_done", {})[arm] = len(runs)
         results["arms"][arm] = {ds: {m: paired(base_pq[ds], [r[ds] for r in runs], m) for m in metrics
                                      if m in next(iter(base_pq[ds].values()))} for ds in sets}
         pooled_base, pooled_runs = pool(base_pq), [pool(r) for r in runs]
@@ -262,7 +270,7 @@ def main() -> None:
     results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print(results["table"], flush=True)
-    if not args.skip_llm:  # last: the slowest part per item, and the least needed for the table
+    if not args.skip_llm and not (args.collect_only and not (out / "llm.json").exists()):  # last: the slowest part per item, and the least needed for the table
         llm_file = out / "llm.json"
         if llm_file.exists():
             results["llm"] = json.loads(llm_file.read_text())
