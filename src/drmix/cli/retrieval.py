@@ -231,9 +231,13 @@ def eval_command(
     metric: Optional[list[str]] = typer.Option(None, "--metric", help="Metric such as ndcg@10; repeat for several "
                                                                      "(default: ndcg@10 recall@100 mrr@10 map@100)."),
     precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    dims: Optional[str] = typer.Option(None, "--dims", help="Matryoshka sizes, e.g. 64,128,256: every metric is "
+                                                           "also reported on embeddings truncated to each size "
+                                                           "and re-normalised (as ndcg@10@64d)."),
 ) -> None:
     """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets."""
     from drmix.evaluation.evaluate import evaluate_model
+    from drmix.evaluation.matryoshka import parse_dims
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
     if output is not None and output.exists() and not output.is_dir():
@@ -241,7 +245,7 @@ def eval_command(
                           fix="name a folder (it is created).")
     report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
                             metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
-                            precision=precision.value)
+                            precision=precision.value, dims=parse_dims(dims))
     print_report(report)
     if output is not None:
         report.write(output)

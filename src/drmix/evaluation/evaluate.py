@@ -107,8 +107,15 @@ def _check_k(k: int, metrics: Iterable[str]) -> None:
 def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size: int = 64,
                      metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
                      max_length: int | None = None, show_progress: bool = False,
-                     precision: str | None = "auto") -> dict[str, float]:
-    """Index ``data.corpus``, retrieve for ``data.queries`` and score against ``data.qrels``."""
+                     precision: str | None = "auto", dims: Sequence[int] = ()) -> dict[str, float]:
+    """Index ``data.corpus``, retrieve for ``data.queries`` and score against ``data.qrels``; with ``dims``
+    each metric is also reported at those truncated, re-normalised sizes (:mod:`drmix.evaluation.matryoshka`)."""
+    if dims:
+        from drmix.evaluation.matryoshka import evaluate_dims
+
+        return evaluate_dims(model, data.corpus, data.queries, data.qrels, dims, k=k, batch_size=batch_size,
+                             metrics=metrics, query_prompt=query_prompt, max_length=max_length,
+                             show_progress=show_progress, precision=precision)
     index = index_corpus(model, data.corpus, batch_size=batch_size, max_length=max_length,
                          show_progress=show_progress, store_texts=False, precision=precision)
     run = search_queries(model, index, data.queries, k=k, batch_size=batch_size, prompt=query_prompt,
@@ -119,7 +126,7 @@ def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size:
 def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = "test", k: int = 100,
                    batch_size: int = 64, metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
                    show_progress: bool = True, model_name: str = "", max_length: int | None = None,
-                   precision: str | None = "auto") -> EvalReport:
+                   precision: str | None = "auto", dims: Sequence[int] = ()) -> EvalReport:
     """Evaluate ``model`` (a loaded SentenceTransformer, a path/hub id, or ``None`` for the default) on
     each BEIR directory; returns an :class:`EvalReport`."""
     from drmix.errors import ConfigError
@@ -140,7 +147,7 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
                         "Check qrels/%s.tsv.", name, split, split)
         results[name] = evaluate_dataset(model, data, k=k, batch_size=batch_size, metrics=metrics,
                                          query_prompt=query_prompt, max_length=max_length,
-                                         show_progress=show_progress, precision=precision)
+                                         show_progress=show_progress, precision=precision, dims=dims)
         info[name] = {"queries": len(data.queries), "documents": len(data.corpus),
                       "seconds": round(time.perf_counter() - t0, 2), "path": str(root)}
         log.info("%s: %s", name, ", ".join(f"{m}={v:.4f}" for m, v in results[name].items()))

@@ -1,0 +1,287 @@
+"""DRAMA on unlabelled target corpora: does training on teacher-mined cropped-sentence data help a student?
+
+Teacher: all-MiniLM-L6-v2 (bundled). For each corpus (SciFact, NFCorpus from ../shared/data) the test corpus is
+subsampled (every document judged for a kept test query, plus random others; seeded) and the augmentation sees
+*only its documents* -- never a query or a label: every sentence of a sampled document is a candidate query,
+the teacher ranks the subsampled corpus, ranks 1-10 are positives and 30-50 hard negatives.
+
+(a) a student pruned from SmolLM2-135M-Instruct (``--keep-layers`` layers, bidirectional attention, mean pooling,
+    "Query: " prompt) trained on crop+mine data of both corpora vs the same pruned student untuned;
+(b) MiniLM trained on its own crop+mine data vs MiniLM (the teacher itself);
+(c) LLM-generated queries with SmolLM2-135M-Instruct on a small subset (throughput in documents/s, the share of
+    outputs kept), and its listwise rerank of their teacher top-k (shares complete / repaired / dropped).
+
+nDCG@10 at full size and at each --dims size (truncated, re-normalised). Trained arms run ``--seeds`` seeds; the
+table reports the mean over seeds with the seeds' standard deviation, the paired difference against the arm's
+untuned model over test queries (per-query nDCG averaged over seeds) with a 95% t interval and the paired
+t-test and Wilcoxon p-values. Training settings are fixed beforehand (no tuning on test); all runs resume
+from their files when the script is rerun with the same --out.
+
+    nice -n 5 python benchmarks/bench_drama.py --data ../shared/data --preset cpu --out runs/bench-drama
+
+The cpu preset keeps the whole run near 35 minutes on two shared cores; the gpu preset is the same protocol at
+a scale a single GPU handles in a similar time (full corpora, longer training, 256-token documents).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+PRESETS = {
+    "cpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=250, test_max_queries=35, max_per_doc=1,
+                max_queries=200, steps=20, batch_size=8, num_negatives=1, query_max_length=24, doc_max_length=96,
+                keep_layers=4, lr_minilm=3e-5, lr_pruned=1e-4, dims=[64, 128, 256], gen_docs=8,
+                gen_new_tokens=80, rerank_queries=4, rerank_k=20, rerank_words=32, device="cpu"),
+    "smoke": dict(datasets=["scifact"], test_max_docs=80, test_max_queries=20, max_per_doc=1, max_queries=40,
+                  steps=3, batch_size=4, num_negatives=1, query_max_length=16, doc_max_length=64, keep_layers=2,
+                  lr_minilm=3e-5, lr_pruned=1e-4, dims=[64], gen_docs=2, gen_new_tokens=32, rerank_queries=1,
+                  rerank_k=5, rerank_words=16, device="cpu"),
+    "gpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=None, test_max_queries=None, max_per_doc=None,
+                max_queries=20000, steps=2000, batch_size=128, num_negatives=7, query_max_length=64,
+                doc_max_length=256, keep_layers=10, lr_minilm=3e-5, lr_pruned=1e-4, dims=[64, 128, 256],
+                gen_docs=500, gen_new_tokens=256, rerank_queries=200, rerank_k=20, rerank_words=192, device="cuda"),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_sets(root: Path, p: dict, seed: int = 0) -> dict:
+    from drmix.data.beir import load_beir
+    from drmix.evaluation.evaluate import subsample
+
+    return {n: subsample(load_beir(root / n, "test"), max_queries=p["test_max_queries"], max_docs=p["test_max_docs"],
+                         seed=seed) for n in p["datasets"]}
+
+
+def augment(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]:
+    from drmix.augment.crop import crop_queries
+    from drmix.augment.examples import mine_examples, write_collection
+    from drmix.data.beir import doc_text
+    from drmix.recipes.drama import _sample
+
+    files, info = [], {}
+    for name, ds in sets.items():
+        f = out / f"{name}-crop-mine.jsonl"
+        files.append(str(f))
+        if f.exists():
+            continue
+        t0 = time.perf_counter()
+        qs = crop_queries(ds.corpus, max_per_doc=p["max_per_doc"], seed=0)
+        keep = [int(i) for i in _sample([str(i) for i in range(len(qs))], p["max_queries"], 0)]
+        rows = [{"query": qs[i].query, "augment": "crop", "source_doc": qs[i].doc_id, "sentence": qs[i].sentence}
+                for i in keep]
+        mined, counts = mine_examples(rows, {d: doc_text(x) for d, x in ds.corpus.items()}, teacher,
+                                      teacher_name="all-MiniLM-L6-v2")
+        write_collection(f, mined)
+        info[name] = {"documents": len(ds.corpus), "sentences": len(qs), "queries": len(rows), **counts,
+                      "seconds": round(time.perf_counter() - t0, 1)}
+        log(f"augmented {name}: {info[name]}")
+    return files, info
+
+
+def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, p: dict) -> str:
+    from drmix.config import TrainConfig
+    from drmix.train.trainer import train
+
+    if (out / "model" / "modules.json").exists():
+        return str(out / "model")
+    cfg = TrainConfig(model=init, data=files, output_dir=str(out), max_steps=p["steps"], batch_size=p["batch_size"],
+                      learning_rate=lr, num_negatives=p["num_negatives"], query_max_length=p["query_max_length"],
+                      doc_max_length=p["doc_max_length"], matryoshka_dims=p["dims"], seed=seed, show_progress=False,
+                      save_every=10**6, log_every=10, device=p["device"], resume=True)
+    t0 = time.perf_counter()
+    train(cfg)
+    log(f"trained {out.name} in {time.perf_counter() - t0:.0f}s")
+    return str(out / "model")
+
+
+def per_query(model_path: str | None, sets: dict, p: dict, cache: Path) -> dict:
+    """{dataset: {query_id: {metric: value}}} with nDCG@10 at full size and each dim; cached."""
+    from drmix.evaluation.matryoshka import evaluate_dims
+    from drmix.model.encoder import load_encoder
+
+    if cache.exists():
+        return json.loads(cache.read_text())
+    model = load_encoder(model_path, device=p["device"])
+    t0 = time.perf_counter()
+    res = {n: evaluate_dims(model, ds.corpus, ds.queries, ds.qrels, p["dims"], metrics=("ndcg@10",),
+                            max_length=p["doc_max_length"], per_query=True) for n, ds in sets.items()}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(res))
+    log(f"evaluated {cache.stem} in {time.perf_counter() - t0:.0f}s")
+    return res
+
+
+def paired(base: dict, runs: list[dict], metric: str) -> dict:
+    """Seed means, and the paired test of the seed-averaged per-query values against ``base``."""
+    import numpy as np
+    from scipy import stats
+
+    qids = sorted(base)
+    b = np.array([base[q][metric] for q in qids])
+    per_seed = np.array([[r[q][metric] for q in qids] for r in runs])
+    avg = per_seed.mean(axis=0)
+    d = avg - b
+    n = len(d)
+    half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
+    nz = d[np.abs(d) > 1e-12]
+    return {"base": float(b.mean()), "mean": float(avg.mean()), "seed_means": [float(x) for x in per_seed.mean(axis=1)],
+            "seed_sd": float(per_seed.mean(axis=1).std(ddof=1)) if len(runs) > 1 else 0.0,
+            "diff": float(d.mean()), "ci95": [float(d.mean() - half), float(d.mean() + half)],
+            "p_t": float(stats.ttest_rel(avg, b).pvalue) if n > 1 else float("nan"),
+            "p_wilcoxon": float(stats.wilcoxon(nz).pvalue) if len(nz) > 0 else 1.0, "queries": n}
+
+
+def llm_part(sets: dict, teacher, p: dict, out: Path) -> dict:
+    """(c): generated queries and listwise rerank with the packaged SmolLM2 on a small subset."""
+    from drmix.augment.examples import mine_examples, rerank_examples
+    from drmix.augment.generate import document_texts, generate_queries
+    from drmix.data.beir import doc_text
+    from drmix.llm.base import GenerationParams
+    from drmix.llm.cache import CachedBackend
+    from drmix.llm.local import TransformersBackend
+
+    t0 = time.perf_counter()
+    backend = CachedBackend(TransformersBackend(None, batch_size=8), out / "llm-cache.jsonl")
+    load_s = time.perf_counter() - t0
+    name = p["datasets"][0]
+    ds = sets[name]
+    ids = sorted(ds.corpus)[:p["gen_docs"]]
+    c0 = time.process_time()
+    rows, gstats = generate_queries(document_texts(ds.corpus, ids), backend,
+                                    params=GenerationParams(0.8, 0.9, p["gen_new_tokens"], 0))
+    gen_cpu = time.process_time() - c0
+    texts = {d: doc_text(x) for d, x in ds.corpus.items()}
+    mined, _ = mine_examples([{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"]} for r in rows],
+                             texts, teacher, teacher_name="all-MiniLM-L6-v2")
+    src_top = sum(m["teacher"]["positive_ids"][0] == m["source_doc"] for m in mined)
+    rr_rows = mined[:p["rerank_queries"]]
+    c0 = time.process_time()
+    _, rstats = rerank_examples(rr_rows, texts, backend, k=p["rerank_k"], max_words=p["rerank_words"]) if rr_rows \
+        else ([], None)
+    rr_cpu = time.process_time() - c0
+    g = gstats.as_dict()
+    g["cpu_seconds"] = round(gen_cpu, 1)   # all threads of this process: robust to other jobs on the machine
+    return {"dataset": name, "model_load_seconds": round(load_s, 1), "generate": g,
+            "generated_source_doc_is_teacher_top1": f"{src_top}/{len(mined)}",
+            "examples": [r["query"] for r in rows[:5]], "rerank": rstats.as_dict() if rstats else None,
+            "rerank_cpu_seconds": round(rr_cpu, 1)}
+
+
+def fmt_table(results: dict, dims: list[int]) -> str:
+    metrics = ["ndcg@10"] + [f"ndcg@10@{d}d" for d in dims]
+    lines = ["| arm | dataset | metric | untuned | trained (mean ± sd over seeds) | diff [95% CI] | p (t) | p (Wilcoxon) "
+             "| trained / teacher |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for arm, per_ds in results["arms"].items():
+        for ds, per_m in per_ds.items():
+            for m in metrics:
+                r = per_m.get(m)
+                if r is None:
+                    continue
+                t = results["teacher"][ds].get(m)
+                share = f"{r['mean'] / t:.1%}" if t else ""
+                lines.append(f"| {arm} | {ds} | {m} | {r['base']:.4f} | {r['mean']:.4f} ± {r['seed_sd']:.4f} | "
+                             f"{r['diff']:+.4f} [{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}] | {r['p_t']:.3g} | "
+                             f"{r['p_wilcoxon']:.3g} | {share} |")
+    return "\n".join(lines) + "\n"
+
+
+def pool(per_ds: dict) -> dict:
+    """{dataset: {qid: row}} -> {dataset/qid: row}: every test query of every dataset, each counted once."""
+    return {f"{ds}/{q}": row for ds, rows in per_ds.items() for q, row in rows.items()}
+
+
+def mean_of(pq: dict, metric: str) -> float:
+    return statistics.fmean(v[metric] for v in pq.values())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, required=True, help="folder holding scifact/ and nfcorpus/")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--out", type=Path, default=Path("runs/bench-drama"))
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--skip-llm", action="store_true", help="leave out part (c)")
+    ap.add_argument("--collect-only", action="store_true", help="train and evaluate nothing new: tabulate the "
+                                                                  "seeds whose evaluations are on disk")
+    ap.add_argument("--arms", default="pruned,minilm", help="trained arms to run (several processes may share "
+                                                            "--out, one arm each; a last run with all arms "
+                                                            "collects the cached results)")
+    args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    p = PRESETS[args.preset]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    from drmix.model.encoder import default_model_path, load_encoder
+    from drmix.model.prune import prune_to_sentence_transformer
+
+    sets = load_sets(args.data, p)
+    log("test sets: " + ", ".join(f"{n}: {len(d.corpus)} docs, {len(d.queries)} queries" for n, d in sets.items()))
+    teacher = load_encoder(None, device=p["device"])
+    teacher.max_seq_length = p["doc_max_length"]
+    files, aug_info = augment(sets, teacher, p, out / "augment")
+    pruned = out / "pruned-smollm2"
+    if not (pruned / "modules.json").exists():
+        prune_to_sentence_transformer(None, pruned, keep_layers=p["keep_layers"], max_seq_length=p["doc_max_length"])
+    prune_info = json.loads((pruned / "drmix_prune.json").read_text())
+    teacher_pq = per_query(None, sets, p, out / "eval" / "teacher.json")
+    wanted = args.arms.split(",")
+    arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], "pruned-untuned", "pruned"),
+            "(b) MiniLM": (default_model_path(), p["lr_minilm"], "teacher", "minilm")}
+    arms = {k: v for k, v in arms.items() if v[3] in wanted}
+    results = {"preset": args.preset, "seeds": seeds, "augment": aug_info, "prune": prune_info, "llm": None,
+               "teacher": {}, "arms": {}}
+    metrics = ["ndcg@10"] + [f"ndcg@10@{d}d" for d in p["dims"]]
+    for ds, pq in [*teacher_pq.items(), ("both (pooled queries)", pool(teacher_pq))]:
+        results["teacher"][ds] = {m: mean_of(pq, m) for m in metrics if m in next(iter(pq.values()))}
+    for arm, (init, lr, base_name, tag) in arms.items():
+        base_pq = per_query(None if base_name == "teacher" else init, sets, p, out / "eval" / f"{base_name}.json")
+        runs = []
+        for s in seeds:
+            cache = out / "eval" / f"{tag}-s{s}.json"
+            if args.collect_only and not cache.exists():
+                continue
+            model = train_student(init, files, out / f"train-{tag}-s{s}", s, lr, p)
+            runs.append(per_query(model, sets, p, cache))
+        if not runs:
+            continue
+        results.setdefault("seeds_done", {})[arm] = len(runs)
+        results["arms"][arm] = {ds: {m: paired(base_pq[ds], [r[ds] for r in runs], m) for m in metrics
+                                     if m in next(iter(base_pq[ds].values()))} for ds in sets}
+        pooled_base, pooled_runs = pool(base_pq), [pool(r) for r in runs]
+        results["arms"][arm]["both (pooled queries)"] = {
+            m: paired(pooled_base, pooled_runs, m) for m in metrics if m in next(iter(pooled_base.values()))}
+    results["table"] = fmt_table(results, p["dims"])
+    results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    print(results["table"], flush=True)
+    if not args.skip_llm and not (args.collect_only and not (out / "llm.json").exists()):  # last: the slowest part per item, and the least needed for the table
+        llm_file = out / "llm.json"
+        if llm_file.exists():
+            results["llm"] = json.loads(llm_file.read_text())
+        else:
+            results["llm"] = llm_part(sets, teacher, p, out)
+            llm_file.write_text(json.dumps(results["llm"], indent=1))
+        results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+    print(results["table"])
+    print(json.dumps({k: results[k] for k in ("augment", "prune", "llm", "teacher", "wall_seconds")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

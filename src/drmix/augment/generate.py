@@ -1,0 +1,162 @@
+"""LLM-generated queries (DRAMA, seeds/004_93ca4c5adc287455.txt, Sec. 3.1.2 and Fig. 1b).
+
+The prompt follows the structure of the authors' query-generation scripts, in our own words: a system
+message casting the model as a search agent that invents a retrieval task the passage supports and a query
+for it, in the passage's language; three few-shot turns, each a passage answered by three labelled lines
+(``Task:``, ``Query:``, ``Language:``); then the target passage with its newlines removed. Sampling uses
+temperature 0.8, top_p 0.9 and 256 new tokens. Only a parsed query is kept.
+
+The template (system text, user and assistant formats, few-shot examples) is a JSON file; the default ships
+as package data (``drmix/augment/data/qgen_fewshot.json``) and ``--template FILE`` replaces it.
+
+:func:`parse_query` accepts the ``Query:`` line (any case, optional bullets, bold markers or quotes) and
+rejects, with a reason that is counted: no ``Query:`` line, an empty query, a query longer than
+``max_words``, a query that is the template's placeholder, one that copies the whole passage, or one that
+repeats a few-shot example's query (small models parrot the examples).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from drmix.errors import DataError
+from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
+
+log = logging.getLogger(__name__)
+
+QGEN_PARAMS = GenerationParams(temperature=0.8, top_p=0.9, max_new_tokens=256)
+_QUERY_LINE = re.compile(r"^[ \t>*_#-]*query[ \t*]*[:：][ \t]*(.*)$", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class QGenTemplate:
+    system: str
+    user: str
+    assistant: str
+    examples: tuple[Mapping[str, str], ...]
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "QGenTemplate":
+        """The template in ``path`` (JSON), or the packaged default."""
+        if path is None:
+            text = resources.files("drmix.augment").joinpath("data/qgen_fewshot.json").read_text(encoding="utf-8")
+            src = "packaged qgen_fewshot.json"
+        else:
+            p = Path(path)
+            if not p.is_file():
+                raise DataError("template file not found.", path=p, fix="check the path.")
+            text, src = p.read_text(encoding="utf-8"), str(p)
+        try:
+            raw = json.loads(text)
+            t = cls(raw["system"], raw["user"], raw["assistant"], tuple(raw.get("examples", ())))
+            for ex in t.examples:
+                t.assistant.format(**ex)
+                t.user.format(**ex)
+            t.user.format(text="")
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+            raise DataError(f"invalid query-generation template ({type(e).__name__}: {e}).", path=src,
+                            fix='write {"system", "user" (with {text}), "assistant" (with {task}, {query}, '
+                                '{language}), "examples": [{"text", "task", "query", "language"}, ...]}.') from None
+        return t
+
+    def messages(self, passage: str) -> list[dict[str, str]]:
+        msgs = [{"role": "system", "content": self.system}]
+        for ex in self.examples:
+            msgs.append({"role": "user", "content": self.user.format(**ex)})
+            msgs.append({"role": "assistant", "content": self.assistant.format(**ex)})
+        msgs.append({"role": "user", "content": self.user.format(text=clean_passage(passage))})
+        return msgs
+
+
+def clean_passage(text: str) -> str:
+    """The passage as the prompt shows it: newlines removed, runs of spaces collapsed."""
+    return " ".join(text.split())
+
+
+def parse_query(output: str, passage: str = "", *, max_words: int = 48,
+                examples: Sequence[str] = ()) -> tuple[str | None, str]:
+    """``(query, "kept")`` or ``(None, reason)`` for one completion (see the module docstring); a query equal to
+    one of the few-shot ``examples`` (small models parrot them) is ``copied_example``."""
+    m = _QUERY_LINE.search(output or "")
+    if m is None:
+        return None, "no_query_line"
+    q = m.group(1).strip().strip("*").strip().strip('"“”\'`').strip()
+    if not q:
+        return None, "empty_query"
+    if q in ("<the search query>", "{query}") or q.startswith("<"):
+        return None, "placeholder"
+    if len(q.split()) > max_words:
+        return None, "too_long"
+    if passage and clean_passage(q).lower() == clean_passage(passage).lower():
+        return None, "copied_passage"
+    if any(clean_passage(q).lower() == clean_passage(e).lower() for e in examples):
+        return None, "copied_example"
+    return q, "kept"
+
+
+@dataclass
+class GenerationStats:
+    documents: int = 0
+    kept: int = 0
+    cached: int = 0
+    seconds: float = 0.0       # wall time of the LLM calls that were not cached
+    outcomes: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"documents": self.documents, "kept": self.kept, "cached": self.cached,
+                "kept_share": self.kept / self.documents if self.documents else 0.0,
+                "llm_seconds": round(self.seconds, 2),
+                "docs_per_second": (self.documents - self.cached) / self.seconds if self.seconds > 0 else None,
+                "outcomes": dict(self.outcomes)}
+
+
+def generate_queries(corpus: Mapping[str, str], backend: LLMBackend, *, template: QGenTemplate | None = None,
+                     params: GenerationParams = QGEN_PARAMS, max_words: int = 48, completion: bool = False,
+                     chunk: int = 16) -> tuple[list[dict[str, Any]], GenerationStats]:
+    """One generated query per document of ``corpus`` (id -> text) where the output parses.
+
+    Returns rows ``{"query", "doc_id", "raw"}`` in corpus order and the statistics (bad outputs are counted
+    by reason and dropped, never fatal). ``chunk`` requests go to the backend at a time (its cache persists
+    each as it arrives, so an interrupted run resumes).
+    """
+    import time
+
+    template = template or QGenTemplate.load()
+    shots = [ex["query"] for ex in template.examples if "query" in ex]
+    ids = list(corpus)
+    stats = GenerationStats(documents=len(ids))
+    rows: list[dict[str, Any]] = []
+    for start in range(0, len(ids), chunk):
+        part = ids[start:start + chunk]
+        reqs = [ChatRequest.of(template.messages(corpus[d]), params, completion=completion) for d in part]
+        t0 = time.perf_counter()
+        comps = backend.complete_many(reqs)
+        fresh = sum(not c.cached for c in comps)
+        if fresh:
+            stats.seconds += time.perf_counter() - t0
+        for doc_id, comp in zip(part, comps):
+            stats.cached += comp.cached
+            if not comp.ok:
+                stats.outcomes["llm_error"] += 1
+                continue
+            q, outcome = parse_query(comp.text, corpus[doc_id], max_words=max_words, examples=shots)
+            stats.outcomes[outcome] += 1
+            if q is not None:
+                stats.kept += 1
+                rows.append({"query": q, "doc_id": doc_id, "raw": comp.text})
+        log.info("generated %d/%d (kept %d)", min(start + chunk, len(ids)), len(ids), stats.kept)
+    return rows, stats
+
+
+def document_texts(corpus: Mapping[str, Mapping[str, str]], ids: Sequence[str] | None = None) -> dict[str, str]:
+    """``{id: "title text"}`` for BEIR documents (the text an LLM sees)."""
+    from drmix.data.beir import doc_text
+
+    return {d: doc_text(corpus[d]) for d in (ids if ids is not None else corpus)}

@@ -1,0 +1,172 @@
+"""LLM listwise reranking of the teacher's candidates (DRAMA, seeds/004_93ca4c5adc287455.txt, Sec. 3.1.3, Fig. 1c).
+
+For each query the teacher's top ``k = 20`` candidates are shown to an instruction-following LLM, each cut to
+``max_passage_words`` words and numbered ``[1]..[20]`` in the teacher's order; the query is repeated after the
+passages and the model is asked to answer only with identifiers in descending relevance (``[4] > [2] > ...``).
+Decoding is greedy (temperature 0). The reranked top-1 becomes the positive and reranked ranks 10-20 (the
+paper's ``[k - n, k]`` with ``n = 10``) the hard negatives.
+
+Small models rarely produce a valid permutation, so :func:`parse_ranking` repairs what they write and counts
+each repair: identifiers outside ``1..k`` are dropped, repeated identifiers keep their first position, and
+identifiers never mentioned are appended in the teacher's order. An output with no valid identifier at all
+carries no judgement: it is counted as ``unparsed`` and the query is dropped.
+
+Departure: the authors cut passages to 256 *tokens* of the LLM's tokenizer; an HTTP endpoint exposes no
+tokenizer, so passages are cut to ``max_passage_words`` whitespace words (192 words is about 256 tokens of
+English text for Llama-style tokenizers).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from drmix.errors import DataError
+from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
+
+log = logging.getLogger(__name__)
+
+RERANK_PARAMS = GenerationParams(temperature=0.0, top_p=1.0, max_new_tokens=160)
+_ID = re.compile(r"\[\s*(\d+)\s*\]")
+_BARE = re.compile(r"(?<![\w.])(\d+)(?![\w.])")
+
+
+@dataclass
+class Ranking:
+    """A repaired permutation of ``0..k-1`` (teacher positions) and what was repaired."""
+
+    order: list[int]
+    valid: int = 0        # identifiers taken from the output as they were
+    invalid: int = 0      # identifiers outside 1..k, dropped
+    duplicates: int = 0   # repeated identifiers, dropped
+    missing: int = 0      # identifiers never given, appended in the teacher's order
+
+    @property
+    def parsed(self) -> bool:
+        return self.valid > 0
+
+    @property
+    def complete(self) -> bool:
+        return self.valid > 0 and self.invalid == 0 and self.duplicates == 0 and self.missing == 0
+
+
+def parse_ranking(output: str, k: int) -> Ranking:
+    """Turn a completion such as ``"[3] > [1] > [2]"`` into a permutation of teacher positions ``0..k-1``.
+
+    Bracketed identifiers are read; when there are none, bare integers are (``3 > 1 > 2``). See the module
+    docstring for the repair rules.
+    """
+    found = [int(x) for x in _ID.findall(output or "")]
+    if not found:
+        found = [int(x) for x in _BARE.findall(output or "")]
+    seen: set[int] = set()
+    order: list[int] = []
+    r = Ranking(order)
+    for ident in found:
+        if not 1 <= ident <= k:
+            r.invalid += 1
+        elif ident in seen:
+            r.duplicates += 1
+        else:
+            seen.add(ident)
+            order.append(ident - 1)
+            r.valid += 1
+    for pos in range(k):
+        if pos + 1 not in seen:
+            order.append(pos)
+            r.missing += 1
+    return r
+
+
+@dataclass(frozen=True)
+class RerankTemplate:
+    system: str
+    user: str
+    passage: str
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "RerankTemplate":
+        if path is None:
+            text = resources.files("drmix.augment").joinpath("data/rerank_prompt.json").read_text(encoding="utf-8")
+            src = "packaged rerank_prompt.json"
+        else:
+            p = Path(path)
+            if not p.is_file():
+                raise DataError("template file not found.", path=p, fix="check the path.")
+            text, src = p.read_text(encoding="utf-8"), str(p)
+        try:
+            raw = json.loads(text)
+            t = cls(raw["system"], raw["user"], raw["passage"])
+            t.user.format(n=1, passages="", query="")
+            t.passage.format(id=1, text="")
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError) as e:
+            raise DataError(f"invalid rerank template ({type(e).__name__}: {e}).", path=src,
+                            fix='write {"system", "user" (with {n}, {passages}, {query}), "passage" (with {id}, '
+                                '{text})}.') from None
+        return t
+
+    def messages(self, query: str, passages: Sequence[str], *, max_words: int = 192) -> list[dict[str, str]]:
+        shown = "\n".join(self.passage.format(id=i, text=" ".join(p.split()[:max_words]))
+                          for i, p in enumerate(passages, start=1))
+        return [{"role": "system", "content": self.system},
+                {"role": "user", "content": self.user.format(n=len(passages), passages=shown, query=query)}]
+
+
+@dataclass
+class RerankStats:
+    queries: int = 0
+    kept: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+    outcomes: Counter = field(default_factory=Counter)   # complete | repaired | unparsed | llm_error
+    repairs: Counter = field(default_factory=Counter)    # invalid | duplicates | missing (identifier counts)
+
+    def as_dict(self) -> dict[str, Any]:
+        n = self.queries or 1
+        return {"queries": self.queries, "kept": self.kept, "cached": self.cached,
+                "complete_share": self.outcomes["complete"] / n, "repaired_share": self.outcomes["repaired"] / n,
+                "dropped_share": (self.outcomes["unparsed"] + self.outcomes["llm_error"]) / n,
+                "llm_seconds": round(self.seconds, 2),
+                "queries_per_second": (self.queries - self.cached) / self.seconds if self.seconds > 0 else None,
+                "outcomes": dict(self.outcomes), "repairs": dict(self.repairs)}
+
+
+def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBackend, *,
+                      template: RerankTemplate | None = None, params: GenerationParams = RERANK_PARAMS,
+                      max_words: int = 192, chunk: int = 8) -> tuple[list[Ranking | None], RerankStats]:
+    """Rank each ``(query, candidate texts in teacher order)``; ``None`` where the output was dropped."""
+    import time
+
+    template = template or RerankTemplate.load()
+    stats = RerankStats(queries=len(items))
+    out: list[Ranking | None] = []
+    for start in range(0, len(items), chunk):
+        part = items[start:start + chunk]
+        reqs = [ChatRequest.of(template.messages(q, cands, max_words=max_words), params) for q, cands in part]
+        t0 = time.perf_counter()
+        comps = backend.complete_many(reqs)
+        if any(not c.cached for c in comps):
+            stats.seconds += time.perf_counter() - t0
+        for (q, cands), comp in zip(part, comps):
+            stats.cached += comp.cached
+            if not comp.ok:
+                stats.outcomes["llm_error"] += 1
+                out.append(None)
+                continue
+            r = parse_ranking(comp.text, len(cands))
+            if not r.parsed:
+                stats.outcomes["unparsed"] += 1
+                out.append(None)
+                continue
+            stats.outcomes["complete" if r.complete else "repaired"] += 1
+            stats.repairs.update(invalid=r.invalid, duplicates=r.duplicates, missing=r.missing)
+            stats.kept += 1
+            out.append(r)
+        log.info("reranked %d/%d (kept %d)", min(start + chunk, len(items)), len(items), stats.kept)
+    return out, stats

@@ -1,0 +1,91 @@
+"""The LLM backend interface shared by the HTTP and the local backends, and the errors they raise.
+
+A backend turns chat requests (a list of ``{"role", "content"}`` messages plus sampling parameters) into
+completions. :meth:`LLMBackend.complete_many` is what augmentation calls; backends that can overlap
+requests (HTTP) override it, the others run the requests one after the other. A failed request is
+reported as a :class:`Completion` with ``error`` set, so one bad request never stops a run: augmentation
+counts it and drops it. Errors that make *every* request fail (an unreachable endpoint, a model that cannot
+be loaded) raise :class:`LLMError` at the first request instead of being counted thousands of times.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from drmix.errors import DrmixError
+
+Message = dict[str, str]
+
+
+class LLMError(DrmixError):
+    """An LLM backend that cannot serve requests (unreachable endpoint, bad model, timeouts on every try)."""
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling parameters; the defaults are DRAMA's query-generation settings (temperature 0.8, top_p 0.9,
+    256 new tokens). ``seed`` makes local sampling reproducible and is forwarded to endpoints that accept it."""
+
+    temperature: float = 0.8
+    top_p: float = 0.9
+    max_new_tokens: int = 256
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    messages: tuple[tuple[str, str], ...]
+    params: GenerationParams = field(default_factory=GenerationParams)
+    completion: bool = False  # True: send the concatenated contents as a raw prompt (base models, no chat template)
+
+    @classmethod
+    def of(cls, messages: Sequence[Message], params: GenerationParams | None = None, *,
+           completion: bool = False) -> "ChatRequest":
+        return cls(tuple((m["role"], m["content"]) for m in messages), params or GenerationParams(), completion)
+
+    def message_dicts(self) -> list[Message]:
+        return [{"role": r, "content": c} for r, c in self.messages]
+
+    def key(self, model_id: str) -> str:
+        """SHA-256 of the model id, the messages and the parameters: the cache key of this request."""
+        payload = {"model": model_id, "messages": self.messages, "params": self.params.as_dict(),
+                   "completion": self.completion}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+@dataclass
+class Completion:
+    text: str
+    error: str | None = None
+    cached: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class LLMBackend:
+    """Base class: subclasses implement :meth:`complete` (one request) and set :attr:`model_id`."""
+
+    model_id: str = "llm"
+
+    def complete(self, request: ChatRequest) -> Completion:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def complete_many(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+        """Completions in request order; the default runs them one after the other."""
+        return [self.complete(r) for r in requests]
+
+    def describe(self) -> dict[str, Any]:
+        """What provenance fields record about this backend."""
+        return {"backend": type(self).__name__, "model": self.model_id}
+
+    def close(self) -> None:
+        """Release connections or memory; a closed backend may not be used again."""
