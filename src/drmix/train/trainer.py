@@ -347,6 +347,8 @@ class Trainer:
                     qe, de = self.wrapped(q, d)
                     losses = self._losses_from_embeddings(qe, de, mask, gather=True)
                     ctx.step = self.step
+                    ctx.extras["micro_step"] = micro
+                    ctx.extras["accumulation_steps"] = cfg.gradient_accumulation_steps
                     loss = self.strategy.loss(losses, local, ctx)
                     self.accelerator.backward(loss / cfg.gradient_accumulation_steps)
                 step_loss += loss.detach().float().item() / cfg.gradient_accumulation_steps
