@@ -30,7 +30,7 @@ app = typer.Typer(
 )
 
 # Each CLI area registers its commands; modules that are not part of this build are skipped.
-_AREAS = ("train", "retrieval", "demo", "mixture", "multi")
+_AREAS = ("train", "retrieval", "demo", "mixture", "multi", "compare")
 
 
 def _version(value: bool) -> None:
