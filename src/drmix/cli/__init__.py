@@ -30,7 +30,7 @@ app = typer.Typer(
 )
 
 # Each CLI area registers its commands; modules that are not part of this build are skipped.
-_AREAS = ("train", "retrieval", "demo", "mixture", "multi", "compare")
+_AREAS = ("train", "retrieval", "demo", "mixture", "multi", "mine", "compare")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,225 @@
+"""Retriever-mined hard negatives (``drmix mine``) and the teacher ranking that DRAMA's augmentation reuses.
+
+* :func:`mine_ranked` ranks a document pool for each query with a bi-encoder (exact inner-product search over
+  L2-normalised embeddings, chunked so the score matrix never exceeds ``_SCORE_CHUNK`` queries at a time) and
+  returns each query's top ``top_n`` as ``(doc_id, score)``, skipping the ids in ``exclude[i]``.
+* :class:`RankWindow` is a 1-based, inclusive rank range such as ``30:50`` (DRAMA: cropped-sentence queries take
+  ranks 1-10 of the teacher as positives and 30-50 as hard negatives).
+* :func:`mine_collection` rewrites a drmix collection JSONL file with mined hard negatives drawn from the
+  collection's own documents (every positive and negative text in the file), never a positive of the same query.
+  A positive-aware filter (``max_score_ratio``, after NV-Retriever's "TopK-PercPos": a candidate scoring above
+  ``ratio x`` the query's lowest positive score is treated as a likely false negative and skipped) guards
+  against unlabelled positives. Every other field of the input line is kept; the line gains provenance
+  ``"mined": {"model", "ranks", "scores"}``.
+
+``sentence_transformers.util.mine_hard_negatives`` mines one row per (anchor, positive) pair and returns only
+the sampled negatives; drmix needs the teacher's ranked list with scores per query (DRAMA takes positives from
+it too), rows with several positives, and line-level provenance, so the ranking is done here with drmix's own
+encoder (:func:`drmix.retrieval.index.encode_texts`) and a torch top-k.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from drmix.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
+
+_SCORE_CHUNK = 1024  # queries scored against the whole pool at once
+
+
+@dataclass(frozen=True)
+class RankWindow:
+    """Ranks ``start..end`` of a ranked list, 1-based and inclusive."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if self.start < 1 or self.end < self.start:
+            raise ConfigError(f"rank window {self.start}:{self.end} is empty or starts below 1.",
+                              fix="write START:END with 1 <= START <= END, e.g. 30:50.")
+
+    @classmethod
+    def parse(cls, text: str | RankWindow) -> RankWindow:
+        if isinstance(text, RankWindow):
+            return text
+        parts = str(text).split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            return cls(int(parts[0]), int(parts[1]))
+        except ValueError:
+            raise ConfigError(f"cannot read rank window {text!r}.",
+                              fix="write START:END (1-based, inclusive), e.g. 30:50.") from None
+
+    def take(self, ranked: Sequence[Any]) -> list[Any]:
+        """The items of ``ranked`` (rank 1 first) that fall in the window."""
+        return list(ranked[self.start - 1:self.end])
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.end}"
+
+
+def top_k_scores(queries: np.ndarray, docs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` inner products of every query row against every document row (scores descending)."""
+    import torch
+
+    k = min(k, docs.shape[0])
+    if k == 0 or queries.shape[0] == 0:
+        return np.zeros((queries.shape[0], 0), np.float32), np.zeros((queries.shape[0], 0), np.int64)
+    d = torch.from_numpy(np.ascontiguousarray(docs, dtype=np.float32))
+    scores, index = [], []
+    for start in range(0, queries.shape[0], _SCORE_CHUNK):
+        q = torch.from_numpy(np.ascontiguousarray(queries[start:start + _SCORE_CHUNK], dtype=np.float32))
+        s, i = torch.topk(q @ d.T, k, dim=1)  # topk breaks ties by lower index first on CPU
+        scores.append(s.numpy())
+        index.append(i.numpy())
+    return np.concatenate(scores), np.concatenate(index)
+
+
+def embed(model: Any, queries: Sequence[str], doc_texts: Sequence[str], *, batch_size: int = 64,
+          query_prompt: str | None = None, doc_prompt: str | None = None,
+          show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """L2-normalised query and document embeddings; prompts default to the model's own."""
+    from drmix.model.encoder import document_prompt, query_prompt as model_query_prompt
+    from drmix.retrieval.index import encode_texts
+
+    qp = model_query_prompt(model) if query_prompt is None else query_prompt
+    dp = document_prompt(model) if doc_prompt is None else doc_prompt
+    d_emb = encode_texts(model, doc_texts, batch_size=batch_size, prompt=dp, normalize=True,
+                         show_progress=show_progress)
+    q_emb = encode_texts(model, queries, batch_size=batch_size, prompt=qp, normalize=True,
+                         show_progress=show_progress)
+    return q_emb, d_emb
+
+
+def rank(q_emb: np.ndarray, d_emb: np.ndarray, doc_ids: Sequence[str], *, top_n: int,
+         exclude: Sequence[set[str]] | None = None) -> list[list[tuple[str, float]]]:
+    """Each query row's top ``top_n`` ``(doc_id, score)`` by inner product, ids in ``exclude[i]`` skipped."""
+    extra = max((len(e) for e in exclude), default=0) if exclude is not None else 0
+    scores, index = top_k_scores(q_emb, d_emb, top_n + extra)
+    ranked: list[list[tuple[str, float]]] = []
+    for i in range(q_emb.shape[0]):
+        skip = exclude[i] if exclude is not None else ()
+        row = [(doc_ids[j], float(s)) for j, s in zip(index[i], scores[i]) if doc_ids[j] not in skip]
+        ranked.append(row[:top_n])
+    return ranked
+
+
+def mine_ranked(queries: Sequence[str], doc_ids: Sequence[str], doc_texts: Sequence[str], model: Any, *,
+                top_n: int = 50, exclude: Sequence[set[str]] | None = None, batch_size: int = 64,
+                query_prompt: str | None = None, doc_prompt: str | None = None,
+                show_progress: bool = False) -> list[list[tuple[str, float]]]:
+    """Rank ``doc_texts`` for every query with ``model``; each query's top ``top_n`` ``(doc_id, score)``.
+
+    Scores are cosines (embeddings are L2-normalised). ``exclude[i]`` holds ids never returned for query ``i``
+    (its positives, say); the list is still ``top_n`` long when the pool allows. Prompts default to the model's
+    own ``query``/``document`` prompts.
+    """
+    if top_n < 1:
+        raise ConfigError(f"top_n must be at least 1, got {top_n}.", fix="ask for 1 or more candidates.")
+    if len(doc_ids) != len(doc_texts):
+        raise ValueError("doc_ids and doc_texts differ in length")
+    if exclude is not None and len(exclude) != len(queries):
+        raise ValueError("exclude must hold one set per query")
+    if not queries:
+        return []
+    if not doc_ids:
+        return [[] for _ in queries]
+    q_emb, d_emb = embed(model, queries, doc_texts, batch_size=batch_size, query_prompt=query_prompt,
+                         doc_prompt=doc_prompt, show_progress=show_progress)
+    return rank(q_emb, d_emb, doc_ids, top_n=top_n, exclude=exclude)
+
+
+@dataclass
+class MineStats:
+    """What :func:`mine_collection` did, for the log and the CLI."""
+
+    queries: int = 0
+    pool: int = 0
+    negatives: int = 0
+    short: int = 0           # queries that got fewer negatives than asked
+    filtered: int = 0        # candidates dropped by the positive-aware filter
+
+
+def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, window: RankWindow | str = "1:30",
+                    num_negatives: int = 1, sampling: Literal["top", "random"] = "top",
+                    max_score_ratio: float | None = 0.95, keep_negatives: bool = False, seed: int = 42,
+                    batch_size: int = 64, model_name: str | None = None) -> MineStats:
+    """Mine hard negatives for one collection JSONL file into ``out_path`` (written atomically).
+
+    The pool is every distinct positive and negative text of the file. For each line the candidates are the
+    pool ranked by ``model`` for the query (its own positives removed), cut to ``window``, then filtered by
+    ``max_score_ratio`` (None: off); ``num_negatives`` are taken from the top of what remains (``sampling=top``)
+    or drawn at random, seeded by ``seed`` and the line number. ``keep_negatives`` appends them to the line's
+    existing negatives instead of replacing them.
+    """
+    from drmix.data.collections import parse_example
+    from drmix.io import atomic_write_text, iter_jsonl
+
+    in_path, window = Path(in_path), RankWindow.parse(window)
+    if num_negatives < 1:
+        raise ConfigError(f"num_negatives must be at least 1, got {num_negatives}.", fix="pass --num-negatives 1 or more.")
+    if max_score_ratio is not None and not max_score_ratio > 0:
+        raise ConfigError(f"max_score_ratio must be positive, got {max_score_ratio}.",
+                          fix="pass a ratio such as 0.95, or turn the filter off.")
+    rows: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    for line, obj in iter_jsonl(in_path):
+        rows.append((line, obj, parse_example(obj, in_path, line)))
+    if not rows:
+        raise DataError("collection is empty.", path=in_path, fix="add at least one example line.")
+    pool_index: dict[str, int] = {}
+    for _, _, ex in rows:
+        for text in ex["positives"] + ex["negatives"]:
+            pool_index.setdefault(text, len(pool_index))
+    pool = list(pool_index)
+    ids = [str(i) for i in range(len(pool))]
+    queries = [ex["query"] for _, _, ex in rows]  # as written: a YAML instruction applies at training time
+    pos_ids = [[pool_index[t] for t in ex["positives"]] for _, _, ex in rows]
+    q_emb, d_emb = embed(model, queries, pool, batch_size=batch_size)
+    ranked = rank(q_emb, d_emb, ids, top_n=window.end, exclude=[{ids[j] for j in p} for p in pos_ids])
+    # the positive-aware filter's reference: each query's lowest cosine to one of its own positives
+    pos_scores = np.array([float((d_emb[p] @ q_emb[r]).min()) for r, p in enumerate(pos_ids)])
+    stats = MineStats(queries=len(rows), pool=len(pool))
+    out_lines = []
+    for r, ((line, obj, ex), cands) in enumerate(zip(rows, ranked)):
+        cands = window.take(cands)
+        if max_score_ratio is not None:
+            limit = max_score_ratio * pos_scores[r]
+            kept = [c for c in cands if c[1] <= limit]
+            stats.filtered += len(cands) - len(kept)
+            cands = kept
+        if sampling == "random" and len(cands) > num_negatives:
+            rng = np.random.default_rng([seed, line])
+            pick = sorted(rng.choice(len(cands), size=num_negatives, replace=False).tolist())
+            chosen = [cands[i] for i in pick]
+        else:
+            chosen = cands[:num_negatives]
+        stats.negatives += len(chosen)
+        stats.short += len(chosen) < num_negatives
+        mined = [pool[int(doc_id)] for doc_id, _ in chosen]
+        new = dict(obj)
+        new.pop("negative", None)
+        new["negatives"] = (ex["negatives"] + [m for m in mined if m not in ex["negatives"]]) if keep_negatives else mined
+        new["mined"] = {"model": model_name or _name(model), "ranks": str(window),
+                        "scores": [round(s, 6) for _, s in chosen]}
+        out_lines.append(json.dumps(new, ensure_ascii=False) + "\n")
+    atomic_write_text(out_path, "".join(out_lines))
+    if stats.short:
+        log.warning("%s: %d of %d queries got fewer than %d mined negatives (small pool, window %s or the filter).",
+                    in_path, stats.short, stats.queries, num_negatives, window)
+    return stats
+
+
+def _name(model: Any) -> str:
+    from drmix.retrieval.index import model_name
+
+    return model_name(model)

@@ -1,0 +1,78 @@
+"""CLI command ``drmix mine``: retriever-mined hard negatives for collection JSONL files."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from drmix.errors import ConfigError, DataError
+
+
+def mine_command(
+    data: Path = typer.Option(..., "--data", help="A collection JSONL file, or a directory of them (one "
+                                                  "collection per file)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Where the mined collection(s) go: a .jsonl file for "
+                                                            "a file, a directory for a directory (same file names)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The retriever that ranks: any "
+                                        "SentenceTransformer folder, hub id or drmix run (default: all-MiniLM-L6-v2)."),
+    ranks: str = typer.Option("1:30", "--ranks", help="Rank window START:END (1-based, inclusive) of the "
+                              "retriever's list, positives removed, that negatives come from."),
+    num_negatives: int = typer.Option(1, "--num-negatives", min=1, help="Hard negatives per query."),
+    sampling: str = typer.Option("top", "--sampling", help="top: the best-ranked candidates in the window; "
+                                 "random: drawn from the window (seeded)."),
+    max_score_ratio: float = typer.Option(0.95, "--max-score-ratio", help="Skip candidates scoring above this "
+                                          "times the query's lowest positive score (likely unlabelled positives); "
+                                          "0 turns the filter off."),
+    keep_negatives: bool = typer.Option(False, "--keep-negatives", help="Append mined negatives to the existing "
+                                        "ones instead of replacing them."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
+    seed: int = typer.Option(42, "--seed", help="Seed of --sampling random."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files."),
+) -> None:
+    """Mine hard negatives for training collections with a retriever over each collection's own documents."""
+    from drmix.augment.mine import RankWindow, mine_collection
+    from drmix.cli import console
+    from drmix.model.encoder import load_encoder
+
+    if sampling not in ("top", "random"):
+        raise ConfigError(f"unknown --sampling {sampling!r}.", fix="pass --sampling top or --sampling random.")
+    if max_score_ratio < 0:
+        raise ConfigError("--max-score-ratio must not be negative.", fix="pass a ratio such as 0.95, or 0 for off.")
+    window = RankWindow.parse(ranks)
+    data = data.expanduser()
+    if data.is_dir():
+        files = sorted(data.glob("*.jsonl"))
+        if not files:
+            raise DataError("directory holds no *.jsonl collection files.", path=data,
+                            fix="pass a collection file or a directory of them.")
+        if output.exists() and not output.is_dir():
+            raise ConfigError("--output is a file but --data is a directory.", path=output,
+                              fix="pass a directory for --output.")
+        pairs = [(f, output / f.name) for f in files]
+    elif data.is_file():
+        if output.is_dir():
+            raise ConfigError("--output is a directory but --data is a file.", path=output,
+                              fix="pass a .jsonl file path for --output.")
+        pairs = [(data, output)]
+    else:
+        raise DataError("collection path not found.", path=data, fix="check the path.")
+    for src, dst in pairs:
+        if dst.resolve() == src.resolve():
+            raise ConfigError("--output would overwrite the input collection.", path=dst,
+                              fix="write the mined collection to another path.")
+        if dst.exists() and not overwrite:
+            raise ConfigError("output file exists.", path=dst, fix="pass --overwrite to replace it, or another --output.")
+    encoder = load_encoder(model)
+    for src, dst in pairs:
+        stats = mine_collection(src, dst, encoder, window=window, num_negatives=num_negatives, sampling=sampling,
+                                max_score_ratio=max_score_ratio or None, keep_negatives=keep_negatives, seed=seed,
+                                batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2")
+        console.print(f"{src.name}: {stats.queries} queries, pool {stats.pool} documents, {stats.negatives} "
+                      f"negatives mined (ranks {window}; {stats.filtered} filtered as likely positives; "
+                      f"{stats.short} queries short) -> {dst}", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``mine`` to the main app."""
+    app.command("mine")(mine_command)
