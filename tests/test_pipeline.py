@@ -106,7 +106,8 @@ def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
     assert rows["beir-test"].delta == pytest.approx(result.results["reweight"]["beir-test"]["ndcg@10"]
                                                     - result.results["uniform"]["beir-test"]["ndcg@10"], abs=1e-12)
     summary = (root / "summary.md").read_text()
-    assert "Paired tests vs uniform" in summary and "nothing was selected" in summary
+    assert "Paired tests vs uniform" in summary and "## Selected: uniform (default)" in summary
+    assert (root / "model").resolve() == result.models["uniform"].resolve()
     assert "| ndcg@10 | uniform | top:0.7 | reweight |" in summary
     assert "| collection | weight | top:0.7 |" in summary
 

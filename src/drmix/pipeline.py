@@ -22,7 +22,9 @@ Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"), sta
   and every transfer are evaluated on the dev split only (the test qrels are never read for it); the best
   average nDCG@10 is the pipeline's result (``selected`` in ``summary.json``, and ``model`` in
   ``output_dir`` links to it). A transfer that scores below uniform on dev is reported with a warning.
-  Without ``select_on`` nothing is selected (the test split never chooses) and the summary says so.
+  Without ``select_on`` the result is ``default_selection`` (``uniform`` unless configured: in the
+  leave-one-out benchmark of docs/benchmarks.md no learned transfer beat uniform significantly), and the
+  summary says so; the test split never chooses.
 * **significance** -- the summary compares every model with uniform per dataset and on average with
   paired tests over queries (:mod:`drmix.evaluation.compare`).
 
@@ -83,6 +85,8 @@ class PipelineConfig(TrainConfig):
     select_split: str = Field("dev", description="Qrels split of the select_on directories.")
     select_max_queries: int | None = Field(None, ge=1, description="Cap on selection queries per dataset.")
     select_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per selection dataset.")
+    default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
+                                                          "uniform (the benchmark's evidence) or a transfer.")
 
 
 @dataclass
@@ -347,6 +351,9 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
                             models)
     if config.select_on:
         select_models(config, result)
+    else:
+        result.selected = config.default_selection
+        _link_model(result.output_dir, result.models[result.selected])
     if config.test_data:
         per_query: dict = {}
         result.results = evaluate_models(models, config.test_data, split=config.test_split,
@@ -370,8 +377,9 @@ def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
             raise ConfigError(f"{field_name}: BEIR directory not found.", path=p,
                               fix="pass a folder holding corpus.jsonl, queries.jsonl and qrels/<split>.tsv.")
         if split not in available_splits(p):
-            raise ConfigError(f"{field_name}: no qrels/{split}.tsv (splits: {', '.join(available_splits(p)) or 'none'}).",
-                              path=p, fix=f"pass a directory with a {split} split, or change the split option.")
+            have = ", ".join(available_splits(p)) or "none"
+            raise ConfigError(f"{field_name}: no qrels/{split}.tsv (splits: {have}).", path=p,
+                              fix=f"pass a directory with a {split} split, or change the split option.")
 
 
 def validate_pipeline(config: PipelineConfig):
@@ -409,6 +417,9 @@ def validate_pipeline(config: PipelineConfig):
         path = getattr(d, "path", d)
         if isinstance(path, (str, Path)) and not Path(path).expanduser().exists():
             raise ConfigError("training data not found.", path=path, fix="pass existing collection files or folders.")
+    if config.default_selection not in (BASELINE, *config.transfers):
+        raise ConfigError(f"default_selection {config.default_selection!r} is neither uniform nor a configured "
+                          "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.transfers])}.")
     _check_beir_dirs(config.test_data, config.test_split, "test_data")
     _check_beir_dirs(config.select_on, config.select_split, "select_on")
     if config.select_on and config.select_split == config.test_split and set(
@@ -439,8 +450,15 @@ def select_models(config: PipelineConfig, result: PipelineResult) -> str:
                         lb, config.select_split, ", ".join(scores[lb]), v, avg[BASELINE])
     result.selection = scores
     result.selected = best
-    link = result.output_dir / "model"
-    target = result.models[best]
+    _link_model(result.output_dir, result.models[best])
+    log.info("selected %s on %s (average nDCG@10 %.4f; uniform %.4f)", best, config.select_split, avg[best],
+             avg.get(BASELINE, float("nan")))
+    return best
+
+
+def _link_model(root: Path, target: Path) -> None:
+    """``root/model`` -> ``target`` (a symlink; replaced when it is one, refused when it is anything else)."""
+    link = root / "model"
     try:
         if link.is_symlink() or link.exists():
             if not link.is_symlink():
@@ -450,14 +468,11 @@ def select_models(config: PipelineConfig, result: PipelineResult) -> str:
         link.symlink_to(Path(target).resolve(), target_is_directory=True)
     except OSError as e:
         log.warning("could not link %s to the selected model (%s); use %s", link, e, target)
-    log.info("selected %s on %s (average nDCG@10 %.4f; uniform %.4f)", best, config.select_split, avg[best],
-             avg.get(BASELINE, float("nan")))
-    return best
 
 
 def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept: dict[str, list[str]]) -> str:
     parts = [f"# tDRO pipeline ({config.strategy})", ""]
-    if result.selected is not None:
+    if result.selection:
         avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in result.selection.items()}
         losers = [lb for lb, v in avg.items() if lb != BASELINE and v < avg.get(BASELINE, -1)]
         parts += [f"## Selected: {result.selected}", "",
@@ -466,9 +481,12 @@ def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept
                   results_table(result.selection), ""]
         if losers:
             parts += [f"Warning: {', '.join(losers)} scored below uniform on {config.select_split}.", ""]
-    elif len(result.models) > 1:
-        parts += ["No --select-on dev set was given: nothing was selected. Compare the transfers with uniform "
-                  "below before using one (uniform is the safe default).", ""]
+    elif result.selected is not None:
+        parts += [f"## Selected: {result.selected} (default)", "",
+                  "No --select-on dev set was given, so nothing was chosen by measurement: the result is "
+                  f"`default_selection` ({result.selected}); `model` in the output folder links to it. In the "
+                  "leave-one-out benchmark (docs/benchmarks.md) no learned transfer beat uniform significantly; "
+                  "give a dev split of your target domains with --select-on to choose a transfer.", ""]
     if result.results:
         parts += [f"## {config.test_split} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
     if result.comparison is not None:
