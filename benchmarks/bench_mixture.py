@@ -40,6 +40,10 @@ Presets (``--preset``; explicit options override them):
         benchmarks/bench_mixture.py --preset cpu --data ../shared/data --targets $t --work /tmp/mix-$t \\
         > /tmp/mix-$t.log 2>&1 & done; wait
     python benchmarks/bench_mixture.py --report-only --work /tmp/mix-scifact --merge /tmp/mix-nfcorpus
+
+(``--seeds`` splits one target's seeds over processes: give each its own ``--work`` whose
+``loo-<target>`` links ``uniform-s<first seed>`` and ``stage1-*`` of the first, then ``--merge`` them all;
+with ``--seeds 44`` alone the process trains ``uniform-s44`` as its stage 0.)
 """
 from __future__ import annotations
 
@@ -307,8 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     args.arms = list(args.arms or ARMS)
     res_path = args.work / "results.json"
     results = json.loads(res_path.read_text())["results"] if res_path.exists() else {}
-    for other in args.merge:
-        results.update(json.loads((other / "results.json").read_text())["results"])
+    for other in args.merge:                     # per target, per arm, per seed
+        for target, tr in json.loads((other / "results.json").read_text())["results"].items():
+            mine = results.setdefault(target, {"arms": {}, "weights": {}, "seconds": {}})
+            for arm, seeds in tr["arms"].items():
+                mine["arms"].setdefault(arm, {}).update(seeds)
+            for key in ("weights", "seconds"):
+                for k, v in tr[key].items():
+                    mine[key].setdefault(k, v)
 
     def save() -> None:
         res_path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}))
