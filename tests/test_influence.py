@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 
@@ -201,11 +202,90 @@ def test_influence_update_hand_computed():
     # REINFORCE: P = [.5, .5], mean reward -0.125, d = [.5 * .5, .5 * -.5] = [.25, -.25]; Adam lr 0.1
     assert strat.scorer.psi.tolist() == pytest.approx([0.1, -0.1], abs=1e-6)
     assert list(rec["weights"].values()) == pytest.approx(softmax(np.array([0.1, -0.1])).tolist())
-    # Reptile: p = softmax([.375, -.625]) = [0.7310586, 0.2689414]; mean delta = .5 * (p0 - p1) = 0.2310586;
+    # Reptile (default "positive", Algorithm 1's sum_i I_i (theta_i - theta) / sum_i I_i over I > 0): only near
+    # (I = .375) counts -> mean delta = 0.5 (near's look-ahead delta); alpha = lr = 0.5 -> w = 0.25
+    assert task.model.weight.item() == pytest.approx(0.25, abs=1e-7)
+    log_rec = task.logged[0]
+    assert log_rec["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
+    assert list(log_rec["weights"].values()) == pytest.approx(softmax(np.array([0.1, -0.1])).tolist())
+    assert strat.final_weights()["updates"] == 1
+
+
+def test_reptile_softmax_temperature_option_hand_computed():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(reptile_weights="influence"), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    # p = softmax([.375, -.625]) = [0.7310586, 0.2689414]; mean delta = .5 * (p0 - p1) = 0.2310586;
     # alpha = lr = 0.5 -> w = 0.1155293
     assert task.model.weight.item() == pytest.approx(0.1155293, abs=1e-6)
-    assert task.logged and task.logged[0]["lookahead_s"] >= 0
-    assert strat.final_weights()["updates"] == 1
+
+
+def test_reptile_weighting_on_three_candidates():
+    # targets 1, -1, 0.5, dev 1, SGD look-ahead lr .5 from w = 0: w_i = .5 a_i = .5, -.5, .25;
+    # M = -(w - 1)^2 / 2, base -.5 -> I = .375, -.625, -(.75^2)/2 + .5 = .21875.
+    # positive weights: .375 / .59375 and .21875 / .59375 (far left out):
+    # mean delta = (.375 * .5 + .21875 * .25) / .59375 = 0.4078947; alpha .5 -> w = 0.2039474
+    task = ToyTask(targets=(1.0, -1.0, 0.5))
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["a", "b", "c"], [5, 5, 5])
+    ctx = task.ctx(1)
+    ctx.collection_names = ["a", "b", "c"]
+    strat.after_step(ctx)
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"a": 0.375, "b": -0.625, "c": 0.21875})
+    assert task.model.weight.item() == pytest.approx(0.2039474, abs=1e-6)
+    # softmax(I / 1) over influences of order 1e-3 (what loss influences measure at fine-tuning rates) is
+    # uniform to 0.1%: the reason the softmax is not the default.
+    p = softmax(np.array([1e-3, -1e-3, 5e-4]))
+    assert p.max() / p.min() < 1.0021
+
+
+def test_influence_update_with_the_default_adam_lookahead_hand_computed():
+    # The trainer's AdamW (lr .5, betas .9/.999, no decay) has taken one step with gradient 2:
+    # m = .2, v = .004, step 1. w is then reset to 0. Look-ahead = the AdamW step from those moments, t = 2:
+    #   near: g = w - 1 = -1: m' = .18 - .1 = .08, v' = .999*.004 + .001 = .004996,
+    #         w = -.5 * (.08/.19) / (sqrt(.004996/.001999) + 1e-8) = -0.1331685
+    #   far:  g = w + 1 = 1: m' = .28 -> w = -.5 * (.28/.19) / sqrt(.004996/.001999) = -0.4660898
+    # M = -(w - 1)^2 / 2, base -.5: I_near = .5 - 1.1331685^2 / 2 = -0.1420354,
+    #                               I_far  = .5 - 1.4660898^2 / 2 = -0.5747097.
+    # No influence is positive: no Reptile step, w stays 0. (The SGD look-ahead would give +.375 / -.625.)
+    task = ToyTask()
+    task.optimizer = torch.optim.AdamW(task.model.parameters(), lr=0.5, weight_decay=0.0)
+    task.model.weight.grad = torch.tensor([[2.0]])
+    task.optimizer.step()
+    with torch.no_grad():
+        task.model.weight.zero_()
+    strat = InfluenceStrategy(toy_config(lookahead_optimizer="adam"), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    rewards = strat.trajectory_record(1)["rewards"]
+    assert rewards == pytest.approx({"near": -0.1420354, "far": -0.5747097}, abs=1e-6)
+    assert task.model.weight.item() == 0.0
+
+
+def test_non_finite_influence_never_reaches_reptile_or_policy(caplog):
+    task = ToyTask(targets=(1.0, float("nan")))
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    with caplog.at_level(logging.WARNING, logger="drmix.mixture.influence"):
+        strat.after_step(task.ctx(1))
+    # far's look-ahead is NaN: left out. near alone: Reptile moves w by .5 * .5; the policy update conditions
+    # on {near}: P(near | S) = 1 -> d_psi = [P_near I - 1 * P_near I, 0] = 0: psi unchanged, probabilities finite.
+    assert task.model.weight.item() == pytest.approx(0.25)
+    assert np.isfinite(strat.scorer.psi.detach().numpy()).all()
+    assert strat.sampling_weights().tolist() == pytest.approx([0.5, 0.5])
+    assert any("non-finite reward" in r.message for r in caplog.records)
+
+
+def test_dev_set_without_negatives_and_zero_loss_is_an_error():
+    task = ToyTask()
+    task.losses_orig = task.losses
+    task.losses = lambda batch: task.losses_orig(batch) * 0.0      # InfoNCE with one candidate: exactly 0
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    with pytest.raises(ConfigError, match="cannot produce a non-zero loss"):
+        strat.after_step(task.ctx(1))
+    assert task.model.weight.item() == 0.0
 
 
 def test_reptile_off_restores_parameters_exactly():
@@ -219,15 +299,35 @@ def test_reptile_off_restores_parameters_exactly():
     assert task.drawn.count(0) == 3 and task.drawn.count(1) == 3
 
 
+class ToyTask2(ToyTask):
+    """Two parameters w (start at 0); collection i has loss ||w - t_i||^2 / 2, the dev set ||w - d||^2 / 2."""
+
+    def __init__(self, targets, dev):
+        super().__init__()
+        self.model = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            self.model.weight.zero_()
+        self.targets = [torch.tensor(t) for t in targets]
+        self.dev = torch.tensor(dev)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.5)
+
+    def losses(self, batch: Batch) -> torch.Tensor:
+        w = self.model.weight.reshape(2)
+        return torch.stack([((w - (self.dev if c < 0 else self.targets[c])) ** 2).sum() / 2
+                            for c in batch.collection_ids])
+
+
 def test_multidds_gradient_cosine_reward():
-    task = ToyTask()
+    task = ToyTask2(targets=([1.0, 0.0], [0.0, 1.0]), dev=[2.0, 1.0])
     strat = MultiDDSStrategy(toy_config(), seed=0)
     strat.setup(["near", "far"], [10, 10])
     strat.after_step(task.ctx(1))
-    # at w=0: grad near = -1, grad far = +1, grad dev = -1 -> cos = [1, -1]; model unchanged
-    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"near": 1.0, "far": -1.0})
-    assert task.model.weight.item() == 0.0
-    assert strat.sampling_weights()[0] > 0.5
+    # at w = 0: grad near = -(1, 0), far = -(0, 1), dev = -(2, 1) -> cos = 2/sqrt(5), 1/sqrt(5)
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"near": 2 / math.sqrt(5),
+                                                                  "far": 1 / math.sqrt(5)})
+    assert task.model.weight.flatten().tolist() == [0.0, 0.0]      # MultiDDS never moves the model
+    # REINFORCE: d = P_k (r_k - sum P r) = .5 * (+-.5 * (2 - 1)/sqrt(5)) -> Adam's first step +-lr = +-0.1
+    assert strat.scorer.psi.tolist() == pytest.approx([0.1, -0.1], abs=1e-6)
 
 
 def test_updates_only_after_warmup_every_n_steps():
@@ -245,16 +345,26 @@ def test_updates_only_after_warmup_every_n_steps():
 
 def test_subset_scores_only_k_collections():
     task = ToyTask(targets=(1.0, -1.0, 0.0))
-    strat = InfluenceStrategy(toy_config(subset_size=2), seed=3)
+    strat = InfluenceStrategy(toy_config(subset_size=2, reptile=False), seed=3)
     strat.setup(["a", "b", "c"], [5, 5, 5])
     ctx = task.ctx(1)
     ctx.collection_names = ["a", "b", "c"]
     strat.after_step(ctx)
     rec = strat.trajectory_record(1)
-    assert len(rec["rewards"]) == 2
-    left_out = ({"a", "b", "c"} - set(rec["rewards"])).pop()
-    # the collection outside S has zero REINFORCE gradient, so Adam leaves its score unchanged
-    assert strat.scorer.psi.tolist()[["a", "b", "c"].index(left_out)] == 0.0
+    # SGD look-ahead lr .5 from 0 towards 1 / -1 / 0, dev 1: I = .375, -.625, 0 (hand-computed, as above)
+    full = {"a": 0.375, "b": -0.625, "c": 0.0}
+    chosen = sorted(rec["rewards"])
+    assert len(chosen) == 2
+    assert rec["rewards"] == pytest.approx({n: full[n] for n in chosen})
+    # only the chosen collections were drawn for look-aheads
+    assert {["a", "b", "c"][c] for c in task.drawn if c >= 0} == set(chosen)
+    # REINFORCE on S: d_k = P_k I_k - P(k|S) sum_{i in S} P_i I_i with P = 1/3, P(k|S) = 1/2:
+    #   d_k = (I_k - (I_1 + I_2) / 2) / 3 -> Adam's first step: psi_k = 0.1 * sign(d_k); outside S: 0.
+    i1, i2 = (full[n] for n in chosen)
+    expected = {chosen[0]: 0.1 * np.sign(i1 - i2), chosen[1]: 0.1 * np.sign(i2 - i1)}
+    psi = dict(zip(["a", "b", "c"], strat.scorer.psi.tolist()))
+    for n in "abc":
+        assert psi[n] == pytest.approx(expected.get(n, 0.0), abs=1e-6)
 
 
 def test_missing_dev_sets_is_a_config_error():

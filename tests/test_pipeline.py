@@ -89,10 +89,25 @@ def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
     assert len(counts) == 3 and all(c[lightest] == 0 for c in counts)
     assert set(result.models) == {"uniform", "top:0.7", "reweight"}
 
-    # Evaluation: one row per model, the table compares against uniform.
+    # Evaluation: one row per model, the table compares against uniform; the numbers are the ones
+    # `drmix eval` gives for the same model folder (recomputed here from the saved per-query scores).
     assert set(result.results) == {"uniform", "top:0.7", "reweight"}
-    assert all(0.0 <= r["beir-test"]["ndcg@10"] <= 1.0 for r in result.results.values())
+    from drmix.evaluation.evaluate import evaluate_model
+
+    direct = evaluate_model(str(result.models["reweight"]), pipeline_config.test_data, show_progress=False,
+                            max_length=pipeline_config.doc_max_length)
+    assert result.results["reweight"]["beir-test"] == pytest.approx(direct.results["beir-test"], abs=1e-6)
+    cache = json.loads((root / "stage2-tdro-reweight" / "eval-test.json").read_text())
+    pq = cache["per_query"]["beir-test"]
+    assert sum(v["ndcg@10"] for v in pq.values()) / len(pq) == pytest.approx(
+        result.results["reweight"]["beir-test"]["ndcg@10"], abs=1e-12)
+    # The paired comparison's delta is the difference of the two means.
+    rows = {d.dataset: d for d in result.comparison.rows["reweight"]}
+    assert rows["beir-test"].delta == pytest.approx(result.results["reweight"]["beir-test"]["ndcg@10"]
+                                                    - result.results["uniform"]["beir-test"]["ndcg@10"], abs=1e-12)
     summary = (root / "summary.md").read_text()
+    assert "Paired tests vs uniform" in summary and "## Selected: uniform (default)" in summary
+    assert (root / "model").resolve() == result.models["uniform"].resolve()
     assert "| ndcg@10 | uniform | top:0.7 | reweight |" in summary
     assert "| collection | weight | top:0.7 |" in summary
 
@@ -142,7 +157,14 @@ def test_groupdro_pipeline_forwards_no_reference(pipeline_config):
     assert set(result.models) == {"uniform", "loss"}
     w = json.loads((root / "stage1-groupdro" / "weights.json").read_text())
     assert w["strategy"] == "groupdro" and w["measurement"] == "raw"
-    np.testing.assert_allclose(sum(w["weights"]), 1.0)
+    # GroupDRO's weights are exp(0.01 * sum over steps of each collection's mean raw loss), renormalised:
+    # recomputed from the logged per-step proxy losses, which a reference forward would not change.
+    traj = read_jsonl(root / "stage1-groupdro" / "weights.jsonl")
+    names = w["collections"]
+    totals = np.array([sum(r["proxy_loss"][n] for r in traj) for n in names])
+    expected = np.exp(0.01 * totals) / np.exp(0.01 * totals).sum()
+    np.testing.assert_allclose(w["weights"], expected, rtol=1e-9)
+    assert all(r["reference_loss"][n] is None for r in traj for n in names)
 
 
 def test_cli_optimize_learns_weights(tmp_path, tiny_model_path):
@@ -159,6 +181,11 @@ def test_cli_optimize_learns_weights(tmp_path, tiny_model_path):
     assert (cfg["batching"], cfg["in_batch_negatives"], cfg["strategy"]) == ("mixed", False, "groupdro")
     w = json.loads((out / "weights.json").read_text())
     assert w["steps"] == 2 and set(w["top"]) == {str(k) for k in range(10, 100, 10)}
+    # the weights moved from uniform, by exactly GroupDRO's rule on the logged losses
+    traj = read_jsonl(out / "weights.jsonl")
+    totals = np.array([sum(r["proxy_loss"][n] for r in traj) for n in w["collections"]])
+    np.testing.assert_allclose(w["weights"], np.exp(0.01 * totals) / np.exp(0.01 * totals).sum(), rtol=1e-9)
+    assert max(w["weights"]) - min(w["weights"]) > 1e-6
 
 
 def test_cli_tdro_without_reference_is_a_one_line_error(tmp_path, tiny_model_path, capsys):
@@ -211,3 +238,77 @@ def test_stage1_killed_and_resumed_matches_an_uninterrupted_run(tmp_path, tiny_m
     tb = read_jsonl(tmp_path / "killed" / "weights.jsonl")
     assert [r["step"] for r in tb] == [1, 2, 3, 4]
     assert [r["counts"] for r in tb] == [r["counts"] for r in ta]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"transfers": ["bogus"]}, "unknown transfer 'bogus'"),
+    ({"transfers": ["top:1.5"]}, "neither a fraction"),
+    ({"stage1": {"max_stepz": 5}}, "invalid stage1 override max_stepz"),
+    ({"stage2": {"max_steps": -5}}, "max_steps"),
+    ({"test_data": ["/missing/beir"]}, "test_data: BEIR directory not found"),
+    ({"select_on": ["/missing/dev"]}, "select_on: BEIR directory not found"),
+])
+def test_pipeline_validates_everything_before_stage0(pipeline_config, change, message):
+    from drmix.errors import ConfigError
+
+    cfg = pipeline_config.model_copy(update=change)
+    with pytest.raises(ConfigError, match=message):
+        run_tdro_pipeline(cfg)
+    assert not (Path(cfg.output_dir) / "stage0-reference").exists()
+
+
+def test_cli_pipeline_bad_override_is_one_line_before_training(pipeline_config, capsys):
+    from drmix.cli import main
+
+    c = pipeline_config
+    with pytest.raises(SystemExit) as e:
+        main(["pipeline", "tdro", "--model", c.model, "--data", c.data[0], "--output-dir", c.output_dir,
+              "--stage1", "max_stepz=5", "--device", "cpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "max_stepz" in err and "Traceback" not in err
+    assert not (Path(c.output_dir) / "stage0-reference").exists()
+
+
+def test_selection_reads_only_the_dev_split(pipeline_config, tmp_path, monkeypatch, caplog):
+    import drmix.data.beir as beir
+
+    # A selection directory whose *test* qrels are garbage: reading them would raise. Its dev qrels favour
+    # nothing in particular; the test evaluation is switched off, so only dev can have chosen.
+    dev = tmp_path / "beir-dev"
+    src = Path(pipeline_config.test_data[0])
+    (dev / "qrels").mkdir(parents=True)
+    for f in ("corpus.jsonl", "queries.jsonl"):
+        (dev / f).write_text((src / f).read_text())
+    (dev / "qrels" / "dev.tsv").write_text((src / "qrels" / "test.tsv").read_text())
+    (dev / "qrels" / "test.tsv").write_text("this is not a qrels file\n")
+    calls = []
+    real = beir.load_beir
+
+    def spy(root, split="test", **kw):
+        calls.append((Path(root).name, split))
+        return real(root, split, **kw)
+
+    monkeypatch.setattr(beir, "load_beir", spy)
+    cfg = pipeline_config.model_copy(update={"select_on": [str(dev)], "test_data": [], "transfers": ["reweight"],
+                                             "max_steps": 2, "stage1": {"max_steps": 2}})
+    result = run_tdro_pipeline(cfg)
+    assert ("beir-dev", "dev") in calls and ("beir-dev", "test") not in calls
+    assert all(split != "test" for _, split in calls)
+    assert result.selected in {"uniform", "reweight"}
+    avg = {lb: r["beir-dev"]["ndcg@10"] for lb, r in result.selection.items()}
+    best = max(avg, key=lambda lb: (avg[lb], lb == "uniform"))
+    assert result.selected == best
+    root = Path(cfg.output_dir)
+    assert (root / "model").resolve() == result.models[best].resolve()
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["selected"] == best and summary["select_split"] == "dev"
+    assert f"## Selected: {best}" in (root / "summary.md").read_text()
+
+
+def test_selection_on_the_test_split_of_test_data_is_refused(pipeline_config):
+    from drmix.errors import ConfigError
+
+    cfg = pipeline_config.model_copy(update={"select_on": list(pipeline_config.test_data), "select_split": "test"})
+    with pytest.raises(ConfigError, match="would be made on the test set"):
+        run_tdro_pipeline(cfg)

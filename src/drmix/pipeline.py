@@ -15,6 +15,19 @@ Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"), sta
   (nDCG@10 etc. through :mod:`drmix.evaluation.evaluate`), ending with one Markdown table (uniform vs
   each transfer, per dataset and average) plus the learned weights (``summary.md``, ``summary.json``).
 
+* **validation first** -- every stage's configuration (with its overrides), every transfer and every path
+  (training data, test and selection directories with their splits) is checked before stage 0 trains
+  (:func:`validate_pipeline`), so a typo fails in a second, not after hours.
+* **selection on dev** (``select_on``: BEIR directories, split ``select_split``, default ``dev``) -- uniform
+  and every transfer are evaluated on the dev split only (the test qrels are never read for it); the best
+  average nDCG@10 is the pipeline's result (``selected`` in ``summary.json``, and ``model`` in
+  ``output_dir`` links to it). A transfer that scores below uniform on dev is reported with a warning.
+  Without ``select_on`` the result is ``default_selection`` (``uniform`` unless configured: in the
+  leave-one-out benchmark of docs/benchmarks.md no learned transfer beat uniform significantly), and the
+  summary says so; the test split never chooses.
+* **significance** -- the summary compares every model with uniform per dataset and on average with
+  paired tests over queries (:mod:`drmix.evaluation.compare`).
+
 The uniform baseline is the stage-0 model (the paper's reference *is* a uniform fine-tune with the
 fine-tuning recipe). When the config supplies ``reference_model``, no stage 0 runs and the baseline is
 trained as stage 2 with uniform weights. Each stage writes to its own subdirectory of ``output_dir``
@@ -67,6 +80,13 @@ class PipelineConfig(TrainConfig):
     stage2: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 2.")
     stage1_fill_negatives: bool = Field(True, description="Stage 1: give examples without hard negatives random "
                                                           "same-collection negatives.")
+    select_on: list[str] = Field(default_factory=list, description="BEIR directories whose dev split chooses among "
+                                                                   "uniform and the transfers (never the test split).")
+    select_split: str = Field("dev", description="Qrels split of the select_on directories.")
+    select_max_queries: int | None = Field(None, ge=1, description="Cap on selection queries per dataset.")
+    select_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per selection dataset.")
+    default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
+                                                          "uniform (the benchmark's evidence) or a transfer.")
 
 
 @dataclass
@@ -86,6 +106,9 @@ class PipelineResult:
     models: dict[str, Path]                                    # label -> model dir (uniform + each transfer)
     results: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # label -> dataset -> metric
     table: str = ""
+    selection: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # label -> dev dataset -> metric
+    selected: str | None = None                                # label chosen on dev (None: no select_on)
+    comparison: Any = None                                     # drmix.evaluation.compare.Comparison on test
 
 
 def slug(text: str) -> str:
@@ -193,8 +216,12 @@ def _run_stage(name: str, config: TrainConfig, *, strategy=None, collections=Non
 def evaluate_models(models: dict[str, Path], test_data: list[str], *, split: str = "test",
                     max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
                     max_length: int | None = None, metrics: tuple[str, ...] | None = None,
-                    cache_name: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
-    """``{label: {dataset: {metric: value}}}`` for each model folder; cached next to the model."""
+                    cache_name: str | None = None,
+                    per_query: dict | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """``{label: {dataset: {metric: value}}}`` for each model folder; cached next to the model.
+
+    When ``per_query`` is a dict it receives ``{label: {dataset: {query_id: {metric: value}}}}``.
+    """
     from drmix.data.beir import load_beir
     from drmix.evaluation.evaluate import dataset_names, evaluate_dataset, subsample
     from drmix.evaluation.metrics import DEFAULT_METRICS
@@ -210,16 +237,22 @@ def evaluate_models(models: dict[str, Path], test_data: list[str], *, split: str
         cache = Path(model_dir).parent / cache_name
         if cache.exists():
             cached = json.loads(cache.read_text(encoding="utf-8"))
-            if cached.get("key") == key:
+            if cached.get("key") == key and cached.get("per_query"):
                 results[label] = cached["results"]
+                if per_query is not None:
+                    per_query[label] = cached["per_query"]
                 continue
         if datasets is None:
             datasets = {n: subsample(load_beir(d, split), max_queries=max_queries, max_docs=max_docs, seed=seed)
                         for n, d in zip(dataset_names(test_data), test_data)}
         model = load_encoder(str(model_dir))
-        results[label] = {n: evaluate_dataset(model, data, metrics=metrics, max_length=max_length)
+        pq: dict[str, dict] = {n: {} for n in datasets}
+        results[label] = {n: evaluate_dataset(model, data, metrics=metrics, max_length=max_length, per_query=pq[n])
                           for n, data in datasets.items()}
-        atomic_write_json(cache, {"key": key, "model": str(model_dir), "results": results[label]})
+        if per_query is not None:
+            per_query[label] = pq
+        atomic_write_json(cache, {"key": key, "model": str(model_dir), "split": split, "results": results[label],
+                                  "per_query": pq})
         log.info("%s: %s", label, {n: round(r.get("ndcg@10", float("nan")), 4) for n, r in results[label].items()})
     return results
 
@@ -270,12 +303,10 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     from drmix.mixture.dro import dro_strategy_from_options
     from drmix.mixture.transfer import build_transfer_strategy
 
+    strat = validate_pipeline(config)
     root = Path(config.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(root / "pipeline.yaml", config.dump_yaml())
-    if not config.transfers:
-        raise ConfigError("no transfer configured.", fix="set transfers: [top:0.7, reweight] (or loss).")
-    strat = dro_strategy_from_options(config.strategy, config.tdro)
     models: dict[str, Path] = {}
 
     # Stage 0: the uniform baseline, and the reference of the ratio / difference measurements.
@@ -318,18 +349,148 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
 
     result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
                             models)
+    if config.select_on:
+        select_models(config, result)
+    else:
+        result.selected = config.default_selection
+        _link_model(result.output_dir, result.models[result.selected])
     if config.test_data:
+        per_query: dict = {}
         result.results = evaluate_models(models, config.test_data, split=config.test_split,
                                          max_queries=config.test_max_queries, max_docs=config.test_max_docs,
-                                         seed=config.seed, max_length=config.doc_max_length)
+                                         seed=config.seed, max_length=config.doc_max_length, per_query=per_query)
+        if len(models) > 1:
+            from drmix.evaluation.compare import Scored, compare
+
+            result.comparison = compare([Scored(lb, per_query[lb]) for lb in models], baseline=BASELINE,
+                                        metric="ndcg@10", seed=config.seed)
     result.table = _summary(config, result, learned, kept)
     return result
 
 
+def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
+    from drmix.data.beir import available_splits
+
+    for d in dirs:
+        p = Path(d).expanduser()
+        if not p.is_dir():
+            raise ConfigError(f"{field_name}: BEIR directory not found.", path=p,
+                              fix="pass a folder holding corpus.jsonl, queries.jsonl and qrels/<split>.tsv.")
+        if split not in available_splits(p):
+            have = ", ".join(available_splits(p)) or "none"
+            raise ConfigError(f"{field_name}: no qrels/{split}.tsv (splits: {have}).", path=p,
+                              fix=f"pass a directory with a {split} split, or change the split option.")
+
+
+def validate_pipeline(config: PipelineConfig):
+    """Check every stage's configuration, transfer and path before anything trains; returns the stage-1 strategy.
+
+    Raises :class:`ConfigError` (one line, the field and the fix) for unknown or invalid stage overrides,
+    unknown transfers, missing training data, and test / selection directories without the split.
+    """
+    from drmix.mixture.dro import dro_strategy_from_options
+    from drmix.mixture.transfer import parse_top_fraction
+
+    if not config.transfers:
+        raise ConfigError("no transfer configured.", fix="set transfers: [top:0.7, reweight] (or loss).")
+    for t in config.transfers:
+        spec = t.strip().lower()
+        if spec.startswith("top"):
+            parse_top_fraction(spec)
+        elif spec not in ("reweight", "loss"):
+            raise ConfigError(f"unknown transfer {t!r}.", fix="use top:0.7 (any fraction), reweight or loss.")
+    strat = dro_strategy_from_options(config.strategy, config.tdro)
+    for stage, overrides in (("stage0", config.stage0), ("stage1", config.stage1), ("stage2", config.stage2)):
+        try:
+            if stage == "stage1":
+                stage1_config(config, strategy=config.strategy, reference=None, output_dir="x", overrides=overrides)
+            else:
+                _stage_config(config, overrides)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ConfigError(f"invalid {stage} override {'.'.join(map(str, err['loc']))}: {err['msg']}.",
+                              fix=f"fix --{stage} KEY=VALUE (keys are the training fields of `drmix train --help`)."
+                              ) from None
+        except ConfigError as e:
+            raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
+    for d in config.data:
+        path = getattr(d, "path", d)
+        if isinstance(path, (str, Path)) and not Path(path).expanduser().exists():
+            raise ConfigError("training data not found.", path=path, fix="pass existing collection files or folders.")
+    if config.default_selection not in (BASELINE, *config.transfers):
+        raise ConfigError(f"default_selection {config.default_selection!r} is neither uniform nor a configured "
+                          "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.transfers])}.")
+    _check_beir_dirs(config.test_data, config.test_split, "test_data")
+    _check_beir_dirs(config.select_on, config.select_split, "select_on")
+    if config.select_on and config.select_split == config.test_split and set(
+            str(Path(d).resolve()) for d in config.select_on) & set(str(Path(d).resolve()) for d in config.test_data):
+        raise ConfigError(f"select_on uses the {config.select_split} split of a test_data directory: the choice "
+                          "would be made on the test set.", fix="select on a dev split (select_split: dev).")
+    return strat
+
+
+def select_models(config: PipelineConfig, result: PipelineResult) -> str:
+    """Evaluate every model on the dev split of ``select_on`` and keep the best (average nDCG@10).
+
+    Only ``qrels/<select_split>.tsv`` of the ``select_on`` directories is read. Ties go to uniform. A transfer
+    below uniform on dev is logged as a warning. Links ``output_dir/model`` to the selected model.
+    """
+    scores = evaluate_models(result.models, config.select_on, split=config.select_split,
+                             max_queries=config.select_max_queries, max_docs=config.select_max_docs,
+                             seed=config.seed, max_length=config.doc_max_length, metrics=("ndcg@10",),
+                             cache_name=f"select-{config.select_split}.json")
+    avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in scores.items()}
+    best = BASELINE if BASELINE in avg else next(iter(avg))
+    for lb, v in avg.items():
+        if v > avg[best] + 1e-12:
+            best = lb
+    for lb, v in avg.items():
+        if lb != BASELINE and BASELINE in avg and v < avg[BASELINE]:
+            log.warning("transfer %s scores below uniform on %s (%s nDCG@10 %.4f vs %.4f); not selected",
+                        lb, config.select_split, ", ".join(scores[lb]), v, avg[BASELINE])
+    result.selection = scores
+    result.selected = best
+    _link_model(result.output_dir, result.models[best])
+    log.info("selected %s on %s (average nDCG@10 %.4f; uniform %.4f)", best, config.select_split, avg[best],
+             avg.get(BASELINE, float("nan")))
+    return best
+
+
+def _link_model(root: Path, target: Path) -> None:
+    """``root/model`` -> ``target`` (a symlink; replaced when it is one, refused when it is anything else)."""
+    link = root / "model"
+    try:
+        if link.is_symlink() or link.exists():
+            if not link.is_symlink():
+                raise ConfigError("output_dir/model exists and is not the pipeline's link.", path=link,
+                                  fix="move it away or choose another --output-dir.")
+            link.unlink()
+        link.symlink_to(Path(target).resolve(), target_is_directory=True)
+    except OSError as e:
+        log.warning("could not link %s to the selected model (%s); use %s", link, e, target)
+
+
 def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept: dict[str, list[str]]) -> str:
     parts = [f"# tDRO pipeline ({config.strategy})", ""]
+    if result.selection:
+        avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in result.selection.items()}
+        losers = [lb for lb, v in avg.items() if lb != BASELINE and v < avg.get(BASELINE, -1)]
+        parts += [f"## Selected: {result.selected}", "",
+                  f"Chosen on the {config.select_split} split of {', '.join(Path(d).name for d in config.select_on)} "
+                  f"(never the test split) by average nDCG@10; `model` in the output folder links to it.", "",
+                  results_table(result.selection), ""]
+        if losers:
+            parts += [f"Warning: {', '.join(losers)} scored below uniform on {config.select_split}.", ""]
+    elif result.selected is not None:
+        parts += [f"## Selected: {result.selected} (default)", "",
+                  "No --select-on dev set was given, so nothing was chosen by measurement: the result is "
+                  f"`default_selection` ({result.selected}); `model` in the output folder links to it. In the "
+                  "leave-one-out benchmark (docs/benchmarks.md) no learned transfer beat uniform significantly; "
+                  "give a dev split of your target domains with --select-on to choose a transfer.", ""]
     if result.results:
         parts += [f"## {config.test_split} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
+    if result.comparison is not None:
+        parts += [f"## Paired tests vs uniform ({config.test_split})", "", result.comparison.to_markdown(), ""]
     parts += [f"## Learned weights ({learned.get('output', 'final')}, {learned.get('steps', '?')} steps)", "",
               weights_table(learned, kept=kept), "",
               "Models: " + ", ".join(f"{k}: `{v}`" for k, v in result.models.items()), ""]
@@ -338,7 +499,9 @@ def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept
     atomic_write_json(result.output_dir / "summary.json", {
         "strategy": config.strategy, "reference": result.reference, "weights_file": str(result.weights_path),
         "weights": result.weights, "kept": kept, "models": {k: str(v) for k, v in result.models.items()},
-        "results": result.results})
+        "results": result.results, "selected": result.selected, "selection": result.selection,
+        "select_on": list(config.select_on), "select_split": config.select_split,
+        "comparison": None if result.comparison is None else result.comparison.to_json()})
     return text
 
 

@@ -30,7 +30,8 @@ app = typer.Typer(
 )
 
 # Each CLI area registers its commands; modules that are not part of this build are skipped.
-_AREAS = ("train", "retrieval", "demo", "mixture", "multi", "mine", "pretrain", "analyze", "drama")
+_AREAS = ("train", "retrieval", "demo", "mixture", "multi", "mine", "pretrain", "analyze", "drama",
+          "compare")
 
 
 def _version(value: bool) -> None:

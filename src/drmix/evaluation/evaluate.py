@@ -35,6 +35,7 @@ class EvalReport:
     split: str
     results: dict[str, dict[str, float]]
     info: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset -> queries, documents, seconds
+    per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # dataset -> qid -> metric
 
     @property
     def metrics(self) -> list[str]:
@@ -68,7 +69,7 @@ class EvalReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "split": self.split, "metrics": self.metrics, "results": self.results,
-                "average": self.average(), "info": self.info}
+                "average": self.average(), "info": self.info, "per_query": self.per_query}
 
     def write(self, out_dir: str | Path) -> None:
         """Write ``eval.json`` and ``eval.md`` into ``out_dir`` (each atomically)."""
@@ -107,20 +108,30 @@ def _check_k(k: int, metrics: Iterable[str]) -> None:
 def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size: int = 64,
                      metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
                      max_length: int | None = None, show_progress: bool = False,
-                     precision: str | None = "auto", dims: Sequence[int] = ()) -> dict[str, float]:
-    """Index ``data.corpus``, retrieve for ``data.queries`` and score against ``data.qrels``; with ``dims``
-    each metric is also reported at those truncated, re-normalised sizes (:mod:`drmix.evaluation.matryoshka`)."""
+                     precision: str | None = "auto", dims: Sequence[int] = (),
+                     per_query: dict | None = None) -> dict[str, float]:
+    """Index ``data.corpus``, retrieve for ``data.queries`` and score against ``data.qrels``.
+
+    Returns the mean of each metric; with ``dims`` each metric is also reported at those truncated,
+    re-normalised sizes (:mod:`drmix.evaluation.matryoshka`); when ``per_query`` is a dict it is filled with
+    ``{query_id: {metric: value}}`` (what ``drmix compare`` pairs across models).
+    """
     if dims:
         from drmix.evaluation.matryoshka import evaluate_dims
 
-        return evaluate_dims(model, data.corpus, data.queries, data.qrels, dims, k=k, batch_size=batch_size,
-                             metrics=metrics, query_prompt=query_prompt, max_length=max_length,
-                             show_progress=show_progress, precision=precision)
-    index = index_corpus(model, data.corpus, batch_size=batch_size, max_length=max_length,
-                         show_progress=show_progress, store_texts=False, precision=precision)
-    run = search_queries(model, index, data.queries, k=k, batch_size=batch_size, prompt=query_prompt,
-                         max_length=max_length, precision=precision)
-    return evaluate_run(data.qrels, run, metrics)
+        values = evaluate_dims(model, data.corpus, data.queries, data.qrels, dims, k=k, batch_size=batch_size,
+                               metrics=metrics, query_prompt=query_prompt, max_length=max_length,
+                               show_progress=show_progress, precision=precision, per_query=True)
+    else:
+        index = index_corpus(model, data.corpus, batch_size=batch_size, max_length=max_length,
+                             show_progress=show_progress, store_texts=False, precision=precision)
+        run = search_queries(model, index, data.queries, k=k, batch_size=batch_size, prompt=query_prompt,
+                             max_length=max_length, precision=precision)
+        values = evaluate_run(data.qrels, run, metrics, per_query=True)
+    if per_query is not None:
+        per_query.update(values)
+    n = len(values)
+    return {m: sum(v[m] for v in values.values()) / n for m in next(iter(values.values()))}
 
 
 def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = "test", k: int = 100,
@@ -138,6 +149,7 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
     model, resolved_name = _resolve_model(model, max_length)
     results: dict[str, dict[str, float]] = {}
     info: dict[str, dict[str, Any]] = {}
+    per_query: dict[str, dict[str, dict[str, float]]] = {}
     for name, root in zip(dataset_names(data_dirs), data_dirs):
         t0 = time.perf_counter()
         data = load_beir(root, split)
@@ -147,11 +159,13 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
                         "Check qrels/%s.tsv.", name, split, split)
         results[name] = evaluate_dataset(model, data, k=k, batch_size=batch_size, metrics=metrics,
                                          query_prompt=query_prompt, max_length=max_length,
-                                         show_progress=show_progress, precision=precision, dims=dims)
+                                         show_progress=show_progress, precision=precision, dims=dims,
+                                         per_query=per_query.setdefault(name, {}))
         info[name] = {"queries": len(data.queries), "documents": len(data.corpus),
                       "seconds": round(time.perf_counter() - t0, 2), "path": str(root)}
         log.info("%s: %s", name, ", ".join(f"{m}={v:.4f}" for m, v in results[name].items()))
-    return EvalReport(model=model_name or resolved_name, split=split, results=results, info=info)
+    return EvalReport(model=model_name or resolved_name, split=split, results=results, info=info,
+                      per_query=per_query)
 
 
 # ----------------------------------------------------------------------------------------------- dev evaluator

@@ -16,11 +16,14 @@ frozen reference model is forwarded on the same inputs. Per step (the paper's or
      batch, ``r~_i = r_i / mean_j r_j``, and ``M_g = mean_{i in G_g} l_i / r~_i``.
      The authors normalise by the L1 norm (``r_i / sum_j r_j``); dividing by the mean instead only
      scales every ``M_g`` by the batch size ``B``, which the unit-norm rescaling below removes, and keeps
-     ``M_g`` on the scale of a loss in the logs. Examples whose normalised reference loss is below
-     ``min_relative_reference`` contribute 0 to their collection's sum (but still count): the authors'
-     code replaces such a normaliser by 1, which makes the example's ratio ``l_i / B``, i.e. about 0;
-     their threshold 1e-4 on ``r_i / sum_j r_j`` at their batch size 2048 is ``0.2`` on ``r~_i``, our
-     default. Set it to 0 to divide every example (zero reference losses are then left out).
+     ``M_g`` on the scale of a loss in the logs. The guard on tiny reference losses is the authors'
+     (``reference_guard: sum``, default): an example with ``r_i / sum_j r_j < min_relative_reference``
+     (default 1e-4) has its normaliser replaced by 1, i.e. its term is ``l_i`` on their scale, ``l_i / B``
+     on ours. It is relative to the batch *sum*, so at batch 96 an example is guarded only when its
+     reference loss is under ~1% of the batch mean. ``reference_guard: mean`` keeps the earlier rule
+     (examples under ``min_relative_reference`` = 0.2 of the batch *mean* contribute 0 but still count),
+     which at small batches zeroes most examples of easy collections. ``min_relative_reference: 0``
+     divides every example (zero reference losses are then left out).
    * ``difference`` (DoReMi, and the paper's "minus" ablation): ``M_g = mean_{i in G_g} max(l_i - r_i, 0)``.
    * ``raw`` (GroupDRO, the paper's "proxy loss only" ablation): ``M_g = mean_{i in G_g} l_i``.
 
@@ -54,8 +57,14 @@ Departures, and why:
   default) keeps no optimiser state, and float64 makes the trajectory exactly reproducible on resume.
 * Under DDP the per-collection sums and counts (and the batch's reference normaliser) are all-reduced,
   so every rank measures the global batch and makes the same update.
-* The weight update happens once per :meth:`DROStrategy.loss` call, i.e. once per micro-batch when
-  gradient accumulation is used (the authors accumulate the measurement over micro-batches).
+* Gradient accumulation: the per-example losses of the micro-batches of one optimiser step are kept and
+  measured together at the last micro-batch, so the weights take one step per optimiser step and end
+  exactly where one batch of the same examples would take them (the authors accumulate the measurement
+  the same way). Each micro-batch's loss is weighted by the weights current when it is processed: the
+  previous step's for all but the last, the just-updated ones for the last.
+* A micro-batch whose proxy losses are not all finite is never back-propagated: :meth:`DROStrategy.loss`
+  returns a zero loss that reaches no model parameter (and the weight update of that step is skipped),
+  so one bad batch cannot corrupt the proxy.
 """
 from __future__ import annotations
 
@@ -101,9 +110,11 @@ class DROConfig(BaseModel):
         None, description="Which weights go to weights.json 'weights' and the top-K lists: "
                           "mean for difference, else final.")
     ema: float = Field(0.1, gt=0, le=1, description="EMA factor of the tracked weights (authors' code: 0.1).")
-    min_relative_reference: float = Field(
-        0.2, ge=0, description="ratio only: examples whose reference loss is below this fraction of the batch "
-                               "mean contribute 0 (authors' guard at batch 2048).")
+    reference_guard: Literal["sum", "mean"] = Field(
+        "sum", description="ratio only: sum = the authors' guard (r_i / sum_j r_j below min_relative_reference: "
+                           "normaliser 1); mean = the earlier rule (r_i / mean_j r_j below it: contributes 0).")
+    min_relative_reference: float | None = Field(
+        None, ge=0, description="ratio only: threshold of reference_guard (None = 1e-4 for sum, 0.2 for mean).")
     top_percents: list[int] = Field(default_factory=lambda: [10, 20, 30, 40, 50, 60, 70, 80, 90],
                                     description="K values of the top-K% selections written to weights.json.")
 
@@ -117,6 +128,8 @@ class DROConfig(BaseModel):
             "normalize_gradient": self.normalize_gradient if self.normalize_gradient is not None else norm,
             "smoothing": self.smoothing if self.smoothing is not None else smooth,
             "output": self.output or out,
+            "min_relative_reference": (self.min_relative_reference if self.min_relative_reference is not None
+                                       else (1e-4 if self.reference_guard == "sum" else 0.2)),
         })
 
 
@@ -145,7 +158,8 @@ def _all_reduce_sum(values: np.ndarray) -> np.ndarray:
 
 
 def measure(proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray, k: int,
-            measurement: Measurement, *, min_relative_reference: float = 0.2) -> Measured:
+            measurement: Measurement, *, min_relative_reference: float = 1e-4,
+            reference_guard: Literal["sum", "mean"] = "sum") -> Measured:
     """Per-collection measurement ``M_g`` (see the module docstring) of this rank's slice, all-reduced.
 
     ``proxy`` and ``reference`` are per-example losses ``[B]`` (float), ``collection_ids`` ints in ``[0, k)``.
@@ -167,12 +181,18 @@ def measure(proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.
         ref_mean = s[0] / s[1] if s[1] > 0 else 0.0
         bad = s[2]
         if ref_mean > 0 and bad == 0:
-            rel = r / ref_mean
-            use = rel >= max(min_relative_reference, 1e-300)
-            per_example = np.where(use, p / np.where(use, rel, 1.0), 0.0)
+            rel = r / ref_mean                                   # r~_i = B * r_i / sum_j r_j
+            if reference_guard == "sum":
+                n_batch = s[1]
+                use = rel / n_batch >= max(min_relative_reference, 1e-300)
+                guarded = p / n_batch if min_relative_reference > 0 else np.zeros_like(p)
+                per_example = np.where(use, p / np.where(use, rel, 1.0), guarded)
+            else:
+                use = rel >= max(min_relative_reference, 1e-300)
+                per_example = np.where(use, p / np.where(use, rel, 1.0), 0.0)
             if min_relative_reference <= 0:   # plain ratio: leave zero-reference examples out entirely
                 counted = use
-            else:                              # authors: below-threshold examples count, contribute ~0
+            else:                              # authors: below-threshold examples count
                 counted = np.ones_like(use)
         else:
             per_example, counted = np.zeros_like(p), np.ones(len(p), dtype=bool)
@@ -274,6 +294,7 @@ class DROStrategy(Strategy):
         self.n_steps = 0          # loss() calls (each one is a step of the weights, possibly skipped)
         self.n_skipped = 0
         self.last: Measured | None = None
+        self._pending: list = []      # micro-batch measurements of the current optimiser step
 
     @property
     def weights(self) -> np.ndarray:
@@ -285,22 +306,43 @@ class DROStrategy(Strategy):
         return np.full(n, 1.0 / n)
 
     def loss(self, losses: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
-        """Measure the batch, update the weights, return the loss weighted by the updated weights."""
+        """Measure the batch, update the weights, return the loss weighted by the updated weights.
+
+        Under gradient accumulation (``ctx.extras["accumulation_steps"] > 1``) the measurement of the
+        micro-batches is collected and the weights step once, at the last micro-batch of the optimiser step.
+        """
         ref = None
         if self.config.measurement != "raw":
             if ctx.reference_losses is None:
                 raise RuntimeError(f"strategy {self.name!r} needs a reference model (config.reference_model).")
             ref = ctx.reference_losses(batch).detach().float().cpu().numpy()
         proxy = losses.detach().float().cpu().numpy()
-        self.step_weights(proxy, ref, np.asarray(batch.collection_ids))
-        return self.weighted_loss(losses, np.asarray(batch.collection_ids), world_size=ctx.world_size)
+        ids = np.asarray(batch.collection_ids)
+        accum = int(ctx.extras.get("accumulation_steps", 1) or 1)
+        micro = int(ctx.extras.get("micro_step", 0) or 0)
+        if accum > 1:
+            if micro == 0:
+                self._pending = []
+            self._pending.append((proxy, ref, ids))
+            if micro == accum - 1:
+                parts = self._pending
+                self._pending = []
+                self.step_weights(np.concatenate([x[0] for x in parts]),
+                                  None if ref is None else np.concatenate([x[1] for x in parts]),
+                                  np.concatenate([x[2] for x in parts]))
+        else:
+            self.step_weights(proxy, ref, ids)
+        if not np.isfinite(proxy).all():
+            # Never back-propagate a non-finite loss: a zero that reaches no model parameter.
+            return torch.zeros((), dtype=losses.dtype, device=losses.device, requires_grad=True)
+        return self.weighted_loss(losses, ids, world_size=ctx.world_size)
 
     def step_weights(self, proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray) -> Measured:
         """Measure and update the weights from per-example losses (the weight half of :meth:`loss`)."""
         cfg = self.config
         k = len(self.collection_names)
         m = measure(proxy, reference, collection_ids, k, cfg.measurement,
-                    min_relative_reference=cfg.min_relative_reference)
+                    min_relative_reference=cfg.min_relative_reference, reference_guard=cfg.reference_guard)
         if m.ok:
             self.log_weights = update_log_weights(self.log_weights, m.measurement, m.present, lr=cfg.lr,
                                                   normalize_gradient=cfg.normalize_gradient, smoothing=cfg.smoothing)

@@ -27,8 +27,10 @@ What is implemented
 
   which for ``S`` = all collections reduces to ``d_psi_k = P_k (I_k - sum_i P_i I_i)``. ``psi`` takes an
   ascent step with Adam (the MultiDDS scorer optimiser; the paper only says "GradientUpdate").
-* Reward-weighted Reptile, section 3.3: ``theta <- theta + alpha sum_{i in S} p_i (theta_i - theta)``
-  with ``p = softmax(I / reptile_temperature)`` and ``alpha`` = the current learning rate. Memory is one
+* Reward-weighted Reptile, Algorithm 1 lines 12-14: ``theta <- theta + alpha sum_{i in S} p_i (theta_i - theta)``
+  with ``p_i = I_i / sum_j I_j`` restricted to positive influences (``reptile_weights="positive"``, the
+  default: ``p_i = max(I_i, 0) / sum_j max(I_j, 0)``; no Reptile step when no influence is positive),
+  and ``alpha`` = the current learning rate. Memory is one
   saved copy of the trainable parameters plus one delta buffer, whatever M: after each look-ahead the
   delta ``theta_i - theta`` is folded into the buffer and ``theta`` is restored. The softmax weights
   depend on all influences, so the buffer keeps an *online softmax* (running maximum and normaliser,
@@ -45,9 +47,17 @@ Where this departs from the paper, and why
   them). ``"rmsprop"`` divides by the trainer's frozen second moments (no momentum) and ``"sgd"`` takes
   plain SGD steps; at typical fine-tuning rates (2e-5) plain SGD moves the model so little that the dev
   loss changes near float32 resolution.
-* Reptile normalisation. Algorithm 1 lines 12-14 divide ``sum_i I_i (theta_i - theta)`` by
-  ``S = sum_i I_i``, which explodes or flips sign when influences are near zero or negative; section
-  3.3's softmax weighting is used instead. ``reptile_weights="policy"`` weights by ``P(i | S)`` instead.
+* Reptile normalisation. Algorithm 1 divides ``sum_i I_i (theta_i - theta)`` by ``sum_i I_i``, which
+  explodes or flips sign when influences are near zero or of both signs; the default keeps the paper's
+  proportional weighting but over the positive part of the influences only. Section 3.3's softmax
+  ``p = softmax(I / reptile_temperature)`` is ``reptile_weights="influence"``; it is *not* the default
+  because loss influences are of order 1e-3, so at T = 1 the softmax is uniform to within 0.1% (measured:
+  see docs/influence.md); ``reptile_weights="policy"`` weights by ``P(i | S)``.
+* Non-finite influences (a look-ahead that diverged) never enter the Reptile buffer nor the policy:
+  that collection is left out of the update (the REINFORCE step conditions on the finite subset); when
+  no influence is finite the update is skipped with a warning.
+* A dev batch with no negatives scored by the loss with in-batch negatives off has a loss of exactly 0
+  (the positive is the only candidate), so no influence can be measured: that is an error naming the fix.
   The paper also feeds the Reptile delta into the optimiser state (line 16); that is not done: the
   trainer's optimiser state is never touched by the strategy.
 * No reward baseline is added to REINFORCE (as in the paper; a constant baseline would not change
@@ -108,8 +118,9 @@ class InfDDSConfig(BaseModel):
     reptile: bool = Field(True, description="Apply the reward-weighted Reptile update to the model (Inf-DDS only).")
     reptile_alpha: float | None = Field(
         None, gt=0, description="Reptile step alpha (None = the current learning rate, as in the paper).")
-    reptile_weights: Literal["influence", "policy"] = Field(
-        "influence", description="influence: p = softmax(I / reptile_temperature); policy: p = P(i | S).")
+    reptile_weights: Literal["positive", "influence", "policy"] = Field(
+        "positive", description="positive: p = max(I,0) / sum max(I,0) (Algorithm 1); influence: "
+                                "p = softmax(I / reptile_temperature); policy: p = P(i | S).")
     reptile_temperature: float = Field(1.0, gt=0, description="Temperature of the softmax over influences.")
 
 
@@ -503,8 +514,14 @@ class InfluenceStrategy(Strategy):
         _all_reduce_mean([reward_t], ctx.world_size)  # identical on every rank already; keeps policies in lockstep
         rewards = reward_t.tolist()
         p_before = self.scorer.probs()
-        cond = None if len(subset) == len(self.collection_names) else subset
-        self.scorer.update(scale_rewards(rewards, self.config.reward_scale), cond)
+        ok = [pos for pos, r in enumerate(rewards) if math.isfinite(r)]
+        if len(ok) < len(rewards):
+            log.warning("%s: non-finite reward for %s at step %d; left out of the policy update", self.name,
+                        [self.collection_names[subset[p]] for p in range(len(subset)) if p not in ok], ctx.step)
+        if ok:
+            fsub = [subset[p] for p in ok]
+            cond = None if len(fsub) == len(self.collection_names) else fsub
+            self.scorer.update(scale_rewards([rewards[p] for p in ok], self.config.reward_scale), cond)
         self.updates += 1
         self.prob_sum += self.scorer.probs()
         names = [self.collection_names[i] for i in subset]
@@ -529,8 +546,9 @@ class InfluenceStrategy(Strategy):
         lr = c.lookahead_lr or self._lr(ctx)
         base = [self._metric(ctx, b) for b in dev_batches]
         use_reptile = c.reptile and self.reward == "influence"
-        buffer = DeltaBuffer(saved, c.reptile_temperature if c.reptile_weights == "influence" else None) \
-            if use_reptile else None
+        self._check_dev_signal(ctx, dev_batches, base)
+        temperature = c.reptile_temperature if c.reptile_weights == "influence" else None
+        buffer = DeltaBuffer(saved, temperature) if use_reptile else None
         p_full = self.scorer.probs()
         p_cond = p_full[subset] / p_full[subset].sum()
         rewards: list[float] = []
@@ -547,8 +565,14 @@ class InfluenceStrategy(Strategy):
                 influence = float(np.mean(changes))
                 rewards.append(influence)
                 per_dev[self.collection_names[i]] = dict(zip(ctx.dev_names, changes))
-                if buffer is not None:
-                    buffer.add(params, saved, influence if c.reptile_weights == "influence" else float(p_cond[pos]))
+                finite = math.isfinite(influence) and all(
+                    bool(torch.isfinite(p).all()) for p in params) if buffer is not None else True
+                if buffer is not None and finite:
+                    if c.reptile_weights == "positive":
+                        if influence > 0:
+                            buffer.add(params, saved, influence)
+                    else:
+                        buffer.add(params, saved, influence if c.reptile_weights == "influence" else float(p_cond[pos]))
                 with torch.no_grad():
                     for p, s in zip(params, saved):
                         p.copy_(s)
@@ -557,10 +581,22 @@ class InfluenceStrategy(Strategy):
                 for p, s in zip(params, saved):
                     p.copy_(s)
             raise
-        if buffer is not None:
+        if buffer is not None and buffer.norm > 0:
             alpha = c.reptile_alpha if c.reptile_alpha is not None else self._lr(ctx)
             reptile_update(params, buffer.mean(), alpha)
         return rewards, per_dev
+
+    def _check_dev_signal(self, ctx: StepContext, dev_batches: list[Batch], base: list[float]) -> None:
+        """A loss-scored dev batch without negatives and without in-batch negatives has loss 0: an error."""
+        if self.config.influence_metric != "loss":
+            return
+        for name, batch, b0 in zip(ctx.dev_names, dev_batches, base):
+            if b0 == 0.0 and not any(batch.negatives):
+                raise ConfigError(
+                    f"dev set '{name}' cannot produce a non-zero loss: its batches carry no negatives and in-batch "
+                    "negatives are off, so the positive is the only candidate and every influence would be 0.",
+                    fix="turn in_batch_negatives on, or set infdds influence_metric: ndcg, or give the dev "
+                        "examples hard negatives.")
 
     def _gradcos(self, ctx: StepContext, subset: list[int], dev_batches: list[Batch], train_bs: int) -> list[float]:
         params = trainable_parameters(ctx.model)

@@ -105,6 +105,9 @@ def parse_top_fraction(spec: str) -> float:
     except ValueError:
         raise ConfigError(f"cannot read the fraction in transfer {spec!r}.",
                           fix="write top:0.7 (a fraction) or top:70 (a percentage).") from None
+    if not text.endswith("%") and value > 1 and not value.is_integer():
+        raise ConfigError(f"transfer {spec!r}: {value:g} is neither a fraction in (0, 1] nor a whole percentage.",
+                          fix="write top:0.7 (a fraction), top:70 (a percentage) or top:1.5% (explicitly).")
     frac = value / 100 if (text.endswith("%") or value > 1) else value
     if not 0 < frac <= 1:
         raise ConfigError(f"transfer {spec!r} keeps {frac:.0%} of the collections.",

@@ -415,6 +415,8 @@ class Trainer:
                     dev = self.accelerator.device
                     q, d, mask = to_device(q, dev), to_device(d, dev), mask.to(dev)
                     ctx.step = self.step
+                    ctx.extras["micro_step"] = micro
+                    ctx.extras["accumulation_steps"] = cfg.gradient_accumulation_steps
                     loss, losses = self._forward_backward(q, d, mask, local, ctx)
                     self.guard.observe_loss(loss)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps

@@ -1,0 +1,239 @@
+"""Compare evaluated models against a baseline: per-dataset and average deltas, paired tests, intervals.
+
+Inputs are the per-query scores that ``drmix eval`` writes into ``eval.json`` (``per_query``) and that
+``drmix pipeline tdro`` keeps in each model's ``eval-<split>.json``. For every model, dataset and metric:
+
+* ``delta`` = mean over the dataset's queries of ``s_model(q) - s_baseline(q)`` (queries judged for both);
+* a 95% interval of that mean from Student's t over the paired differences
+  (``mean ± t_{0.975, n-1} · sd / sqrt(n)``);
+* two paired tests over queries: Student's paired t-test (``scipy.stats.ttest_rel``) and Fisher's
+  randomisation test (two-sided; each query's difference keeps or flips its sign with probability 1/2;
+  ``p = (1 + #{|mean of flipped| >= |observed mean|}) / (1 + permutations)``, with a fixed seed; when
+  ``2^n <= permutations`` every sign pattern is enumerated and ``p`` is exact).
+
+The **average** row is the unweighted mean over datasets (each dataset counts once, as in BEIR's tables):
+its delta is ``sum_d mean_q(delta_dq) / D``, and the tests run on the per-query differences weighted by
+``1 / (D n_d)`` (the randomisation test flips them; the t-test and interval use ``N · w_q · d_q``, whose
+mean is the same delta).
+
+The randomisation test is written here (a dozen numpy lines) because the library that offers it with
+these conventions, ``ranx``, depends on numba, ir-datasets, seaborn and fastparquet, far more than one
+test needs; the t-test is scipy's.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drmix.errors import DataError
+
+AVERAGE = "average"
+PerQuery = dict[str, dict[str, dict[str, float]]]      # dataset -> query id -> metric -> value
+
+
+@dataclass
+class Scored:
+    """Per-query scores of one model (as loaded from an eval file)."""
+
+    label: str
+    per_query: PerQuery
+    source: str = ""
+
+
+@dataclass
+class Delta:
+    """One model vs the baseline on one dataset (or the average)."""
+
+    dataset: str
+    baseline: float
+    value: float
+    delta: float
+    low: float
+    high: float
+    t_p: float
+    fisher_p: float
+    queries: int
+
+
+@dataclass
+class Comparison:
+    metric: str
+    baseline: str
+    rows: dict[str, list[Delta]] = field(default_factory=dict)     # model label -> per dataset (+ average)
+    alpha: float = 0.05
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "baseline": self.baseline, "alpha": self.alpha,
+                "models": {label: [d.__dict__ for d in rows] for label, rows in self.rows.items()}}
+
+    def to_markdown(self) -> str:
+        lines = [f"{self.metric}, delta vs `{self.baseline}` with 95% interval; p: paired t-test / Fisher "
+                 f"randomisation over queries; * = both p < {self.alpha}.", "",
+                 "| model | dataset | queries | baseline | model | delta | 95% interval | p (t) | p (rand.) |",
+                 "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+        for label, rows in self.rows.items():
+            for d in rows:
+                star = "*" if self.significant(d) else ""
+                lines.append(f"| {label} | {d.dataset} | {d.queries} | {d.baseline:.4f} | {d.value:.4f} | "
+                             f"{d.delta:+.4f}{star} | [{d.low:+.4f}, {d.high:+.4f}] | {_p(d.t_p)} | {_p(d.fisher_p)} |")
+        return "\n".join(lines) + "\n"
+
+    def significant(self, d: Delta) -> bool:
+        return d.t_p < self.alpha and d.fisher_p < self.alpha
+
+    def average(self, label: str) -> Delta:
+        rows = self.rows[label]
+        return next((d for d in rows if d.dataset == AVERAGE), rows[-1])
+
+
+def _p(p: float) -> str:
+    return "" if not math.isfinite(p) else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+def randomization_test(diffs: np.ndarray, weights: np.ndarray | None = None, *, permutations: int = 10000,
+                       seed: int = 0) -> float:
+    """Two-sided Fisher randomisation (sign-flip) p-value of ``sum_i w_i d_i`` (w = 1/n by default)."""
+    d = np.asarray(diffs, dtype=np.float64)
+    n = len(d)
+    if n == 0:
+        return float("nan")
+    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=np.float64)
+    wd = w * d
+    observed = abs(wd.sum())
+    tol = 1e-12 * max(1.0, observed)
+    if n <= 30 and 2 ** n <= permutations:            # every sign pattern: the exact p-value
+        patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+        stats = np.abs(patterns @ wd)
+        return float((stats >= observed - tol).mean())
+    rng = np.random.default_rng(seed)
+    hits, done = 0, 0
+    while done < permutations:
+        m = min(2000, permutations - done)
+        signs = rng.integers(0, 2, size=(m, n), dtype=np.int8) * 2 - 1
+        hits += int((np.abs(signs @ wd) >= observed - tol).sum())
+        done += m
+    return (hits + 1) / (permutations + 1)
+
+
+def t_test(values: np.ndarray) -> tuple[float, float, float]:
+    """``(p, low, high)``: paired t-test of ``mean(values) = 0`` (two-sided) and its 95% interval."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    mean = float(x.mean()) if n else float("nan")
+    if n < 2:
+        return float("nan"), mean, mean
+    sd = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    if sd == 0:
+        return (1.0 if mean == 0 else 0.0), mean, mean
+    p = float(stats.ttest_1samp(x, 0.0).pvalue)
+    return p, mean - half, mean + half
+
+
+def paired(base: dict[str, dict[str, float]], model: dict[str, dict[str, float]], metric: str,
+           dataset: str, *, permutations: int, seed: int) -> tuple[Delta, np.ndarray, np.ndarray]:
+    qids = sorted(set(base) & set(model))
+    if not qids:
+        raise DataError(f"no query of '{dataset}' was scored for both models.",
+                        fix="compare evaluations of the same dataset and split.")
+    a = np.array([base[q][metric] for q in qids])
+    b = np.array([model[q][metric] for q in qids])
+    d = b - a
+    t_p, low, high = t_test(d)
+    return (Delta(dataset, float(a.mean()), float(b.mean()), float(d.mean()), low, high, t_p,
+                  randomization_test(d, permutations=permutations, seed=seed), len(qids)), a, b)
+
+
+def compare(scored: list[Scored], *, baseline: int | str = 0, metric: str = "ndcg@10", permutations: int = 10000,
+            seed: int = 0, alpha: float = 0.05) -> Comparison:
+    """Every model of ``scored`` against the baseline (an index or a label) on the datasets they share."""
+    labels = [s.label for s in scored]
+    if isinstance(baseline, str):
+        if baseline not in labels:
+            raise DataError(f"baseline '{baseline}' is not among the models ({', '.join(labels)}).",
+                            fix="pass --baseline with one of those labels or an index.")
+        baseline = labels.index(baseline)
+    if not 0 <= baseline < len(scored):
+        raise DataError(f"baseline index {baseline} is out of range (0..{len(scored) - 1}).",
+                        fix="pass --baseline with a valid index or label.")
+    base = scored[baseline]
+    out = Comparison(metric=metric, baseline=base.label, alpha=alpha)
+    for s in scored:
+        if s is base:
+            continue
+        datasets = [d for d in base.per_query if d in s.per_query]
+        if not datasets:
+            raise DataError(f"'{s.label}' and '{base.label}' share no dataset.",
+                            fix="compare evaluations of the same datasets.")
+        for d in datasets:
+            for q in list(base.per_query[d].values())[:1] + list(s.per_query[d].values())[:1]:
+                if metric not in q:
+                    raise DataError(f"metric '{metric}' was not evaluated for '{d}'.",
+                                    fix=f"pass --metric with one of {', '.join(q)}.")
+        rows, diffs, weights = [], [], []
+        for d in datasets:
+            delta, a, b = paired(base.per_query[d], s.per_query[d], metric, d, permutations=permutations, seed=seed)
+            rows.append(delta)
+            diffs.append(b - a)
+            weights.append(np.full(len(a), 1.0 / (len(datasets) * len(a))))
+        if len(datasets) > 1:
+            dd, ww = np.concatenate(diffs), np.concatenate(weights)
+            t_p, low, high = t_test(len(dd) * ww * dd)
+            rows.append(Delta(AVERAGE, float(np.mean([r.baseline for r in rows])),
+                              float(np.mean([r.value for r in rows])), float((ww * dd).sum()), low, high, t_p,
+                              randomization_test(dd, ww, permutations=permutations, seed=seed), len(dd)))
+        out.rows[s.label] = rows
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+def _from_eval_json(path: Path, data: dict, label: str | None) -> Scored:
+    pq = data.get("per_query")
+    if not pq:
+        raise DataError("this evaluation has no per-query scores.", path=path,
+                        fix="re-run `drmix eval` (it now writes them) and compare the new eval.json.")
+    return Scored(label or data.get("model") or path.parent.name, pq, str(path))
+
+
+def load_scored(path: str | Path, label: str | None = None) -> list[Scored]:
+    """Models from ``path``: an ``eval.json``, a folder holding one, a pipeline stage folder with an
+    ``eval-<split>.json``, or a pipeline root (``summary.json``: every evaluated model, labelled)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DataError("no such evaluation or run.", path=p, fix="pass an eval.json, a `drmix eval --output` "
+                                                                  "folder or a `drmix pipeline` output folder.")
+    if p.is_dir():
+        if (p / "summary.json").exists():
+            summary = _read(p / "summary.json")
+            out = []
+            for lab, model_dir in summary.get("models", {}).items():
+                caches = sorted(Path(model_dir).parent.glob("eval-*.json"))
+                if caches:
+                    out.append(_from_eval_json(caches[0], _read(caches[0]), lab))
+            if out:
+                return out
+        candidates = [p / "eval.json"] + sorted(p.glob("eval-*.json"))
+        found = [c for c in candidates if c.exists()]
+        if not found:
+            raise DataError("the folder holds no eval.json, eval-<split>.json or summary.json.", path=p,
+                            fix="run `drmix eval --output DIR` first and pass DIR.")
+        p = found[0]
+    return [_from_eval_json(p, _read(p), label or (p.parent.name if p.name != "eval.json" else None))]
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"cannot read the evaluation ({e}).", path=path,
+                        fix="pass a JSON file written by `drmix eval` or `drmix pipeline`.") from None
