@@ -216,39 +216,47 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
 
 
 def summarise(results: dict, arms: list[str] = ARMS) -> dict:
-    """Per target and average: mean over seeds, 95% interval over seeds, paired tests vs uniform."""
+    """Per target and average: mean over seeds, 95% interval over seeds, paired tests vs uniform.
+
+    Each arm is paired with uniform over the seeds both have run (a cut-short run may lack some): each
+    query's score is averaged over those seeds for both, then compared query by query.
+    """
     from drmix.evaluation.compare import Scored, compare
 
     targets = [t for t in results if "uniform" in results[t]["arms"]]
     out: dict = {"targets": targets, "arms": {}}
-    seed_means = {}            # arm -> target -> [mean over queries per seed]
-    scored = []
+
+    def averaged(arm: str, seeds: dict[str, list[str]]) -> dict:
+        pq = {}
+        for t in targets:
+            runs = [results[t]["arms"][arm][s] for s in seeds[t]]
+            qids = set.intersection(*(set(r) for r in runs))
+            pq[t] = {q: {"ndcg@10": sum(r[q] for r in runs) / len(runs)} for q in qids}
+        return pq
+
     for arm in arms:
         if not all(arm in results[t]["arms"] for t in targets):
             continue
-        seed_means[arm] = {t: [sum(s.values()) / len(s) for s in results[t]["arms"][arm].values()] for t in targets}
-        per_query = {}
-        for t in targets:
-            runs = list(results[t]["arms"][arm].values())
-            qids = set.intersection(*(set(r) for r in runs))
-            per_query[t] = {q: {"ndcg@10": sum(r[q] for r in runs) / len(runs)} for q in qids}
-        scored.append(Scored(arm, per_query))
-    comp = compare(scored, baseline="uniform", metric="ndcg@10", permutations=10000, seed=0) if len(scored) > 1 \
-        else None
-    for arm in seed_means:
+        seeds = {t: sorted(s for s in results[t]["arms"][arm] if s in results[t]["arms"]["uniform"]) for t in targets}
+        if not all(seeds.values()):
+            continue
+        means = {t: [sum(r.values()) / len(r) for r in (results[t]["arms"][arm][s] for s in seeds[t])]
+                 for t in targets}
         row = {}
         for t in targets:
-            m, h = _mean_ci(seed_means[arm][t])
-            row[t] = {"mean": m, "ci": h, "seeds": len(seed_means[arm][t])}
-        n_seeds = min(len(v) for v in seed_means[arm].values())
-        avg_per_seed = [sum(seed_means[arm][t][i] for t in targets) / len(targets) for i in range(n_seeds)]
+            m, h = _mean_ci(means[t])
+            row[t] = {"mean": m, "ci": h, "seeds": len(means[t])}
+        n_seeds = min(len(v) for v in means.values())
+        avg_per_seed = [sum(means[t][i] for t in targets) / len(targets) for i in range(n_seeds)]
         m, h = _mean_ci(avg_per_seed)
         row["average"] = {"mean": m, "ci": h, "seeds": n_seeds}
-        if comp is not None and arm in comp.rows:
+        if arm != "uniform":
+            comp = compare([Scored("uniform", averaged("uniform", seeds)), Scored(arm, averaged(arm, seeds))],
+                           metric="ndcg@10", permutations=10000, seed=0)
             for d in comp.rows[arm]:
                 key = d.dataset if d.dataset in row else "average"
                 row[key].update(delta=d.delta, t_p=d.t_p, fisher_p=d.fisher_p, significant=comp.significant(d),
-                                queries=d.queries)
+                                queries=d.queries, low=d.low, high=d.high)
         out["arms"][arm] = row
     return out
 

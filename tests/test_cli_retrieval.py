@@ -90,6 +90,11 @@ def test_eval_prints_and_writes(app, indexed, tmp_path):
     report = json.loads((tmp_path / "out" / "eval.json").read_text())
     assert report["results"]["toy"] == pytest.approx({"ndcg@10": 1.0, "recall@100": 1.0, "mrr@10": 1.0,
                                                       "map@100": 1.0})
+    # per-query scores (what `drmix compare` pairs): every judged query, each perfect here
+    per_query = report["per_query"]["toy"]
+    assert set(per_query) == {"q1", "q2"}
+    assert all(v == pytest.approx({"ndcg@10": 1.0, "recall@100": 1.0, "mrr@10": 1.0, "map@100": 1.0})
+               for v in per_query.values())
     assert "| average | 1.0000 |" in (tmp_path / "out" / "eval.md").read_text()
 
 

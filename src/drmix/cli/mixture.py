@@ -18,7 +18,7 @@ same inputs; the strategy turns per-collection losses into weights: tdro = proxy
 doremi = excess loss, groupdro = raw loss (no reference needed). Writes weights.json (final, mean, EMA,
 top-K% selections), weights.jsonl (trajectory) and weights.png into --output-dir. Transfer the weights
 with `drmix train --weights-file RUN/weights.json --transfer top:0.7|reweight|loss`.
-Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, smoothing, output, ema, min_relative_reference,
+Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, smoothing, output, ema, reference_guard, min_relative_reference,
 measurement, top_percents); see docs/mixture.md.
 """
 
@@ -28,7 +28,11 @@ baseline and every transfer on --test-data (BEIR directories), ending with one t
 
 Every training field applies to all stages; --stage0/--stage1/--stage2 KEY=VALUE override a field for one
 stage (e.g. --stage1 max_steps=200). Each stage writes a subdirectory of --output-dir; rerunning the command
-skips finished stages and resumes an interrupted one. The table is saved as summary.md / summary.json.
+skips finished stages and resumes an interrupted one. The table is saved as summary.md / summary.json,
+with paired tests of every transfer against uniform. Every stage's configuration, transfer and path is
+checked before stage 0 trains. --select-on DEV_BEIR_DIR chooses among uniform and the transfers on that
+dev split only and keeps the best as output_dir/model (warning about transfers below uniform); without it
+the result is uniform (--default-selection).
 """
 
 
