@@ -83,6 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="fine-tuning and encoding scale")
     ap.add_argument("--benchmarks", default="walmart-amazon,amazon-google", help="comma-separated")
     ap.add_argument("--models", default="base,finetuned", help="base and/or finetuned")
+    ap.add_argument("--known", default=None, help="only these known sides, comma-separated (default: both)")
     ap.add_argument("--k", type=int, default=10, help="retrieval budget of the table")
     ap.add_argument("--depth", type=int, default=100, help="candidates fetched per corpus")
     for key, val in PRESETS["cpu"].items():
@@ -383,6 +384,7 @@ def main(argv=None) -> int:
         man = read_manifest(layout)
         assert not man["passage_contains_query"]
         names = list(man["corpus_dirs"])
+        knowns_run = [n for n in names if args.known is None or n in args.known.split(",")]
         split_q, split_qrels = {}, {}
         for split in ("dev", "test"):
             split_q[split], split_qrels[split] = load_multi_qrels(man["corpus_dirs"], split)
@@ -392,9 +394,9 @@ def main(argv=None) -> int:
         ft_label = "MiniLM fine-tuned" if args.finetune == "full" else "MiniLM + adapter fine-tuned"
         jobs = []   # (label, known corpora, [(seed, model path or None)])
         if "base" in args.models:
-            jobs.append(("MiniLM", names, [(None, None)]))
+            jobs.append(("MiniLM", knowns_run, [(None, None)]))
         if "finetuned" in args.models:
-            jobs += [(ft_label, [known], [(s, known) for s in args.seed_list]) for known in names]
+            jobs += [(ft_label, [known], [(s, known) for s in args.seed_list]) for known in knowns_run]
         for label, knowns, seeds in jobs:
             per_known: dict[str, tuple[list[SweepResult], list[dict]]] = {kn: ([], []) for kn in knowns}
             for seed, ft_known in seeds:
