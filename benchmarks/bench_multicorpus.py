@@ -6,9 +6,12 @@ record of both tables (no subsampling, so the corpus-size imbalance is the real 
 not contain the query field (the title). For each benchmark and each known side, the columns are
 
 * ``MiniLM``: all-MiniLM-L6-v2 as shipped (both directions share its encodings), and
-* ``MiniLM fine-tuned``: the same model fine-tuned on the known side's training pairs with ``drmix train``
-  (run as a subprocess, exactly the user's command), once per fine-tuning seed; cells are means over the
-  seeds, with 95% t-intervals over seeds in ``summary.md``.
+* ``MiniLM fine-tuned`` (``--finetune full``, the gpu preset): the same model fine-tuned on the known
+  side's training pairs with ``drmix train`` (run as a subprocess, exactly the user's command), once per
+  fine-tuning seed; ``MiniLM + adapter fine-tuned`` (``--finetune adapter``, the cpu preset): a linear
+  layer on the frozen encoder trained with the same loss (see ``train_adapter``), because full
+  fine-tuning and re-encoding 24,628 passages per seed did not fit a shared 2-core CPU. Cells are means
+  over the seeds, with 95% t-intervals over seeds in ``summary.md``.
 
 Rows: naive merging, fixed fractions 0.0..1.0, confidence thresholds, the label-free policies (``zscore``,
 ``calibrated``, ``calibrated:method=gauss``), the rows chosen on the dev split by the rule in
