@@ -100,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collections", type=Path, default=None, help="built collections (default: OUT/collections)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--report-only", action="store_true",
+                    help="train nothing: report the seeds whose evaluations are already in --out")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("datasets", "sentence_transformers", "transformers", "httpx", "accelerate"):
@@ -125,7 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     coco_models = []
     done = []
     for seed in args.seeds:
-        models = run_seed(args, p, collections, seed)
+        if args.report_only:
+            d = args.out / f"seed{seed}"
+            labels = ("coco", "base-uniform", "coco-uniform", "coco-idro")
+            if not all((d / lb / "scores-test.json").exists() for lb in labels[1:]):
+                log.info("seed %d: not finished, left out of the report", seed)
+                continue
+            models = {lb: d / lb / "model" for lb in labels}
+        else:
+            models = run_seed(args, p, collections, seed)
         coco_models.append(models["coco"])
         for label in ("base-uniform", "coco-uniform", "coco-idro"):
             scores.setdefault(label, []).append(per_query_scores(
@@ -142,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def shift_tables(args, p, collections, test, coco_model) -> dict:
     """The shift report (training collections vs targets) and alignment/uniformity before and after COCO."""
-    from drmix.analysis.shift import shift_report, write_shift_report
+    from drmix.analysis.shift import load_report, shift_report, write_shift_report
 
+    cached = args.out / "shift" / "alignment_uniformity.json"
+    if cached.exists() and (args.out / "shift" / "shift.json").exists():
+        return {"report": load_report(args.out / "shift" / "shift.json"), "au": json.loads(cached.read_text())}
     src = [str(collections / f"{s}.jsonl") for s in SOURCES]
     rep = shift_report(src, test, model=None, max_docs=p["shift"]["max_docs"], seed=0)
     write_shift_report(rep, args.out / "shift")
@@ -152,6 +165,7 @@ def shift_tables(args, p, collections, test, coco_model) -> dict:
         r = shift_report([test[0]], [test[1]], model=model, max_docs=p["shift"]["max_docs"],
                          max_pairs=p["shift"]["max_pairs"], max_uniformity_docs=p["shift"]["max_uniformity_docs"])
         au[label] = {"alignment": r.alignment, "uniformity": r.uniformity}
+    cached.write_text(json.dumps(au))
     return {"report": rep, "au": au}
 
 

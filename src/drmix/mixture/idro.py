@@ -31,7 +31,8 @@ Where the code (followed) and the paper differ:
 Under DDP, per-cluster loss sums, counts and gradients are all-reduced, so every rank measures the global
 batch and makes the same update; each rank back-propagates ``world * sum_i h_i (local sum_i / global n_i)``,
 which DDP's gradient averaging turns into the gradient of ``sum_i h_i l_i`` over the global batch.
-Sampling over collections stays as configured (uniform): iDRO acts on the loss only.
+Sampling over collections stays as configured (uniform): iDRO acts on the loss only. With gradient
+accumulation the weights are updated once per micro-batch (as the DRO strategies of :mod:`drmix.mixture.dro`).
 The weights, centroids and cluster sizes are part of the checkpoint, so a resumed run continues exactly.
 """
 from __future__ import annotations
