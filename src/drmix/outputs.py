@@ -37,8 +37,9 @@ def _json_has(name: str, key: str, value_prefix: str | None = None) -> Callable[
 
 #: kind -> (test that a folder holds drmix's output of that kind, how the user recognises it)
 MARKERS: dict[str, tuple[Callable[[Path], bool], str]] = {
-    "index": (lambda d: (d / "index.faiss").is_file() and _json_has("meta.json", "format_version")(d),
-              "an index written by drmix index (index.faiss, meta.json)"),
+    "index": (lambda d: ((d / "index.faiss").is_file() or (d / "vectors.npy").is_file())
+              and _json_has("meta.json", "format_version")(d),
+              "an index written by drmix index (vectors.npy or index.faiss, meta.json)"),
     "multicorpus": (_json_has("manifest.json", "format", "drmix-multicorpus"),
                     "a benchmark written by drmix multicorpus build (manifest.json)"),
     "localdocs": (lambda d: (d / "train").is_dir() and _json_has("stats.json", "families")(d),

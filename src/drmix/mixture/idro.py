@@ -157,6 +157,8 @@ class IDROStrategy(Strategy):
 
     # -- clusters --------------------------------------------------------------------------------------
     def _embed(self, trainer: Any, texts: list[str]) -> np.ndarray:
+        from drmix.train.inputs import to_device
+
         model = trainer.model
         was = model.training
         model.eval()
@@ -165,7 +167,8 @@ class IDROStrategy(Strategy):
             with torch.no_grad():
                 for s in range(0, len(texts), self.config.encode_batch_size):
                     chunk = [trainer.q_prompt + t for t in texts[s:s + self.config.encode_batch_size]]
-                    feats = trainer._features(model, chunk, trainer.config.query_max_length)
+                    feats = to_device(trainer._featurizer(model)(chunk, trainer.config.query_max_length),
+                                      trainer.accelerator.device)
                     out.append(model(feats)["sentence_embedding"].float().cpu().numpy())
         finally:
             model.train(was)
