@@ -300,7 +300,6 @@ def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | 
 def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
     from drmix.data.collections import load_collections
-    from drmix.mixture.dro import dro_strategy_from_options
     from drmix.mixture.transfer import build_transfer_strategy
 
     strat = validate_pipeline(config)

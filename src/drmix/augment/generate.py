@@ -22,10 +22,10 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from drmix.augment.templates import read_template
 from drmix.errors import DataError
 from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
 
@@ -45,14 +45,7 @@ class QGenTemplate:
     @classmethod
     def load(cls, path: str | Path | None = None) -> "QGenTemplate":
         """The template in ``path`` (JSON), or the packaged default."""
-        if path is None:
-            text = resources.files("drmix.augment").joinpath("data/qgen_fewshot.json").read_text(encoding="utf-8")
-            src = "packaged qgen_fewshot.json"
-        else:
-            p = Path(path)
-            if not p.is_file():
-                raise DataError("template file not found.", path=p, fix="check the path.")
-            text, src = p.read_text(encoding="utf-8"), str(p)
+        text, src = read_template(path, "qgen_fewshot.json")
         try:
             raw = json.loads(text)
             t = cls(raw["system"], raw["user"], raw["assistant"], tuple(raw.get("examples", ())))

@@ -23,10 +23,10 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from drmix.augment.templates import read_template
 from drmix.errors import DataError
 from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
 
@@ -92,14 +92,7 @@ class RerankTemplate:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> "RerankTemplate":
-        if path is None:
-            text = resources.files("drmix.augment").joinpath("data/rerank_prompt.json").read_text(encoding="utf-8")
-            src = "packaged rerank_prompt.json"
-        else:
-            p = Path(path)
-            if not p.is_file():
-                raise DataError("template file not found.", path=p, fix="check the path.")
-            text, src = p.read_text(encoding="utf-8"), str(p)
+        text, src = read_template(path, "rerank_prompt.json")
         try:
             raw = json.loads(text)
             t = cls(raw["system"], raw["user"], raw["passage"])

@@ -190,7 +190,6 @@ def summary_table(results: dict[str, dict[str, dict[str, float]]], metrics: list
 
 def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     """Run the recipe (see the module docstring); returns the summary dictionary."""
-    from drmix.data.collections import load_collections  # noqa: F401 - checks the files below load
     from drmix.model.encoder import load_encoder
     from drmix.train.trainer import train
 
