@@ -9,6 +9,8 @@ be loaded) raise :class:`LLMError` at the first request instead of being counted
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import hashlib
 import json
 from collections.abc import Sequence
@@ -71,13 +73,14 @@ class Completion:
         return self.error is None
 
 
-class LLMBackend:
+class LLMBackend(ABC):
     """Base class: subclasses implement :meth:`complete` (one request) and set :attr:`model_id`."""
 
     model_id: str = "llm"
 
-    def complete(self, request: ChatRequest) -> Completion:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def complete(self, request: ChatRequest) -> Completion:
+        """One request's completion (errors are returned in :attr:`Completion.error`, not raised)."""
 
     def complete_many(self, requests: Sequence[ChatRequest]) -> list[Completion]:
         """Completions in request order; the default runs them one after the other."""
