@@ -9,7 +9,9 @@ the teacher ranks the subsampled corpus, ranks 1-10 are positives and 30-50 hard
     "Query: " prompt) trained on crop+mine data of both corpora vs the same pruned student untuned;
 (b) MiniLM trained on its own crop+mine data vs MiniLM (the teacher itself);
 (c) LLM-generated queries with SmolLM2-135M-Instruct on a small subset (throughput in documents/s, the share of
-    outputs kept), and its listwise rerank of their teacher top-k (shares complete / repaired / dropped).
+    outputs kept), and its listwise rerank of their teacher top-k (shares complete / repaired / dropped);
+    with ``--arms generated``, MiniLM trained on one generated query for each of ``gen_train_docs`` documents per
+    corpus (teacher windows as above) vs MiniLM.
 
 nDCG@10 at full size and at each --dims size (truncated, re-normalised). Trained arms run ``--seeds`` seeds; the
 table reports the mean over seeds with the seeds' standard deviation, the paired difference against the arm's
@@ -38,15 +40,15 @@ PRESETS = {
     "cpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=250, test_max_queries=35, max_per_doc=1,
                 max_queries=200, steps=20, batch_size=8, num_negatives=1, query_max_length=24, doc_max_length=96,
                 keep_layers=4, lr_minilm=3e-5, lr_pruned=1e-4, dims=[64, 128, 256], gen_docs=8,
-                gen_new_tokens=80, rerank_queries=4, rerank_k=20, rerank_words=32, device="cpu"),
+                gen_train_docs=40, gen_new_tokens=80, rerank_queries=4, rerank_k=20, rerank_words=32, device="cpu"),
     "smoke": dict(datasets=["scifact"], test_max_docs=80, test_max_queries=20, max_per_doc=1, max_queries=40,
                   steps=3, batch_size=4, num_negatives=1, query_max_length=16, doc_max_length=64, keep_layers=2,
-                  lr_minilm=3e-5, lr_pruned=1e-4, dims=[64], gen_docs=2, gen_new_tokens=32, rerank_queries=1,
+                  lr_minilm=3e-5, lr_pruned=1e-4, dims=[64], gen_docs=2, gen_train_docs=4, gen_new_tokens=32, rerank_queries=1,
                   rerank_k=5, rerank_words=16, device="cpu"),
     "gpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=None, test_max_queries=None, max_per_doc=None,
                 max_queries=20000, steps=2000, batch_size=128, num_negatives=7, query_max_length=64,
                 doc_max_length=256, keep_layers=10, lr_minilm=3e-5, lr_pruned=1e-4, dims=[64, 128, 256],
-                gen_docs=500, gen_new_tokens=256, rerank_queries=200, rerank_k=20, rerank_words=192, device="cuda"),
+                gen_docs=500, gen_train_docs=2000, gen_new_tokens=256, rerank_queries=200, rerank_k=20, rerank_words=192, device="cuda"),
 }
 
 
@@ -85,6 +87,37 @@ def augment(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]:
         info[name] = {"documents": len(ds.corpus), "sentences": len(qs), "queries": len(rows), **counts,
                       "seconds": round(time.perf_counter() - t0, 1)}
         log(f"augmented {name}: {info[name]}")
+    return files, info
+
+
+def generated(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]:
+    """(c) training data: one SmolLM2-generated query for each of ``gen_train_docs`` documents per corpus (the
+    first ids in order), with teacher positives (ranks 1-10) and hard negatives (30-50) as for cropped queries."""
+    from drmix.augment.examples import mine_examples, write_collection
+    from drmix.augment.generate import document_texts, generate_queries
+    from drmix.data.beir import doc_text
+    from drmix.llm.base import GenerationParams
+    from drmix.llm.cache import CachedBackend
+    from drmix.llm.local import TransformersBackend
+
+    files, info, backend = [], {}, None
+    for name, ds in sets.items():
+        f = out / f"{name}-generate-mine.jsonl"
+        files.append(str(f))
+        if f.exists():
+            continue
+        backend = backend or CachedBackend(TransformersBackend(None, batch_size=8), out / "llm-cache.jsonl")
+        ids = sorted(ds.corpus)[:p["gen_train_docs"]]
+        c0, t0 = time.process_time(), time.perf_counter()
+        rows, gstats = generate_queries(document_texts(ds.corpus, ids), backend,
+                                        params=GenerationParams(0.8, 0.9, p["gen_new_tokens"], 0))
+        mined, counts = mine_examples([{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"]}
+                                       for r in rows], {d: doc_text(x) for d, x in ds.corpus.items()}, teacher,
+                                      teacher_name="all-MiniLM-L6-v2")
+        write_collection(f, mined)
+        info[name] = {"documents": len(ids), **gstats.as_dict(), **counts,
+                      "cpu_seconds": round(time.process_time() - c0, 1), "seconds": round(time.perf_counter() - t0, 1)}
+        log(f"generated {name}: {info[name]}")
     return files, info
 
 
@@ -214,7 +247,8 @@ def main() -> None:
     ap.add_argument("--skip-llm", action="store_true", help="leave out part (c)")
     ap.add_argument("--collect-only", action="store_true", help="train and evaluate nothing new: tabulate the "
                                                                   "seeds whose evaluations are on disk")
-    ap.add_argument("--arms", default="pruned,minilm", help="trained arms to run (several processes may share "
+    ap.add_argument("--arms", default="pruned,minilm", help="trained arms to run: pruned, minilm, generated "
+                                                            "(MiniLM on SmolLM2-generated queries; several processes may share "
                                                             "--out, one arm each; a last run with all arms "
                                                             "collects the cached results)")
     args = ap.parse_args()
@@ -241,22 +275,27 @@ def main() -> None:
     prune_info = json.loads((pruned / "drmix_prune.json").read_text())
     teacher_pq = per_query(None, sets, p, out / "eval" / "teacher.json")
     wanted = args.arms.split(",")
-    arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], "pruned-untuned", "pruned"),
-            "(b) MiniLM": (default_model_path(), p["lr_minilm"], "teacher", "minilm")}
+    arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], "pruned-untuned", "pruned", files),
+            "(b) MiniLM": (default_model_path(), p["lr_minilm"], "teacher", "minilm", files)}
     arms = {k: v for k, v in arms.items() if v[3] in wanted}
+    if "generated" in wanted:
+        gen_files, gen_info = generated(sets, teacher, p, out / "augment")
+        aug_info["generated"] = gen_info
+        arms["(c) MiniLM, generated queries"] = (default_model_path(), p["lr_minilm"], "teacher", "generated",
+                                                 gen_files)
     results = {"preset": args.preset, "seeds": seeds, "augment": aug_info, "prune": prune_info, "llm": None,
                "teacher": {}, "arms": {}}
     metrics = ["ndcg@10"] + [f"ndcg@10@{d}d" for d in p["dims"]]
     for ds, pq in [*teacher_pq.items(), ("both (pooled queries)", pool(teacher_pq))]:
         results["teacher"][ds] = {m: mean_of(pq, m) for m in metrics if m in next(iter(pq.values()))}
-    for arm, (init, lr, base_name, tag) in arms.items():
+    for arm, (init, lr, base_name, tag, arm_files) in arms.items():
         base_pq = per_query(None if base_name == "teacher" else init, sets, p, out / "eval" / f"{base_name}.json")
         runs = []
         for s in seeds:
             cache = out / "eval" / f"{tag}-s{s}.json"
             if args.collect_only and not cache.exists():
                 continue
-            model = train_student(init, files, out / f"train-{tag}-s{s}", s, lr, p)
+            model = train_student(init, arm_files, out / f"train-{tag}-s{s}", s, lr, p)
             runs.append(per_query(model, sets, p, cache))
         if not runs:
             continue
