@@ -20,7 +20,7 @@ from drmix.errors import ConfigError, DataError
 
 
 @contextlib.contextmanager
-def _writable(path: Path) -> Iterator[None]:
+def writable(path: Path) -> Iterator[None]:
     """Turn a missing permission or a file in the way into a one-line error naming the path."""
     try:
         yield
@@ -33,7 +33,7 @@ def _writable(path: Path) -> Iterator[None]:
 
 
 def _make_parent(path: Path) -> None:
-    with _writable(path.parent):
+    with writable(path.parent):
         path.parent.mkdir(parents=True, exist_ok=True)
 
 
@@ -42,7 +42,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     if path.is_dir():
         raise ConfigError("expected a file path, found a folder.", path=path, fix="name a file, not a folder.")
     _make_parent(path)
-    with _writable(path.parent):
+    with writable(path.parent):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -97,7 +97,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         raise ConfigError("the output path is a file; a folder is written here.", path=path,
                           fix="choose a new folder (the file is left as it is).")
     _make_parent(path)
-    with _writable(path.parent):
+    with writable(path.parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from drmix.errors import ConfigError
+from drmix.io import writable
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +82,8 @@ def acquire(out_dir: str | Path) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError("--output-dir is a file.", path=out, fix="choose a folder for --output-dir.")
-    try:
+    with writable(out):
         out.mkdir(parents=True, exist_ok=True)
-    except PermissionError as e:
-        raise ConfigError(f"cannot create the output directory ({e.strerror}).", path=e.filename or out,
-                          fix="choose a writable --output-dir.") from None
-    except (FileExistsError, NotADirectoryError) as e:
-        raise ConfigError(f"cannot create the output directory ({e.strerror}).", path=e.filename or out,
-                          fix="a file is in the way; choose another --output-dir.") from None
     lock = out / LOCK_NAME
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for _ in range(3):
