@@ -354,6 +354,9 @@ def versus(results: dict, other: dict, arms: list[str] = ARMS, label: str = "min
                             t_p=d.t_p, fisher_p=d.fisher_p, significant=comp.significant(d), queries=d.queries,
                             seeds=len(seeds[d.dataset]) if d.dataset in seeds else min(map(len, seeds.values())))
         out["arms"][arm] = row
+    out["weights"] = {t: {side: results_of[t]["weights"] for side, results_of in ((label, results), (other_label, other))
+                          if results_of[t].get("weights")}
+                      for t in results if t in other}
     return out
 
 
@@ -379,6 +382,23 @@ def versus_report(vs: dict) -> str:
                       f"{r['delta']:+.4f}{star} [{r['low']:+.4f}, {r['high']:+.4f}] ({r['t_p']:.3f} / "
                       f"{r['fisher_p']:.3f})"]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    sides = [a, b]
+    for t, by_side in vs.get("weights", {}).items():
+        if not all(s in by_side and "tdro" in by_side[s] for s in sides):
+            continue
+        strategies = [g for g in STAGE1 if all(g in by_side[s] for s in sides)]
+        w = {(g, s): by_side[s][g]["weights"] for g in strategies for s in sides}
+        names = sorted(w[("tdro", a)], key=lambda n: -w[("tdro", a)][n])
+        lines += ["", f"Learned weights, LOO {t} ({a} / {b}; * = in tDRO's top-70%):", "",
+                  "| collection | " + " | ".join(f"{g} {s}" for g in strategies for s in sides) + " |",
+                  "|---|" + "---:|" * (len(strategies) * len(sides))]
+        for n in names:
+            cells = []
+            for g in strategies:
+                for s in sides:
+                    star = "*" if g == "tdro" and n in by_side[s]["tdro"].get("top70", []) else ""
+                    cells.append(f"{w[(g, s)].get(n, float('nan')):.4f}{star}")
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -106,6 +106,14 @@ def test_versus_pairs_the_same_arm_over_common_seeds():
     assert "+0.2000" in text and "0.7000 / 0.5000 (n=2)" in text
 
 
+def test_versus_report_sets_learned_weights_side_by_side():
+    mined, tfidf = {"a": _arm({"42": {"q": 1.0}})}, {"a": _arm({"42": {"q": 0.5}})}
+    mined["a"]["weights"] = {"tdro": {"weights": {"c1": 0.7, "c2": 0.3}, "top70": ["c1"]}}
+    tfidf["a"]["weights"] = {"tdro": {"weights": {"c1": 0.4, "c2": 0.6}, "top70": ["c2"]}}
+    text = bm.versus_report(bm.versus(mined, tfidf, ["x"]))
+    assert "| c1 | 0.7000* | 0.4000 |" in text and "| c2 | 0.3000 | 0.6000* |" in text
+
+
 def test_merge_keeps_existing_seeds_and_load_refuses_other_negatives(tmp_path):
     into = {"a": _arm({"42": {"q": 1.0}})}
     bm.merge_results(into, {"a": _arm({"42": {"q": 0.0}, "43": {"q": 0.5}})})
