@@ -41,6 +41,18 @@ Presets (``--preset``; explicit options override them):
         > /tmp/mix-$t.log 2>&1 & done; wait
     python benchmarks/bench_mixture.py --report-only --work /tmp/mix-scifact --merge /tmp/mix-nfcorpus
 
+``--negatives mined`` replaces every training collection's TF-IDF hard negative with one mined by
+``drmix mine``'s library function and defaults (the reference model all-MiniLM-L6-v2 over the collection's
+own documents, positives skipped, ranks 1:30, the positive-aware filter at 0.95), cached under
+``--mined-dir`` (default ``WORK/collections-mined``; processes may share it) so every seed and arm trains on
+the same file. Give it its own ``--work`` and compare each arm with the same arm of a TF-IDF run:
+
+    for t in scifact nfcorpus; do OMP_NUM_THREADS=1 PYTHONPATH=src nohup nice -n 5 python \\
+        benchmarks/bench_mixture.py --preset cpu --data ../shared/data --targets $t --work /tmp/mixm-$t \\
+        --negatives mined --mined-dir /tmp/mixm-mined > /tmp/mixm-$t.log 2>&1 & done; wait
+    python benchmarks/bench_mixture.py --report-only --negatives mined --work /tmp/mixm-scifact \\
+        --merge /tmp/mixm-nfcorpus --versus /tmp/mix-scifact /tmp/mix-nfcorpus
+
 (``--seeds`` splits one target's seeds over processes: give each its own ``--work`` whose
 ``loo-<target>`` links ``uniform-s<first seed>`` and ``stage1-*`` of the first, then ``--merge`` them all;
 with ``--seeds 44`` alone the process trains ``uniform-s44`` as its stage 0.)
@@ -86,6 +98,96 @@ def dev_dir(args, target: str) -> tuple[Path, str]:
     if (src / "qrels" / "dev.tsv").exists():
         return src, "dev"
     return src, "train"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _take_lock(lock: Path) -> bool:
+    """Create ``lock`` holding our pid; False if a live process holds it (a dead holder's lock is taken over)."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text() or "0")
+            except (OSError, ValueError):
+                pid = 0
+            if pid and _alive(pid):
+                return False
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def mined_collections(collections: Path, names: list[str], cache: Path, load_model=None, *,
+                      poll_s: float = 5.0) -> dict[str, dict]:
+    """``cache/<name>.jsonl``: each collection with its hard negatives replaced by retriever-mined ones.
+
+    Mining is :func:`drmix.augment.mine.mine_collection` with the defaults of ``drmix mine`` (the reference
+    model all-MiniLM-L6-v2, ranks 1:30 of the collection's own documents with its positives removed, the
+    positive-aware filter at 0.95 of the lowest positive score, one negative per query, the top one).
+    ``cache/<name>.mined.json`` records the BLAKE2b digest of the source file and the miner's counts; a
+    cached file is reused only while that digest matches. Processes sharing ``cache`` (one per target)
+    split the work: a collection another live process is mining (``<name>.lock`` with its pid) is skipped
+    and waited for at the end. ``load_model`` (tests) returns the encoder; default: the reference model.
+    """
+    from dataclasses import asdict
+
+    from drmix.augment.mine import mine_collection
+    from drmix.io import atomic_write_json, file_digest
+
+    cache.mkdir(parents=True, exist_ok=True)
+    model = None
+    done: dict[str, dict] = {}
+
+    def fresh(name: str) -> dict | None:
+        meta = cache / f"{name}.mined.json"
+        if not (meta.exists() and (cache / f"{name}.jsonl").exists()):
+            return None
+        m = json.loads(meta.read_text())
+        return m if m.get("source_digest") == file_digest(collections / f"{name}.jsonl") else None
+
+    pending = list(names)
+    while pending:
+        waiting = []
+        for name in pending:
+            if (m := fresh(name)) is not None:
+                done[name] = m
+                continue
+            lock = cache / f"{name}.lock"
+            if not _take_lock(lock):
+                waiting.append(name)
+                continue
+            try:
+                if model is None:
+                    from drmix.model.encoder import load_encoder
+
+                    model = load_model() if load_model is not None else load_encoder(None)
+                t0 = time.perf_counter()
+                stats = mine_collection(collections / f"{name}.jsonl", cache / f"{name}.jsonl", model,
+                                        model_name="all-MiniLM-L6-v2")
+                m = {"source_digest": file_digest(collections / f"{name}.jsonl"), **asdict(stats),
+                     "seconds": round(time.perf_counter() - t0, 1)}
+                atomic_write_json(cache / f"{name}.mined.json", m)
+                log.info("mined %s: %s", name, m)
+                done[name] = m
+            finally:
+                lock.unlink(missing_ok=True)
+        if waiting:
+            time.sleep(poll_s)
+        pending = waiting
+    return done
 
 
 def base_values(args, data: list[str], out: Path, seed: int) -> dict:
@@ -215,6 +317,91 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
     return m, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
+def seed_averaged(results: dict, arm: str, seeds: dict[str, list[str]]) -> dict:
+    """``{target: {query: {"ndcg@10": score averaged over seeds[target]}}}`` (queries every seed scored)."""
+    pq = {}
+    for t, ss in seeds.items():
+        runs = [results[t]["arms"][arm][s] for s in ss]
+        qids = set.intersection(*(set(r) for r in runs))
+        pq[t] = {q: {"ndcg@10": sum(r[q] for r in runs) / len(runs)} for q in sorted(qids)}
+    return pq
+
+
+def versus(results: dict, other: dict, arms: list[str] = ARMS, label: str = "mined",
+           other_label: str = "tfidf") -> dict:
+    """Each arm of ``results`` against the *same* arm of ``other`` (e.g. mined vs TF-IDF negatives).
+
+    Per arm, targets both runs have, seeds both ran: mean nDCG@10 of each over those seeds, and the paired
+    tests over queries (each query's score averaged over the seeds first) of :func:`summarise`, with
+    ``other`` as the baseline. ``delta`` > 0: ``results`` is better.
+    """
+    from drmix.evaluation.compare import Scored, compare
+
+    out: dict = {"label": label, "other": other_label, "arms": {}}
+    for arm in arms:
+        targets = [t for t in results if t in other and arm in results[t]["arms"] and arm in other[t]["arms"]]
+        seeds = {t: sorted(set(results[t]["arms"][arm]) & set(other[t]["arms"][arm])) for t in targets}
+        seeds = {t: s for t, s in seeds.items() if s}
+        if not seeds:
+            continue
+        comp = compare([Scored(other_label, seed_averaged(other, arm, seeds)),
+                        Scored(label, seed_averaged(results, arm, seeds))],
+                       metric="ndcg@10", permutations=10000, seed=0)
+        row = {}
+        for d in comp.rows[label]:
+            key = d.dataset if d.dataset in seeds else "average"
+            row[key] = dict(mean=d.value, other_mean=d.baseline, delta=d.delta, low=d.low, high=d.high,
+                            t_p=d.t_p, fisher_p=d.fisher_p, significant=comp.significant(d), queries=d.queries,
+                            seeds=len(seeds[d.dataset]) if d.dataset in seeds else min(map(len, seeds.values())))
+        out["arms"][arm] = row
+    out["weights"] = {t: {side: results_of[t]["weights"] for side, results_of in ((label, results), (other_label, other))
+                          if results_of[t].get("weights")}
+                      for t in results if t in other}
+    return out
+
+
+def versus_report(vs: dict) -> str:
+    """Markdown table of :func:`versus`: per target and average, both means, delta with its 95% interval
+    over queries and the two p-values."""
+    cols: list[str] = []
+    for row in vs["arms"].values():
+        cols += [c for c in row if c not in cols and c != "average"]
+    cols += ["average"] if len(cols) > 1 else []
+    a, b = vs["label"], vs["other"]
+    lines = ["| arm | " + " | ".join(f"{c}: {a} / {b} | Δ [95% CI over queries] (p t / p rand.)" for c in cols)
+             + " |", "|---|" + "---:|---:|" * len(cols)]
+    for arm, row in vs["arms"].items():
+        cells = []
+        for c in cols:
+            if c not in row:
+                cells += ["—", "—"]
+                continue
+            r = row[c]
+            star = "*" if r["significant"] else ""
+            cells += [f"{r['mean']:.4f} / {r['other_mean']:.4f} (n={r['seeds']})",
+                      f"{r['delta']:+.4f}{star} [{r['low']:+.4f}, {r['high']:+.4f}] ({r['t_p']:.3f} / "
+                      f"{r['fisher_p']:.3f})"]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    sides = [a, b]
+    for t, by_side in vs.get("weights", {}).items():
+        if not all(s in by_side and "tdro" in by_side[s] for s in sides):
+            continue
+        strategies = [g for g in STAGE1 if all(g in by_side[s] for s in sides)]
+        w = {(g, s): by_side[s][g]["weights"] for g in strategies for s in sides}
+        names = sorted(w[("tdro", a)], key=lambda n: -w[("tdro", a)][n])
+        lines += ["", f"Learned weights, LOO {t} ({a} / {b}; * = in tDRO's top-70%):", "",
+                  "| collection | " + " | ".join(f"{g} {s}" for g in strategies for s in sides) + " |",
+                  "|---|" + "---:|" * (len(strategies) * len(sides))]
+        for n in names:
+            cells = []
+            for g in strategies:
+                for s in sides:
+                    star = "*" if g == "tdro" and n in by_side[s]["tdro"].get("top70", []) else ""
+                    cells.append(f"{w[(g, s)].get(n, float('nan')):.4f}{star}")
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def summarise(results: dict, arms: list[str] = ARMS) -> dict:
     """Per target and average: mean over seeds, 95% interval over seeds, paired tests vs uniform.
 
@@ -227,12 +414,7 @@ def summarise(results: dict, arms: list[str] = ARMS) -> dict:
     out: dict = {"targets": targets, "arms": {}}
 
     def averaged(arm: str, seeds: dict[str, list[str]]) -> dict:
-        pq = {}
-        for t in targets:
-            runs = [results[t]["arms"][arm][s] for s in seeds[t]]
-            qids = set.intersection(*(set(r) for r in runs))
-            pq[t] = {q: {"ndcg@10": sum(r[q] for r in runs) / len(runs)} for q in qids}
-        return pq
+        return seed_averaged(results, arm, seeds)
 
     for arm in arms:
         if not all(arm in results[t]["arms"] for t in targets):
@@ -293,6 +475,32 @@ def report(summary: dict, results: dict) -> str:
     return "\n".join(lines)
 
 
+def load_results(work: Path, negatives: str | None) -> dict:
+    """``work/results.json``; refuses one whose negatives differ from ``negatives`` (None: any).
+
+    Runs from before ``--negatives`` existed have no such field and used TF-IDF negatives.
+    """
+    stored = json.loads((work / "results.json").read_text())
+    stored.setdefault("negatives", "tfidf")
+    if negatives is not None and stored["negatives"] != negatives:
+        raise SystemExit(f"{work / 'results.json'} holds a run with {stored['negatives']} negatives, not "
+                         f"{negatives}: use another --work (or --versus to compare the two).")
+    return stored
+
+
+def merge_results(into: dict, results: dict) -> dict:
+    """Add ``results`` (per target, per arm, per seed) to ``into``; seeds ``into`` has are kept."""
+    for target, tr in results.items():
+        mine = into.setdefault(target, {"arms": {}, "weights": {}, "seconds": {}})
+        for arm, seeds in tr["arms"].items():
+            for seed, scores in seeds.items():
+                mine["arms"].setdefault(arm, {}).setdefault(seed, scores)
+        for key in ("weights", "seconds"):
+            for k, v in tr.get(key, {}).items():
+                mine[key].setdefault(k, v)
+    return into
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="learned mixtures vs uniform, leave-one-out nDCG@10, seeds and tests")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="scale (see the module docstring)")
@@ -303,7 +511,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="stage 0/2 optimiser steps")
     ap.add_argument("--arms", nargs="+", default=None, help=f"subset of {' '.join(ARMS)}")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--negatives", choices=("tfidf", "mined"), default="tfidf",
+                    help="training collections' hard negatives: the TF-IDF ones of build_collections.py, or "
+                         "mined by `drmix mine`'s defaults (reference model over each collection's documents)")
+    ap.add_argument("--mined-dir", type=Path, default=None,
+                    help="cache of mined collections, shareable between processes (default: WORK/collections-mined)")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from results.json")
+    ap.add_argument("--versus", type=Path, nargs="+", default=[],
+                    help="with --report-only: also compare each arm with the same arm of these work directories "
+                         "(merged; e.g. mined vs TF-IDF negatives), written to versus.md / versus.json")
     ap.add_argument("--merge", type=Path, nargs="+", default=[],
                     help="with --report-only: also read the results.json of these work directories "
                          "(one process per target)")
@@ -318,18 +534,15 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args.arms = list(args.arms or ARMS)
     res_path = args.work / "results.json"
-    results = json.loads(res_path.read_text())["results"] if res_path.exists() else {}
+    stored = load_results(args.work, args.negatives) if res_path.exists() else {}
+    results = stored.get("results", {})
+    mined_meta = stored.get("mined", {})
     for other in args.merge:                     # per target, per arm, per seed
-        for target, tr in json.loads((other / "results.json").read_text())["results"].items():
-            mine = results.setdefault(target, {"arms": {}, "weights": {}, "seconds": {}})
-            for arm, seeds in tr["arms"].items():
-                mine["arms"].setdefault(arm, {}).update(seeds)
-            for key in ("weights", "seconds"):
-                for k, v in tr[key].items():
-                    mine[key].setdefault(k, v)
+        merge_results(results, load_results(other, args.negatives)["results"])
 
     def save() -> None:
-        res_path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}))
+        res_path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                        "negatives": args.negatives, "mined": mined_meta, "results": results}))
 
     if not args.report_only:
         import torch
@@ -338,6 +551,12 @@ def main(argv: list[str] | None = None) -> int:
         collections = args.work / "collections"
         sizes = build_all(args.data, collections, seed=0, max_per_collection=args.max_per_collection)
         log.info("collections: %s", sizes)
+        if args.negatives == "mined":
+            names = sorted(n for n in sizes if any(n != t for t in args.targets))
+            t0 = time.perf_counter()
+            mined_meta = mined_collections(collections, names, args.mined_dir or args.work / "collections-mined")
+            log.info("mined negatives ready in %.0f s", time.perf_counter() - t0)
+            collections = args.mined_dir or args.work / "collections-mined"
         preps = {t: prepare_target(args, collections, t, results) for t in args.targets}
         save()
         for seed in args.seeds:                  # seed-major: a cut-short run still has every target
@@ -346,6 +565,18 @@ def main(argv: list[str] | None = None) -> int:
             print(report(summarise(results, args.arms), results), flush=True)
     summary = summarise(results, args.arms)
     text = report(summary, results)
+    if args.versus:
+        other: dict = {}
+        other_neg = None
+        for d in args.versus:
+            o = load_results(d, None)
+            other_neg = o.get("negatives", "tfidf")
+            merge_results(other, o["results"])
+        vs = versus(results, other, args.arms, label=args.negatives, other_label=other_neg or "other")
+        (args.work / "versus.json").write_text(json.dumps(vs, indent=1))
+        vtext = versus_report(vs)
+        (args.work / "versus.md").write_text(vtext + "\n")
+        text += f"\n\nEach arm, {args.negatives} vs {other_neg} negatives (same arm, same seeds):\n\n" + vtext
     (args.work / "summary.json").write_text(json.dumps(summary, indent=1))
     (args.work / "report.md").write_text(text)
     print(text)
