@@ -30,6 +30,12 @@ def test_onnx_fp32_equals_torch_and_int8_is_close(tiny, tmp_path):
     assert cos.min() > 0.99 and not np.array_equal(q, ref)
     folders = list((tmp_path / "cache" / "onnx").iterdir())
     assert len(folders) == 1 and sorted(p.name for p in folders[0].iterdir()) == ["model-int8.onnx", "model.onnx"]
+    import onnx as onnx_lib
+
+    ops = {f: {n.op_type for n in onnx_lib.load(str(folders[0] / f)).graph.node}
+           for f in ("model.onnx", "model-int8.onnx")}
+    assert "Attention" in ops["model.onnx"]               # ONNX Runtime fused each layer's attention
+    assert {"QAttention", "MatMulInteger"} <= ops["model-int8.onnx"]  # and quantised it
     # the model itself still runs in torch, untouched
     assert type(tiny[0].auto_model).__name__ == "BertModel"
     np.testing.assert_array_equal(encode_texts(tiny, TEXTS, batch_size=3, precision="fp32"), ref)
