@@ -122,8 +122,8 @@ def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
     one = subprocess.run([sys.executable, str(helper), tiny_model_path, data_file, str(tmp_path / "one"), "2"],
                          capture_output=True, text=True)
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                          "29517", str(helper), tiny_model_path, data_file, str(tmp_path / "two"), "2"],
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(helper), tiny_model_path, data_file, str(tmp_path / "two"), "2"],
                          capture_output=True, text=True)
     assert two.returncode == 0, two.stderr[-2000:]
     r1 = json.loads((tmp_path / "one" / "result.json").read_text())
