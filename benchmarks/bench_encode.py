@@ -9,9 +9,11 @@ drmix does) and the time of one tokenizer pass over the texts (drmix tokenises e
 pads batches from those ids; ST tokenises per batch).
 
 ``--device`` (cpu | cuda) and ``--precision`` (drmix's encoding precision: auto | fp32 | fp16 | bf16 |
-int8) set what drmix runs; ``SentenceTransformer.encode`` always runs at its defaults (fp32), the
+int8 | onnx | onnx-int8; several, comma-separated, are each timed against the same baseline in the same
+rounds) set what drmix runs; ``SentenceTransformer.encode`` always runs at its defaults (fp32), the
 baseline the targets name. ``--ndcg`` also evaluates SciFact (full corpus, test queries) with drmix at
-fp32 and at ``--precision`` and prints the nDCG@10 change. Presets: ``--preset cpu`` (int8, 500
+fp32 and at each ``--precision`` and prints the nDCG@10 change with a paired t-test over the queries
+(95% interval) and Fisher's randomisation test. Presets: ``--preset cpu`` (int8 and onnx-int8, 500
 passages, batch 64) and ``--preset gpu`` (auto = fp16/bf16, 8,000 passages, batch 256, with --ndcg).
 
     python benchmarks/bench_encode.py --data ../shared/data --n 500 --rounds 2
@@ -55,13 +57,13 @@ def pad_tokens(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> int:
     return total
 
 
-PRESETS = {"cpu": {"precision": "int8", "n": 500, "batch_size": 64},
+PRESETS = {"cpu": {"precision": "int8,onnx-int8", "n": 500, "batch_size": 64},
            "gpu": {"precision": "auto", "n": 8000, "batch_size": 256, "ndcg": True}}
 
 
 def scifact_ndcg(model, data: Path, precision: str, batch_size: int, max_length: int,
-                 docs: int | None = None) -> tuple[float, float]:
-    """nDCG@10 on SciFact test and the seconds it took, drmix encoding at ``precision``.
+                 docs: int | None = None) -> tuple[dict[str, float], float]:
+    """Per-query nDCG@10 on SciFact test and the seconds it took, drmix encoding at ``precision``.
 
     ``docs``: rank against a reduced corpus, every judged document plus the first ``docs`` others (the
     same corpus for every precision, so the change is paired; the level is not the full-corpus figure).
@@ -76,9 +78,10 @@ def scifact_ndcg(model, data: Path, precision: str, batch_size: int, max_length:
             [d for d in beir.corpus if d not in judged][:docs])
         beir.corpus = {d: beir.corpus[d] for d in beir.corpus if d in keep}
     t = time.perf_counter()
-    scores = evaluate_dataset(model, beir, k=100, batch_size=batch_size,
-                              metrics=("ndcg@10",), max_length=max_length, precision=precision)
-    return scores["ndcg@10"], time.perf_counter() - t
+    per_query: dict = {}
+    evaluate_dataset(model, beir, k=100, batch_size=batch_size, metrics=("ndcg@10",), max_length=max_length,
+                     precision=precision, per_query=per_query)
+    return {q: v["ndcg@10"] for q, v in per_query.items()}, time.perf_counter() - t
 
 
 def main() -> None:
@@ -90,7 +93,7 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=256, help="token cap (MiniLM's max_seq_length is 256)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds (each encodes the passages twice)")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--precision", default="fp32", help="drmix precision: auto, fp32, fp16, bf16, int8")
+    ap.add_argument("--precision", default="fp32", help="drmix precision(s), comma-separated: auto, fp32, fp16, bf16, int8, onnx, onnx-int8")
     ap.add_argument("--ndcg", action="store_true", help="also measure SciFact nDCG@10 at fp32 and --precision")
     ap.add_argument("--ndcg-docs", type=int, default=None,
                     help="rank against the judged documents plus this many others (default: the full corpus)")
@@ -115,60 +118,75 @@ def main() -> None:
     pads = {"char-sorted (ST)": pad_tokens(tok_lengths, char_order, args.batch_size),
             "token-sorted (drmix)": pad_tokens(tok_lengths, length_order(tok_lengths), args.batch_size)}
 
-    def run_drmix(batch: list[str] = texts) -> np.ndarray:
+    precisions = [p.strip() for p in str(args.precision).split(",") if p.strip()]
+
+    def run_drmix(precision: str, batch: list[str] = texts) -> np.ndarray:
         return encode_texts(model, batch, batch_size=args.batch_size, max_length=args.max_length,
-                            precision=args.precision)
+                            precision=precision)
 
     def run_st(batch: list[str] = texts) -> np.ndarray:
         return model.encode(batch, batch_size=args.batch_size, convert_to_numpy=True, show_progress_bar=False)
 
-    run_st(texts[:16])  # warm-up (thread pools, allocator) on a few texts
-    run_drmix(texts[:16])
+    run_st(texts[:16])  # warm-up (thread pools, allocator, int8 copy, ONNX export) on a few texts
+    for p in precisions:
+        run_drmix(p, texts[:16])
     # Wall time and process CPU time (all threads). On a shared, oversubscribed machine the wall time
     # mostly measures the scheduler; CPU time measures the work each method does.
-    wall: dict[str, list[float]] = {"drmix": [], "st": []}
-    cpu: dict[str, list[float]] = {"drmix": [], "st": []}
+    names = [f"drmix {p}" for p in precisions] + ["st"]
+    fns = {f"drmix {p}": (lambda p=p: run_drmix(p)) for p in precisions}
+    fns["st"] = run_st
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, np.ndarray] = {}
     for r in range(args.rounds):
-        pair = [("drmix", run_drmix), ("st", run_st)]
-        if r % 2:
-            pair.reverse()
-        for name, fn in pair:
+        order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+        for name in order:
             t, c = time.perf_counter(), time.process_time()
-            outputs[name] = fn()
+            outputs[name] = fns[name]()
             wall[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
-            print(f"round {r + 1} {name:5s} {len(texts) / wall[name][-1]:7.1f} passages/s wall, "
+            print(f"round {r + 1} {name:16s} {len(texts) / wall[name][-1]:7.1f} passages/s wall, "
                   f"{len(texts) / cpu[name][-1]:7.1f} passages per CPU-second", flush=True)
 
-    diff = float(np.abs(outputs["drmix"] - outputs["st"]).max())
     print()
     print(f"model {model[0].auto_model.config._name_or_path}; {len(texts)} SciFact passages; batch {args.batch_size}; "
           f"max_length {args.max_length}; torch threads {torch.get_num_threads()}; device {args.device}; "
-          f"drmix precision {args.precision}, ST at its defaults")
+          f"drmix precision {', '.join(precisions)}, ST at its defaults")
     print("| method | passages/s wall (median; rounds) | passages per CPU-s (median; rounds) |")
     print("|---|---:|---:|")
-    for name, label in (("drmix", "drmix encode_texts"), ("st", "SentenceTransformer.encode")):
+    for name in names:
+        label = "SentenceTransformer.encode" if name == "st" else f"drmix encode_texts, {name[6:]}"
         per_w = [len(texts) / t for t in wall[name]]
         per_c = [len(texts) / t for t in cpu[name]]
         print(f"| {label} | {statistics.median(per_w):.1f} ({', '.join(f'{p:.1f}' for p in per_w)}) | "
               f"{statistics.median(per_c):.1f} ({', '.join(f'{p:.1f}' for p in per_c)}) |")
-    for label, times in (("wall", wall), ("CPU", cpu)):
-        ratios = [s / d for d, s in zip(times["drmix"], times["st"])]
-        print(f"ratio drmix/ST ({label} time): median {statistics.median(ratios):.3f} "
-              f"(per round {', '.join(f'{x:.3f}' for x in ratios)})")
-    print(f"max |embedding difference| drmix vs ST: {diff:.2e}")
-    print(f"one tokenizer pass over all texts (drmix tokenises once, ST per batch): {t_len:.2f} s wall = "
-          f"{100 * t_len / statistics.median(wall['drmix']):.2f}% of drmix's encoding wall time")
+    for name in names[:-1]:
+        for label, times in (("wall", wall), ("CPU", cpu)):
+            ratios = [s / d for d, s in zip(times[name], times["st"])]
+            print(f"ratio {name}/ST ({label} time): median {statistics.median(ratios):.3f} "
+                  f"(per round {', '.join(f'{x:.3f}' for x in ratios)})")
+        ref = outputs["st"]
+        out = outputs[name]
+        cos = (out * ref).sum(1) / np.linalg.norm(out, axis=1) / np.linalg.norm(ref, axis=1)
+        print(f"{name} vs ST: max |embedding difference| {float(np.abs(out - ref).max()):.2e}, "
+              f"lowest cosine {float(cos.min()):.4f}")
+    print(f"one tokenizer pass over all texts (drmix tokenises once, ST per batch): {t_len:.2f} s wall")
     for name, p in pads.items():
         print(f"pad tokens, {name}: {p} ({100 * p / real:.2f}% of {real} real tokens)")
     if args.ndcg:
-        base, t_base = scifact_ndcg(model, args.data, "fp32", args.batch_size, args.max_length, args.ndcg_docs)
-        other, t_other = scifact_ndcg(model, args.data, args.precision, args.batch_size, args.max_length,
-                                      args.ndcg_docs)
+        from drmix.evaluation.compare import randomization_test, t_test
+
         corpus = "full corpus" if args.ndcg_docs is None else f"judged documents + {args.ndcg_docs} others"
-        print(f"SciFact test nDCG@10 ({corpus}): fp32 {base:.4f} ({t_base:.0f} s), {args.precision} {other:.4f} "
-              f"({t_other:.0f} s): change {other - base:+.4f}")
+        base, t_base = scifact_ndcg(model, args.data, "fp32", args.batch_size, args.max_length, args.ndcg_docs)
+        print(f"SciFact test nDCG@10 ({corpus}, {len(base)} queries): fp32 {np.mean(list(base.values())):.4f} "
+              f"({t_base:.0f} s)")
+        for p in precisions:
+            other, t_other = scifact_ndcg(model, args.data, p, args.batch_size, args.max_length, args.ndcg_docs)
+            d = np.array([other[q] - base[q] for q in sorted(base)])
+            t_p, low, high = t_test(d)
+            print(f"  {p}: {np.mean(list(other.values())):.4f} ({t_other:.0f} s): change {d.mean():+.4f} "
+                  f"[95% {low:+.4f}, {high:+.4f}], paired t p = {t_p:.3g}, randomisation p = "
+                  f"{randomization_test(d):.3g}, queries changed {int((d != 0).sum())}")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ Hugging Face dataset (Arrow) in a temporary directory, cheaply (pyarrow, no JSON
 is written and trained in fresh processes (a tiny random BERT, so the model's memory is small and constant;
 batch 32, the default input pipeline) and RSS is read with psutil after the trainer is built and
 after the steps, with the peak (``ru_maxrss``), and split into file-backed pages (the memory-mapped
-Arrow files: page cache the kernel can drop) and anonymous memory. Collections are memory-mapped, so
-anonymous memory should stay nearly flat in the number of rows; what grows is the sampler's
-per-epoch permutation (8 bytes/row).
+Arrow files) and anonymous memory. Collections are memory-mapped, so anonymous memory should stay
+nearly flat in the number of rows (what grows is the sampler's per-epoch permutation, 4 bytes/row),
+and the mapped pages reads bring in are released after opening and every 16 batches
+(:mod:`drmix.data.pages`), so file-backed memory stays flat too.
 
     python benchmarks/bench_rss.py --sizes 10000 1000000 10000000 --steps 30
 """

@@ -12,18 +12,17 @@ HELPER = Path(__file__).parent / "helpers" / "ddp_coco_idro.py"
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
 
 
-def _run(args, tmp_path, name, port=None):
+def _run(args, tmp_path, name, ddp=False):
     cmd = [sys.executable, str(HELPER), *args[:2], args[2], str(tmp_path / name), "2"]
-    if port:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-               *cmd[1:]]
+    if ddp:  # --standalone: torchrun picks a free port (a fixed one collides with any other run)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *cmd[1:]]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((tmp_path / name / "result.json").read_text())
 
 
-@pytest.mark.parametrize("mode,port", [("coco", 29531), ("idro", 29533)])
-def test_two_processes_match_one(tiny_model_path, tmp_path, mode, port):
+@pytest.mark.parametrize("mode", ["coco", "idro"])
+def test_two_processes_match_one(tiny_model_path, tmp_path, mode):
     import random
 
     rng = random.Random(0)
@@ -37,7 +36,7 @@ def test_two_processes_match_one(tiny_model_path, tmp_path, mode, port):
         data.write_text("".join(json.dumps({"query": " ".join(q), "positive": " ".join(q + rng.sample(WORDS, 2))})
                                 + "\n" for q in (rng.sample(WORDS, 3) for _ in range(24))))
     one = _run([tiny_model_path, mode, str(data)], tmp_path, "one")
-    two = _run([tiny_model_path, mode, str(data)], tmp_path, "two", port=port)
+    two = _run([tiny_model_path, mode, str(data)], tmp_path, "two", ddp=True)
     assert (one["world"], two["world"]) == (1, 2)
     assert two["losses"] == pytest.approx(one["losses"], abs=1e-5)
     assert two["h"] == pytest.approx(one["h"], abs=1e-6)

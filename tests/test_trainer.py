@@ -122,8 +122,8 @@ def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
     one = subprocess.run([sys.executable, str(helper), tiny_model_path, data_file, str(tmp_path / "one"), "2"],
                          capture_output=True, text=True)
     assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                          "29517", str(helper), tiny_model_path, data_file, str(tmp_path / "two"), "2"],
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(helper), tiny_model_path, data_file, str(tmp_path / "two"), "2"],
                          capture_output=True, text=True)
     assert two.returncode == 0, two.stderr[-2000:]
     r1 = json.loads((tmp_path / "one" / "result.json").read_text())
@@ -146,3 +146,23 @@ def test_periodic_evaluation_on_dev_sets(tiny_model_path, data, tmp_path):
     for e in evals:
         assert 0.0 <= e["eval"]["devset/ndcg@10"] <= 1.0
         assert e["eval"]["avg/ndcg@10"] == e["eval"]["devset/ndcg@10"]  # one dev set: the average is itself
+
+
+def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_model_path, data, tmp_path,
+                                                                          monkeypatch):
+    """tDRO's reference scores the batch being trained on the step's own tensors (no second tokenisation),
+    with the losses fresh tokenisation gives."""
+    trainer = Trainer(config(tiny_model_path, data, tmp_path / "run", max_steps=2, strategy="tdro",
+                             reference_model=tiny_model_path, batching="mixed"))
+    calls = []
+    real = trainer._batch_inputs
+    monkeypatch.setattr(trainer, "_batch_inputs", lambda model, *a: calls.append(model) or real(model, *a))
+    trainer.train()
+    assert trainer._reference_shares_inputs is True
+    assert all(m is not trainer.reference for m in calls)  # the reference never tokenised on its own
+    batch = trainer._live[0]
+    reused = trainer.reference_losses(batch)
+    trainer._live = None
+    fresh = trainer.reference_losses(batch)
+    assert calls and calls[-1] is trainer.reference      # this one did tokenise
+    torch.testing.assert_close(reused, fresh, rtol=0, atol=1e-6)

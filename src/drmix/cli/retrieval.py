@@ -30,10 +30,13 @@ class Precision(str, Enum):
     fp16 = "fp16"
     bf16 = "bf16"
     int8 = "int8"
+    onnx = "onnx"
+    onnx_int8 = "onnx-int8"
 
 
-PRECISION_HELP = ("Encoding precision: auto (fp16/bf16 on a GPU, fp32 on CPU), fp32, fp16, bf16, or int8 "
-                  "(CPU dynamic quantisation; see docs/benchmarks.md for its quality change).")
+PRECISION_HELP = ("Encoding precision: auto (fp16/bf16 on a GPU, fp32 on CPU), fp32, fp16, bf16, int8 "
+                  "(CPU, torch dynamic quantisation), onnx or onnx-int8 (CPU, ONNX Runtime, fp32 or per-channel "
+                  "int8; needs drmix[onnx]). Quality changes: docs/benchmarks.md.")
 
 
 def _console():

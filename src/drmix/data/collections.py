@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from drmix.config import CollectionSpec, read_yaml
+from drmix.data.pages import dataset_files, release_mapped_pages
 from drmix.errors import DataError
 from drmix.io import iter_jsonl
 
@@ -292,6 +293,8 @@ def load_collections(specs: list[str | CollectionSpec], *, split: str | None = N
         if max_size is not None and len(c) > max_size:
             rng = np.random.default_rng([seed, int(hashlib.md5(c.name.encode()).hexdigest()[:8], 16)])
             c.dataset = c.dataset.select(np.sort(rng.choice(len(c), size=max_size, replace=False)))
+    # opening an Arrow stream file walks every record batch, which maps most of the file into this process
+    release_mapped_pages([f for c in out for f in dataset_files(c.dataset)])
     log.info("loaded %d collections: %s", len(out), ", ".join(f"{c.name} ({len(c)})" for c in out))
     return out
 

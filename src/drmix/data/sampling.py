@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from drmix.data.pages import PageReleaser
 from drmix.mixture.base import Batch
 
 
@@ -41,7 +42,11 @@ class MixtureSampler:
     def _perm(self, c: int) -> np.ndarray:
         cached = self._perm_cache.get(c)
         if cached is None or cached[0] != self.epochs[c]:
-            perm = np.random.default_rng([self.seed, c, self.epochs[c]]).permutation(self.sizes[c])
+            # int32 rows where they fit (4 bytes per row, half of ``permutation``'s int64); shuffling an
+            # arange with the generator is what ``permutation(n)`` does, so the order is the same
+            dtype = np.int32 if self.sizes[c] < 2**31 else np.int64
+            perm = np.arange(self.sizes[c], dtype=dtype)
+            np.random.default_rng([self.seed, c, self.epochs[c]]).shuffle(perm)
             self._perm_cache[c] = (self.epochs[c], perm)
         return self._perm_cache[c][1]
 
@@ -106,12 +111,17 @@ def _normalise(weights: np.ndarray) -> np.ndarray:
 
 
 class BatchBuilder:
-    """Turns ``(collection, row)`` pairs into a :class:`Batch` of texts (one positive, up to H negatives)."""
+    """Turns ``(collection, row)`` pairs into a :class:`Batch` of texts (one positive, up to H negatives).
 
-    def __init__(self, collections: list, num_negatives: int, *, seed: int = 0) -> None:
+    Every ``release_every`` batches the memory-mapped Arrow pages the reads brought into the process are
+    released (:mod:`drmix.data.pages`), so resident memory stays flat however large the collections.
+    """
+
+    def __init__(self, collections: list, num_negatives: int, *, seed: int = 0, release_every: int = 16) -> None:
         self.collections = collections
         self.num_negatives = num_negatives
         self.rng = np.random.default_rng([seed, 104729])
+        self.pages = PageReleaser([c.dataset for c in collections], every=release_every)
 
     def build(self, pairs: list[tuple[int, int]]) -> Batch:
         by_coll: dict[int, list[int]] = {}
@@ -123,6 +133,7 @@ class BatchBuilder:
             data = self.collections[c].dataset[uniq]
             for i, r in enumerate(uniq):
                 fetched[(c, r)] = {k: data[k][i] for k in ("query", "positives", "negatives")}
+        self.pages.tick()
         queries, positives, negatives = [], [], []
         for c, r in pairs:
             ex = fetched[(c, r)]

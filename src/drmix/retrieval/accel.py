@@ -4,7 +4,10 @@
   picks, fp32 on CPU), ``fp32``, ``fp16``, ``bf16`` (``torch.autocast``: the weights stay fp32, the
   matmuls run in half precision), or ``int8``: PyTorch dynamic quantisation of every ``nn.Linear``
   (int8 weights, activations quantised per batch; CPU only), applied to a copy so the caller's
-  model is untouched. Its retrieval-quality change is measured in docs/benchmarks.md.
+  model is untouched and kept per weights fingerprint, so repeated calls reuse it. ``onnx`` and
+  ``onnx-int8``: the transformer runs in ONNX Runtime, fp32 or with per-channel int8 weights
+  (:mod:`drmix.retrieval.onnx`; CPU only). The retrieval-quality changes are measured in
+  docs/benchmarks.md.
 * :func:`encode_sharded`: the texts are cut into one contiguous shard per device and each shard is
   encoded by a replica of the model on its device, on its own thread (CUDA kernels and the fast
   tokenizer release the GIL; no process pool, so no model pickling or start-up), then the rows
@@ -25,7 +28,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "fp16", "bf16", "int8")
+PRECISIONS = ("auto", "fp32", "fp16", "bf16", "int8", "onnx", "onnx-int8")
 SHARD_MIN_TEXTS = 20_000  # below this, one GPU finishes before replicas are copied to the others
 
 
@@ -34,13 +37,26 @@ def model_device(model: Any) -> torch.device:
     return torch.device(dev) if dev is not None else torch.device("cpu")
 
 
+_quantized: dict[str, Any] = {}  # fingerprint of the weights -> quantised copy (the last one only)
+
+
 def quantize_int8(model: Any) -> Any:
-    """A CPU copy of ``model`` with every ``nn.Linear`` dynamically quantised to int8."""
+    """A CPU copy of ``model`` with every ``nn.Linear`` dynamically quantised to int8.
+
+    The copy is kept for the model's current weights (a BLAKE2b fingerprint), so encoding queries and
+    then documents quantises once; a model whose weights changed (training) gets a fresh copy."""
     from torch.ao.quantization import quantize_dynamic
 
+    from drmix.retrieval.onnx import fingerprint
+
+    key = f"{type(model).__name__}|{fingerprint(model)}"
+    if key in _quantized:
+        return _quantized[key]
     with warnings.catch_warnings():  # quantised tensor creation is deprecated but still the CPU int8 path
         warnings.simplefilter("ignore")
         q = quantize_dynamic(copy.deepcopy(model).to("cpu"), {torch.nn.Linear}, dtype=torch.qint8)
+    _quantized.clear()
+    _quantized[key] = q
     return q
 
 
@@ -53,10 +69,14 @@ def inference_setup(model: Any, precision: str | None) -> tuple[Any, Callable[[]
     if precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r}.", fix="use one of " + ", ".join(PRECISIONS) + ".")
     device = model_device(model)
-    if precision == "int8":
+    if precision in ("int8", "onnx", "onnx-int8"):
         if device.type != "cpu":
-            raise ConfigError("int8 encoding runs on CPU only.", fix="use --precision fp16 or bf16 on a GPU.")
-        return quantize_int8(model), contextlib.nullcontext
+            raise ConfigError(f"{precision} encoding runs on CPU only.", fix="use --precision fp16 or bf16 on a GPU.")
+        if precision == "int8":
+            return quantize_int8(model), contextlib.nullcontext
+        from drmix.retrieval.onnx import onnx_model
+
+        return onnx_model(model, precision), contextlib.nullcontext
     return model, lambda: inference_autocast(precision, device)
 
 

@@ -209,7 +209,7 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
     in chunks of ``_SORT_CHUNK``, each sorted by token length, which bounds the memory held by token ids;
     the next chunk is tokenised on a background thread while the current one is encoded.
     ``precision``: ``auto`` (fp16/bf16 on a GPU, fp32 on CPU) | ``fp32`` | ``fp16`` | ``bf16`` | ``int8``
-    (CPU dynamic quantisation), see :mod:`drmix.retrieval.accel`. ``devices``: encode shards on these
+    (CPU dynamic quantisation) | ``onnx`` | ``onnx-int8`` (CPU, ONNX Runtime), see :mod:`drmix.retrieval.accel`. ``devices``: encode shards on these
     devices in parallel (default: every visible GPU when the model is on a GPU and there are at least
     ``SHARD_MIN_TEXTS`` texts).
     """

@@ -195,6 +195,9 @@ class Trainer:
                                           trust_remote_code=config.trust_remote_code)
             self.reference.eval()
             self.reference.requires_grad_(False)
+        # the batch being trained and its device inputs: the reference reuses them when it tokenises alike
+        self._live: tuple[Batch, dict, dict, torch.Tensor] | None = None
+        self._reference_shares_inputs: bool | None = None
 
         self.optimizer = _adamw(_param_groups(self.model, config.weight_decay), config.learning_rate)
         from transformers import get_scheduler
@@ -297,12 +300,32 @@ class Trainer:
         de = model(d)["sentence_embedding"]
         return self._losses_from_embeddings(qe, de, mask, gather=False)
 
+    def _reference_inputs(self, batch: Batch) -> tuple[dict, dict, torch.Tensor]:
+        """The reference model's device inputs for ``batch``: the training step's own tensors when ``batch``
+        is the batch being trained and the reference tokenises exactly as the model does (checked once, on
+        the first such batch), so the reference costs no tokenisation on the critical path."""
+        num_neg = self._num_negatives(batch)
+        live = self._live
+        if live is None or live[0] is not batch or self._reference_shares_inputs is False:
+            return self._batch_inputs(self.reference, batch, num_neg)
+        _, q, d, mask = live
+        if self._reference_shares_inputs is None:
+            rq, rd, rmask = self._host_inputs(self.reference, batch, num_neg)
+            same = all(set(a) == set(b) and all(torch.equal(a[k].cpu(), b[k]) for k in b if torch.is_tensor(b[k]))
+                       for a, b in ((q, rq), (d, rd))) and torch.equal(mask.cpu(), rmask)
+            self._reference_shares_inputs = same
+            if not same:
+                log.info("the reference model tokenises differently from the model: its inputs are built apart")
+                dev = self.accelerator.device
+                return to_device(rq, dev), to_device(rd, dev), rmask.to(dev)
+        return dict(q), dict(d), mask
+
     def reference_losses(self, batch: Batch) -> torch.Tensor:
         """Per-example losses of the frozen reference model on the same inputs (no gradient)."""
         if self.reference is None:
             raise ConfigError("this strategy needs a reference model.", fix="set reference_model in the config.")
         with torch.no_grad():
-            q, d, mask = self._batch_inputs(self.reference, batch, self._num_negatives(batch))
+            q, d, mask = self._reference_inputs(batch)
             qe = self.reference(q)["sentence_embedding"]
             de = self.reference(d)["sentence_embedding"]
             return self._losses_from_embeddings(qe, de, mask, gather=self.world > 1)
@@ -414,6 +437,8 @@ class Trainer:
                 with sync, self.precision.autocast():
                     dev = self.accelerator.device
                     q, d, mask = to_device(q, dev), to_device(d, dev), mask.to(dev)
+                    if self.reference is not None:  # copies: the model's forward adds outputs to q and d
+                        self._live = (local, dict(q), dict(d), mask)
                     ctx.step = self.step
                     ctx.extras["micro_step"] = micro
                     ctx.extras["accumulation_steps"] = cfg.gradient_accumulation_steps
