@@ -80,6 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--data", default=str(here.parent / "shared" / "data"), help="shared data directory")
     ap.add_argument("--out", default="/tmp/drmix-multicorpus", help="where layouts, models and results go")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="fine-tuning and encoding scale")
+    ap.add_argument("--model", default=None, help="base model folder (default: the bundled all-MiniLM-L6-v2)")
     ap.add_argument("--benchmarks", default="walmart-amazon,amazon-google", help="comma-separated")
     ap.add_argument("--models", default="base,finetuned", help="base and/or finetuned")
     ap.add_argument("--known", default=None, help="only these known sides, comma-separated (default: both)")
@@ -136,8 +137,10 @@ def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
 
 def train_command(train_file: Path, out_dir: Path, seed: int, args) -> list[str]:
     """The ``drmix train`` command line of one fine-tuning run (printed in the docs as run)."""
-    return ["drmix", "train", "--data", str(train_file), "--output-dir", str(out_dir), "--max-steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--learning-rate", str(args.learning_rate), "--num-negatives", "0",
+    model = ["--model", str(args.model)] if getattr(args, "model", None) else []
+    return ["drmix", "train", *model, "--data", str(train_file), "--output-dir", str(out_dir),
+            "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
+            "--learning-rate", str(args.learning_rate), "--num-negatives", "0",
             "--query-max-length", str(args.query_max_length), "--doc-max-length", str(args.doc_max_length),
             "--seed", str(seed), "--save-every", str(args.steps), "--keep-checkpoints", "1", "--no-show-progress"]
 
@@ -278,7 +281,7 @@ def main(argv=None) -> int:
         for label, knowns, seeds in jobs:
             per_known: dict[str, tuple[list[SweepResult], list[dict]]] = {kn: ([], []) for kn in knowns}
             for seed, ft_known in seeds:
-                model_path, tag = None, "base"
+                model_path, tag = args.model, "base"
                 if ft_known is not None:
                     tag = f"ft-{ft_known}-s{seed}"
                     mp, took = finetune(man["train_files"][ft_known], out / "models" / f"{bench}-{tag}", seed, args)
