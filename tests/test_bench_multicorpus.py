@@ -18,7 +18,7 @@ import bench_multicorpus as bm  # noqa: E402
 def test_cpu_preset_fine_tunes_with_drmix_train_three_seeds_one_thread():
     a = bm.parse_args([])
     assert (a.steps, a.batch_size, a.learning_rate, a.query_max_length, a.doc_max_length, a.threads) == \
-        (150, 32, 5e-5, 32, 48, 1)
+        (50, 32, 5e-5, 32, 48, 1)
     assert a.seed_list == [0, 1, 2] and a.model is None
     g = bm.parse_args(["--preset", "gpu", "--steps", "7"])
     assert (g.steps, g.batch_size, g.seed_list) == (7, 128, [0, 1, 2, 3, 4])
