@@ -6,12 +6,10 @@ record of both tables (no subsampling, so the corpus-size imbalance is the real 
 not contain the query field (the title). For each benchmark and each known side, the columns are
 
 * ``MiniLM``: all-MiniLM-L6-v2 as shipped (both directions share its encodings), and
-* ``MiniLM fine-tuned`` (``--finetune full``, the gpu preset): the same model fine-tuned on the known
-  side's training pairs with ``drmix train`` (run as a subprocess, exactly the user's command), once per
-  fine-tuning seed; ``MiniLM + adapter fine-tuned`` (``--finetune adapter``, the cpu preset): a linear
-  layer on the frozen encoder trained with the same loss (see ``train_adapter``), because full
-  fine-tuning and re-encoding 24,628 passages per seed did not fit a shared 2-core CPU. Cells are means
-  over the seeds, with 95% t-intervals over seeds in ``summary.md``.
+* ``MiniLM fine-tuned``: the same model with every weight fine-tuned on the known side's training pairs by
+  ``drmix train`` (run as a subprocess: exactly the user's command, printed by ``train_command``), once per
+  fine-tuning seed; each fine-tuned model re-encodes both corpora. Cells are means over the seeds, with
+  95% t-intervals over seeds in ``summary.md``.
 
 Rows: naive merging, fixed fractions 0.0..1.0, confidence thresholds, the label-free policies (``zscore``,
 ``calibrated``, ``calibrated:method=gauss``), the rows chosen on the dev split by the rule in
@@ -20,8 +18,8 @@ the oracle. Cells are per-corpus credit Recall@k (x100) / per-corpus MRR@k on th
 
     python benchmarks/bench_multicorpus.py --data ../shared/data --out /tmp/drmix-multicorpus --preset cpu
 
-Presets: ``cpu`` (short fine-tuning for a shared 2-core machine, about 40 minutes) and ``gpu`` (longer
-fine-tuning, five seeds, larger batches). Any preset value can be overridden by its flag. Writes
+Presets: ``cpu`` (50 steps of batch 32 per fine-tuning run, three seeds, one CPU thread)
+and ``gpu`` (2,000 steps of batch 128, five seeds). Any preset value can be overridden by its flag. Writes
 ``table.md``, ``results.json``, ``summary.md``/``summary.json`` (the paper's comparisons and the bar, with
 intervals and paired Wilcoxon tests over queries) and recall-vs-k plots under ``--out/results``.
 """
@@ -65,16 +63,15 @@ SPECS = ["naive", "fixed:0.0..1.0", "confidence:0.1..0.9/0.2", "confidence:0.95"
 KS = (1, 2, 5, 10, 20, 50, 100)
 CURVES = ("naive", "oracle", "fixed:0.5", "fixed (dev-tuned)", "confidence (dev-tuned)", LABEL_FREE_ROW)
 PRESETS = {
-    # 2 shared CPU cores: a few hundred steps at batch 16; product records are short (titles <= 32 tokens,
-    # title-free records <= 48), so the lengths cut almost nothing.
-    # The shared CPU could not run full fine-tuning today (drmix train: 10 steps of batch 16 took 300 s
-    # under the machine's load), so the cpu preset fine-tunes a linear layer on top of the frozen encoder
-    # (``--finetune adapter``, see ``train_adapter``): the corpora are encoded once per benchmark.
-    "cpu": {"finetune": "adapter", "steps": 300, "batch_size": 32, "learning_rate": 1e-3, "query_max_length": 32,
-            "doc_max_length": 48, "seeds": "0,1,2", "encode_batch_size": 128, "threads": 2, "max_train_pairs": 3000},
+    # One CPU thread: drmix train on the full encoder, 50 steps of batch 32 (in-batch negatives), seeds 0-2.
+    # Product records are short (titles <= 32 tokens, title-free records <= 48), so the lengths cut almost
+    # nothing; re-encoding the 24,628 Walmart-Amazon passages per fine-tuned model is the main cost. On the
+    # shared 2-core machine a step took about 6 s under load, so 50 steps (1,600 pairs) is what fitted.
+    "cpu": {"steps": 50, "batch_size": 32, "learning_rate": 5e-5, "query_max_length": 32,
+            "doc_max_length": 48, "seeds": "0,1,2", "encode_batch_size": 128, "threads": 1},
     # One GPU: ten times the steps, larger in-batch negatives, five seeds.
-    "gpu": {"finetune": "full", "steps": 2000, "batch_size": 128, "learning_rate": 5e-5, "query_max_length": 32,
-            "doc_max_length": 64, "seeds": "0,1,2,3,4", "encode_batch_size": 512, "threads": 8, "max_train_pairs": 0},
+    "gpu": {"steps": 2000, "batch_size": 128, "learning_rate": 5e-5, "query_max_length": 32,
+            "doc_max_length": 64, "seeds": "0,1,2,3,4", "encode_batch_size": 512, "threads": 8},
 }
 
 
@@ -84,6 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--data", default=str(here.parent / "shared" / "data"), help="shared data directory")
     ap.add_argument("--out", default="/tmp/drmix-multicorpus", help="where layouts, models and results go")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="fine-tuning and encoding scale")
+    ap.add_argument("--model", default=None, help="base model folder (default: the bundled all-MiniLM-L6-v2)")
     ap.add_argument("--benchmarks", default="walmart-amazon,amazon-google", help="comma-separated")
     ap.add_argument("--models", default="base,finetuned", help="base and/or finetuned")
     ap.add_argument("--known", default=None, help="only these known sides, comma-separated (default: both)")
@@ -91,16 +89,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--depth", type=int, default=100, help="candidates fetched per corpus")
     for key, val in PRESETS["cpu"].items():
         ap.add_argument("--" + key.replace("_", "-"), type=type(val), default=None,
-                        help=f"override the preset (cpu: {val}, gpu: {PRESETS['gpu'][key]})"
-                        + ("; full = drmix train, adapter = a linear layer on the frozen encoder" if key == "finetune"
-                           else ""))
+                        help=f"override the preset (cpu: {val}, gpu: {PRESETS['gpu'][key]})")
     args = ap.parse_args(argv)
     for key, val in PRESETS[args.preset].items():
         if getattr(args, key) is None:
             setattr(args, key, val)
     args.seed_list = [int(s) for s in str(args.seeds).split(",") if s.strip()]
-    if args.finetune not in ("full", "adapter"):
-        ap.error("--finetune must be full or adapter")
     return args
 
 
@@ -144,8 +138,10 @@ def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
 
 def train_command(train_file: Path, out_dir: Path, seed: int, args) -> list[str]:
     """The ``drmix train`` command line of one fine-tuning run (printed in the docs as run)."""
-    return ["drmix", "train", "--data", str(train_file), "--output-dir", str(out_dir), "--max-steps", str(args.steps),
-            "--batch-size", str(args.batch_size), "--learning-rate", str(args.learning_rate), "--num-negatives", "0",
+    model = ["--model", str(args.model)] if getattr(args, "model", None) else []
+    return ["drmix", "train", *model, "--data", str(train_file), "--output-dir", str(out_dir),
+            "--max-steps", str(args.steps), "--batch-size", str(args.batch_size),
+            "--learning-rate", str(args.learning_rate), "--num-negatives", "0",
             "--query-max-length", str(args.query_max_length), "--doc-max-length", str(args.doc_max_length),
             "--seed", str(seed), "--save-every", str(args.steps), "--keep-checkpoints", "1", "--no-show-progress"]
 
@@ -157,125 +153,11 @@ def finetune(train_file: Path, out_dir: Path, seed: int, args) -> tuple[Path, fl
         return model, None
     cmd = train_command(train_file, out_dir, seed, args)
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "drmix", *cmd[1:]], check=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    subprocess.run([sys.executable, "-m", "drmix", *cmd[1:]], check=True, env=env)
     took = time.perf_counter() - t
     log.info("fine-tuned on %s (seed %d): %d steps in %.0f s", train_file.name, seed, args.steps, took)
     return model, took
-
-
-# --------------------------------------------------------------------------------------------------
-# The cpu preset's fine-tuning: a linear layer on the frozen encoder (embeddings computed once)
-# --------------------------------------------------------------------------------------------------
-
-
-class Frozen:
-    """Base-model embeddings of one benchmark: both corpora, every query, and the training pairs' titles."""
-
-    def __init__(self, man: dict, split_queries: dict, args, cache: Path):
-        from drmix.data.beir import doc_text, read_corpus
-
-        self.names = list(man["corpus_dirs"])
-        self.ids = {}
-        texts = {}
-        for name, d in man["corpus_dirs"].items():
-            corpus = read_corpus(Path(d) / "corpus.jsonl")
-            self.ids[name] = list(corpus)
-            texts[f"corpus:{name}"] = [doc_text(corpus[i]) for i in self.ids[name]]
-        self.qids = [q for qs in split_queries.values() for q in qs]
-        qtext = {q: t for qs in split_queries.values() for q, t in qs.items()}
-        texts["queries"] = [qtext[q] for q in self.qids]
-        self.train = {}
-        for name, f in man["train_files"].items():
-            rows = [json.loads(line) for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip()]
-            cap = args.max_train_pairs or len(rows)   # a seeded sample bounds the titles to encode
-            if len(rows) > cap:
-                keep = np.sort(np.random.default_rng(0).choice(len(rows), size=cap, replace=False))
-                rows = [rows[i] for i in keep]
-            self.train[name] = rows
-            texts[f"train:{name}"] = [r["query"] for r in rows]
-        self.texts = texts
-        self.emb = {}
-        t = time.perf_counter()
-        for key, tx in texts.items():
-            path = cache / f"{key.replace(':', '-')}.npy"
-            if path.exists():
-                self.emb[key] = np.load(path)
-                if len(self.emb[key]) == len(tx):
-                    continue
-            from drmix.model.encoder import document_prompt, load_encoder, query_prompt
-            from drmix.retrieval.index import encode_texts
-
-            model = getattr(self, "_model", None) or load_encoder(None)
-            self._model = model
-            doc = key.startswith("corpus:")
-            e = encode_texts(model, tx, batch_size=args.encode_batch_size,
-                             prompt=document_prompt(model) if doc else query_prompt(model),
-                             max_length=args.doc_max_length if doc else args.query_max_length, normalize=True)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            np.save(path, e)
-            self.emb[key] = e
-        self.encode_s = time.perf_counter() - t
-        # a training pair's positive is its record's passage: reuse the corpus embedding
-        self.pos_rows = {}
-        for name, rows in self.train.items():
-            row_of = {text: i for i, text in enumerate(texts[f"corpus:{name}"])}
-            self.pos_rows[name] = np.array([row_of[r["positive"]] for r in rows])
-
-    def candidates(self, weight, split_queries: dict, depth: int) -> dict[str, CandidateSet]:
-        """Top-``depth`` candidates per corpus with ``normalize(W e)`` embeddings (W = identity: the base model)."""
-        from drmix.retrieval.multi import sample_rows
-
-        def tf(e):
-            x = e if weight is None else e @ weight.T
-            return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-        q = tf(self.emb["queries"])
-        cset = CandidateSet(self.names, {qid: {} for qid in self.qids})
-        for name in self.names:
-            p = tf(self.emb[f"corpus:{name}"])
-            bg = p[sample_rows(len(p), 1000, 42)]
-            bstat = q @ bg.T
-            mu, sd = bstat.mean(axis=1), bstat.std(axis=1)
-            d = min(depth, len(p))
-            for start in range(0, len(q), 256):
-                sc = q[start:start + 256] @ p.T
-                top = np.argpartition(-sc, d - 1, axis=1)[:, :d]
-                for i in range(len(top)):
-                    row = top[i][np.argsort(-sc[i, top[i]], kind="stable")]
-                    j = start + i
-                    cset.by_query[self.qids[j]][name] = CorpusCandidates(
-                        [self.ids[name][r] for r in row], sc[i, row].astype(np.float64), (float(mu[j]), float(sd[j])))
-        return {s: cset.subset(qs) for s, qs in split_queries.items()}
-
-
-def train_adapter(frozen: Frozen, known: str, seed: int, args) -> np.ndarray:
-    """Fine-tune ``W`` (initialised to the identity) on the known side's pairs with the trainer's loss:
-    InfoNCE over in-batch negatives at temperature 0.05 on ``normalize(W e)`` for queries and passages
-    (one shared layer, as the shared encoder of the paper), AdamW, linear warm-up (10%) and decay."""
-    import torch
-
-    from drmix.model.losses import info_nce
-
-    g = torch.Generator().manual_seed(seed)
-    qe = torch.from_numpy(frozen.emb[f"train:{known}"])
-    pe = torch.from_numpy(frozen.emb[f"corpus:{known}"][frozen.pos_rows[known]])
-    dim = qe.shape[1]
-    w = torch.nn.Parameter(torch.eye(dim))
-    opt = torch.optim.AdamW([w], lr=args.learning_rate, weight_decay=0.0)
-    warm = max(1, int(0.1 * args.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / warm, max(0.0, (args.steps - s) / max(1, args.steps - warm))))
-    n = len(qe)
-    for _ in range(args.steps):
-        idx = torch.randperm(n, generator=g)[:min(args.batch_size, n)]
-        q = torch.nn.functional.normalize(qe[idx] @ w.T, dim=-1)
-        p = torch.nn.functional.normalize(pe[idx] @ w.T, dim=-1)
-        loss = info_nce(q, p, temperature=0.05).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    return w.detach().numpy()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -391,11 +273,8 @@ def main(argv=None) -> int:
         split_q, split_qrels = {}, {}
         for split in ("dev", "test"):
             split_q[split], split_qrels[split] = load_multi_qrels(man["corpus_dirs"], split)
-        frozen = Frozen(man, split_q, args, out / "cache" / f"{bench}-frozen") if args.finetune == "adapter" else None
-        if frozen is not None:
-            timings[f"{bench}/encode_once_s"] = frozen.encode_s
-        ft_label = "MiniLM fine-tuned" if args.finetune == "full" else "MiniLM + adapter fine-tuned"
-        jobs = []   # (label, known corpora, [(seed, model path or None)])
+        ft_label = "MiniLM fine-tuned"
+        jobs = []   # (label, known corpora, [(seed, fine-tuned on)])
         if "base" in args.models:
             jobs.append(("MiniLM", knowns_run, [(None, None)]))
         if "finetuned" in args.models:
@@ -403,23 +282,14 @@ def main(argv=None) -> int:
         for label, knowns, seeds in jobs:
             per_known: dict[str, tuple[list[SweepResult], list[dict]]] = {kn: ([], []) for kn in knowns}
             for seed, ft_known in seeds:
-                model_path, tag = None, "base"
-                if frozen is not None:
-                    weight, t = None, time.perf_counter()
-                    if ft_known is not None:
-                        tag = f"adapter-{ft_known}-s{seed}"
-                        weight = train_adapter(frozen, ft_known, seed, args)
-                        timings[f"{bench}/{tag}/train_s"] = time.perf_counter() - t
-                    csets, enc = frozen.candidates(weight, split_q, max(args.depth, args.k, max(KS))), None
-                else:
-                    if ft_known is not None:
-                        tag = f"ft-{ft_known}-s{seed}"
-                        mp, took = finetune(man["train_files"][ft_known], out / "models" / f"{bench}-{tag}", seed,
-                                            args)
-                        model_path = str(mp)
-                        if took is not None:
-                            timings[f"{bench}/{tag}/train_s"] = took
-                    csets, enc = candidates(model_path, man, split_q, args, out / "cache" / f"{bench}-{tag}.json")
+                model_path, tag = args.model, "base"
+                if ft_known is not None:
+                    tag = f"ft-{ft_known}-s{seed}"
+                    mp, took = finetune(man["train_files"][ft_known], out / "models" / f"{bench}-{tag}", seed, args)
+                    model_path = str(mp)
+                    if took is not None:
+                        timings[f"{bench}/{tag}/train_s"] = took
+                csets, enc = candidates(model_path, man, split_q, args, out / "cache" / f"{bench}-{tag}.json")
                 if enc is not None:
                     timings[f"{bench}/{tag}/encode_s"] = enc
                 for known in knowns:
