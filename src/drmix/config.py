@@ -118,6 +118,15 @@ class TrainConfig(BaseModel):
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
+class PipelineBaseConfig(TrainConfig):
+    """The training fields plus the final evaluation every pipeline (tdro, coco, drama) ends with."""
+
+    test_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated at the end.")
+    test_split: str = Field("test", description="Qrels split of the final evaluation.")
+    test_max_queries: int | None = Field(None, ge=1, description="Cap on test queries per dataset (seeded subsample).")
+    test_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
+
+
 def _format_validation(e: ValidationError) -> str:
     parts = []
     for err in e.errors():

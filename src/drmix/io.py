@@ -37,6 +37,11 @@ def _make_parent(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
 
 
+def cache_root() -> Path:
+    """drmix's cache folder: ``$DRMIX_CACHE``, default ``~/.cache/drmix`` (GGUF conversions, ONNX exports)."""
+    return Path(os.environ.get("DRMIX_CACHE", Path.home() / ".cache" / "drmix")).expanduser()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     if path.is_dir():

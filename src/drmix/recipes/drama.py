@@ -27,14 +27,14 @@ from typing import Any
 
 from pydantic import Field
 
-from drmix.config import TrainConfig, load_config
+from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
 
-class DramaConfig(TrainConfig):
+class DramaConfig(PipelineBaseConfig):
     """``drmix pipeline drama`` options: the training fields (the student's) plus the recipe's own."""
 
     output_dir: str = Field("runs/drama", description="Root directory of the recipe's files.")
@@ -59,10 +59,6 @@ class DramaConfig(TrainConfig):
     rerank: bool = Field(False, description="Also rerank the generated queries' top-20 with the LLM.")
     llm: dict[str, Any] = Field(default_factory=dict, description="LLM backend options (backend, model, base_url, "
                                                                   "timeout, ...; see docs/drama.md).")
-    test_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated at the end.")
-    test_split: str = Field("test", description="Qrels split of the final evaluation.")
-    test_max_queries: int | None = Field(None, ge=1, description="Cap on test queries per dataset (seeded).")
-    test_max_docs: int | None = Field(None, ge=1, description="Cap on test corpus size (judged documents kept).")
     dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from drmix.errors import ConfigError
+from drmix.io import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +46,6 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _FORMAT = "drmix-onnx-2"  # bump when the export or quantisation settings change
 _sessions: dict[str, Any] = {}
 _lock = threading.Lock()
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("DRMIX_CACHE", Path.home() / ".cache" / "drmix")).expanduser()
 
 
 def _require() -> tuple[Any, Any]:
@@ -69,7 +66,7 @@ def transformer_module(model: Any) -> tuple[str, Any]:
         raise ConfigError("ONNX encoding needs a SentenceTransformer.", fix="use --precision fp32 or int8.")
     key = next(iter(modules))
     first = modules[key]
-    inner = getattr(first, "model", None) if hasattr(first, "model") else None
+    inner = getattr(first, "model", None)
     if not isinstance(inner, torch.nn.Module) or not hasattr(inner, "config"):
         raise ConfigError(f"ONNX encoding supports models whose first module is a Hugging Face transformer, "
                           f"not {type(first).__name__}.", fix="use --precision fp32 or int8 for this model.")
@@ -135,12 +132,14 @@ def export(first: Any, folder: Path, *, quantize: bool) -> Path:
     if not int8.exists():
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             target = Path(tmp) / "model-int8.onnx"
-            logging.getLogger().disabled, was = True, logging.getLogger().disabled  # its pre-processing hint
+            root = logging.getLogger()  # the quantiser logs a pre-processing hint on the root logger
+            was = root.disabled
+            root.disabled = True
             try:
                 quantize_dynamic(str(fp32), str(target), weight_type=QuantType.QInt8, per_channel=True,
                                  reduce_range=True, extra_options={"DefaultTensorType": 1})  # 1 = FLOAT
             finally:
-                logging.getLogger().disabled = was
+                root.disabled = was
             os.replace(target, int8)
     return int8
 
@@ -209,7 +208,8 @@ def onnx_model(model: Any, precision: str) -> Any:
     _require()
     key, first = transformer_module(model)
     quantize = precision == "onnx-int8"
-    fp = fingerprint(first.model, extra=f"{_FORMAT}|{first.model.config.to_json_string()}|{_input_names(first)}")
+    names = _input_names(first)
+    fp = fingerprint(first.model, extra=f"{_FORMAT}|{first.model.config.to_json_string()}|{names}")
     memo = f"{fp}|{precision}"
     with _lock:
         session = _sessions.get(memo)
@@ -227,7 +227,7 @@ def onnx_model(model: Any, precision: str) -> Any:
                     raise ConfigError(f"this model could not be exported to ONNX ({type(e).__name__}: {e}).",
                                       fix="use --precision fp32 or int8.") from None
             session = _sessions[memo] = _session(path)
-    inner = OrtTransformer(session, first.model.config, _input_names(first))
+    inner = OrtTransformer(session, first.model.config, names)
     replaced = copy.copy(first)
     replaced._modules = collections.OrderedDict(first._modules)
     replaced._modules["model"] = inner
