@@ -31,7 +31,7 @@ max_steps=2000 --coco batch_size=256). Rerunning skips finished stages and resum
 
 #: training fields that mean nothing for COCO (no labelled data, no strategy, spans set the lengths)
 COCO_SKIP = {"data", "strategy", "transfer", "weights_file", "reference_model", "dev", "dev_split", "tdro", "infdds",
-             "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives", "batching",
+             "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives",
              "mixture_temperature", "max_collection_size"}
 
 
