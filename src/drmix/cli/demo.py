@@ -1,6 +1,6 @@
 """``drmix demo`` (the end-to-end demo) and ``drmix localdocs build`` (its data, on its own).
 
-Thin wrappers around :func:`drmix.demo.run_demo` and :func:`drmix.data.localdocs.build_localdocs`;
+Thin wrappers around :func:`drmix.demo.run_demo` and :func:`drmix.data.builders.localdocs.build_localdocs`;
 the tables are drawn here with ``rich``.
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ def localdocs_build_command(
     from rich.table import Table
 
     from drmix.cli import console
-    from drmix.data.localdocs import STATS_COLUMNS, LocalDocsOptions, build_localdocs
+    from drmix.data.builders.localdocs import STATS_COLUMNS, LocalDocsOptions, build_localdocs
     from drmix.outputs import check_output_dir
 
     check_output_dir(out, "localdocs", overwrite=overwrite)
