@@ -38,7 +38,7 @@ from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from drmix.train.guard import NonFiniteGuard
 from drmix.train.lock import clean_stale_temporaries, run_lock
-from drmix.train.preflight import check_device, check_model_fit, warn_small_collections
+from drmix.train.preflight import check_device, check_model_fit, check_strategy_batching, warn_small_collections
 from drmix.train.resume_check import check_resume
 from drmix.train.gradcache import GradCache
 from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
@@ -171,6 +171,7 @@ class Trainer:
 
             strategy = build_strategy(config, self.names)
         self.strategy = strategy
+        check_strategy_batching(strategy, self.names, config.batching)
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
