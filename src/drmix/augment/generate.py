@@ -1,4 +1,6 @@
-"""LLM-generated queries (DRAMA, seeds/004_93ca4c5adc287455.txt, Sec. 3.1.2 and Fig. 1b).
+"""LLM-generated queries
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3.1.2 and Fig. 1b).
 
 The prompt follows the structure of the authors' query-generation scripts, in our own words: a system
 message casting the model as a search agent that invents a retrieval task the passage supports and a query

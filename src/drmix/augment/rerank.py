@@ -1,4 +1,6 @@
-"""LLM listwise reranking of the teacher's candidates (DRAMA, seeds/004_93ca4c5adc287455.txt, Sec. 3.1.3, Fig. 1c).
+"""LLM listwise reranking of the teacher's candidates
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3.1.3, Fig. 1c).
 
 For each query the teacher's top ``k = 20`` candidates are shown to an instruction-following LLM, each cut to
 ``max_passage_words`` words and numbered ``[1]..[20]`` in the teacher's order; the query is repeated after the

@@ -54,6 +54,13 @@ class ChatRequest:
     def message_dicts(self) -> list[Message]:
         return [{"role": r, "content": c} for r, c in self.messages]
 
+    def completion_prompt(self) -> str:
+        """The raw prompt of a ``completion`` request: the turns' contents joined by a blank line.
+
+        Every backend sends this same text, so a local and a served model see identical prompts.
+        """
+        return "\n\n".join(c for _, c in self.messages)
+
     def key(self, model_id: str) -> str:
         """SHA-256 of the model id, the messages and the parameters: the cache key of this request."""
         payload = {"model": model_id, "messages": self.messages, "params": self.params.as_dict(),

@@ -58,7 +58,7 @@ class OpenAIBackend(LLMBackend):
         body: dict[str, Any] = {"model": self.model_id, "temperature": p.temperature, "top_p": p.top_p,
                                 "max_tokens": p.max_new_tokens, "seed": p.seed}
         if request.completion:
-            body["prompt"] = "".join(c for _, c in request.messages)
+            body["prompt"] = request.completion_prompt()
             return "/completions", body
         body["messages"] = request.message_dicts()
         return "/chat/completions", body

@@ -136,7 +136,7 @@ class TransformersBackend(LLMBackend):
         messages = request.message_dicts()
         if not request.completion and getattr(self.tokenizer, "chat_template", None):
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return "\n\n".join(m["content"] for m in messages)
+        return request.completion_prompt()
 
     def complete(self, request: ChatRequest) -> Completion:
         return self.complete_many([request])[0]

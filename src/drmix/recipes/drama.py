@@ -1,9 +1,11 @@
-"""The DRAMA recipe on a target corpus (seeds/004_93ca4c5adc287455.txt, Sec. 3 and Fig. 1): augment -> train a
+"""The DRAMA recipe on a target corpus
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3 and Fig. 1): augment -> train a
 small student -> evaluate student vs teacher vs the untuned student, one table.
 
 1. **augment** each target corpus (no labels needed): cropped-sentence queries mined by the teacher (ranks
    1-10 positives, 30-50 hard negatives); with an LLM configured (``generate: true``) also LLM-generated
-   queries for ``generate_max_docs`` documents, mined the same way, and (``rerank: true``) the LLM's listwise
+   queries for ``generate_max_docs`` documents (a seeded sample across the corpus), mined the same way, and (``rerank: true``) the LLM's listwise
    rerank of their top-20 (top-1 positive, ranks 10-20 negatives). Files: ``augment/<corpus>-<kind>.jsonl``;
    LLM calls are cached in ``augment/llm-cache.jsonl``.
 2. **student**: ``model`` (any SentenceTransformer), or, with ``prune_from`` set, a backbone pruned from a
@@ -79,6 +81,15 @@ def _sample(ids: list[str], n: int | None, seed: int) -> list[str]:
     return [ids[i] for i in keep]
 
 
+def generation_ids(ids: list[str], n: int, seed: int) -> list[str]:
+    """The documents given to the LLM: a seeded sample of ``n`` spread over all of ``ids`` (not its head).
+
+    ``ids`` is already a sorted sample of the corpus, so its first ``n`` would be the documents with the
+    smallest ids; a second seeded draw (its own stream) spreads the generated queries over the corpus.
+    """
+    return _sample(ids, n, seed + 7907)
+
+
 def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, cfg: DramaConfig, out: Path,
                    backend: Any = None) -> dict[str, Any]:
     """Write this corpus's augmented collections into ``out``; returns the files and counts."""
@@ -104,7 +115,7 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     info["files"] = [str(crop_file)]
     if cfg.generate:
         gen_file = out / f"{name}-generate.jsonl"
-        gen_ids = ids[:cfg.generate_max_docs]
+        gen_ids = generation_ids(ids, cfg.generate_max_docs, cfg.seed)
         if not gen_file.exists():
             rows, stats = generate_queries(document_texts(corpus, gen_ids), backend)
             info["generate"] = stats.as_dict()

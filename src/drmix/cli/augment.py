@@ -1,7 +1,7 @@
-"""``drmix augment crop|mine|generate|rerank``, ``drmix prune`` and ``drmix pipeline drama`` (DRAMA).
+"""``drmix augment crop|mine|generate|rerank``: training collections from an unlabelled corpus (DRAMA).
 
-Thin: options are validated and handed to :mod:`drmix.augment`, :mod:`drmix.model.prune` and
-:mod:`drmix.recipes.drama`. Every augment command writes a drmix collection JSONL (what ``drmix train
+Thin: options are validated and handed to :mod:`drmix.augment` (the recipe that chains them is
+``drmix pipeline drama``). Every augment command writes a drmix collection JSONL (what ``drmix train
 --data`` reads) and a ``<output>.stats.json`` with its counts.
 """
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any, Optional
 
 import typer
 
-from drmix.cli.options import config_command
 
 AUGMENT_HELP = "Build training collections from an unlabelled corpus (DRAMA): cropped sentences, teacher mining, " \
                "LLM-generated queries, LLM listwise reranking."
@@ -216,62 +215,10 @@ def rerank_command(
                      f"repaired {s['repaired_share']:.0%}, dropped {s['dropped_share']:.0%}); wrote {output}")
 
 
-def prune_command(
-    output: Path = typer.Option(..., "--output", "-o", help="SentenceTransformer folder to write."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Causal LM: folder, hub id or .gguf file "
-                                                                   "(default: the packaged SmolLM2-135M-Instruct)."),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Layers to keep, 0-based (e.g. 0,10,20,29 or 0-3,29)."),
-    keep_layers: Optional[int] = typer.Option(None, "--keep-layers", min=1, help="Or: how many layers to keep "
-                                              "(first and last, the rest evenly spaced)."),
-    mlp_keep: Optional[int] = typer.Option(None, "--mlp-keep", min=1, help="Narrow every MLP to this many channels."),
-    causal: bool = typer.Option(False, "--causal", help="Keep causal attention (default: bidirectional)."),
-    max_seq_length: int = typer.Option(512, "--max-seq-length", min=8, help="Token cap of the saved encoder."),
-    query_prompt: str = typer.Option("Query: ", "--query-prompt", help="Prompt prepended to queries."),
-) -> None:
-    """Turn a decoder LM into a retriever backbone: chosen layers, bidirectional attention, mean pooling."""
-    from drmix.model.prune import prune_to_sentence_transformer
-
-    info = prune_to_sentence_transformer(model, output, layers=layers, keep_layers=keep_layers, mlp_keep=mlp_keep,
-                                         bidirectional=not causal, max_seq_length=max_seq_length,
-                                         query_prompt=query_prompt)
-    _console().print(f"kept layers {info['layers']} of {info['source_layers']}; "
-                     f"{info['parameters'] / 1e6:.1f}M parameters; saved {output}")
-
-
-PIPELINE_HELP = ("Run the DRAMA recipe: augment --corpus (crop + teacher mining; LLM generate / rerank with "
-                 "--generate / --rerank), train the student (--model, or one pruned from --prune-from), then "
-                 "evaluate teacher, untuned and trained student on --test-data at full size and at --dims, in one "
-                 "table (summary.md). Finished steps are skipped on a rerun.")
-
-
-def run_pipeline(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.recipes.drama import load_drama_config, run_drama_pipeline
-
-    summary = run_drama_pipeline(load_drama_config(config_path, overrides))
-    if "table" in summary:
-        _console().print(summary["table"], highlight=False, soft_wrap=True)
-    _console().print("summary: " + str(Path(load_drama_config(config_path, overrides).output_dir) / "summary.json"))
-
-
-def _pipeline_group(app: typer.Typer) -> typer.Typer:
-    """The ``pipeline`` group another area registered, or a new one."""
-    for info in app.registered_groups:
-        if info.name == "pipeline" and info.typer_instance is not None:
-            return info.typer_instance
-    group = typer.Typer(help="Multi-stage recipes.", no_args_is_help=True)
-    app.add_typer(group, name="pipeline")
-    return group
-
-
 def register(app: typer.Typer) -> None:
-    from drmix.recipes.drama import DramaConfig
-
     augment = typer.Typer(help=AUGMENT_HELP, no_args_is_help=True)
     augment.command("crop", no_args_is_help=True)(crop_command)
     augment.command("mine", no_args_is_help=True)(mine_command)
     augment.command("generate", no_args_is_help=True)(_with_llm(generate_command))
     augment.command("rerank", no_args_is_help=True)(_with_llm(rerank_command))
     app.add_typer(augment, name="augment")
-    app.command("prune", no_args_is_help=True)(prune_command)
-    _pipeline_group(app).command("drama", help=PIPELINE_HELP, no_args_is_help=True)(
-        config_command(DramaConfig, run_pipeline))
