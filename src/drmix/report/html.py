@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 REPORT = "report.html"
 CONFIG_FILES = ("config.yaml", "pipeline.yaml", "demo.json", "manifest.json")
 TABLE_FILES = ("summary.md", "results.md", "eval.md", "compare.md")
-_SKIP_DIRS = {"checkpoints", "model", "adapter", "index", "cache", ".cache", "__pycache__"}
+_SKIP_DIRS = {"checkpoints", "model", "adapter", "index", "cache", ".cache", "__pycache__", "tensorboard", "wandb"}
+_LIST_ONLY = {"checkpoints", "index", "cache", "tensorboard", "wandb"}  # listed, their insides not
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;color:#1f2328;
@@ -277,7 +278,7 @@ def _artefacts(folder: Path, out_file: Path) -> str:
         if any(part.startswith(".") for part in rel.parts) or p == out_file:
             continue
         depth = len(rel.parts)
-        inside_skipped = any(part in _SKIP_DIRS for part in rel.parts[:-1])
+        inside_skipped = any(part in _LIST_ONLY for part in rel.parts[:-1])
         if inside_skipped and not (rel.parts[0] == "checkpoints" and depth == 2):
             continue
         if depth > 3:
