@@ -33,6 +33,7 @@ from drmix.io import atomic_write_text, iter_jsonl
 log = logging.getLogger(__name__)
 
 REPORT = "report.html"
+GENERATOR = "drmix report"
 CONFIG_FILES = ("config.yaml", "pipeline.yaml", "demo.json", "manifest.json")
 TABLE_FILES = ("summary.md", "results.md", "eval.md", "compare.md")
 _SKIP_DIRS = {"checkpoints", "model", "adapter", "index", "cache", ".cache", "__pycache__", "tensorboard", "wandb"}
@@ -356,8 +357,28 @@ def render_report(folder: str | Path) -> str:
     sections.append("<h2 id='files'>Files</h2>" + _artefacts(folder, out_file))
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<meta name='generator' content='{GENERATOR}'>"
             f"<title>drmix report: {_esc(title)}</title><style>{_CSS}</style></head>"
             f"<body><main>{''.join(sections)}</main></body></html>\n")
+
+
+def check_report_target(folder: str | Path, *, overwrite: bool = False) -> None:
+    """Refuse to replace a ``report.html`` that drmix did not write (unless ``overwrite``)."""
+    from drmix.errors import ConfigError
+
+    path = Path(folder) / REPORT
+    if path.is_dir() or (path.exists() and not overwrite and not is_drmix_report(path)):
+        raise ConfigError("a report.html is here that drmix did not write.", path=path,
+                          fix="move it away, or pass --overwrite to replace it.")
+
+
+def is_drmix_report(path: str | Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(2048)
+    except OSError:
+        return False
+    return f"content='{GENERATOR}'" in head
 
 
 def write_report(folder: str | Path) -> Path:
