@@ -16,11 +16,19 @@ from rich.console import Console
 from drmix import __version__
 from drmix.errors import DrmixError
 
-console = Console()
-err_console = Console(stderr=True)
-# Piped or redirected output is never wrapped at 80 columns: one message, one line.
-console.soft_wrap = not console.is_terminal
-err_console.soft_wrap = not err_console.is_terminal
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A rich console; when the output is not a terminal (a pipe, a file, CI) lines are never wrapped at 80
+    columns (one message, one line) and tables take their natural width instead of COLUMNS."""
+    c = Console(stderr=stderr)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, soft_wrap=True, width=max(c.width, 400))
+    return c
+
+
+console = make_console()
+err_console = make_console(stderr=True)
 
 app = typer.Typer(
     name="drmix",

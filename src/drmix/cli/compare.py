@@ -27,9 +27,9 @@ def compare_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for compare.md and compare.json."),
 ) -> None:
     """Deltas vs a baseline with 95% intervals and paired significance tests."""
-    from rich.console import Console
     from rich.table import Table
 
+    from drmix.cli import make_console
     from drmix.errors import ConfigError
     from drmix.evaluation.compare import compare, load_scored
     from drmix.io import atomic_write_json, atomic_write_text
@@ -55,13 +55,13 @@ def compare_command(
             star = "*" if comp.significant(d) else ""
             table.add_row(label, d.dataset, str(d.queries), f"{d.delta:+.4f}{star}", f"[{d.low:+.4f}, {d.high:+.4f}]",
                           f"{d.t_p:.4f}", f"{d.fisher_p:.4f}")
-    Console().print(table)
+    make_console().print(table)
     if output is not None:
         if output.exists() and not output.is_dir():
             raise ConfigError("--output is a file, not a folder.", path=output, fix="pass a folder path.")
         atomic_write_text(output / "compare.md", comp.to_markdown())
         atomic_write_json(output / "compare.json", json.loads(json.dumps(comp.to_json())))
-        Console().print(f"wrote {output / 'compare.md'} and {output / 'compare.json'}")
+        make_console().print(f"wrote {output / 'compare.md'} and {output / 'compare.json'}")
 
 
 def register(app: typer.Typer) -> None:

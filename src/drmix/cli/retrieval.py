@@ -40,9 +40,9 @@ PRECISION_HELP = ("Encoding precision: auto (fp16/bf16 on a GPU, fp32 on CPU), f
 
 
 def _console():
-    from rich.console import Console
+    from drmix.cli import make_console
 
-    return Console()
+    return make_console()
 
 
 def resolve_corpus_file(path: Path) -> Path:
