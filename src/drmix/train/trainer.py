@@ -218,6 +218,8 @@ class Trainer:
             self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
                                           max_queries=config.eval_max_queries, seed=config.seed)
         self.step = 0
+        #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
+        self.dropout = True
         self.lookahead_seconds = 0.0
         self.guard = NonFiniteGuard(self.accelerator.device, max_consecutive=config.max_nonfinite_steps,
                                     world_size=self.world)
@@ -275,6 +277,8 @@ class Trainer:
         kept: dict[str, torch.Tensor] = {}
 
         def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+            # what a strategy needs for gradients through the embeddings (iDRO's per-cluster gradients)
+            ctx.extras["embeddings"], ctx.extras["grad_cache"] = (qe, de), self.grad_cache
             kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
             return self.strategy.loss(kept["losses"], local, ctx)
 
@@ -442,6 +446,7 @@ class Trainer:
                     ctx.step = self.step
                     ctx.extras["micro_step"] = micro
                     ctx.extras["accumulation_steps"] = cfg.gradient_accumulation_steps
+                    self.wrapped.train(self.dropout)   # a strategy or evaluation may have left it in eval mode
                     loss, losses = self._forward_backward(q, d, mask, local, ctx)
                     self.guard.observe_loss(loss)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
