@@ -45,7 +45,8 @@ def test_a_new_policy_is_one_registration(scratch_registry):
     assert "lastfirst:W[,bonus=B]" in policy_help()
     assert policy_help().index("zscore") < policy_help().index("lastfirst") < policy_help().index("calibrated")
     assert "lastfirst:W" in search_policy_usage() and "oracle" not in search_policy_usage()
-    assert default_policy_specs()[-4:] == ["lastfirst:1", "lastfirst:2", "calibrated", "calibrated:method=gauss"]
+    specs = default_policy_specs()
+    assert specs.index("crcs") < specs.index("lastfirst:1") == specs.index("lastfirst:2") - 1 < specs.index("coverage")
     assert family_of("lastfirst:1") == "label-free"
     with pytest.raises(ValueError, match="twice"):
         register_policy("lastfirst", usage="x", help="x")(type("Other", (LastFirst,), {}))
@@ -93,5 +94,6 @@ def test_flags_of_the_builtin_policies():
     label_free = {i.name for i in registry.registered_policies() if i.label_free}
     needs = {i.name for i in registry.registered_policies() if i.needs_labels}
     assert tunable == {"fixed", "confidence"}
+    assert {"equal", "redde", "crcs", "coverage"} <= label_free
     assert {"zscore", "calibrated"} <= label_free and not label_free & (tunable | needs)
     assert needs == {"oracle"} and parse_policy("oracle").needs_relevance
