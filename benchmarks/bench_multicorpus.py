@@ -215,19 +215,8 @@ def finetune(train_file: Path, out_dir: Path, seed: int, args) -> tuple[Path, fl
 
 def simplex_specs(specs: list[str], n: int, step: float = 0.1) -> list[str]:
     """For ``n`` corpora the fixed rows are every split on the simplex with this step (one fraction per
-    corpus; 66 rows for three corpora at 0.1), in place of the first corpus's share."""
-    m = int(round(1 / step))
-    grid = []
-
-    def rec(prefix: list[int], left: int) -> None:
-        if len(prefix) == n - 1:
-            grid.append(prefix + [left])
-            return
-        for i in range(left, -1, -1):
-            rec(prefix + [i], left - i)
-
-    rec([], m)
-    fixed = ["fixed:" + ",".join(f"{i / m:g}" for i in g) for g in grid]
+    corpus; 66 rows for three corpora at 0.1), in place of the first corpus's share and the confidence rows."""
+    fixed = expand_policy_specs([f"fixed:simplex/{step:g}"], n_corpora=n)
     out = [s for s in specs if not s.startswith("fixed:") and not s.startswith("confidence:")]
     return out[:1] + fixed + out[1:]
 

@@ -97,3 +97,16 @@ def test_flags_of_the_builtin_policies():
     assert {"equal", "redde", "crcs", "coverage"} <= label_free
     assert {"zscore", "calibrated"} <= label_free and not label_free & (tunable | needs)
     assert needs == {"oracle"} and parse_policy("oracle").needs_relevance
+
+
+def test_simplex_grid_expands_for_n_corpora():
+    specs = expand_policy_specs(["fixed:simplex/0.5", "naive"], n_corpora=3)
+    assert specs == ["fixed:1,0,0", "fixed:0.5,0.5,0", "fixed:0.5,0,0.5", "fixed:0,1,0", "fixed:0,0.5,0.5",
+                     "fixed:0,0,1", "naive"]
+    assert len(expand_policy_specs(["fixed:simplex"], n_corpora=3)) == 66       # C(12, 2)
+    assert expand_policy_specs(["fixed:simplex/0.25"], n_corpora=2) == \
+        ["fixed:1,0", "fixed:0.75,0.25", "fixed:0.5,0.5", "fixed:0.25,0.75", "fixed:0,1"]
+    with pytest.raises(ConfigError, match="number of corpora"):
+        expand_policy_specs(["fixed:simplex"])
+    with pytest.raises(ConfigError, match="whole number"):
+        expand_policy_specs(["fixed:simplex/0.3"], n_corpora=2)

@@ -22,7 +22,7 @@ from drmix.retrieval.multi.registry import register_policy
 @register_policy("fixed", usage="fixed:F",
                  help="fixed:F[,merge=score|rank] (e.g. fixed:0.5, or fixed:0.5,0.3,0.2 for three corpora)",
                  order=10, positional=("fractions",), variadic=True, required=("fractions",),
-                 tunable=True, sweep_range=True, sweep=("fixed:0.0..1.0",))
+                 tunable=True, sweep_range=True, sweep_simplex=True, sweep=("fixed:0.0..1.0",))
 @dataclass(repr=False)
 class FixedPolicy(AllocationPolicy):
     """Fixed-fractional allocation: a fixed share of ``k`` per corpus (one fraction = first corpus's share)."""
