@@ -95,8 +95,10 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     """Write this corpus's augmented collections into ``out``; returns the files and counts."""
     from drmix.augment.crop import crop_queries
     from drmix.augment.examples import mine_examples, rerank_examples, write_collection
-    from drmix.augment.generate import document_texts, generate_queries
+    from drmix.augment.generate import GenerationStats, document_texts, generate_queries
+    from drmix.augment.rerank import RerankStats
     from drmix.data.beir import doc_text
+    from drmix.llm.runstats import llm_stats
 
     texts = {d: doc_text(doc) for d, doc in corpus.items()}
     ids = _sample(list(corpus), cfg.max_docs, cfg.seed)
@@ -117,7 +119,9 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
         gen_file = out / f"{name}-generate.jsonl"
         gen_ids = generation_ids(ids, cfg.generate_max_docs, cfg.seed)
         if not gen_file.exists():
-            rows, stats = generate_queries(document_texts(corpus, gen_ids), backend)
+            stats = GenerationStats()
+            with llm_stats(out / f"{name}-generate.stats.json", stats):  # written on every exit path
+                rows, _ = generate_queries(document_texts(corpus, gen_ids), backend, stats=stats)
             info["generate"] = stats.as_dict()
             rows = [{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"], "llm": backend.describe()}
                     for r in rows]
@@ -125,7 +129,9 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
                                           negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
             write_collection(gen_file, mined)
             if cfg.rerank:
-                rr, rstats = rerank_examples(mined, texts, backend)
+                rstats = RerankStats()
+                with llm_stats(out / f"{name}-rerank.stats.json", rstats):
+                    rr, _ = rerank_examples(mined, texts, backend, stats=rstats)
                 info["rerank"] = rstats.as_dict()
                 write_collection(out / f"{name}-rerank.jsonl", rr)
         info["files"].append(str(gen_file))
