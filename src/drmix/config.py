@@ -131,7 +131,7 @@ def _format_validation(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "config"
-        parts.append(f"{loc}: {err['msg']}")
+        parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 
@@ -139,10 +139,18 @@ def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise ConfigError("config file not found.", path=path, fix="check the path.")
+    if path.is_dir():
+        inside = [n for n in ("config.yaml", "drama.yaml", "pipeline.yaml") if (path / n).is_file()]
+        raise ConfigError("is a folder, not a YAML config file.", path=path,
+                          fix=(f"pass the config file inside it ({path / inside[0]})" if inside else
+                               "pass a YAML file of config fields") + "; a data folder goes to --data.")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError("config file is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
+    except OSError as e:
+        raise ConfigError(f"config file cannot be read ({e.strerror}).", path=path,
+                          fix="check the path and its permissions.") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
