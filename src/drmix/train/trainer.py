@@ -170,7 +170,7 @@ class Trainer:
         if strategy is None:
             from drmix.mixture.registry import build_strategy
 
-            strategy = build_strategy(config, self.names)
+            strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
         self.strategy.setup(self.names, self.sizes)
 
