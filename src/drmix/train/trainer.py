@@ -278,6 +278,8 @@ class Trainer:
         kept: dict[str, torch.Tensor] = {}
 
         def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+            # what a strategy needs for gradients through the embeddings (iDRO's per-cluster gradients)
+            ctx.extras["embeddings"], ctx.extras["grad_cache"] = (qe, de), self.grad_cache
             kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
             return self.strategy.loss(kept["losses"], local, ctx)
 
