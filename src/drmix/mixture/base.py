@@ -50,6 +50,10 @@ class StepContext:
             by its collection), in collection order.
         all_reduce: ``all_reduce(tensor_or_array, op="sum"|"mean")`` over the processes, the identity on one
             (:func:`drmix.device.all_reduce`); strategies reduce through it and nothing else.
+        embeddings: during :meth:`Strategy.loss`, the ``(query, document)`` embeddings the losses were
+            computed from (detached copies under GradCache), for gradients through the representations.
+        grad_cache: the :class:`~drmix.train.gradcache.GradCache` of the step (``--grad-cache-chunk``), or
+            None; its ``project`` turns representation gradients into parameter gradients.
 
     The context is all a strategy sees of the trainer: there is no back door to the trainer's internals.
     """
@@ -75,6 +79,8 @@ class StepContext:
     encode_queries: Callable[..., np.ndarray] | None = None
     training_queries: Callable[[], Sequence[str]] | None = None
     all_reduce: Callable[..., Any] = all_reduce
+    embeddings: tuple[torch.Tensor, torch.Tensor] | None = None
+    grad_cache: Any = None
 
 
 class Strategy:

@@ -152,6 +152,8 @@ class Trainer:
             self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
                                           max_queries=config.eval_max_queries, seed=config.seed)
         self.step = 0
+        #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
+        self.dropout = True
         self.lookahead_seconds = 0.0
         self.guard = NonFiniteGuard(self.device, max_consecutive=config.max_nonfinite_steps, world_size=self.world)
 
@@ -184,6 +186,8 @@ class Trainer:
         kept: dict[str, torch.Tensor] = {}
 
         def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+            # what a strategy needs for gradients through the embeddings (iDRO's per-cluster gradients)
+            ctx.embeddings, ctx.grad_cache = (qe, de), self.grad_cache
             kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
             return self.strategy.loss(kept["losses"], local, ctx)
 
@@ -294,6 +298,7 @@ class Trainer:
                         self.reference.set_live(local, q, d, mask)
                     ctx.step = self.step
                     ctx.micro_step = micro
+                    self.wrapped.train(self.dropout)   # a strategy or evaluation may have left it in eval mode
                     loss, losses = self._forward_backward(q, d, mask, local, ctx)
                     self.guard.observe_loss(loss)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
