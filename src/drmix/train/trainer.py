@@ -48,7 +48,7 @@ from drmix.train.lock import run_lock
 from drmix.train.lora import apply_lora
 from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
-from drmix.train.preflight import check_model_fit, warn_small_collections
+from drmix.train.preflight import check_batch_fits, check_model_fit, warn_small_collections
 from drmix.train.reference import ReferenceScorer
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
@@ -106,6 +106,7 @@ class Trainer:
                                                            seed=config.seed)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
+        check_batch_fits(self.names, self.sizes, config.batch_size)
         self.model = model if model is not None else load_encoder(
             config.model, device=str(self.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.device)
@@ -120,7 +121,7 @@ class Trainer:
         if strategy is None:
             from drmix.mixture.registry import build_strategy
 
-            strategy = build_strategy(config, self.names)
+            strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
         self.strategy.setup(self.names, self.sizes)
 
