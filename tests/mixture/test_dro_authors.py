@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from drmix.mixture.base import Batch, StepContext
+from drmix.data.batch import Batch
+from drmix.mixture.base import StepContext
 from drmix.mixture.dro import DROConfig, build_dro_strategy
 
 K = 4
@@ -26,7 +27,7 @@ def _ctx(ref, micro=0, accum=1):
     fn = None if ref is None else (lambda batch: torch.tensor(ref, dtype=torch.float64))
     return StepContext(step=0, model=None, optimizer=None, scheduler=None, collection_names=NAMES,
                        collection_sizes=[10] * K, compute_losses=lambda b: None, reference_losses=fn,
-                       extras={"micro_step": micro, "accumulation_steps": accum})
+                       micro_step=micro, accumulation_steps=accum)
 
 
 def _batch(ids):
