@@ -54,7 +54,8 @@ def training_paths(args, model, collections) -> list[dict]:
 
     from drmix.data.sampling import BatchBuilder, MixtureSampler
     from drmix.data.tokenized import tokenize_collection
-    from drmix.train.inputs import Featurizer, host_inputs, pin_memory_available
+    from drmix.device import pin_memory_available
+    from drmix.train.inputs import Featurizer, host_inputs
 
     sizes = [len(c) for c in collections]
     pin = pin_memory_available("cuda")

@@ -340,7 +340,7 @@ class Prep:
 
     def weights(self, strategy: str) -> Path:
         from drmix.config import TrainConfig
-        from drmix.pipeline import optimize_weights, stage1_config
+        from drmix.mixture.optimize import optimize_weights, stage1_config
 
         args = self.args
         out = self.root / f"stage1-{strategy}"

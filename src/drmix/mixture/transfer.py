@@ -1,6 +1,7 @@
 """Transfer of learned collection weights into fine-tuning (stage 2 of tDRO).
 
-Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, section "Settings" and Table 5), which transfers the
+Specification: tDRO ("Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval",
+Ma et al., AAAI 2025, arXiv:2408.10613, section "Settings" and Table 5), which transfers the
 weights learned by a proxy model in three ways; all three keep the task-homogeneous batches of fine-tuning:
 
 * ``top:K`` -- *top-rated dataset selection*: keep the ``K`` fraction of collections with the highest
@@ -30,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from drmix.data.batch import Batch
 from drmix.errors import ConfigError
-from drmix.mixture.base import Batch, StepContext, Strategy
+from drmix.mixture.base import StepContext, Strategy
 from drmix.mixture.dro import top_k_selection
 
 log = logging.getLogger(__name__)
@@ -40,18 +42,30 @@ TRANSFERS = ("top:K", "reweight", "loss")
 
 
 def read_weights_file(path: str | Path, *, key: str | None = None) -> dict[str, float]:
-    """``{collection: weight}`` from a ``weights.json`` (``key``: ``final``/``mean``/``ema``; default ``weights``)."""
+    """``{collection: weight}`` from a ``weights.json`` (``key``: ``final``/``mean``/``ema``; default ``weights``)
+    or a ``{name: weight}`` file; ``.yaml``/``.yml`` files are read as YAML (``safe_load``), others as JSON."""
+    import yaml
+
     path = Path(path)
-    if not path.exists():
-        raise ConfigError("weights file not found.", path=path,
-                          fix="pass the weights.json written by `drmix mixture optimize`.")
+    if not path.is_file():
+        raise ConfigError("weights file not found." if not path.exists() else "weights file is not a file.",
+                          path=path, fix="pass the weights.json written by `drmix mixture optimize`, or a "
+                                         "{name: weight} JSON/YAML file.")
+    is_yaml = path.suffix.lower() in (".yaml", ".yml")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"weights file is not valid JSON ({e}).", path=path,
-                          fix="pass the weights.json written by `drmix mixture optimize`.") from None
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text) if is_yaml else json.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError("weights file is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"weights file is not valid JSON ({e}).", path=path, line=e.lineno,
+                          fix="fix the JSON, or name a YAML file .yaml.") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(f"weights file is not valid YAML ({getattr(e, 'problem', e)}).", path=path,
+                          line=(mark.line + 1) if mark else None, fix="fix the YAML syntax.") from None
     if not isinstance(data, dict):
-        raise ConfigError("weights file must hold a JSON object.", path=path,
+        raise ConfigError("weights file must hold a mapping.", path=path,
                           fix='write {"collections": [...], "weights": [...]} or {"name": weight, ...}.')
     if key is not None:
         if not isinstance(data.get(key), dict):

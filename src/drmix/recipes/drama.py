@@ -1,9 +1,11 @@
-"""The DRAMA recipe on a target corpus (seeds/004_93ca4c5adc287455.txt, Sec. 3 and Fig. 1): augment -> train a
+"""The DRAMA recipe on a target corpus
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3 and Fig. 1): augment -> train a
 small student -> evaluate student vs teacher vs the untuned student, one table.
 
 1. **augment** each target corpus (no labels needed): cropped-sentence queries mined by the teacher (ranks
    1-10 positives, 30-50 hard negatives); with an LLM configured (``generate: true``) also LLM-generated
-   queries for ``generate_max_docs`` documents, mined the same way, and (``rerank: true``) the LLM's listwise
+   queries for ``generate_max_docs`` documents (a seeded sample across the corpus), mined the same way, and (``rerank: true``) the LLM's listwise
    rerank of their top-20 (top-1 positive, ranks 10-20 negatives). Files: ``augment/<corpus>-<kind>.jsonl``;
    LLM calls are cached in ``augment/llm-cache.jsonl``.
 2. **student**: ``model`` (any SentenceTransformer), or, with ``prune_from`` set, a backbone pruned from a
@@ -25,7 +27,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
@@ -61,6 +63,24 @@ class DramaConfig(PipelineBaseConfig):
                                                                   "timeout, ...; see docs/drama.md).")
     dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
 
+    @field_validator("llm")
+    @classmethod
+    def _llm_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """The ``llm`` mapping holds :class:`~drmix.llm.factory.LLMConfig` fields: checked when the config is
+        read (a misspelt key is one config error before any work, not a traceback at the LLM step)."""
+        from pydantic import ValidationError
+
+        from drmix.llm.factory import LLMConfig
+
+        try:
+            LLMConfig.model_validate(v)
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(x) for x in err["loc"]) or "llm"
+            keys = f" (the keys are {', '.join(LLMConfig.model_fields)})" if err["type"] == "extra_forbidden" else ""
+            raise ValueError(f"{key}: {err['msg']}{keys}") from None
+        return v
+
 
 def _corpus_of(path: str) -> tuple[str, dict[str, dict[str, str]]]:
     from drmix.data.beir import read_corpus
@@ -79,13 +99,24 @@ def _sample(ids: list[str], n: int | None, seed: int) -> list[str]:
     return [ids[i] for i in keep]
 
 
+def generation_ids(ids: list[str], n: int, seed: int) -> list[str]:
+    """The documents given to the LLM: a seeded sample of ``n`` spread over all of ``ids`` (not its head).
+
+    ``ids`` is already a sorted sample of the corpus, so its first ``n`` would be the documents with the
+    smallest ids; a second seeded draw (its own stream) spreads the generated queries over the corpus.
+    """
+    return _sample(ids, n, seed + 7907)
+
+
 def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, cfg: DramaConfig, out: Path,
                    backend: Any = None) -> dict[str, Any]:
     """Write this corpus's augmented collections into ``out``; returns the files and counts."""
     from drmix.augment.crop import crop_queries
     from drmix.augment.examples import mine_examples, rerank_examples, write_collection
-    from drmix.augment.generate import document_texts, generate_queries
+    from drmix.augment.generate import GenerationStats, document_texts, generate_queries
+    from drmix.augment.rerank import RerankStats
     from drmix.data.beir import doc_text
+    from drmix.llm.runstats import failure_line, llm_stats
 
     texts = {d: doc_text(doc) for d, doc in corpus.items()}
     ids = _sample(list(corpus), cfg.max_docs, cfg.seed)
@@ -104,19 +135,25 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     info["files"] = [str(crop_file)]
     if cfg.generate:
         gen_file = out / f"{name}-generate.jsonl"
-        gen_ids = ids[:cfg.generate_max_docs]
+        gen_ids = generation_ids(ids, cfg.generate_max_docs, cfg.seed)
         if not gen_file.exists():
-            rows, stats = generate_queries(document_texts(corpus, gen_ids), backend)
+            stats = GenerationStats()
+            with llm_stats(out / f"{name}-generate.stats.json", stats) as stats_path:  # on every exit path
+                rows, _ = generate_queries(document_texts(corpus, gen_ids), backend, stats=stats)
             info["generate"] = stats.as_dict()
             rows = [{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"], "llm": backend.describe()}
                     for r in rows]
             mined, counts = mine_examples(rows, texts, teacher, positives=cfg.positive_ranks,
                                           negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
-            write_collection(gen_file, mined)
+            write_collection(gen_file, mined, why=failure_line(stats, stats_path) + f"; outcomes "
+                             f"{dict(stats.outcomes)}, mining {dict(counts)}. Check the endpoint or llm.timeout")
             if cfg.rerank:
-                rr, rstats = rerank_examples(mined, texts, backend)
+                rstats = RerankStats()
+                with llm_stats(out / f"{name}-rerank.stats.json", rstats):
+                    rr, _ = rerank_examples(mined, texts, backend, stats=rstats)
                 info["rerank"] = rstats.as_dict()
-                write_collection(out / f"{name}-rerank.jsonl", rr)
+                write_collection(out / f"{name}-rerank.jsonl", rr, why=failure_line(rstats, out / f"{name}-rerank"
+                                 f".stats.json") + f"; outcomes {dict(rstats.outcomes)}")
         info["files"].append(str(gen_file))
         if cfg.rerank and (out / f"{name}-rerank.jsonl").exists():
             info["files"].append(str(out / f"{name}-rerank.jsonl"))

@@ -1,0 +1,437 @@
+"""The tDRO recipe (``drmix pipeline tdro``) as a library function: reference, learned weights, transfer, evaluation.
+
+Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"), stages as in the paper:
+
+* **stage 0** -- the reference model: fine-tuning with uniform weights and task-homogeneous batches
+  (``drmix train`` with ``mixture: uniform``); skipped when the config names ``reference_model``. It is
+  also the uniform baseline of the final table (GroupDRO uses it only as that: it needs no reference).
+* **stage 1** -- learned weights (:func:`drmix.mixture.optimize.optimize_weights`): a proxy model trained on *mixed* batches
+  (every collection, equal share) with hard-negative-only InfoNCE, the frozen reference forwarded on the
+  same inputs, and a DRO strategy (``tdro`` by default; ``doremi``/``groupdro`` for the baselines;
+  GroupDRO needs no reference). Writes ``weights.json``, ``weights.jsonl`` and ``weights.png``.
+* **stage 2** -- fine-tuning with each configured transfer (default ``top:0.7`` and ``reweight``; see
+  :mod:`drmix.mixture.transfer`), task-homogeneous batches.
+* **evaluation** -- every stage-2 model and the uniform baseline on the configured BEIR test sets
+  (nDCG@10 etc. through :mod:`drmix.evaluation.evaluate`), ending with one Markdown table (uniform vs
+  each transfer, per dataset and average) plus the learned weights (``summary.md``, ``summary.json``).
+
+* **validation first** -- every stage's configuration (with its overrides), every transfer and every path
+  (training data, test and selection directories with their splits) is checked before stage 0 trains
+  (:func:`validate_pipeline`), so a typo fails in a second, not after hours.
+* **selection on dev** (``select_on``: BEIR directories, split ``select_split``, default ``dev``) -- uniform
+  and every transfer are evaluated on the dev split only (the test qrels are never read for it); the best
+  average nDCG@10 is the pipeline's result (``selected`` in ``summary.json``, and ``model`` in
+  ``output_dir`` links to it). A transfer that scores below uniform on dev is reported with a warning.
+  Without ``select_on`` the result is ``default_selection`` (``uniform`` unless configured: in the
+  leave-one-out benchmark of docs/benchmarks.md no learned transfer beat uniform significantly), and the
+  summary says so; the test split never chooses.
+* **significance** -- the summary compares every model with uniform per dataset and on average with
+  paired tests over queries (:mod:`drmix.evaluation.compare`).
+
+The uniform baseline is the stage-0 model (the paper's reference *is* a uniform fine-tune with the
+fine-tuning recipe). When the config supplies ``reference_model``, no stage 0 runs and the baseline is
+trained as stage 2 with uniform weights. Each stage writes to its own subdirectory of ``output_dir``
+(``stage0-reference``, ``stage1-<strategy>``, ``stage2-<strategy>-<transfer>``, ``stage2-uniform``), so
+several strategies can share one root and one reference; a rerun skips finished stages and resumes an
+interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json``.
+
+Collections without hard negatives: with hard-negative-only InfoNCE their loss is identically 0 (the
+positive is the only candidate), so no measurement is possible. The tDRO authors mine negatives for such
+datasets; stage 1 here gives each such example ``num_negatives`` random positives of *other examples of
+the same collection* (seeded) -- the negatives in-batch sampling would give under task-homogeneous
+batching, so the measurement stays within one task. Set ``stage1_fill_negatives: false`` to turn it off.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, ValidationError
+
+from drmix.config import PipelineBaseConfig, TrainConfig, load_config
+from drmix.errors import ConfigError
+from drmix.io import atomic_write_json, atomic_write_text
+from drmix.mixture.optimize import optimize_weights, stage1_config
+
+log = logging.getLogger(__name__)
+
+BASELINE = "uniform"
+
+
+class PipelineConfig(PipelineBaseConfig):
+    """``drmix pipeline tdro`` options: the training fields shared by every stage, plus the stages' own."""
+
+    strategy: Literal["tdro", "doremi", "groupdro"] = Field(
+        "tdro", description="Stage-1 strategy: tdro (relative loss), doremi (excess loss) or groupdro (raw loss).")
+    output_dir: str = Field("runs/pipeline", description="Root directory; each stage writes a subdirectory.")
+    transfers: list[str] = Field(default_factory=lambda: ["top:0.7", "reweight"],
+                                 description="Stage-2 transfers of the learned weights: top:K, reweight, loss.")
+    stage0: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 0.")
+    stage1: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 1.")
+    stage2: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 2.")
+    stage1_fill_negatives: bool = Field(True, description="Stage 1: give examples without hard negatives random "
+                                                          "same-collection negatives.")
+    select_on: list[str] = Field(default_factory=list, description="BEIR directories whose dev split chooses among "
+                                                                   "uniform and the transfers (never the test split).")
+    select_split: str = Field("dev", description="Qrels split of the select_on directories.")
+    select_max_queries: int | None = Field(None, ge=1, description="Cap on selection queries per dataset.")
+    select_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per selection dataset.")
+    default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
+                                                          "uniform (the benchmark's evidence) or a transfer.")
+
+
+@dataclass
+class StageOutput:
+    name: str
+    output_dir: Path
+    model_dir: Path
+    skipped: bool
+
+
+@dataclass
+class PipelineResult:
+    output_dir: Path
+    reference: str
+    weights_path: Path
+    weights: dict[str, float]
+    models: dict[str, Path]                                    # label -> model dir (uniform + each transfer)
+    results: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # label -> dataset -> metric
+    table: str = ""
+    selection: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # label -> dev dataset -> metric
+    selected: str | None = None                                # label chosen on dev (None: no select_on)
+    comparison: Any = None                                     # drmix.evaluation.compare.Comparison on test
+
+
+def slug(text: str) -> str:
+    """A directory-safe form of a transfer name: ``top:0.7`` -> ``top-0.7``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _stage_config(base: PipelineConfig, overrides: dict[str, Any], **fixed: Any) -> TrainConfig:
+    own = set(PipelineConfig.model_fields) - set(TrainConfig.model_fields)
+    values = base.model_dump(exclude=own | {"strategy"})
+    values.update(fixed)
+    values.update(overrides)
+    values["resume"] = True          # finished / interrupted stages continue instead of failing
+    try:
+        return TrainConfig.model_validate(values)
+    except ValidationError as e:
+        raise ConfigError(f"invalid stage configuration: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}.",
+                          fix="check the stage0/stage1/stage2 overrides.") from None
+
+
+def _finished(out: Path) -> bool:
+    return (out / "model" / "modules.json").exists()
+
+
+def _run_stage(name: str, config: TrainConfig, *, strategy=None, collections=None) -> StageOutput:
+    from drmix.train.trainer import train
+
+    out = Path(config.output_dir)
+    if _finished(out):
+        log.info("%s: finished earlier in %s, skipping", name, out)
+        return StageOutput(name, out, out / "model", True)
+    log.info("%s: training into %s", name, out)
+    kwargs = {"collections": collections} if collections is not None else {}
+    result = train(config, strategy=strategy, **kwargs)
+    return StageOutput(name, out, result.model_dir, False)
+
+
+def evaluate_models(models: dict[str, Path], test_data: list[str], *, split: str = "test",
+                    max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
+                    max_length: int | None = None, metrics: tuple[str, ...] | None = None,
+                    cache_name: str | None = None,
+                    per_query: dict | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """``{label: {dataset: {metric: value}}}`` for each model folder; cached next to the model.
+
+    When ``per_query`` is a dict it receives ``{label: {dataset: {query_id: {metric: value}}}}``.
+    """
+    from drmix.data.beir import load_beir
+    from drmix.evaluation.evaluate import dataset_names, evaluate_dataset, subsample
+    from drmix.evaluation.metrics import DEFAULT_METRICS
+    from drmix.model.encoder import load_encoder
+
+    metrics = tuple(metrics or DEFAULT_METRICS)
+    key = {"split": split, "data": [str(Path(d).resolve()) for d in test_data], "max_queries": max_queries,
+           "max_docs": max_docs, "seed": seed, "max_length": max_length, "metrics": list(metrics)}
+    cache_name = cache_name or f"eval-{split}.json"
+    datasets = None
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    for label, model_dir in models.items():
+        cache = Path(model_dir).parent / cache_name
+        if cache.exists():
+            cached = json.loads(cache.read_text(encoding="utf-8"))
+            if cached.get("key") == key and cached.get("per_query"):
+                results[label] = cached["results"]
+                if per_query is not None:
+                    per_query[label] = cached["per_query"]
+                continue
+        if datasets is None:
+            datasets = {n: subsample(load_beir(d, split), max_queries=max_queries, max_docs=max_docs, seed=seed)
+                        for n, d in zip(dataset_names(test_data), test_data)}
+        model = load_encoder(str(model_dir))
+        pq: dict[str, dict] = {n: {} for n in datasets}
+        results[label] = {n: evaluate_dataset(model, data, metrics=metrics, max_length=max_length, per_query=pq[n])
+                          for n, data in datasets.items()}
+        if per_query is not None:
+            per_query[label] = pq
+        atomic_write_json(cache, {"key": key, "model": str(model_dir), "split": split, "results": results[label],
+                                  "per_query": pq})
+        log.info("%s: %s", label, {n: round(r.get("ndcg@10", float("nan")), 4) for n, r in results[label].items()})
+    return results
+
+
+def results_table(results: dict[str, dict[str, dict[str, float]]], metric: str = "ndcg@10") -> str:
+    """Markdown: one row per dataset (+ average), one column per model label; deltas vs the first column."""
+    labels = list(results)
+    datasets = list(dict.fromkeys(d for r in results.values() for d in r))
+    base = labels[0]
+
+    def cell(label: str, value: float | None, ref: float | None) -> str:
+        if value is None:
+            return ""
+        if label == base or ref is None:
+            return f"{value:.4f}"
+        return f"{value:.4f} ({value - ref:+.4f})"
+
+    lines = [f"| {metric} | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+    avgs: dict[str, float | None] = {}
+    for label in labels:
+        vals = [results[label][d][metric] for d in datasets if metric in results[label].get(d, {})]
+        avgs[label] = sum(vals) / len(vals) if len(vals) == len(datasets) and vals else None
+    for d in datasets:
+        ref = results[base].get(d, {}).get(metric)
+        row = [cell(lb, results[lb].get(d, {}).get(metric), ref) for lb in labels]
+        lines.append(f"| {d} | " + " | ".join(row) + " |")
+    if len(datasets) > 1:
+        lines.append("| average | " + " | ".join(cell(lb, avgs[lb], avgs[base]) for lb in labels) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | None = None) -> str:
+    """Markdown: collections sorted by learned weight, with which transfers keep them."""
+    names = weights_json["collections"]
+    w = dict(zip(names, weights_json["weights"]))
+    kept = kept or {}
+    head = "| collection | weight | " + " | ".join(kept) + (" |" if kept else "|")
+    lines = [head, "|---|---:|" + "---|" * len(kept)]
+    for n in sorted(names, key=lambda x: -w[x]):
+        marks = " | ".join("yes" if n in k else "" for k in kept.values())
+        lines.append(f"| {n} | {w[n]:.4f} | " + marks + (" |" if kept else "|"))
+    return "\n".join(lines) + "\n"
+
+
+def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
+    """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
+    from drmix.data.collections import load_collections
+    from drmix.mixture.transfer import build_transfer_strategy
+
+    strat = validate_pipeline(config)
+    root = Path(config.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(root / "pipeline.yaml", config.dump_yaml())
+    models: dict[str, Path] = {}
+
+    # Stage 0: the uniform baseline, and the reference of the ratio / difference measurements.
+    reference = config.reference_model
+    if reference is None:
+        s0 = _run_stage("stage 0", _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform",
+                                                 strategy="static", transfer=None, weights_file=None,
+                                                 reference_model=None, output_dir=str(root / "stage0-reference")))
+        models[BASELINE] = s0.model_dir
+        if strat.config.measurement != "raw":      # GroupDRO measures raw losses: no reference forward
+            reference = str(s0.model_dir)
+
+    # Stage 1: learned weights.
+    s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
+                           output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
+    s1_out = Path(s1_cfg.output_dir)
+    if _finished(s1_out) and (s1_out / "weights.json").exists():
+        log.info("stage 1: finished earlier in %s, skipping", s1_out)
+    else:
+        optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives)
+    weights_path = s1_out / "weights.json"
+    learned = json.loads(weights_path.read_text(encoding="utf-8"))
+
+    # Stage 2: each transfer (and the uniform baseline when stage 0 did not run).
+    names = [c.name for c in load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)]
+    runs: list[tuple[str, str | None]] = ([] if BASELINE in models else [(BASELINE, None)])
+    runs += [(t, t) for t in config.transfers]
+    kept: dict[str, list[str]] = {}
+    for label, transfer in runs:
+        fixed = dict(batching="homogeneous", strategy="static", reference_model=None,
+                     mixture="uniform", transfer=transfer, weights_file=str(weights_path) if transfer else None,
+                     output_dir=str(root / ("stage2-uniform" if transfer is None
+                                            else f"stage2-{config.strategy}-{slug(transfer)}")))
+        cfg = _stage_config(config, config.stage2, **fixed)
+        strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
+        if strategy is not None and "kept" in strategy.info:
+            kept[label] = strategy.info["kept"]
+        out = _run_stage(f"stage 2 ({label})", cfg, strategy=strategy)
+        models[label] = out.model_dir
+
+    result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
+                            models)
+    if config.select_on:
+        select_models(config, result)
+    else:
+        result.selected = config.default_selection
+        _link_model(result.output_dir, result.models[result.selected])
+    if config.test_data:
+        per_query: dict = {}
+        result.results = evaluate_models(models, config.test_data, split=config.test_split,
+                                         max_queries=config.test_max_queries, max_docs=config.test_max_docs,
+                                         seed=config.seed, max_length=config.doc_max_length, per_query=per_query)
+        if len(models) > 1:
+            from drmix.evaluation.compare import Scored, compare
+
+            result.comparison = compare([Scored(lb, per_query[lb]) for lb in models], baseline=BASELINE,
+                                        metric="ndcg@10", seed=config.seed)
+    result.table = _summary(config, result, learned, kept)
+    return result
+
+
+def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
+    from drmix.data.beir import available_splits
+
+    for d in dirs:
+        p = Path(d).expanduser()
+        if not p.is_dir():
+            raise ConfigError(f"{field_name}: BEIR directory not found.", path=p,
+                              fix="pass a folder holding corpus.jsonl, queries.jsonl and qrels/<split>.tsv.")
+        if split not in available_splits(p):
+            have = ", ".join(available_splits(p)) or "none"
+            raise ConfigError(f"{field_name}: no qrels/{split}.tsv (splits: {have}).", path=p,
+                              fix=f"pass a directory with a {split} split, or change the split option.")
+
+
+def validate_pipeline(config: PipelineConfig):
+    """Check every stage's configuration, transfer and path before anything trains; returns the stage-1 strategy.
+
+    Raises :class:`ConfigError` (one line, the field and the fix) for unknown or invalid stage overrides,
+    unknown transfers, missing training data, and test / selection directories without the split.
+    """
+    from drmix.mixture.dro import dro_strategy_from_options
+    from drmix.mixture.transfer import parse_top_fraction
+
+    if not config.transfers:
+        raise ConfigError("no transfer configured.", fix="set transfers: [top:0.7, reweight] (or loss).")
+    for t in config.transfers:
+        spec = t.strip().lower()
+        if spec.startswith("top"):
+            parse_top_fraction(spec)
+        elif spec not in ("reweight", "loss"):
+            raise ConfigError(f"unknown transfer {t!r}.", fix="use top:0.7 (any fraction), reweight or loss.")
+    strat = dro_strategy_from_options(config.strategy, config.tdro)
+    for stage, overrides in (("stage0", config.stage0), ("stage1", config.stage1), ("stage2", config.stage2)):
+        try:
+            if stage == "stage1":
+                stage1_config(config, strategy=config.strategy, reference=None, output_dir="x", overrides=overrides)
+            else:
+                _stage_config(config, overrides)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise ConfigError(f"invalid {stage} override {'.'.join(map(str, err['loc']))}: {err['msg']}.",
+                              fix=f"fix --{stage} KEY=VALUE (keys are the training fields of `drmix train --help`)."
+                              ) from None
+        except ConfigError as e:
+            raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
+    for d in config.data:
+        path = getattr(d, "path", d)
+        if isinstance(path, (str, Path)) and not Path(path).expanduser().exists():
+            raise ConfigError("training data not found.", path=path, fix="pass existing collection files or folders.")
+    if config.default_selection not in (BASELINE, *config.transfers):
+        raise ConfigError(f"default_selection {config.default_selection!r} is neither uniform nor a configured "
+                          "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.transfers])}.")
+    _check_beir_dirs(config.test_data, config.test_split, "test_data")
+    _check_beir_dirs(config.select_on, config.select_split, "select_on")
+    if config.select_on and config.select_split == config.test_split and set(
+            str(Path(d).resolve()) for d in config.select_on) & set(str(Path(d).resolve()) for d in config.test_data):
+        raise ConfigError(f"select_on uses the {config.select_split} split of a test_data directory: the choice "
+                          "would be made on the test set.", fix="select on a dev split (select_split: dev).")
+    return strat
+
+
+def select_models(config: PipelineConfig, result: PipelineResult) -> str:
+    """Evaluate every model on the dev split of ``select_on`` and keep the best (average nDCG@10).
+
+    Only ``qrels/<select_split>.tsv`` of the ``select_on`` directories is read. Ties go to uniform. A transfer
+    below uniform on dev is logged as a warning. Links ``output_dir/model`` to the selected model.
+    """
+    scores = evaluate_models(result.models, config.select_on, split=config.select_split,
+                             max_queries=config.select_max_queries, max_docs=config.select_max_docs,
+                             seed=config.seed, max_length=config.doc_max_length, metrics=("ndcg@10",),
+                             cache_name=f"select-{config.select_split}.json")
+    avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in scores.items()}
+    best = BASELINE if BASELINE in avg else next(iter(avg))
+    for lb, v in avg.items():
+        if v > avg[best] + 1e-12:
+            best = lb
+    for lb, v in avg.items():
+        if lb != BASELINE and BASELINE in avg and v < avg[BASELINE]:
+            log.warning("transfer %s scores below uniform on %s (%s nDCG@10 %.4f vs %.4f); not selected",
+                        lb, config.select_split, ", ".join(scores[lb]), v, avg[BASELINE])
+    result.selection = scores
+    result.selected = best
+    _link_model(result.output_dir, result.models[best])
+    log.info("selected %s on %s (average nDCG@10 %.4f; uniform %.4f)", best, config.select_split, avg[best],
+             avg.get(BASELINE, float("nan")))
+    return best
+
+
+def _link_model(root: Path, target: Path) -> None:
+    """``root/model`` -> ``target`` (a symlink; replaced when it is one, refused when it is anything else)."""
+    link = root / "model"
+    try:
+        if link.is_symlink() or link.exists():
+            if not link.is_symlink():
+                raise ConfigError("output_dir/model exists and is not the pipeline's link.", path=link,
+                                  fix="move it away or choose another --output-dir.")
+            link.unlink()
+        link.symlink_to(Path(target).resolve(), target_is_directory=True)
+    except OSError as e:
+        log.warning("could not link %s to the selected model (%s); use %s", link, e, target)
+
+
+def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept: dict[str, list[str]]) -> str:
+    parts = [f"# tDRO pipeline ({config.strategy})", ""]
+    if result.selection:
+        avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in result.selection.items()}
+        losers = [lb for lb, v in avg.items() if lb != BASELINE and v < avg.get(BASELINE, -1)]
+        parts += [f"## Selected: {result.selected}", "",
+                  f"Chosen on the {config.select_split} split of {', '.join(Path(d).name for d in config.select_on)} "
+                  f"(never the test split) by average nDCG@10; `model` in the output folder links to it.", "",
+                  results_table(result.selection), ""]
+        if losers:
+            parts += [f"Warning: {', '.join(losers)} scored below uniform on {config.select_split}.", ""]
+    elif result.selected is not None:
+        parts += [f"## Selected: {result.selected} (default)", "",
+                  "No --select-on dev set was given, so nothing was chosen by measurement: the result is "
+                  f"`default_selection` ({result.selected}); `model` in the output folder links to it. In the "
+                  "leave-one-out benchmark (docs/benchmarks.md) no learned transfer beat uniform significantly; "
+                  "give a dev split of your target domains with --select-on to choose a transfer.", ""]
+    if result.results:
+        parts += [f"## {config.test_split} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
+    if result.comparison is not None:
+        parts += [f"## Paired tests vs uniform ({config.test_split})", "", result.comparison.to_markdown(), ""]
+    parts += [f"## Learned weights ({learned.get('output', 'final')}, {learned.get('steps', '?')} steps)", "",
+              weights_table(learned, kept=kept), "",
+              "Models: " + ", ".join(f"{k}: `{v}`" for k, v in result.models.items()), ""]
+    text = "\n".join(parts)
+    atomic_write_text(result.output_dir / "summary.md", text)
+    atomic_write_json(result.output_dir / "summary.json", {
+        "strategy": config.strategy, "reference": result.reference, "weights_file": str(result.weights_path),
+        "weights": result.weights, "kept": kept, "models": {k: str(v) for k, v in result.models.items()},
+        "results": result.results, "selected": result.selected, "selection": result.selection,
+        "select_on": list(config.select_on), "select_split": config.select_split,
+        "comparison": None if result.comparison is None else result.comparison.to_json()})
+    return text
+
+
+def load_pipeline_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> PipelineConfig:
+    return load_config(PipelineConfig, path, overrides)
