@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 log = logging.getLogger("bench_coco")
+from _lease import estimate_line  # noqa: E402
 TARGETS = ("scifact", "nfcorpus")
 SOURCES = ("altlex", "msrp", "sick", "xquad", "walmart_amazon", "amazon_google")
 
@@ -49,14 +50,31 @@ PRESETS = {
                    idro=None, model_layers=2,
                    test=dict(max_queries=100, max_docs=800, max_length=24),
                    shift=dict(max_docs=300, max_pairs=50, max_uniformity_docs=50)),
-    "gpu": dict(coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, max_documents=None, span_max_length=128,
+    # sized to one 10-minute GPU command per seed (--seeds 0, then 1, then 2; --report-only merges them)
+    "gpu": dict(coco=dict(max_steps=1000, batch_size=128, learning_rate=1e-4, max_documents=None, span_max_length=128,
                           mixed_precision="bf16"),
-                finetune=dict(max_steps=2000, batch_size=64, learning_rate=2e-5, doc_max_length=256,
+                finetune=dict(max_steps=1000, batch_size=64, learning_rate=2e-5, doc_max_length=256,
                               max_collection_size=None, mixed_precision="bf16"),
                 idro=dict(clusters=50, refresh_every=500, max_queries=None),
                 test=dict(max_queries=None, max_docs=None, max_length=256),
                 shift=dict(max_docs=None, max_pairs=1000, max_uniformity_docs=1000)),
 }
+
+
+def estimate(p: dict, seeds: list[int]):
+    """Device time (:mod:`_lease`): per seed COCO (a span pair counted as half an example) and the
+    fine-tunings; every fine-tuned model and the zero-shot one scored on both test sets."""
+    from _lease import Estimate
+
+    est = Estimate()
+    docs = (p["test"]["max_docs"] or 5183) + (p["test"]["max_docs"] or 3633)
+    runs = 2 + (p["idro"] is not None)
+    est.encode(docs)
+    for _ in seeds:
+        est.train("coco", p["coco"]["max_steps"] * p["coco"]["batch_size"] / 2)
+        est.train("fine-tuning", p["finetune"]["max_steps"] * p["finetune"]["batch_size"] * runs, runs=runs)
+        est.encode(docs * runs)
+    return est
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float]:
@@ -115,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="optimiser steps of COCO and of each fine-tuning (default: the preset's)")
     ap.add_argument("--model-layers", type=int, default=None,
                     help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 2; others: all 6)")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     ap.add_argument("--report-only", action="store_true",
                     help="train nothing: report the seeds whose evaluations are already in --out")
     args = ap.parse_args(argv)
@@ -129,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     p = copy.deepcopy(PRESETS[args.preset])
     if args.steps is not None:
         p["coco"]["max_steps"] = p["finetune"]["max_steps"] = args.steps
+    if args.estimate or (args.preset == "gpu" and not args.report_only):
+        print(estimate_line(estimate(p, args.seeds), "this command"), flush=True)
+        if args.estimate:
+            return 0
     args.data = args.data.resolve()
     collections = args.collections or args.out / "collections"
     if not all((collections / f"{s}.jsonl").exists() for s in SOURCES):

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -98,9 +99,20 @@ def main() -> None:
     ap.add_argument("--ndcg-docs", type=int, default=None,
                     help="rank against the judged documents plus this many others (default: the full corpus)")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     args = ap.parse_args()
     for k, v in PRESETS.get(args.preset or "", {}).items():
         setattr(args, k, v)
+    if args.estimate or args.preset == "gpu":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _lease import Estimate, estimate_line
+
+        est = Estimate()  # drmix and sentence-transformers, each round twice, per precision; SciFact twice
+        n_prec = len([p for p in str(args.precision).split(",") if p.strip()])
+        est.encode(2 * 2 * args.rounds * args.n * (1 + n_prec) + (2 * 5483 if args.ndcg else 0))
+        print(estimate_line(est, "this command"), flush=True)
+        if args.estimate:
+            return
 
     import torch
 

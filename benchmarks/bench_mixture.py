@@ -81,7 +81,9 @@ TRANSFER_ARMS = [("tdro", "top:0.7"), ("tdro", "reweight"), ("tdro", "loss"), ("
                  ("groupdro", "reweight")]
 ARMS = (["uniform", "size", "temperature"] + [f"{s}:{t}" for s, t in TRANSFER_ARMS] + ["tdro:dev", "infdds",
                                                                                        "multidds"])
-EXTRA_ARMS = ["coco"]  # run only when named (--arms or the preset)
+EXTRA_ARMS = ["coco", "idro"]  # run only when named (--arms or the preset)
+DOCS = {"scifact": 5183, "nfcorpus": 3633}  # full test corpora (device-time estimates)
+INFLUENCE_FACTOR = 1.5  # Inf-DDS/MultiDDS: the look-ahead gradients of each update, over the run (estimate)
 
 PRESETS = {
     "cpu": dict(steps=8, batch_size=4, stage1_steps=4, stage1_batch_size=11, lr=1e-4, query_len=24, doc_len=48,
@@ -98,13 +100,17 @@ PRESETS = {
                    dev_queries=100, dev_docs=800,
                    coco=dict(max_steps=100, batch_size=32, learning_rate=5e-5, max_documents=300,
                              span_max_length=16)),
-    "gpu": dict(steps=600, batch_size=64, stage1_steps=300, stage1_batch_size=96, lr=2e-5, query_len=64,
+    "gpu": dict(steps=500, batch_size=64, stage1_steps=300, stage1_batch_size=96, lr=2e-5, query_len=64,
                 doc_len=256, test_queries={}, test_docs=None, max_per_collection=20000,
-                infdds={"warmup_steps": 50, "update_every": 50}, seeds=[42, 43, 44]),
+                infdds={"warmup_steps": 50, "update_every": 50}, seeds=[42, 43, 44],
+                coco=dict(max_steps=500, batch_size=64, learning_rate=1e-4, span_max_length=128,
+                          mixed_precision="bf16"),
+                idro=dict(clusters=50, refresh_every=100)),
 }
 # options a preset may leave out (their defaults)
 OPTIONAL = dict(negatives_per_query=1, model_layers=None, targets=list(TARGETS), arms=None, dev_queries=200,
-                dev_docs=1500, coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, span_max_length=128))
+                dev_docs=1500, coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, span_max_length=128),
+                idro=dict(clusters=8, refresh_every=3))
 TDRO_TRANSFERS = ("top:0.7", "reweight")     # the candidates of the dev-selected arm ``tdro:dev``
 
 
@@ -256,6 +262,8 @@ def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
         v.update(strategy=arm, dev=[str(d)], dev_split=split, infdds=dict(args.infdds))
     elif arm == "coco":
         v.update(model=str(coco_model(args, prep, seed, target)))
+    elif arm == "idro":
+        v.update(strategy="idro", idro=dict(args.idro))
     elif ":" in arm:
         strat, transfer = arm.split(":", 1)
         v.update(transfer=transfer, weights_file=str(prep.weights(strat)))
@@ -283,6 +291,49 @@ def coco_model(args, prep: "Prep", seed: int, target: str) -> Path:
                                          log_every=5, device=args.device, **args.coco))
                 log.info("%s COCO seed %d in %.0f s", target, seed, time.perf_counter() - t0)
     return out / "model"
+
+
+def estimate(args):
+    """Device time of this command (:mod:`_lease`), assuming nothing is trained yet in ``--work``."""
+    from _lease import Estimate
+
+    est = Estimate()
+    sample = args.steps * args.batch_size
+    for target in args.targets:
+        docs = args.test_docs or DOCS.get(target, 5000)
+        needs_ref = (any(":" in a and not a.startswith("groupdro") for a in args.arms)
+                     or ("uniform" in args.arms and args.stage1_seed in args.seeds))
+        if needs_ref:
+            est.train(f"{target} stage 0", sample)
+        strategies = {a.split(":", 1)[0] for a in args.arms if ":" in a} | ({"tdro"} if "tdro:dev" in args.arms else set())
+        for strat in sorted(s for s in strategies if s in STAGE1):
+            est.train(f"{target} stage 1 {strat}", args.stage1_steps * args.stage1_batch_size * 4 / 3)  # + reference forward
+        trained: set[tuple[str, int]] = set()
+        encoded: set[tuple[str, int]] = set()
+        for seed in args.seeds:
+            for arm in args.arms:
+                if arm == "uniform" and seed == args.stage1_seed:
+                    est.encode(docs)
+                    continue
+                if arm == "tdro:dev":
+                    wanted = [f"tdro:{t}" for t in TDRO_TRANSFERS] if seed == args.stage1_seed else ["tdro:top:0.7"]
+                    if seed == args.stage1_seed:
+                        est.encode(2 * DOCS.get(target, 5000))  # the dev evaluations
+                else:
+                    wanted = [arm]
+                for w in wanted:
+                    if (w, seed) in trained:
+                        continue
+                    trained.add((w, seed))
+                    factor = INFLUENCE_FACTOR if w in ("infdds", "multidds") else 1.0
+                    if w == "coco":
+                        est.train(f"{target} coco pretraining", args.coco["max_steps"] * args.coco["batch_size"] / 2)
+                    est.train(f"{target} {w}", sample * factor)
+                scored = wanted[0] if arm == "tdro:dev" else arm  # test scores are cached per model
+                if (scored, seed) not in encoded:
+                    encoded.add((scored, seed))
+                    est.encode(docs)
+    return est
 
 
 def evaluate(args, model_dir: Path, dataset, cache: Path) -> dict[str, float]:
@@ -651,14 +702,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="test queries per target (seeded subsample; default: the preset's)")
     ap.add_argument("--test-docs", type=int, default=None,
                     help="test corpus size per target: judged documents plus random others (default: the preset's)")
+    ap.add_argument("--dev-queries", type=int, default=None,
+                    help="dev queries for the tdro:dev selection (seeded subsample; default: the preset's)")
+    ap.add_argument("--dev-docs", type=int, default=None, help="dev corpus size for the tdro:dev selection")
+    ap.add_argument("--coco-documents", type=int, default=None,
+                    help="coco arm: at most this many target documents for COCO's spans (default: all)")
     ap.add_argument("--stage1-seed", type=int, default=None,
                     help="seed of stage 0 (the reference) and stage 1 (default: the first of --seeds)")
     ap.add_argument("--order", choices=("seeds", "reverse"), default="seeds",
                     help="order of the (seed, target, arm) runs: seed-major, or its reverse (a second process "
                          "sharing loo-<target> with the first)")
+    ap.add_argument("--batch-size", type=int, default=None, help="stage 0/2 batch (default: the preset's)")
+    ap.add_argument("--stage1-batch-size", type=int, default=None, help="stage 1 batch (default: the preset's)")
     ap.add_argument("--stage1-steps", type=int, default=None, help="stage 1 optimiser steps (default: the preset's)")
     ap.add_argument("--arms", nargs="+", default=None, help=f"subset of {' '.join(ARMS)}")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     ap.add_argument("--model-layers", type=int, default=None,
                     help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 2; others: all 6)")
     ap.add_argument("--negatives", choices=("tfidf", "mined"), default="tfidf",
@@ -667,6 +725,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mined-dir", type=Path, default=None,
                     help="cache of mined collections, shareable between processes (default: WORK/collections-mined)")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from results.json")
+    ap.add_argument("--estimate", action="store_true",
+                    help="print the estimated device time of this command (arms, seeds, targets) and exit")
     ap.add_argument("--versus", type=Path, nargs="+", default=[],
                     help="with --report-only: also compare each arm with the same arm of these work directories "
                          "(merged; e.g. mined vs TF-IDF negatives), written to versus.md / versus.json")
@@ -683,10 +743,18 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("datasets", "sentence_transformers", "transformers", "httpx", "filelock", "drmix.train.trainer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args.arms = list(args.arms or ARMS)
+    if args.coco_documents is not None:
+        args.coco = {**args.coco, "max_documents": args.coco_documents}
     if isinstance(args.test_queries, int):
         args.test_queries = {t: args.test_queries for t in args.targets}
     if args.stage1_seed is None:
         args.stage1_seed = args.seeds[0]
+    if args.estimate or (args.preset == "gpu" and not args.report_only):
+        from _lease import estimate_line
+
+        print(estimate_line(estimate(args), "this command"), flush=True)
+        if args.estimate:
+            return 0
     res_path = args.work / "results.json"
     stored = load_results(args.work, args.negatives) if res_path.exists() else {}
     results = stored.get("results", {})
