@@ -2,8 +2,9 @@
 
 ``--preset medium`` (bench_mixture, bench_coco) fine-tunes all-MiniLM-L6-v2 cut to its first N transformer
 layers: the bundled weights, layers N..5 dropped (embeddings, the first N layers, mean pooling and the
-normalisation kept). On two shared CPU cores a 2-layer model trains about 3x faster than the 6-layer one at
-the same lengths, which is what lets 300 optimiser steps at batch 32 x 3 seeds x every arm fit an hour.
+normalisation kept). On CPU a 1-layer model trains several times faster than the 6-layer one at the same
+lengths (the per-step work is dominated by the transformer layers), which is what lets 300 optimiser steps at
+batch 32 x 3 seeds x every arm fit an hour of two idle cores.
 It starts weaker than the full model and moves more when fine-tuned; the presets say so where they report.
 """
 from __future__ import annotations

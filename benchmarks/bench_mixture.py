@@ -11,7 +11,11 @@ Arms (all fine-tune all-MiniLM-L6-v2 with task-homogeneous batches and in-batch 
 * ``tdro:top:0.7``, ``tdro:reweight``, ``tdro:loss`` -- tDRO stage-1 weights transferred three ways;
 * ``doremi:reweight``, ``groupdro:reweight`` -- the DRO baselines' weights;
 * ``infdds``, ``multidds`` -- online policies rewarded on the target's *dev* split (NFCorpus dev; for
-  SciFact, which has no dev split, its train queries, which no training collection of that target uses).
+  SciFact, which has no dev split, its train queries, which no training collection of that target uses);
+* ``tdro:dev`` -- tDRO with the transfer chosen on that dev split: top-70% and reweight are trained with
+  ``--stage1-seed``, scored on the dev split, and the better one is trained with the other seeds;
+* ``coco`` (only when named) -- COCO pretraining on the target's corpus (no labels), then the ``uniform``
+  fine-tuning: COCO -> fine-tune vs fine-tune; ``idro`` (only when named) -- iDRO fine-tuning vs uniform.
 
 Seeds: every arm is trained with each seed of ``--seeds`` (stage 0 and stage 2 and the online policies).
 Stage 1 (learning the tDRO / DoReMi / GroupDRO weights) runs once per target with the first seed and its
@@ -32,9 +36,18 @@ Presets (``--preset``; explicit options override them):
   20 queries (NFCorpus) with every judged document plus random others up to 150. At this scale the
   models move little from the pretrained one: it checks the
   machinery and bounds effects, it cannot show the paper's.
-* ``gpu`` -- the scale of the H100 measurement in docs/benchmarks.md: 600 steps at batch 64 (64/256
-  tokens), stage 1 300 steps at batch 96, the Inf-DDS paper's schedule (warm-up 50, update every 50),
-  full test sets.
+* ``medium`` -- the first CPU read where models move: all-MiniLM-L6-v2 cut to its first layer
+  (benchmarks/_models.py), 300 steps at batch 32, query/document 8/16 tokens, in-batch negatives, LOO
+  NFCorpus only (it has a dev split), arms uniform, tDRO top-70% / reweight / dev-selected, Inf-DDS, COCO ->
+  fine-tune; stage 1 100 steps at batch 33; test 150 queries with every judged document plus random others up to
+  1,000. Sized for 60 minutes on two idle cores with several processes sharing one ``loo-<target>``.
+* ``gpu`` -- one 10-minute command per slice of arms (docs/benchmarks.md, "effect suite"): 500 steps at batch 64
+  (64/256 tokens), stage 1 300 steps at batch 96, the Inf-DDS paper's schedule (warm-up 50, update every 50),
+  full test sets. It prints its estimated device time first; ``--estimate`` prints only that.
+
+Several processes may share one target's models: give each its own ``--work`` whose ``loo-<target>`` is a link
+to the first's; a model another live process is training (``<model dir>.lock``) is skipped and picked up when
+it is done, so N processes split the arms and seeds between them; ``--report-only --merge`` joins their results.
 
     for t in scifact nfcorpus; do OMP_NUM_THREADS=1 PYTHONPATH=src nohup nice -n 5 python \\
         benchmarks/bench_mixture.py --preset cpu --data ../shared/data --targets $t --work /tmp/mix-$t \\
@@ -216,7 +229,8 @@ def base_values(args, data: list[str], out: Path, seed: int) -> dict:
     return dict(model=args.model, data=data, output_dir=str(out), max_steps=args.steps, batch_size=args.batch_size,
                 learning_rate=args.lr, warmup_ratio=0.1, query_max_length=args.query_len,
                 doc_max_length=args.doc_len, num_negatives=args.negatives_per_query, seed=seed, log_every=5, save_every=100000,
-                show_progress=False, device=args.device, resume=True)
+                show_progress=False, device=args.device, resume=True,
+                tokenize_num_proc=min(8, os.cpu_count() or 1))
 
 
 class Busy(Exception):
@@ -288,7 +302,8 @@ def coco_model(args, prep: "Prep", seed: int, target: str) -> Path:
                 t0 = time.perf_counter()
                 pretrain_coco(CocoConfig(corpus=[str(args.data / target)], output_dir=str(out), seed=seed,
                                          model=args.model, show_progress=False, resume=True, save_every=100000,
-                                         log_every=5, device=args.device, **args.coco))
+                                         log_every=5, device=args.device,
+                                         num_proc=min(8, os.cpu_count() or 1), **args.coco))
                 log.info("%s COCO seed %d in %.0f s", target, seed, time.perf_counter() - t0)
     return out / "model"
 
@@ -717,6 +732,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stage1-steps", type=int, default=None, help="stage 1 optimiser steps (default: the preset's)")
     ap.add_argument("--arms", nargs="+", default=None, help=f"subset of {' '.join(ARMS)}")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--model", default=None,
+                    help="starting model folder (default: the bundled all-MiniLM-L6-v2; on a GPU machine without "
+                         "it, /tmp/drmix-model from ../shared/tools/gpu-pack.sh)")
     ap.add_argument("--model-layers", type=int, default=None,
                     help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 2; others: all 6)")
     ap.add_argument("--negatives", choices=("tfidf", "mined"), default="tfidf",
@@ -772,7 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
         from _models import truncated_minilm
 
-        args.model = truncated_minilm(args.model_layers, args.work)
+        args.model = args.model or truncated_minilm(args.model_layers, args.work)
         collections = args.work / "collections"
         sizes = build_all(args.data, collections, seed=0, max_per_collection=args.max_per_collection)
         log.info("collections: %s", sizes)
