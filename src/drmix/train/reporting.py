@@ -70,7 +70,7 @@ class RunReporting:
     """Trackers, HF callbacks, card and report of one run (see the module docstring)."""
 
     def __init__(self, config: Any, out: Path, *, names: Sequence[str], sizes: Sequence[int],
-                 hf_callbacks: Sequence[Any] = (), enabled: bool = True, card: dict | None = None) -> None:
+                 hf: HFCallbacks | None = None, enabled: bool = True, card: dict | None = None) -> None:
         self.config = config
         self.out = Path(out)
         self.names = list(names)
@@ -78,7 +78,7 @@ class RunReporting:
         self.enabled = enabled
         self.card_overrides = dict(card or {})
         self.tracking = Tracking()
-        self.hf = HFCallbacks(hf_callbacks, config) if (enabled and hf_callbacks) else None
+        self.hf = hf if enabled else None
 
     def start(self, step: int, model: Any) -> None:
         """After the output directory is prepared (and a checkpoint restored): open trackers, call back."""
