@@ -90,10 +90,6 @@ class Trainer:
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
-        from drmix.model.encoder import resolve_model_path
-
-        # config.yaml, checkpoints and the card record the model actually used (not `model: null`)
-        config = config.model_copy(update={"model": resolve_model_path(config.model)})
         self.config = config
         self.callbacks, hf_callbacks = split_callbacks(callbacks)
         # built before the Accelerator: TrainingArguments resets accelerate's process state
@@ -119,6 +115,10 @@ class Trainer:
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.batch_size)
+        from drmix.model.encoder import resolve_model_path
+
+        # config.yaml, checkpoints and the card record the model actually used (not `model: null`)
+        config = self.config = config.model_copy(update={"model": resolve_model_path(config.model)})
         self.model = model if model is not None else load_encoder(
             config.model, device=str(self.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.device)
