@@ -46,13 +46,19 @@ def resolve_model_path(name_or_path: str | None) -> str:
 
 
 def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
-                 trust_remote_code: bool = False, max_seq_length: int | None = None):
-    """Load a SentenceTransformer; raises :class:`ModelError` with a fix when it cannot be loaded."""
+                 trust_remote_code: bool = False, max_seq_length: int | None = None,
+                 model_kwargs: dict | None = None):
+    """Load a SentenceTransformer; raises :class:`ModelError` with a fix when it cannot be loaded.
+
+    ``model_kwargs`` go to ``from_pretrained`` (``dtype``, ``attn_implementation``). A bare decoder LM
+    (no ``modules.json``) is better loaded with :func:`drmix.model.backbone.load_retriever`, which chooses
+    last-token pooling, EOS and normalisation as the papers do."""
     from sentence_transformers import SentenceTransformer
 
     path = resolve_model_path(name_or_path)
     try:
-        model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code)
+        model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code,
+                                    model_kwargs=model_kwargs or None)
     except Exception as e:  # noqa: BLE001 - turn any loading failure into one clear message
         hint = ("the Hugging Face Hub is not reachable or the id is wrong; pass a local folder"
                 if not Path(path).exists() else "check that the folder holds a SentenceTransformer or transformers model")

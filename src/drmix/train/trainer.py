@@ -15,6 +15,7 @@ DDP sees a single forward per backward even though the encoder runs twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -33,7 +34,8 @@ from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text, dumps_json
 from drmix.mixture.base import Batch, StepContext, Strategy
-from drmix.model.encoder import document_prompt, load_encoder, query_prompt
+from drmix.model.backbone import BackboneOptions, default_lora_r, load_retriever
+from drmix.model.encoder import document_prompt, query_prompt
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from drmix.train.guard import NonFiniteGuard
@@ -155,11 +157,16 @@ class Trainer:
                                                            seed=config.seed)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
-        self.model = model if model is not None else load_encoder(
-            config.model, device=str(self.accelerator.device), trust_remote_code=config.trust_remote_code)
+        backbone = BackboneOptions.from_config(config)
+        self.model = model if model is not None else load_retriever(
+            config.model, backbone, device=str(self.accelerator.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.accelerator.device)
-        if config.lora_r:
-            apply_lora(self.model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+        self.lora_r = default_lora_r(config.lora_r, self.model)
+        if self.lora_r:
+            if config.lora_r is None:
+                log.info("decoder backbone: LoRA r=%d alpha=%s dropout=%s (the tDRO paper's setting; --lora-r 0 "
+                         "trains all weights)", self.lora_r, config.lora_alpha, config.lora_dropout)
+            apply_lora(self.model, r=self.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
                        targets=config.lora_targets)
         check_model_fit(config, self.model)
         warn_small_collections(self.names, self.sizes, config.batch_size, config.batching)
@@ -191,8 +198,9 @@ class Trainer:
 
         self.reference = None
         if config.reference_model:
-            self.reference = load_encoder(config.reference_model, device=str(self.accelerator.device),
-                                          trust_remote_code=config.trust_remote_code)
+            ref_opts = dataclasses.replace(backbone, gradient_checkpointing=False)  # built as the proxy is
+            self.reference = load_retriever(config.reference_model, ref_opts, device=str(self.accelerator.device),
+                                            trust_remote_code=config.trust_remote_code)
             self.reference.eval()
             self.reference.requires_grad_(False)
         # the batch being trained and its device inputs: the reference reuses them when it tokenises alike
