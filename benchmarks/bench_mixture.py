@@ -225,7 +225,7 @@ def train_arm(args, arm: str, data: list[str], root: Path, seed: int, target: st
 
 def learn_weights(args, data: list[str], root: Path, strategy: str, reference: Path) -> Path:
     from drmix.config import TrainConfig
-    from drmix.pipeline import optimize_weights, stage1_config
+    from drmix.mixture.optimize import optimize_weights, stage1_config
 
     out = root / f"stage1-{strategy}"
     if (out / "weights.json").exists() and (out / "model" / "modules.json").exists():

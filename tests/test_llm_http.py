@@ -84,3 +84,19 @@ def test_timeout_is_a_counted_failure(server):
     s = server(slow)
     out = OpenAIBackend(s.url, "m", timeout=0.05, max_retries=1, backoff=0.0).complete(_req())
     assert not out.ok and "timeout" in out.error
+
+
+def test_completion_joins_turns_like_the_local_backend(server):
+    """``--completion`` over HTTP sends the turns joined by a blank line, the prompt the local backend builds."""
+    from drmix.llm.local import TransformersBackend
+
+    s = server(lambda body, n: (200, {"choices": [{"text": "q"}]}))
+    b = OpenAIBackend(s.url, "m", concurrency=1)
+    req = ChatRequest.of([{"role": "system", "content": "Language: English"},
+                          {"role": "user", "content": "Passage: a b c"}], completion=True)
+    assert b.complete(req).text == "q"
+    assert s.bodies[0]["prompt"] == "Language: English\n\nPassage: a b c"
+    local = TransformersBackend.__new__(TransformersBackend)   # prompt_text reads no model state for completion
+    local.tokenizer = None
+    assert TransformersBackend.prompt_text(local, req) == s.bodies[0]["prompt"]
+    b.close()

@@ -122,3 +122,51 @@ def test_corpus_without_two_chunk_documents_is_an_error(tmp_path, tiny_model_pat
     empty.write_text("")
     with pytest.raises(DataError, match="empty"):
         build_spans(empty, tmp_path / "cache", tok)
+
+
+# ---------------------------------------------------------------- transcriptions of the authors' code
+# github.com/OpenMatch/COCO-DR, COCO/helper/create_train_co_short.py (encode_one) and COCO/modeling.py
+# (CoCondenserForPretraining.compute_contrastive_loss), written out plainly.
+
+def _authors_encode_one(lengths, uniforms, maxlen=30):
+    """encode_one's packing loop on token counts; ``uniforms[i]`` is random.random() at sentence i (the
+    authors draw it only when the length test is False -- the same coupling, since ``or`` short-circuits)."""
+    spans, span = [], []
+    for i, n in enumerate(lengths):
+        if n > 0:
+            if n + len(span) > maxlen or uniforms[i] <= 0.1:
+                if len(span) > 0:
+                    spans.append(span)
+                span = []
+            span.extend([i] * n)
+    if len(span) > 0:
+        spans.append(span)
+    return [sorted(set(s)) for s in spans]
+
+
+def test_chunking_matches_the_authors_create_train_co_short():
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        lengths = [int(x) for x in rng.integers(1, 45, size=int(rng.integers(1, 12)))]
+        uniforms = [float(u) for u in rng.random(len(lengths))]
+        ours = pack_chunks(lengths, max_tokens=30, new_chunk_probability=0.1, rng=FixedRng(uniforms))
+        assert ours == _authors_encode_one(lengths, uniforms)
+
+
+def _authors_contrastive_loss(co_cls_hiddens, world_size=1):
+    """compute_contrastive_loss: spans interleaved (pair i at rows 2i, 2i+1), target the other of the pair."""
+    n = co_cls_hiddens.size(0)
+    target = torch.arange(n).view(-1, 2).flip([1]).flatten()
+    sim = co_cls_hiddens @ co_cls_hiddens.T
+    sim.fill_diagonal_(float("-inf"))
+    return torch.nn.functional.cross_entropy(sim, target, reduction="none") * world_size
+
+
+def test_loss_matches_the_authors_compute_contrastive_loss():
+    gen = torch.Generator().manual_seed(5)
+    for B in (2, 3, 8):
+        a, b = torch.randn(B, 6, generator=gen), torch.randn(B, 6, generator=gen)
+        theirs = _authors_contrastive_loss(torch.stack([a, b], dim=1).reshape(2 * B, 6))   # [a0, b0, a1, b1, ...]
+        ours = coco_losses(a, b, temperature=1.0)                                        # raw inner product
+        assert torch.allclose(ours, 0.5 * (theirs[0::2] + theirs[1::2]), atol=1e-5)
+        assert ours.mean().item() == pytest.approx(theirs.mean().item(), abs=1e-5)       # the loss they optimise

@@ -83,3 +83,71 @@ def test_coco_with_grad_cache_matches_the_full_batch(tiny_model_path, corpus, tm
     base = params(SentenceTransformer(tiny_model_path, device="cpu"))
     assert not torch.equal(a, base)                   # the run trained
     assert torch.allclose(a, b, atol=1e-5, rtol=0)    # and chunking changed nothing
+
+
+def _two_corpora(tmp_path, sizes=(20, 4)):
+    dirs = []
+    for name, n in zip(("big", "small"), sizes):
+        d = tmp_path / name
+        d.mkdir()
+        rows = [{"_id": f"{name}{i}", "title": "", "text": TEXT.format(i=f"{name}{i}", j=i % 3)} for i in range(n)]
+        (d / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        dirs.append(str(d))
+    return dirs
+
+
+def test_pooled_batches_mix_corpora_and_see_each_document_once_per_epoch(tiny_model_path, tmp_path, monkeypatch):
+    """The authors' rule (COCO/run_coco_pre_training.py: one dataset of all target corpora, random batches):
+    one epoch of 24 documents is 6 batches of 4 holding every document exactly once, corpora mixed."""
+    from drmix.pretrain import coco
+
+    built = []
+    real = coco.SpanBuilder.build
+
+    def spy(self, pairs):
+        built.append(list(pairs))
+        return real(self, pairs)
+
+    monkeypatch.setattr(coco.SpanBuilder, "build", spy)
+    corpora = _two_corpora(tmp_path)
+    pretrain_coco(CocoConfig(model=tiny_model_path, corpus=corpora, output_dir=str(tmp_path / "run"), max_steps=6,
+                             batch_size=4, save_every=100, span_max_tokens=12, show_progress=False, seed=3))
+    epoch = built[:6]
+    assert all(c == 0 for b in epoch for c, _ in b)                    # one pooled dataset
+    assert sorted(r for b in epoch for _, r in b) == list(range(24))   # every document once
+    small = [sum(r >= 20 for _, r in b) for b in epoch]                 # rows 20..23: the small corpus
+    assert sum(small) == 4 and max(small) < 4                          # its documents are spread over batches
+
+
+def test_per_corpus_mixture_is_kept_as_an_option(tiny_model_path, tmp_path, monkeypatch):
+    """``mixture: uniform`` with homogeneous batching: every batch from one corpus (drmix's earlier rule)."""
+    from drmix.pretrain import coco
+
+    built = []
+    real = coco.SpanBuilder.build
+    monkeypatch.setattr(coco.SpanBuilder, "build", lambda self, pairs: (built.append(list(pairs)), real(self, pairs))[1])
+    pretrain_coco(CocoConfig(model=tiny_model_path, corpus=_two_corpora(tmp_path), output_dir=str(tmp_path / "run"),
+                             max_steps=4, batch_size=4, save_every=100, span_max_tokens=12, show_progress=False,
+                             mixture="uniform"))
+    assert all(len({c for c, _ in b}) == 1 for b in built[:4])
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_backbone_runs_in_eval_mode_unless_dropout_is_asked(tiny_model_path, corpus, tmp_path, monkeypatch, dropout):
+    """COCO/modeling.py, CoCondenserForPretraining.forward calls ``self.lm.eval()``: no dropout by default."""
+    import drmix.model.encoder as encoder
+
+    seen = []
+    real = encoder.load_encoder
+
+    def load(*a, **k):
+        m = real(*a, **k)
+        drops = [mod for mod in m.modules() if isinstance(mod, torch.nn.Dropout)]
+        assert drops
+        for mod in drops:
+            mod.register_forward_pre_hook(lambda mod, inp: seen.append(mod.training))
+        return m
+
+    monkeypatch.setattr(encoder, "load_encoder", load)
+    pretrain_coco(cfg(tiny_model_path, corpus, tmp_path / "run", max_steps=2, dropout=dropout))
+    assert seen and set(seen) == {dropout}

@@ -1,6 +1,7 @@
 """Distribution shift between source (training) and target data: lexical overlap, query types, alignment/uniformity.
 
-Specification: COCO-DR (seeds/001_e28c42063fca7c70.txt), Sec. 3.2 and Appendices C, D and H:
+Specification: COCO-DR ("COCO-DR: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and
+Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec. 3.2 and Appendices C, D and H:
 
 * **weighted Jaccard** (Eq. 13, after Thakur et al. / Ioffe): ``J(S, T) = sum_k min(S_k, T_k) / sum_k max(S_k, T_k)``
   over the unigrams ``k`` of both sides, ``S_k`` the *relative* frequency of word ``k`` (frequencies are

@@ -1,4 +1,6 @@
-"""Cropped-sentence pseudo queries (DRAMA, seeds/004_93ca4c5adc287455.txt, Sec. 3.1.1 and Fig. 1a).
+"""Cropped-sentence pseudo queries
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3.1.1 and Fig. 1a).
 
 Every sentence of a document is a candidate query (the authors' scripts use all of them; the paper speaks of
 random sentence cropping). Sentences come from pysbd's rule-based segmenter, which ships its rules and works

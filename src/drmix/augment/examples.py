@@ -31,13 +31,14 @@ NEGATIVES = RankWindow(30, 50)
 RERANK_NEGATIVES = RankWindow(10, 20)
 
 
-def write_collection(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
-    """Write collection lines atomically; refuses to write an empty collection."""
+def write_collection(path: str | Path, rows: Sequence[dict[str, Any]], *, why: str | None = None) -> None:
+    """Write collection lines atomically; refuses to write an empty collection (``why``: the fix it names)."""
     from drmix.io import write_jsonl_atomic
 
     if not rows:
         raise DataError("no example survived; nothing to write.", path=path,
-                        fix="check the counts logged above (too short sentences, empty windows, dropped outputs).")
+                        fix=why or "check the counts logged above (too short sentences, empty windows, "
+                                   "dropped outputs).")
     write_jsonl_atomic(path, list(rows))
 
 
@@ -105,7 +106,7 @@ def mine_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], mod
 
 def rerank_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], backend: Any, *, k: int = 20,
                     negatives: RankWindow | str = RERANK_NEGATIVES, template: Any = None,
-                    max_words: int = 192, path: str | Path = "") -> tuple[list[dict[str, Any]], Any]:
+                    max_words: int = 192, path: str | Path = "", stats: Any = None) -> tuple[list[dict[str, Any]], Any]:
     """Rerank each mined row's top-``k`` teacher candidates with the LLM: positive = reranked top-1,
     negatives = reranked ranks in ``negatives``. Rows without ``teacher.candidates`` raise :class:`DataError`."""
     from drmix.augment.rerank import rerank_candidates
@@ -124,7 +125,7 @@ def rerank_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], b
         ids = [c[0] for c in cands[:k]]
         cand_ids.append(ids)
         items.append((row["query"], [corpus[d] for d in ids]))
-    rankings, stats = rerank_candidates(items, backend, template=template, max_words=max_words)
+    rankings, stats = rerank_candidates(items, backend, template=template, max_words=max_words, stats=stats)
     out = []
     for row, ids, r in zip(rows, cand_ids, rankings):
         if r is None:

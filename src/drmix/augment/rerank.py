@@ -1,4 +1,6 @@
-"""LLM listwise reranking of the teacher's candidates (DRAMA, seeds/004_93ca4c5adc287455.txt, Sec. 3.1.3, Fig. 1c).
+"""LLM listwise reranking of the teacher's candidates
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3.1.3, Fig. 1c).
 
 For each query the teacher's top ``k = 20`` candidates are shown to an instruction-following LLM, each cut to
 ``max_passage_words`` words and numbered ``[1]..[20]`` in the teacher's order; the query is repeated after the
@@ -119,25 +121,32 @@ class RerankStats:
     seconds: float = 0.0
     outcomes: Counter = field(default_factory=Counter)   # complete | repaired | unparsed | llm_error
     repairs: Counter = field(default_factory=Counter)    # invalid | duplicates | missing (identifier counts)
+    failures: Counter = field(default_factory=Counter)   # failed LLM requests by cause (FAILURE_CAUSES)
+    answered: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         n = self.queries or 1
-        return {"queries": self.queries, "kept": self.kept, "cached": self.cached,
+        return {"queries": self.queries, "answered": self.answered, "kept": self.kept, "cached": self.cached,
                 "complete_share": self.outcomes["complete"] / n, "repaired_share": self.outcomes["repaired"] / n,
                 "dropped_share": (self.outcomes["unparsed"] + self.outcomes["llm_error"]) / n,
                 "llm_seconds": round(self.seconds, 2),
-                "queries_per_second": (self.queries - self.cached) / self.seconds if self.seconds > 0 else None,
-                "outcomes": dict(self.outcomes), "repairs": dict(self.repairs)}
+                "queries_per_second": (self.answered - self.cached) / self.seconds if self.seconds > 0 else None,
+                "outcomes": dict(self.outcomes), "repairs": dict(self.repairs), "failures": dict(self.failures)}
 
 
 def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBackend, *,
                       template: RerankTemplate | None = None, params: GenerationParams = RERANK_PARAMS,
-                      max_words: int = 192, chunk: int = 8) -> tuple[list[Ranking | None], RerankStats]:
-    """Rank each ``(query, candidate texts in teacher order)``; ``None`` where the output was dropped."""
+                      max_words: int = 192, chunk: int = 8, stats: RerankStats | None = None
+                      ) -> tuple[list[Ranking | None], RerankStats]:
+    """Rank each ``(query, candidate texts in teacher order)``; ``None`` where the output was dropped.
+    ``stats``, when given, is filled as answers come (the counts survive a run that raises)."""
     import time
 
+    from drmix.llm.base import describe_failures
+
     template = template or RerankTemplate.load()
-    stats = RerankStats(queries=len(items))
+    stats = stats if stats is not None else RerankStats()
+    stats.queries = len(items)
     out: list[Ranking | None] = []
     for start in range(0, len(items), chunk):
         part = items[start:start + chunk]
@@ -147,9 +156,11 @@ def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBa
         if any(not c.cached for c in comps):
             stats.seconds += time.perf_counter() - t0
         for (q, cands), comp in zip(part, comps):
+            stats.answered += 1
             stats.cached += comp.cached
             if not comp.ok:
                 stats.outcomes["llm_error"] += 1
+                stats.failures[comp.failure_cause] += 1
                 out.append(None)
                 continue
             r = parse_ranking(comp.text, len(cands))
@@ -162,4 +173,7 @@ def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBa
             stats.kept += 1
             out.append(r)
         log.info("reranked %d/%d (kept %d)", min(start + chunk, len(items)), len(items), stats.kept)
+    if stats.failures:
+        log.warning("%d of %d LLM requests failed (%s)", sum(stats.failures.values()), len(items),
+                    describe_failures(stats.failures))
     return out, stats

@@ -29,9 +29,10 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# Each CLI area registers its commands; modules that are not part of this build are skipped.
-_AREAS = ("train", "retrieval", "demo", "mixture", "multi", "mine", "pretrain", "analyze", "drama",
-          "compare")
+# One module per command or command group, named after it (retrieval: index, search, eval); each registers
+# its commands. The order is the order of `drmix --help`. Modules that are not part of this build are skipped.
+_AREAS = ("train", "retrieval", "demo", "localdocs", "mixture", "pipeline", "multicorpus", "mine", "pretrain",
+          "analyze", "augment", "prune", "compare")
 
 
 def _version(value: bool) -> None:

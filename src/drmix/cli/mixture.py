@@ -1,4 +1,4 @@
-"""``drmix mixture optimize`` (learn collection weights) and ``drmix pipeline tdro`` (the whole tDRO recipe)."""
+"""``drmix mixture optimize``: learn collection weights (stage 1 of tDRO; the whole recipe is ``drmix pipeline tdro``)."""
 from __future__ import annotations
 
 import inspect
@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from drmix.cli.options import config_command
+from drmix.cli.options import config_command, paragraphs
 from drmix.config import TrainConfig, load_config
 
 OPTIMIZE_HELP = """Learn collection weights (stage 1 of tDRO; DoReMi and GroupDRO as baselines).
@@ -22,28 +22,9 @@ Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, smoothing, output, e
 measurement, top_percents); see docs/mixture.md.
 """
 
-PIPELINE_HELP = """Run the tDRO recipe end to end: stage 0 (uniform reference, unless --reference-model),
-stage 1 (learned weights), stage 2 (fine-tuning with each --transfers entry) and evaluation of the uniform
-baseline and every transfer on --test-data (BEIR directories), ending with one table.
-
-Every training field applies to all stages; --stage0/--stage1/--stage2 KEY=VALUE override a field for one
-stage (e.g. --stage1 max_steps=200). Each stage writes a subdirectory of --output-dir; rerunning the command
-skips finished stages and resumes an interrupted one. The table is saved as summary.md / summary.json,
-with paired tests of every transfer against uniform. Every stage's configuration, transfer and path is
-checked before stage 0 trains. --select-on DEV_BEIR_DIR chooses among uniform and the transfers on that
-dev split only and keeps the best as output_dir/model (warning about transfers below uniform); without it
-the result is uniform (--default-selection).
-"""
-
-
-def _paragraphs(text: str) -> str:
-    """Help text with hard line breaks inside paragraphs removed (the terminal wraps it)."""
-    return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
-
-
 def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_settings: bool = True) -> None:
     from drmix.cli import console
-    from drmix.pipeline import optimize_weights, stage1_config
+    from drmix.mixture.optimize import optimize_weights, stage1_config
 
     if overrides.get("strategy") is None:
         raw = load_config(TrainConfig, config_path, overrides)
@@ -66,30 +47,13 @@ def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_sett
         console.print(f"top-70%: {', '.join(data.get('top', {}).get('70', []))}")
 
 
-def run_pipeline(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.cli import console
-    from drmix.pipeline import PipelineConfig, run_tdro_pipeline
-
-    config = load_config(PipelineConfig, config_path, overrides)
-    result = run_tdro_pipeline(config)
-    console.print(result.table, highlight=False, soft_wrap=True)
-    console.print(f"summary: {result.output_dir / 'summary.md'}")
-
-
 def register(app: typer.Typer) -> None:
-    from drmix.pipeline import PipelineConfig
-
     mixture = typer.Typer(help="Learn collection weights (tDRO, DoReMi, GroupDRO).", no_args_is_help=True)
     paper = inspect.Parameter(
         "paper_settings", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
         default=typer.Option(True, "--paper-settings/--as-given",
                              help="Use tDRO's stage-1 settings (mixed equal-share batches, hard-negative-only "
                                   "InfoNCE, uniform sampling); --as-given keeps the config's batching and negatives."))
-    mixture.command("optimize", help=_paragraphs(OPTIMIZE_HELP), no_args_is_help=True)(
+    mixture.command("optimize", help=paragraphs(OPTIMIZE_HELP), no_args_is_help=True)(
         config_command(TrainConfig, run_optimize, extra=[paper]))
     app.add_typer(mixture, name="mixture")
-
-    pipeline = typer.Typer(help="Multi-stage recipes.", no_args_is_help=True)
-    pipeline.command("tdro", help=_paragraphs(PIPELINE_HELP), no_args_is_help=True)(
-        config_command(PipelineConfig, run_pipeline))
-    app.add_typer(pipeline, name="pipeline")

@@ -22,6 +22,11 @@ from pydantic import BaseModel
 from drmix.errors import ConfigError
 
 
+def paragraphs(text: str) -> str:
+    """Help text with hard line breaks inside paragraphs removed (the terminal wraps it)."""
+    return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -1,4 +1,4 @@
-"""``drmix pretrain coco`` (continuous contrastive pretraining) and ``drmix pipeline coco`` (the COCO-DR recipe)."""
+"""``drmix pretrain coco``: continuous contrastive pretraining (the COCO-DR recipe is ``drmix pipeline coco``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from drmix.cli.options import config_command
+from drmix.cli.options import config_command, paragraphs
 from drmix.config import load_config
 
 COCO_HELP = """Continuous contrastive pretraining (COCO) on target corpora, no labels needed.
@@ -20,23 +20,10 @@ that `drmix train --model OUT/model` fine-tunes), spans.json (documents kept and
 metrics.jsonl and checkpoints/; --resume continues a killed run exactly. See docs/coco.md.
 """
 
-PIPELINE_HELP = """Run the COCO-DR recipe: COCO on --corpus, fine-tuning on --data (--strategy static or
-idro) from the COCO model and, for comparison, the same fine-tuning from --model without COCO; then
-nDCG@10 of both on --test-data with a paired t-test over queries, as one table (summary.md / summary.json).
-
-Training fields apply to the fine-tuning; --coco KEY=VALUE overrides a field of the COCO stage (e.g. --coco
-max_steps=2000 --coco batch_size=256). Rerunning skips finished stages and resumes an interrupted one.
-"""
-
-
 #: training fields that mean nothing for COCO (no labelled data, no strategy, spans set the lengths)
 COCO_SKIP = {"data", "strategy", "transfer", "weights_file", "reference_model", "dev", "dev_split", "tdro", "infdds",
-             "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives", "batching",
+             "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives",
              "mixture_temperature", "max_collection_size"}
-
-
-def _paragraphs(text: str) -> str:
-    return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
 
 
 def run_coco(config_path: Path | None, overrides: dict[str, Any]) -> None:
@@ -50,33 +37,10 @@ def run_coco(config_path: Path | None, overrides: dict[str, Any]) -> None:
     console.print(f"[green]pretrained[/green] {result.steps} steps; model: {result.model_dir}")
 
 
-def run_pipeline(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.cli import console
-    from drmix.recipes.coco import CocoPipelineConfig, run_coco_pipeline
-
-    config = load_config(CocoPipelineConfig, config_path, overrides)
-    result = run_coco_pipeline(config)
-    console.print(result.table, highlight=False, soft_wrap=True)
-    console.print(f"summary: {result.output_dir / 'summary.md'}")
-
-
-def _group(app: typer.Typer, name: str, help_text: str) -> typer.Typer:
-    """The sub-command group ``name`` (another area may have created it already)."""
-    for info in app.registered_groups:
-        if info.name == name and info.typer_instance is not None:
-            return info.typer_instance
-    group = typer.Typer(help=help_text, no_args_is_help=True)
-    app.add_typer(group, name=name)
-    return group
-
-
 def register(app: typer.Typer) -> None:
     from drmix.pretrain.runner import CocoConfig
-    from drmix.recipes.coco import CocoPipelineConfig
 
-    pretrain = _group(app, "pretrain", "Unsupervised pretraining on target corpora (COCO).")
-    pretrain.command("coco", help=_paragraphs(COCO_HELP), no_args_is_help=True)(
+    pretrain = typer.Typer(help="Unsupervised pretraining on target corpora (COCO).", no_args_is_help=True)
+    pretrain.command("coco", help=paragraphs(COCO_HELP), no_args_is_help=True)(
         config_command(CocoConfig, run_coco, skip=COCO_SKIP))
-    pipeline = _group(app, "pipeline", "Multi-stage recipes.")
-    pipeline.command("coco", help=_paragraphs(PIPELINE_HELP), no_args_is_help=True)(
-        config_command(CocoPipelineConfig, run_pipeline))
+    app.add_typer(pretrain, name="pretrain")

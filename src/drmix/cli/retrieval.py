@@ -14,6 +14,7 @@ from typing import Any, Optional
 import typer
 
 from drmix.errors import ConfigError, DataError
+from drmix.retrieval.multi.registry import search_policy_usage
 
 SNIPPET_CHARS = 160
 
@@ -173,7 +174,7 @@ def search_command(
                                                "index directories) with one top-k budget; repeat, the corpus the "
                                                "model was trained on first."),
     allocation: str = typer.Option("naive", "--allocation", help="With --corpus: how the top-k budget is split: "
-                                   "naive, fixed:F, confidence:P, zscore, calibrated (see docs/multicorpus.md)."),
+                                   + search_policy_usage() + " (see docs/multicorpus.md)."),
     depth: int = typer.Option(100, "--depth", min=1, help="With --corpus: candidates fetched per corpus."),
     query: Optional[list[str]] = typer.Option(None, "--query", "-q", help="A query text; repeat for several."),
     queries: Optional[Path] = typer.Option(None, "--queries", help="Query file: .jsonl with _id and text, or "

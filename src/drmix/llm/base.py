@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,11 +54,26 @@ class ChatRequest:
     def message_dicts(self) -> list[Message]:
         return [{"role": r, "content": c} for r, c in self.messages]
 
+    def completion_prompt(self) -> str:
+        """The raw prompt of a ``completion`` request: the turns' contents joined by a blank line.
+
+        Every backend sends this same text, so a local and a served model see identical prompts.
+        """
+        return "\n\n".join(c for _, c in self.messages)
+
     def key(self, model_id: str) -> str:
         """SHA-256 of the model id, the messages and the parameters: the cache key of this request."""
         payload = {"model": model_id, "messages": self.messages, "params": self.params.as_dict(),
                    "completion": self.completion}
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+#: Why a request failed, as counted in ``stats.json`` (``failures``): the HTTP status class (``http_4xx``,
+#: ``http_5xx``; ``http_429`` apart), ``timeout`` (no complete answer within ``--timeout``), ``unparsable`` (a
+#: body that is not a completion), ``empty`` (a completion with no text), ``connection`` (refused, reset),
+#: ``generation`` (a local model that raised) and ``other``.
+FAILURE_CAUSES = ("http_4xx", "http_429", "http_5xx", "timeout", "unparsable", "empty", "connection",
+                  "generation", "other")
 
 
 @dataclass
@@ -67,10 +82,26 @@ class Completion:
     error: str | None = None
     cached: bool = False
     seconds: float = 0.0
+    cause: str | None = None  # one of FAILURE_CAUSES when ``error`` is set
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def failure_cause(self) -> str | None:
+        """``None`` for a success, else :attr:`cause` (``"other"`` when the backend did not say)."""
+        return None if self.error is None else (self.cause or "other")
+
+
+def describe_failures(failures: Mapping[str, int]) -> str:
+    """``"timeout 7, http_5xx 3"``: failure counts by cause, most frequent first (``"none"`` when empty)."""
+    items = sorted(((c, n) for c, n in failures.items() if n), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{c} {n}" for c, n in items) or "none"
+
+
+#: ``on_result(index, completion)``: called once per request as its completion arrives (any order).
+OnResult = Callable[[int, Completion], None]
 
 
 class LLMBackend(ABC):
@@ -82,9 +113,17 @@ class LLMBackend(ABC):
     def complete(self, request: ChatRequest) -> Completion:
         """One request's completion (errors are returned in :attr:`Completion.error`, not raised)."""
 
-    def complete_many(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        """Completions in request order; the default runs them one after the other."""
-        return [self.complete(r) for r in requests]
+    def complete_many(self, requests: Sequence[ChatRequest], on_result: OnResult | None = None) -> list[Completion]:
+        """Completions in request order; the default runs them one after the other.
+
+        ``on_result(i, completion)`` is called as each completion arrives (before the others are done), so a
+        cache can persist each answer at once."""
+        out = []
+        for i, r in enumerate(requests):
+            out.append(self.complete(r))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
 
     def describe(self) -> dict[str, Any]:
         """What provenance fields record about this backend."""

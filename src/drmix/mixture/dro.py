@@ -1,7 +1,7 @@
 """Learned dataset weights by distributionally robust optimisation: tDRO, DoReMi and GroupDRO.
 
-Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, "Task-level Distributionally Robust Optimization
-for LLM-based Dense Retrieval", AAAI 2025), with the implementation facts recorded in
+Specification: tDRO ("Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval",
+Ma et al., AAAI 2025, arXiv:2408.10613), with the implementation facts recorded in
 seeds/README.md for tDRO, DoReMi and GroupDRO. The three are one :class:`DROStrategy`; they differ only
 in the *measurement* ``M_g`` of each collection ``g`` and in the defaults of the update.
 

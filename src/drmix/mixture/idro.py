@@ -1,6 +1,7 @@
 """iDRO: implicit distributionally robust optimisation over k-means query clusters (``--strategy idro``).
 
-Specification: COCO-DR (seeds/001_e28c42063fca7c70.txt), Sec. 4.2, Eqs. 5-12 and Appendix E, implemented as
+Specification: COCO-DR ("COCO-DR: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and
+Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec. 4.2, Eqs. 5-12 and Appendix E, implemented as
 the authors' code does it (``ANCE/model/dro_loss.py``, facts recorded in the issue / seeds/README.md):
 
 1. **clusters**: the training queries are embedded with the *current* model and clustered by k-means

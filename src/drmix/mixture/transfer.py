@@ -1,6 +1,7 @@
 """Transfer of learned collection weights into fine-tuning (stage 2 of tDRO).
 
-Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, section "Settings" and Table 5), which transfers the
+Specification: tDRO ("Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval",
+Ma et al., AAAI 2025, arXiv:2408.10613, section "Settings" and Table 5), which transfers the
 weights learned by a proxy model in three ways; all three keep the task-homogeneous batches of fine-tuning:
 
 * ``top:K`` -- *top-rated dataset selection*: keep the ``K`` fraction of collections with the highest

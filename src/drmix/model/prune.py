@@ -1,4 +1,6 @@
-"""Small retriever backbones pruned from a decoder LM (DRAMA, seeds/004_93ca4c5adc287455.txt, Sec. 3.2 and 6.3).
+"""Small retriever backbones pruned from a decoder LM
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3.2 and 6.3).
 
 DRAMA prunes Llama-3.2-1B with Sheared-LLaMA's learned masks plus continued pretraining (25B tokens), then
 trains it as an encoder with *bidirectional* attention and *mean* pooling (Table 4: both beat causal attention

@@ -1,8 +1,8 @@
 """COCO: continuous contrastive pretraining on target corpora (two spans of one document are positives).
 
-Specification: COCO-DR (seeds/001_e28c42063fca7c70.txt, "COCO-DR: Combating Distribution Shifts in
-Zero-Shot Dense Retrieval with Contrastive and Distributionally Robust Learning", EMNLP 2022), Sec. 4.1,
-Eq. 4, with the implementation facts of the authors' code recorded in the issue / seeds/README.md.
+Specification: COCO-DR ("COCO-DR: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and
+Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec. 4.1,
+Eq. 4, as the authors' code does it (github.com/OpenMatch/COCO-DR, ``COCO/``).
 
 Spans (what the authors' preprocessing does; the paper only says "two disjoint sequences"):
 

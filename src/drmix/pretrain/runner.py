@@ -3,9 +3,21 @@
 The training loop is the shared :class:`~drmix.train.trainer.Trainer` (same optimiser, schedule, DDP,
 checkpoints and exact resume as ``drmix train``); COCO plugs in through its ``builder`` (two spans of a
 drawn document, :class:`~drmix.pretrain.coco.SpanBuilder`) and ``loss_fn``
-(:func:`~drmix.pretrain.coco.coco_losses`) hooks. Each target corpus is one "collection" of documents;
-batches are drawn with the usual mixture sampler (``mixture``: uniform over corpora by default, ``size``
-for proportional). The output ``model/`` folder is a SentenceTransformer that ``drmix train --model`` fine-tunes.
+(:func:`~drmix.pretrain.coco.coco_losses`) hooks. The output ``model/`` folder is a SentenceTransformer that
+``drmix train --model`` fine-tunes.
+
+As the authors' code does it (github.com/OpenMatch/COCO-DR, ``COCO/run_coco_pre_training.py`` and
+``COCO/modeling.py``, ``CoCondenserForPretraining.forward``):
+
+* ``mixture: pooled`` (default): every target corpus goes into **one** dataset, drawn as random batches
+  without replacement, so a batch mixes the corpora in proportion to their sizes and every document is
+  seen once per epoch. ``mixture: uniform`` / ``size`` keep one collection per corpus and draw with
+  ``batching`` (``homogeneous``: one corpus a batch; ``mixed``) under uniform or size-proportional corpus
+  weights -- drmix's earlier rule, kept as an option (a small corpus then gets as many batches as a large one
+  under ``uniform``).
+* ``dropout: false`` (default): the backbone runs in eval mode inside the contrastive forward
+  (``self.lm.eval()``), so the two spans' embeddings carry no dropout noise; ``dropout: true`` trains with
+  the model's dropout (e.g. MiniLM's 0.1).
 """
 from __future__ import annotations
 
@@ -35,8 +47,12 @@ class CocoConfig(TrainConfig):
     max_documents: int | None = Field(None, ge=1, description="Seeded sample of at most this many documents per "
                                                               "corpus (default: all).")
     num_proc: int | None = Field(None, ge=1, description="Processes for sentence splitting (default: one).")
-    mixture: Literal["uniform", "size"] = Field("uniform", description="Corpus weights: uniform or size "
-                                                                       "(proportional to documents kept).")
+    mixture: Literal["pooled", "uniform", "size"] = Field(
+        "pooled", description="pooled: all corpora in one dataset, random mixed batches, each document once per "
+                              "epoch (the authors'); uniform / size: one collection per corpus drawn with "
+                              "--batching under uniform or size-proportional corpus weights.")
+    dropout: bool = Field(False, description="Train with the backbone's dropout; default off: the backbone runs "
+                                             "in eval mode in the COCO forward, as the authors do.")
 
 
 def pretrain_coco(config: CocoConfig, *, callbacks=()):
@@ -48,9 +64,9 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
 
     if not config.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR_OR_JSONL (repeatable).")
-    if config.mixture not in ("uniform", "size"):
-        raise ConfigError(f"COCO corpus weights must be uniform or size, got '{config.mixture}'.",
-                          fix="use --mixture uniform or --mixture size.")
+    if config.mixture not in ("pooled", "uniform", "size"):
+        raise ConfigError(f"COCO corpus weights must be pooled, uniform or size, got '{config.mixture}'.",
+                          fix="use --mixture pooled (default), uniform or size.")
     if config.strategy != "static":
         raise ConfigError("COCO pretraining takes no mixture strategy.", fix="drop --strategy.")
     names = [corpus_name(c) for c in config.corpus]
@@ -70,13 +86,21 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
                         stats.dropped_short + stats.dropped_empty, stats.documents, config.span_max_tokens)
         collections.append(Collection(name=name, dataset=ds, source=str(path)))
         all_stats.append(stats)
+    pooled = config.mixture == "pooled"
+    if pooled and len(collections) > 1:
+        import datasets
+
+        collections = [Collection(name="+".join(names),
+                                  dataset=datasets.concatenate_datasets([c.dataset for c in collections]),
+                                  source=", ".join(str(c.source) for c in collections))]
     train_cfg = TrainConfig.model_validate({
         **config.model_dump(exclude=set(CocoConfig.model_fields) - set(TrainConfig.model_fields) | {"mixture"}),
-        "mixture": config.mixture, "num_negatives": 0, "query_max_length": config.span_max_length,
+        "mixture": "uniform" if pooled else config.mixture, "num_negatives": 0, "query_max_length": config.span_max_length,
         "doc_max_length": config.span_max_length, "in_batch_negatives": True})
     trainer = Trainer(train_cfg, collections=collections, model=model,
                       builder=SpanBuilder(collections, seed=config.seed), loss_fn=coco_loss_fn(config.temperature), callbacks=callbacks)
     trainer.q_prompt = trainer.d_prompt     # both sides are document spans
+    trainer.dropout = config.dropout
     if trainer.is_main:
         from drmix.io import atomic_write_text
 

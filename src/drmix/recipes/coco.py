@@ -1,6 +1,7 @@
 """The COCO-DR recipe (``drmix pipeline coco``): COCO on the target corpora, fine-tuning, evaluation.
 
-Specification: COCO-DR (seeds/001_e28c42063fca7c70.txt), Sec. 4 and Table 2 (the -COCO ablation):
+Specification: COCO-DR ("COCO-DR: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and
+Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec. 4 and Table 2 (the -COCO ablation):
 
 1. ``coco/`` -- continuous contrastive pretraining on the target corpora (:mod:`drmix.pretrain.coco`);
 2. ``finetune-coco-<strategy>/`` -- fine-tuning of the COCO model on the source collections with the

@@ -1,9 +1,11 @@
-"""The DRAMA recipe on a target corpus (seeds/004_93ca4c5adc287455.txt, Sec. 3 and Fig. 1): augment -> train a
+"""The DRAMA recipe on a target corpus
+(DRAMA ("DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers", Ma et al.,
+ACL 2025, arXiv:2502.18460), Sec. 3 and Fig. 1): augment -> train a
 small student -> evaluate student vs teacher vs the untuned student, one table.
 
 1. **augment** each target corpus (no labels needed): cropped-sentence queries mined by the teacher (ranks
    1-10 positives, 30-50 hard negatives); with an LLM configured (``generate: true``) also LLM-generated
-   queries for ``generate_max_docs`` documents, mined the same way, and (``rerank: true``) the LLM's listwise
+   queries for ``generate_max_docs`` documents (a seeded sample across the corpus), mined the same way, and (``rerank: true``) the LLM's listwise
    rerank of their top-20 (top-1 positive, ranks 10-20 negatives). Files: ``augment/<corpus>-<kind>.jsonl``;
    LLM calls are cached in ``augment/llm-cache.jsonl``.
 2. **student**: ``model`` (any SentenceTransformer), or, with ``prune_from`` set, a backbone pruned from a
@@ -79,13 +81,24 @@ def _sample(ids: list[str], n: int | None, seed: int) -> list[str]:
     return [ids[i] for i in keep]
 
 
+def generation_ids(ids: list[str], n: int, seed: int) -> list[str]:
+    """The documents given to the LLM: a seeded sample of ``n`` spread over all of ``ids`` (not its head).
+
+    ``ids`` is already a sorted sample of the corpus, so its first ``n`` would be the documents with the
+    smallest ids; a second seeded draw (its own stream) spreads the generated queries over the corpus.
+    """
+    return _sample(ids, n, seed + 7907)
+
+
 def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, cfg: DramaConfig, out: Path,
                    backend: Any = None) -> dict[str, Any]:
     """Write this corpus's augmented collections into ``out``; returns the files and counts."""
     from drmix.augment.crop import crop_queries
     from drmix.augment.examples import mine_examples, rerank_examples, write_collection
-    from drmix.augment.generate import document_texts, generate_queries
+    from drmix.augment.generate import GenerationStats, document_texts, generate_queries
+    from drmix.augment.rerank import RerankStats
     from drmix.data.beir import doc_text
+    from drmix.llm.runstats import llm_stats
 
     texts = {d: doc_text(doc) for d, doc in corpus.items()}
     ids = _sample(list(corpus), cfg.max_docs, cfg.seed)
@@ -104,9 +117,11 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     info["files"] = [str(crop_file)]
     if cfg.generate:
         gen_file = out / f"{name}-generate.jsonl"
-        gen_ids = ids[:cfg.generate_max_docs]
+        gen_ids = generation_ids(ids, cfg.generate_max_docs, cfg.seed)
         if not gen_file.exists():
-            rows, stats = generate_queries(document_texts(corpus, gen_ids), backend)
+            stats = GenerationStats()
+            with llm_stats(out / f"{name}-generate.stats.json", stats):  # written on every exit path
+                rows, _ = generate_queries(document_texts(corpus, gen_ids), backend, stats=stats)
             info["generate"] = stats.as_dict()
             rows = [{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"], "llm": backend.describe()}
                     for r in rows]
@@ -114,7 +129,9 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
                                           negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
             write_collection(gen_file, mined)
             if cfg.rerank:
-                rr, rstats = rerank_examples(mined, texts, backend)
+                rstats = RerankStats()
+                with llm_stats(out / f"{name}-rerank.stats.json", rstats):
+                    rr, _ = rerank_examples(mined, texts, backend, stats=rstats)
                 info["rerank"] = rstats.as_dict()
                 write_collection(out / f"{name}-rerank.jsonl", rr)
         info["files"].append(str(gen_file))

@@ -1,7 +1,7 @@
 """GradCache: contrastive batches far larger than fit in memory, with the gradients of the whole batch.
 
 Gao, Zhang, Han, Callan (2021), "Scaling Deep Contrastive Learning Batch Size under Memory Limited
-Setup" — the gradient cache the tDRO paper (seed 000, section on weights transfer) trains with;
+Setup" — the gradient cache the tDRO paper (AAAI 2025, arXiv:2408.10613, section on weights transfer) trains with;
 COCO-DR and DRAMA train at global batches of about 2,048. A contrastive loss couples every example
 of the batch (in-batch negatives), so gradient accumulation over micro-batches optimises a
 *different* loss (fewer negatives); GradCache keeps the loss of the full batch. With encoder

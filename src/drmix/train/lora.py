@@ -2,7 +2,7 @@
 
 Hu et al. (2022), "LoRA: Low-Rank Adaptation of Large Language Models": a frozen weight ``W`` gets a
 trainable update ``W + (alpha / r) B A`` with ``A`` (r x d_in, random) and ``B`` (d_out x r, zeros),
-so training starts from the pretrained model. The tDRO paper (seed 000) fine-tunes its LLM
+so training starts from the pretrained model. The tDRO paper (AAAI 2025, arXiv:2408.10613) fine-tunes its LLM
 retrievers this way with ``r=8, alpha=32`` and dropout 0.1: those are the defaults here (``r`` is
 required to switch LoRA on).
 

@@ -226,6 +226,8 @@ class Trainer:
             self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
                                           max_queries=config.eval_max_queries, seed=config.seed)
         self.step = 0
+        #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
+        self.dropout = True
         self.lookahead_seconds = 0.0
         self.guard = NonFiniteGuard(self.accelerator.device, max_consecutive=config.max_nonfinite_steps,
                                     world_size=self.world)
@@ -450,6 +452,7 @@ class Trainer:
                     ctx.step = self.step
                     ctx.extras["micro_step"] = micro
                     ctx.extras["accumulation_steps"] = cfg.gradient_accumulation_steps
+                    self.wrapped.train(self.dropout)   # a strategy or evaluation may have left it in eval mode
                     loss, losses = self._forward_backward(q, d, mask, local, ctx)
                     self.guard.observe_loss(loss)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps

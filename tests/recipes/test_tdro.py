@@ -1,4 +1,4 @@
-"""The tDRO pipeline end to end on the tiny model: stage 0, stage 1, stage 2, evaluation, resume."""
+"""The tDRO recipe end to end on the tiny model: stage 0, stage 1, stage 2, evaluation, resume."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from drmix.pipeline import PipelineConfig, fill_missing_negatives, results_table, run_tdro_pipeline
+from drmix.mixture.optimize import fill_missing_negatives
+from drmix.recipes.tdro import PipelineConfig, results_table, run_tdro_pipeline
 
 WORDS = {
     "animals": ["cat", "dog", "horse", "sheep", "goat", "mouse", "tiger", "lion", "zebra", "camel", "otter", "eagle"],
@@ -113,7 +114,7 @@ def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
 
     # A rerun skips every finished stage and reuses cached evaluations.
     stamp = (s1 / "weights.json").stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="drmix.pipeline"):
+    with caplog.at_level(logging.INFO, logger="drmix.recipes.tdro"):
         again = run_tdro_pipeline(pipeline_config)
     assert (s1 / "weights.json").stat().st_mtime_ns == stamp
     assert sum("finished earlier" in r.message for r in caplog.records) == 4
@@ -203,7 +204,7 @@ def test_stage1_killed_and_resumed_matches_an_uninterrupted_run(tmp_path, tiny_m
     # tDRO stage 1 (the tiny model is its own reference); a run killed after step 3 (checkpoint at step 2)
     # and resumed ends with the same weights, trajectory and DRO state as a run that was never interrupted.
     from drmix.config import TrainConfig
-    from drmix.pipeline import optimize_weights, stage1_config
+    from drmix.mixture.optimize import optimize_weights, stage1_config
 
     data = str(write_collections(tmp_path))
 

@@ -42,3 +42,33 @@ def test_summary_table_share_of_teacher():
 def test_no_corpus_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="no target corpus"):
         run_drama_pipeline(DramaConfig(output_dir=str(tmp_path / "x")))
+
+
+def test_generation_samples_documents_across_the_corpus(tmp_path, monkeypatch):
+    """The LLM sees a seeded sample spread over the corpus, not the first ``generate_max_docs`` ids."""
+    import drmix.augment.examples as examples
+    import drmix.augment.generate as generate
+    from drmix.recipes.drama import augment_corpus, generation_ids
+
+    ids = [f"d{i:04d}" for i in range(1000)]
+    picked = generation_ids(ids, 100, seed=3)
+    assert len(set(picked)) == 100 and set(picked) <= set(ids)
+    positions = sorted(ids.index(d) for d in picked)
+    assert positions[-1] > 500 and positions != list(range(100))      # not the head of the corpus
+    assert generation_ids(ids, 100, seed=3) == picked and generation_ids(ids, 100, seed=4) != picked
+    assert generation_ids(ids[:50], 100, seed=3) == ids[:50]            # fewer documents: all of them
+
+    seen = {}
+
+    def fake_generate(texts, backend, **kw):
+        seen["ids"] = list(texts)
+        return [], type("S", (), {"as_dict": lambda self: {}})()
+
+    monkeypatch.setattr(generate, "generate_queries", fake_generate)
+    monkeypatch.setattr(examples, "mine_examples", lambda rows, *a, **k: (rows, {}))
+    monkeypatch.setattr(examples, "write_collection", lambda path, rows: None)
+    corpus = {d: {"title": "", "text": "one two three four five six seven eight nine ten. " * 2} for d in ids}
+    cfg = DramaConfig(corpus=["x"], generate=True, generate_max_docs=100, max_docs=None, seed=3,
+                      output_dir=str(tmp_path))
+    augment_corpus("toy", corpus, teacher=None, cfg=cfg, out=tmp_path, backend=None)
+    assert seen["ids"] == picked

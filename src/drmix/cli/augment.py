@@ -1,7 +1,7 @@
-"""``drmix augment crop|mine|generate|rerank``, ``drmix prune`` and ``drmix pipeline drama`` (DRAMA).
+"""``drmix augment crop|mine|generate|rerank``: training collections from an unlabelled corpus (DRAMA).
 
-Thin: options are validated and handed to :mod:`drmix.augment`, :mod:`drmix.model.prune` and
-:mod:`drmix.recipes.drama`. Every augment command writes a drmix collection JSONL (what ``drmix train
+Thin: options are validated and handed to :mod:`drmix.augment` (the recipe that chains them is
+``drmix pipeline drama``). Every augment command writes a drmix collection JSONL (what ``drmix train
 --data`` reads) and a ``<output>.stats.json`` with its counts.
 """
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import Any, Optional
 
 import typer
 
-from drmix.cli.options import config_command
 
 AUGMENT_HELP = "Build training collections from an unlabelled corpus (DRAMA): cropped sentences, teacher mining, " \
                "LLM-generated queries, LLM listwise reranking."
@@ -31,12 +30,24 @@ def _load_corpus(path: Path) -> dict[str, dict[str, str]]:
     return read_corpus(resolve_corpus_file(path))
 
 
+def _stats_path(output: Path) -> Path:
+    return output.with_name(output.name + ".stats.json")
+
+
 def _write_stats(output: Path, stats: dict[str, Any]) -> Path:
     from drmix.io import atomic_write_json
 
-    path = output.with_name(output.name + ".stats.json")
+    path = _stats_path(output)
     atomic_write_json(path, stats)
     return path
+
+
+def _why_empty(stats: Any, stats_path: Path) -> str:
+    """The fix of an LLM step that kept nothing: the failure counts by cause and where they are."""
+    from drmix.llm.runstats import failure_line
+
+    return (failure_line(stats, stats_path) + f"; outcomes {dict(stats.outcomes)}. Check the endpoint, "
+            "--timeout, or the prompt template")
 
 
 def _sample_ids(ids: list[str], n: int | None, seed: int) -> list[str]:
@@ -82,10 +93,15 @@ def _backend(output: Path, kw: dict[str, Any]):
 
 
 def _with_llm(fn):
-    """Append the LLM options to ``fn``'s signature; they reach it as ``llm`` (a dict)."""
+    """Append the LLM options to ``fn``'s signature; they reach it as ``llm`` (a dict).
+
+    The signature is read with ``eval_str=True``: this module postpones annotations (``from __future__ import
+    annotations``), and typer takes a given ``__signature__`` as it is, so string annotations such as
+    ``"Optional[int]"`` would reach pydantic's ``TypeAdapter`` unresolved (``--max-docs``/``--template`` failed).
+    """
     extra = _llm_params()
     names = [p.name for p in extra]
-    sig = inspect.signature(fn)
+    sig = inspect.signature(fn, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name != "llm"]
 
     def command(**kwargs: Any) -> Any:
@@ -168,21 +184,28 @@ def generate_command(
     llm: dict = None,  # type: ignore[assignment]
 ) -> None:
     """LLM-generated queries: one per document, parsed from the Task/Query/Language answer."""
-    from drmix.augment.generate import QGenTemplate, document_texts, generate_queries
+    from drmix.augment.generate import GenerationStats, QGenTemplate, document_texts, generate_queries
     from drmix.augment.examples import write_collection
     from drmix.llm.base import GenerationParams
+    from drmix.llm.runstats import failure_line, llm_stats
 
     docs = _load_corpus(corpus)
     ids = _sample_ids(list(docs), max_docs, seed)
+    qgen = QGenTemplate.load(template)
     backend = _backend(output, llm)
     texts = document_texts(docs, ids)
-    rows, stats = generate_queries(texts, backend, template=QGenTemplate.load(template), completion=completion,
-                                   params=GenerationParams(temperature, top_p, max_new_tokens, seed))
+    stats = GenerationStats()
+    try:
+        with llm_stats(_stats_path(output), stats) as stats_path:  # written on every exit path
+            rows, _ = generate_queries(texts, backend, template=qgen, completion=completion,
+                                       params=GenerationParams(temperature, top_p, max_new_tokens, seed),
+                                       stats=stats)
+    finally:
+        backend.close()
     desc = backend.describe()
     out = [{"query": r["query"], "positive": texts[r["doc_id"]], "augment": "generate", "source_doc": r["doc_id"],
             "llm": desc} for r in rows]
-    write_collection(output, out)
-    _write_stats(output, stats.as_dict())
+    write_collection(output, out, why=_why_empty(stats, stats_path))
     _console().print(f"kept {stats.kept} of {stats.documents} generated queries ({dict(stats.outcomes)}); "
                      f"wrote {output}")
 
@@ -200,78 +223,32 @@ def rerank_command(
 ) -> None:
     """LLM listwise rerank of the teacher's top-k: top-1 becomes the positive, ranks 10-20 hard negatives."""
     from drmix.augment.examples import read_query_rows, rerank_examples, write_collection
-    from drmix.augment.rerank import RerankTemplate
+    from drmix.augment.rerank import RerankStats, RerankTemplate
     from drmix.data.beir import doc_text
+    from drmix.llm.runstats import llm_stats
 
     rows = read_query_rows(input)
     docs = _load_corpus(corpus)
+    rtemplate = RerankTemplate.load(template)
     backend = _backend(output, llm)
-    out, stats = rerank_examples(rows, {d: doc_text(x) for d, x in docs.items()}, backend, k=k,
-                                 negatives=negatives, template=RerankTemplate.load(template), max_words=max_words,
-                                 path=input)
-    write_collection(output, out)
-    _write_stats(output, stats.as_dict())
+    stats = RerankStats()
+    try:
+        with llm_stats(_stats_path(output), stats) as stats_path:  # written on every exit path
+            out, _ = rerank_examples(rows, {d: doc_text(x) for d, x in docs.items()}, backend, k=k,
+                                     negatives=negatives, template=rtemplate, max_words=max_words, path=input,
+                                     stats=stats)
+    finally:
+        backend.close()
+    write_collection(output, out, why=_why_empty(stats, stats_path))
     s = stats.as_dict()
     _console().print(f"kept {stats.kept} of {stats.queries} rankings (complete {s['complete_share']:.0%}, "
                      f"repaired {s['repaired_share']:.0%}, dropped {s['dropped_share']:.0%}); wrote {output}")
 
 
-def prune_command(
-    output: Path = typer.Option(..., "--output", "-o", help="SentenceTransformer folder to write."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Causal LM: folder, hub id or .gguf file "
-                                                                   "(default: the packaged SmolLM2-135M-Instruct)."),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Layers to keep, 0-based (e.g. 0,10,20,29 or 0-3,29)."),
-    keep_layers: Optional[int] = typer.Option(None, "--keep-layers", min=1, help="Or: how many layers to keep "
-                                              "(first and last, the rest evenly spaced)."),
-    mlp_keep: Optional[int] = typer.Option(None, "--mlp-keep", min=1, help="Narrow every MLP to this many channels."),
-    causal: bool = typer.Option(False, "--causal", help="Keep causal attention (default: bidirectional)."),
-    max_seq_length: int = typer.Option(512, "--max-seq-length", min=8, help="Token cap of the saved encoder."),
-    query_prompt: str = typer.Option("Query: ", "--query-prompt", help="Prompt prepended to queries."),
-) -> None:
-    """Turn a decoder LM into a retriever backbone: chosen layers, bidirectional attention, mean pooling."""
-    from drmix.model.prune import prune_to_sentence_transformer
-
-    info = prune_to_sentence_transformer(model, output, layers=layers, keep_layers=keep_layers, mlp_keep=mlp_keep,
-                                         bidirectional=not causal, max_seq_length=max_seq_length,
-                                         query_prompt=query_prompt)
-    _console().print(f"kept layers {info['layers']} of {info['source_layers']}; "
-                     f"{info['parameters'] / 1e6:.1f}M parameters; saved {output}")
-
-
-PIPELINE_HELP = ("Run the DRAMA recipe: augment --corpus (crop + teacher mining; LLM generate / rerank with "
-                 "--generate / --rerank), train the student (--model, or one pruned from --prune-from), then "
-                 "evaluate teacher, untuned and trained student on --test-data at full size and at --dims, in one "
-                 "table (summary.md). Finished steps are skipped on a rerun.")
-
-
-def run_pipeline(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.recipes.drama import load_drama_config, run_drama_pipeline
-
-    summary = run_drama_pipeline(load_drama_config(config_path, overrides))
-    if "table" in summary:
-        _console().print(summary["table"], highlight=False, soft_wrap=True)
-    _console().print("summary: " + str(Path(load_drama_config(config_path, overrides).output_dir) / "summary.json"))
-
-
-def _pipeline_group(app: typer.Typer) -> typer.Typer:
-    """The ``pipeline`` group another area registered, or a new one."""
-    for info in app.registered_groups:
-        if info.name == "pipeline" and info.typer_instance is not None:
-            return info.typer_instance
-    group = typer.Typer(help="Multi-stage recipes.", no_args_is_help=True)
-    app.add_typer(group, name="pipeline")
-    return group
-
-
 def register(app: typer.Typer) -> None:
-    from drmix.recipes.drama import DramaConfig
-
     augment = typer.Typer(help=AUGMENT_HELP, no_args_is_help=True)
     augment.command("crop", no_args_is_help=True)(crop_command)
     augment.command("mine", no_args_is_help=True)(mine_command)
     augment.command("generate", no_args_is_help=True)(_with_llm(generate_command))
     augment.command("rerank", no_args_is_help=True)(_with_llm(rerank_command))
     app.add_typer(augment, name="augment")
-    app.command("prune", no_args_is_help=True)(prune_command)
-    _pipeline_group(app).command("drama", help=PIPELINE_HELP, no_args_is_help=True)(
-        config_command(DramaConfig, run_pipeline))

@@ -1,11 +1,11 @@
-"""The tDRO pipeline as a library function: reference, learned weights, transfer, evaluation.
+"""The tDRO recipe (``drmix pipeline tdro``) as a library function: reference, learned weights, transfer, evaluation.
 
 Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"), stages as in the paper:
 
 * **stage 0** -- the reference model: fine-tuning with uniform weights and task-homogeneous batches
   (``drmix train`` with ``mixture: uniform``); skipped when the config names ``reference_model``. It is
   also the uniform baseline of the final table (GroupDRO uses it only as that: it needs no reference).
-* **stage 1** -- learned weights (:func:`optimize_weights`): a proxy model trained on *mixed* batches
+* **stage 1** -- learned weights (:func:`drmix.mixture.optimize.optimize_weights`): a proxy model trained on *mixed* batches
   (every collection, equal share) with hard-negative-only InfoNCE, the frozen reference forwarded on the
   same inputs, and a DRO strategy (``tdro`` by default; ``doremi``/``groupdro`` for the baselines;
   GroupDRO needs no reference). Writes ``weights.json``, ``weights.jsonl`` and ``weights.png``.
@@ -56,10 +56,10 @@ from pydantic import Field, ValidationError
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text
+from drmix.mixture.optimize import optimize_weights, stage1_config
 
 log = logging.getLogger(__name__)
 
-DRO_STRATEGIES = ("tdro", "doremi", "groupdro")
 BASELINE = "uniform"
 
 
@@ -127,73 +127,6 @@ def _stage_config(base: PipelineConfig, overrides: dict[str, Any], **fixed: Any)
 
 def _finished(out: Path) -> bool:
     return (out / "model" / "modules.json").exists()
-
-
-def fill_missing_negatives(collections: list, num_negatives: int, *, seed: int = 0) -> list:
-    """Give examples without hard negatives ``num_negatives`` positives of other examples of their collection.
-
-    Returns the collections (datasets replaced where something was filled); a one-example collection is
-    left as it is.
-    """
-    out = []
-    for ci, c in enumerate(collections):
-        negs = c.dataset["negatives"]
-        missing = [i for i, n in enumerate(negs) if not n]
-        n = len(c.dataset)
-        if not missing or n < 2 or num_negatives < 1:
-            out.append(c)
-            continue
-        firsts = [p[0] for p in c.dataset["positives"]]
-        rng = np.random.default_rng([seed, ci, 15485863])
-        k = min(num_negatives, n - 1)
-        new_negs = list(negs)
-        for i in missing:
-            picks = rng.choice(n - 1, size=k, replace=False)
-            new_negs[i] = [firsts[j + (j >= i)] for j in picks]      # skip the example itself
-        log.info("stage 1: %s: %d of %d examples had no hard negatives; gave them %d same-collection negatives",
-                 c.name, len(missing), n, k)
-        c.dataset = c.dataset.remove_columns("negatives").add_column(
-            "negatives", new_negs, feature=c.dataset.features["negatives"])
-        out.append(c)
-    return out
-
-
-def stage1_config(base: TrainConfig | PipelineConfig, *, strategy: str, reference: str | None,
-                  output_dir: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """The TrainConfig of stage 1: mixed equal-share batches, hard-negative-only InfoNCE, the DRO strategy."""
-    values = base.model_dump(exclude=set(PipelineConfig.model_fields) - set(TrainConfig.model_fields))
-    values.update(batching="mixed", in_batch_negatives=False, cross_device_negatives=False, mixture="uniform",
-                  num_negatives=max(1, base.num_negatives), strategy=strategy, reference_model=reference,
-                  transfer=None, weights_file=None, output_dir=str(output_dir), resume=True)
-    values.update(overrides or {})
-    return TrainConfig.model_validate(values)
-
-
-def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_negatives: bool = True):
-    """Stage 1: learn collection weights with ``strategy`` (default ``config.strategy``); returns a TrainResult.
-
-    ``config`` is used as given except that ``strategy`` is set; call :func:`stage1_config` first to get the
-    paper's stage-1 settings from a fine-tuning config.
-    """
-    from drmix.data.collections import load_collections
-    from drmix.mixture.dro import STRATEGY_MEASUREMENT, dro_strategy_from_options
-    from drmix.train.trainer import train
-
-    name = (strategy or config.strategy).lower()
-    if name not in STRATEGY_MEASUREMENT:
-        raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(DRO_STRATEGIES)}.")
-    strat = dro_strategy_from_options(name, config.tdro)
-    if strat.config.measurement != "raw" and not config.reference_model:
-        raise ConfigError(f"strategy '{name}' needs a frozen reference model.",
-                          fix="set reference_model (a model trained with uniform weights), or run "
-                              "`drmix pipeline tdro` which trains one (stage 0).")
-    if config.batching != "mixed":
-        log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", config.batching)
-    config = config.model_copy(update={"strategy": name})
-    collections = load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)
-    if fill_negatives and not config.in_batch_negatives:
-        collections = fill_missing_negatives(collections, max(1, config.num_negatives), seed=config.seed)
-    return train(config, strategy=strat, collections=collections)
 
 
 def _run_stage(name: str, config: TrainConfig, *, strategy=None, collections=None) -> StageOutput:

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from drmix.data.localdocs import LocalDocsOptions
-from drmix.demo import DemoOptions, _prepare_output, results_markdown, run_demo
+from drmix.data.builders.localdocs import LocalDocsOptions
+from drmix.recipes.demo import DemoOptions, _prepare_output, results_markdown, run_demo
 from drmix.errors import ConfigError
 
 FAMILIES = {"small": ["json", "textwrap", "shlex"], "large": ["logging", "pathlib", "argparse", "calendar"]}

@@ -1,0 +1,87 @@
+"""``drmix pipeline tdro|coco|drama``: the multi-stage recipes of :mod:`drmix.recipes`.
+
+Thin: each command loads its recipe's pydantic config (every field is a flag) and prints the summary table.
+The ``pipeline`` group is created here, once; a new recipe adds its command to :func:`register`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from drmix.cli.options import config_command, paragraphs
+from drmix.config import load_config
+
+TDRO_HELP = """Run the tDRO recipe end to end: stage 0 (uniform reference, unless --reference-model),
+stage 1 (learned weights), stage 2 (fine-tuning with each --transfers entry) and evaluation of the uniform
+baseline and every transfer on --test-data (BEIR directories), ending with one table.
+
+Every training field applies to all stages; --stage0/--stage1/--stage2 KEY=VALUE override a field for one
+stage (e.g. --stage1 max_steps=200). Each stage writes a subdirectory of --output-dir; rerunning the command
+skips finished stages and resumes an interrupted one. The table is saved as summary.md / summary.json,
+with paired tests of every transfer against uniform. Every stage's configuration, transfer and path is
+checked before stage 0 trains. --select-on DEV_BEIR_DIR chooses among uniform and the transfers on that
+dev split only and keeps the best as output_dir/model (warning about transfers below uniform); without it
+the result is uniform (--default-selection).
+"""
+
+
+COCO_PIPELINE_HELP = """Run the COCO-DR recipe: COCO on --corpus, fine-tuning on --data (--strategy static or
+idro) from the COCO model and, for comparison, the same fine-tuning from --model without COCO; then
+nDCG@10 of both on --test-data with a paired t-test over queries, as one table (summary.md / summary.json).
+
+Training fields apply to the fine-tuning; --coco KEY=VALUE overrides a field of the COCO stage (e.g. --coco
+max_steps=2000 --coco batch_size=256). Rerunning skips finished stages and resumes an interrupted one.
+"""
+
+
+DRAMA_HELP = ("Run the DRAMA recipe: augment --corpus (crop + teacher mining; LLM generate / rerank with "
+                 "--generate / --rerank), train the student (--model, or one pruned from --prune-from), then "
+                 "evaluate teacher, untuned and trained student on --test-data at full size and at --dims, in one "
+                 "table (summary.md). Finished steps are skipped on a rerun.")
+
+
+
+def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
+    from drmix.cli import console
+    from drmix.recipes.tdro import PipelineConfig, run_tdro_pipeline
+
+    config = load_config(PipelineConfig, config_path, overrides)
+    result = run_tdro_pipeline(config)
+    console.print(result.table, highlight=False, soft_wrap=True)
+    console.print(f"summary: {result.output_dir / 'summary.md'}")
+
+
+def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None:
+    from drmix.cli import console
+    from drmix.recipes.coco import CocoPipelineConfig, run_coco_pipeline
+
+    config = load_config(CocoPipelineConfig, config_path, overrides)
+    result = run_coco_pipeline(config)
+    console.print(result.table, highlight=False, soft_wrap=True)
+    console.print(f"summary: {result.output_dir / 'summary.md'}")
+
+
+def run_drama(config_path: Path | None, overrides: dict[str, Any]) -> None:
+    from drmix.cli import console
+    from drmix.recipes.drama import load_drama_config, run_drama_pipeline
+
+    summary = run_drama_pipeline(load_drama_config(config_path, overrides))
+    if "table" in summary:
+        console.print(summary["table"], highlight=False, soft_wrap=True)
+    console.print("summary: " + str(Path(load_drama_config(config_path, overrides).output_dir) / "summary.json"))
+
+
+def register(app: typer.Typer) -> None:
+    from drmix.recipes.coco import CocoPipelineConfig
+    from drmix.recipes.drama import DramaConfig
+    from drmix.recipes.tdro import PipelineConfig
+
+    pipeline = typer.Typer(help="Multi-stage recipes.", no_args_is_help=True)
+    pipeline.command("tdro", help=paragraphs(TDRO_HELP), no_args_is_help=True)(
+        config_command(PipelineConfig, run_tdro))
+    pipeline.command("coco", help=paragraphs(COCO_PIPELINE_HELP), no_args_is_help=True)(
+        config_command(CocoPipelineConfig, run_coco_recipe))
+    pipeline.command("drama", help=DRAMA_HELP, no_args_is_help=True)(config_command(DramaConfig, run_drama))
+    app.add_typer(pipeline, name="pipeline")
