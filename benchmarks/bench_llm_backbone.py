@@ -13,8 +13,10 @@ Every cell is ``drmix train`` through its Python API with the options a user pas
 
     nice -n 10 python benchmarks/bench_llm_backbone.py --data ../shared/data/scifact --out /tmp/llm-bb --preset cpu
 
-Presets: ``cpu`` (small scale: 40 steps of batch 8, 100 test queries + 300 distractors, 3 seeds) and ``gpu``
-(300 steps of batch 64 in bf16, the full SciFact test split, 3 seeds; prints its device-time estimate).
+Presets: ``cpu`` (small scale for a shared 2-core machine: SmolLM2-135M depth-pruned to 8 of its 30 layers --
+DRAMA's route to small retrievers, ``drmix prune --keep-layers 8`` saved causal -- 30 steps of batch 8, queries 32
+/ documents 64 tokens, 80 test queries + 120 distractors, 3 seeds) and ``gpu`` (the full 30-layer model, 300 steps
+of batch 64 in bf16, the full SciFact test split, 3 seeds; prints its device-time estimate).
 Writes ``results.json`` and ``summary.md``: mean nDCG@10 over seeds with a 95% t-interval over seeds, and
 paired randomisation tests over queries (per-query nDCG@10 averaged over seeds) for the Table 4 contrasts.
 Settings are fixed in advance (SciFact has no dev split); nothing was tuned on the test queries.
@@ -47,10 +49,10 @@ VARIANTS = {
 CONTRASTS = [("mean-bidir", "mean-causal"), ("lasttoken-bidir", "lasttoken-causal"),
              ("mean-causal", "lasttoken-causal"), ("mean-bidir", "lasttoken-bidir")]
 PRESETS = {
-    "cpu": dict(steps=40, batch=8, lr=5e-4, query_len=32, doc_len=96, queries=100, distractors=300, seeds=3,
-                dtype=None, threads=2),
-    "gpu": dict(steps=300, batch=64, lr=2e-4, query_len=64, doc_len=256, queries=None, distractors=None, seeds=3,
-                dtype="bf16", threads=None),
+    "cpu": dict(layers=8, steps=30, batch=8, lr=5e-4, query_len=32, doc_len=64, queries=80, distractors=120,
+                seeds=3, dtype=None, threads=1),
+    "gpu": dict(layers=None, steps=300, batch=64, lr=2e-4, query_len=64, doc_len=256, queries=None, distractors=None,
+                seeds=3, dtype="bf16", threads=None),
 }
 
 
@@ -80,10 +82,31 @@ def subsample(data, n_queries: int | None, n_distractors: int | None, seed: int)
     return data
 
 
+def base_model(p: dict, out: Path) -> str:
+    """The backbone: the packaged SmolLM2-135M GGUF, or its first/last/evenly spaced ``layers`` layers saved as a
+    causal (Gemma-rewritten, exact) transformers folder once under ``out``."""
+    from drmix.llm.local import load_causal_lm, packaged_smollm2
+
+    if not p["layers"]:
+        return str(packaged_smollm2())
+    folder = out / f"smollm2-{p['layers']}layers"
+    if not (folder / "config.json").exists():
+        from drmix.io import atomic_dir
+        from drmix.model.prune import check_equivalence, default_layers, prune_decoder
+
+        lm, tok, _ = load_causal_lm(None)
+        layers = default_layers(lm.config.num_hidden_layers, p["layers"])
+        pruned = prune_decoder(lm, layers, bidirectional=False)
+        check_equivalence(lm, pruned, layers)
+        with atomic_dir(folder) as tmp:
+            pruned.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+    return str(folder)
+
+
 def run_cell(name: str, seed: int, p: dict, data_dir: Path, out: Path, test) -> dict:
     from drmix.config import TrainConfig
     from drmix.evaluation.evaluate import evaluate_dataset
-    from drmix.llm.local import packaged_smollm2
     from drmix.train.trainer import train
 
     run_dir = out / "runs" / f"{name}-s{seed}"
@@ -92,11 +115,11 @@ def run_cell(name: str, seed: int, p: dict, data_dir: Path, out: Path, test) -> 
         return json.loads(done.read_text())
     if run_dir.exists():
         shutil.rmtree(run_dir)
-    cfg = TrainConfig(model=str(packaged_smollm2()), data=[{"path": str(data_dir), "split": "train"}],
+    cfg = TrainConfig(model=base_model(p, out), data=[{"path": str(data_dir), "split": "train"}],
                       output_dir=str(run_dir), max_steps=p["steps"], batch_size=p["batch"],
                       learning_rate=p["lr"], warmup_ratio=0.1, query_max_length=p["query_len"],
                       doc_max_length=p["doc_len"], num_negatives=0, seed=seed, save_every=10_000,
-                      log_every=5, show_progress=False, device="cpu" if p["threads"] else None,
+                      log_every=5, show_progress=False, input_prefetch=0, device="cpu" if p["threads"] else None,
                       torch_dtype=p["dtype"], **VARIANTS[name])
     t0 = time.perf_counter()
     result = train(cfg)
@@ -177,6 +200,7 @@ def main() -> None:
     test = subsample(load_beir(args.data, "test"), p["queries"], p["distractors"], seed=0)
     log.info("test subsample: %d queries, %d documents", len(test.queries), len(test.corpus))
     args.out.mkdir(parents=True, exist_ok=True)
+    log.info("backbone: %s", base_model(p, args.out))
     cells = []
     for seed in range(p["seeds"]):  # seed-major: a partial run has every variant at the first seeds
         for v in args.variants:

@@ -61,6 +61,7 @@ class TrainConfig(BaseModel):
     dev: list[str] = Field(default_factory=list, description="BEIR directories whose dev split strategies use (Inf-DDS).")
     dev_split: str = Field("dev", description="Qrels split of the --dev directories.")
     eval_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated every eval_every steps.")
+    query_instructions: dict[str, str] = Field(default_factory=dict, description="Query instruction per evaluation dataset (dataset name -> text), used by every evaluation and saved in the model folder's prompts (see docs/llm.md).")
     eval_every: int = Field(0, ge=0, description="Evaluate on eval_data every N steps (0 = only at the end if eval_data).")
     eval_split: str = Field("dev", description="Qrels split used by the periodic evaluation.")
     eval_max_queries: int | None = Field(None, ge=1, description="Cap on queries per periodic evaluation set.")

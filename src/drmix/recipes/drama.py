@@ -177,7 +177,8 @@ def evaluate_labelled(models: dict[str, str], cfg: DramaConfig, root: Path) -> d
                                  max_docs=cfg.test_max_docs, seed=cfg.seed)
                     for n, d in zip(dataset_names(cfg.test_data), cfg.test_data)}
         model = load_encoder(None if path == "default" else path)
-        results[label] = {n: evaluate_dataset(model, ds, dims=tuple(cfg.dims), max_length=cfg.doc_max_length)
+        results[label] = {n: evaluate_dataset(model, ds, dims=tuple(cfg.dims), max_length=cfg.doc_max_length,
+                                              query_instructions=cfg.query_instructions)
                           for n, ds in data.items()}
         atomic_write_json(cache, {"key": {**key, "model": path}, "results": results[label]})
     return results

@@ -36,6 +36,7 @@ from drmix.io import atomic_write_json, atomic_write_text, dumps_json
 from drmix.mixture.base import Batch, StepContext, Strategy
 from drmix.model.backbone import BackboneOptions, default_lora_r, load_retriever
 from drmix.model.encoder import document_prompt, query_prompt
+from drmix.model.instructions import record_prompts
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from drmix.train.guard import NonFiniteGuard
@@ -224,7 +225,8 @@ class Trainer:
             from drmix.evaluation.evaluate import DevEvaluator
 
             self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
-                                          max_queries=config.eval_max_queries, seed=config.seed)
+                                          max_queries=config.eval_max_queries, seed=config.seed,
+                                          query_instructions=config.query_instructions)
         self.step = 0
         #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
         self.dropout = True
@@ -516,6 +518,9 @@ class Trainer:
 
     def _finish(self, last_loss: float | None) -> TrainResult:
         if self.is_main:
+            # the training collections' instructions and the evaluation ones become named prompts of the folder
+            record_prompts(self.model, {**{c.name: c.instruction for c in self.collections if c.instruction},
+                                        **self.config.query_instructions})
             save_model(self.model, self.out)  # model/ (LoRA merged) and, with LoRA, adapter/
             atomic_write_json(self.out / "weights.json", self.strategy.final_weights())
             self._plot_weights()
