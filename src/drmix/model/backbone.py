@@ -222,7 +222,7 @@ def _bare_folder(path: str, opts: BackboneOptions, tmp: Path, trust_remote_code:
                          path=src, fix="pass a SentenceTransformer folder, a transformers model folder, a hub id "
                                        "reachable from here, or a .gguf file.") from None
     decoder = is_decoder_config(config)
-    if opts.bidirectional and config.model_type != "gemma":
+    if opts.bidirectional and decoder and config.model_type != "gemma":  # encoders already attend both ways
         from transformers import AutoModel, AutoTokenizer
 
         base = AutoModel.from_pretrained(src, trust_remote_code=trust_remote_code)
@@ -265,7 +265,8 @@ def load_retriever(name_or_path: str | None, options: BackboneOptions | None = N
         with tempfile.TemporaryDirectory(prefix="drmix-backbone-") as tmp:
             src, decoder = _bare_folder(path, opts, Path(tmp), trust_remote_code)
             # a Gemma model (ours, or a pruned one) turns bidirectional through its own config switch
-            bidir = {"use_bidirectional_attention": True, "is_causal": False} if opts.bidirectional else {}
+            bidir = ({"use_bidirectional_attention": True, "is_causal": False}
+                     if opts.bidirectional and decoder else {})
             try:
                 tr = Transformer(src, model_kwargs={"trust_remote_code": trust_remote_code, **kwargs},
                                  processor_kwargs={"trust_remote_code": trust_remote_code},
@@ -307,6 +308,8 @@ def _make_bidirectional(model: Any) -> None:
     """Rewrite a SentenceTransformer's Llama-family backbone as an exact bidirectional Gemma (in place)."""
     tr = model[0]
     config = tr.auto_model.config
+    if not is_decoder_config(config):
+        return  # an encoder attends both ways already
     if config.model_type == "gemma":  # Gemma's own switch (exact; saved in config.json)
         config.use_bidirectional_attention = True
         config.is_causal = False

@@ -47,6 +47,8 @@ from drmix.train.gradcache import GradCache
 from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
 from drmix.train.lora import apply_lora, save_model
 from drmix.train.precision import Precision
+from drmix.train.sharding import backward as sharding_backward
+from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +217,10 @@ class Trainer:
                                        num_warmup_steps=math.ceil(config.warmup_ratio * config.max_steps),
                                        num_training_steps=config.max_steps)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
+        self.sharding = sharding_kind(self.accelerator)  # "fsdp" | "deepspeed" | None
+        if self.sharding is not None:
+            log.warning("sharded with %s: no intermediate checkpoints are written, so a killed run starts over "
+                        "(docs/llm.md)", self.sharding)
         self.grad_cache = (GradCache(self.wrapped, config.grad_cache_chunk, backward=self._backward,
                                      no_sync=lambda: self.accelerator.no_sync(self.wrapped))
                            if config.grad_cache_chunk else None)
@@ -298,7 +304,8 @@ class Trainer:
         return loss, kept["losses"]
 
     def _backward(self, loss: torch.Tensor) -> None:
-        self.precision.backward(loss / self.config.gradient_accumulation_steps)
+        # through the accelerator: DeepSpeed's engine runs its own backward (drmix.train.sharding)
+        sharding_backward(self.accelerator, loss / self.config.gradient_accumulation_steps, self.precision)
 
     def _num_negatives(self, batch: Batch) -> int:
         """Hard negatives per example for this global batch (same on every process)."""
@@ -392,6 +399,8 @@ class Trainer:
         log.info("resumed from %s at step %d", path, self.step)
 
     def _save(self) -> None:
+        if self.sharding is not None:  # sharded optimiser state: no resumable checkpoint (drmix.train.sharding)
+            return
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
@@ -516,12 +525,34 @@ class Trainer:
             log.info("step %d eval: %s", self.step, scores)
         self.accelerator.wait_for_everyone()
 
+    def _model_for_saving(self) -> Any:
+        """The model to save: ours, or under FSDP/ZeRO one rebuilt on the main process from the gathered full
+        state dict (a collective: every process calls it; ``None`` on the others)."""
+        if self.sharding is None:
+            return self.model
+        state = full_state_dict(self.accelerator, self.wrapped)
+        if not self.is_main:
+            return None
+
+        def build() -> Any:
+            opts = dataclasses.replace(BackboneOptions.from_config(self.config), gradient_checkpointing=False)
+            model = load_retriever(self.config.model, opts, device="cpu",
+                                   trust_remote_code=self.config.trust_remote_code)
+            if self.lora_r:
+                apply_lora(model, r=self.lora_r, alpha=self.config.lora_alpha, dropout=self.config.lora_dropout,
+                           targets=self.config.lora_targets)
+            return model
+
+        log.info("%s: saving the full weights gathered from every process", self.sharding)
+        return rebuild_with_state(build, state)
+
     def _finish(self, last_loss: float | None) -> TrainResult:
+        model = self._model_for_saving()
         if self.is_main:
             # the training collections' instructions and the evaluation ones become named prompts of the folder
-            record_prompts(self.model, {**{c.name: c.instruction for c in self.collections if c.instruction},
-                                        **self.config.query_instructions})
-            save_model(self.model, self.out)  # model/ (LoRA merged) and, with LoRA, adapter/
+            record_prompts(model, {**{c.name: c.instruction for c in self.collections if c.instruction},
+                                   **self.config.query_instructions})
+            save_model(model, self.out)  # model/ (LoRA merged) and, with LoRA, adapter/
             atomic_write_json(self.out / "weights.json", self.strategy.final_weights())
             self._plot_weights()
         self.accelerator.wait_for_everyone()
