@@ -27,7 +27,7 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
@@ -66,6 +66,24 @@ class DramaConfig(PipelineBaseConfig):
     pooling: Literal["lasttoken", "mean", "cls"] | None = Field("mean", description="Pooling of the student (DRAMA: mean).")
     bidirectional: bool = Field(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
     lora_r: int | None = Field(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
+
+    @field_validator("llm")
+    @classmethod
+    def _llm_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """The ``llm`` mapping holds :class:`~drmix.llm.factory.LLMConfig` fields: checked when the config is
+        read (a misspelt key is one config error before any work, not a traceback at the LLM step)."""
+        from pydantic import ValidationError
+
+        from drmix.llm.factory import LLMConfig
+
+        try:
+            LLMConfig.model_validate(v)
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(x) for x in err["loc"]) or "llm"
+            keys = f" (the keys are {', '.join(LLMConfig.model_fields)})" if err["type"] == "extra_forbidden" else ""
+            raise ValueError(f"{key}: {err['msg']}{keys}") from None
+        return v
 
 
 def _corpus_of(path: str) -> tuple[str, dict[str, dict[str, str]]]:

@@ -34,7 +34,9 @@ def _cset(n_corpora: int, seed: int, *, with_background: bool = True) -> Candida
             n = int(rng.integers(0, 12)) if ci == n_corpora - 1 else int(rng.integers(3, 12))
             scores = np.sort(rng.normal(0.2 * ci, 0.3, n))[::-1]
             bg = (float(rng.normal(0, 0.1)), 0.2) if with_background else None
-            by_query[f"q{q}"][c] = CorpusCandidates([f"{c}-{i}" for i in range(n)], scores, bg)
+            sample = np.sort(rng.normal(0.1 * ci, 0.3, 20))[::-1] if with_background and ci else None  # c0: none
+            by_query[f"q{q}"][c] = CorpusCandidates([f"{c}-{i}" for i in range(n)], scores, bg, sample,
+                                                    None if sample is None else 50 * (ci + 1), 20)
     return CandidateSet(names, by_query)
 
 

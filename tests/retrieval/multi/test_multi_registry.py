@@ -45,7 +45,8 @@ def test_a_new_policy_is_one_registration(scratch_registry):
     assert "lastfirst:W[,bonus=B]" in policy_help()
     assert policy_help().index("zscore") < policy_help().index("lastfirst") < policy_help().index("calibrated")
     assert "lastfirst:W" in search_policy_usage() and "oracle" not in search_policy_usage()
-    assert default_policy_specs()[-4:] == ["lastfirst:1", "lastfirst:2", "calibrated", "calibrated:method=gauss"]
+    specs = default_policy_specs()
+    assert specs.index("crcs") < specs.index("lastfirst:1") == specs.index("lastfirst:2") - 1 < specs.index("coverage")
     assert family_of("lastfirst:1") == "label-free"
     with pytest.raises(ValueError, match="twice"):
         register_policy("lastfirst", usage="x", help="x")(type("Other", (LastFirst,), {}))
@@ -93,5 +94,19 @@ def test_flags_of_the_builtin_policies():
     label_free = {i.name for i in registry.registered_policies() if i.label_free}
     needs = {i.name for i in registry.registered_policies() if i.needs_labels}
     assert tunable == {"fixed", "confidence"}
+    assert {"equal", "redde", "crcs", "coverage"} <= label_free
     assert {"zscore", "calibrated"} <= label_free and not label_free & (tunable | needs)
     assert needs == {"oracle"} and parse_policy("oracle").needs_relevance
+
+
+def test_simplex_grid_expands_for_n_corpora():
+    specs = expand_policy_specs(["fixed:simplex/0.5", "naive"], n_corpora=3)
+    assert specs == ["fixed:1,0,0", "fixed:0.5,0.5,0", "fixed:0.5,0,0.5", "fixed:0,1,0", "fixed:0,0.5,0.5",
+                     "fixed:0,0,1", "naive"]
+    assert len(expand_policy_specs(["fixed:simplex"], n_corpora=3)) == 66       # C(12, 2)
+    assert expand_policy_specs(["fixed:simplex/0.25"], n_corpora=2) == \
+        ["fixed:1,0", "fixed:0.75,0.25", "fixed:0.5,0.5", "fixed:0.25,0.75", "fixed:0,1"]
+    with pytest.raises(ConfigError, match="number of corpora"):
+        expand_policy_specs(["fixed:simplex"])
+    with pytest.raises(ConfigError, match="whole number"):
+        expand_policy_specs(["fixed:simplex/0.3"], n_corpora=2)

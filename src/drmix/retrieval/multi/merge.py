@@ -49,15 +49,46 @@ def merge_top_k(cands: QueryCandidates, keys: Mapping[str, np.ndarray], k: int) 
     return merge_by_key(cands, top_by_key(cands, keys, k), keys)
 
 
-def fill_quotas(cands: QueryCandidates, quotas: Mapping[str, int], k: int) -> list[Hit]:
-    """Take ``quotas[c]`` from each corpus (capped at its size); leftover budget goes by raw score; merge by score."""
+MERGES = ("score", "rank")
+
+
+def rank_keys(cands: QueryCandidates, take: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Merge keys that interleave the kept prefixes by relative rank: the ``r``-th of ``t_c`` kept passages
+    of corpus ``c`` gets ``-(r + 0.5) / t_c`` (equal quotas: round-robin; ties by corpus order)."""
+    return {c: -(np.arange(len(cc), dtype=np.float64) + 0.5) / max(int(take.get(c, 0)), 1) for c, cc in cands.items()}
+
+
+def merge_taken(cands: QueryCandidates, take: Mapping[str, int], merge: str,
+                keys: Mapping[str, np.ndarray] | None = None) -> list[Hit]:
+    """Order the kept prefixes: ``score`` (raw similarity), ``rank`` (:func:`rank_keys`) or ``key`` (``keys``).
+
+    Every merge keeps each corpus's own order (the kept part of a corpus is a prefix, ordered by rank).
+    """
+    if merge == "score":
+        keys = raw_keys(cands)
+    elif merge == "rank":
+        keys = rank_keys(cands, take)
+    elif merge != "key" or keys is None:
+        raise ValueError(f"unknown merge {merge!r}")
+    return merge_by_key(cands, take, keys)
+
+
+def check_merge(merge: str, policy: str, allowed: Sequence[str] = MERGES) -> None:
+    """Refuse an unknown ``merge=`` option with the allowed values."""
+    if merge not in allowed:
+        raise ConfigError(f"{policy}: unknown merge {merge!r}.", fix=f"use merge={' or merge='.join(allowed)}.")
+
+
+def fill_quotas(cands: QueryCandidates, quotas: Mapping[str, int], k: int, merge: str = "score") -> list[Hit]:
+    """Take ``quotas[c]`` from each corpus (capped at its size); leftover budget goes by raw score; merge
+    by raw score (``merge="rank"``: interleave by relative rank)."""
     take = {c: min(max(int(quotas.get(c, 0)), 0), len(cc)) for c, cc in cands.items()}
     used = sum(take.values())
     if used > k:
         raise ValueError(f"quotas {dict(quotas)} exceed k={k}")
     if used < k:
         take = top_by_key(cands, raw_keys(cands), k - used, start=take)
-    return merge_by_key(cands, take, raw_keys(cands))
+    return merge_taken(cands, take, merge)
 
 
 def largest_remainder(k: int, fractions: Sequence[float]) -> list[int]:

@@ -16,7 +16,9 @@ registration holds everything the rest of drmix needs to know about the policy:
   specs is tuned on a labelled dev split: one ``"<name> (dev-tuned)"`` sweep row), ``label_free``
   (needs neither labels nor tuning: a candidate of the ``label-free (dev-chosen)`` row);
 * its **sweep grammar** -- ``sweep_range``: its first positional parameter accepts ``lo..hi[/step]`` in
-  sweep policy lists; ``sweep``: the specs it adds to the default sweep, placed by ``sweep_order``.
+  sweep policy lists; ``sweep_simplex``: ``name:simplex[/step]`` expands to every split of the budget over
+  ``n`` corpora on a grid (one fraction per corpus); ``sweep``: the specs it adds to the default sweep,
+  placed by ``sweep_order``.
 
 Every module of the policies package is imported on first use, so adding a policy is one new file
 (plus its docs and tests). The registry is modelled on peft's ``register_peft_method``.
@@ -55,6 +57,7 @@ class PolicyInfo:
     tunable: bool = False
     label_free: bool = False
     sweep_range: bool = False
+    sweep_simplex: bool = False
     sweep: tuple[str, ...] = ()
     sweep_order: int | None = None
 
@@ -260,14 +263,42 @@ def parse_policy(spec: str | AllocationPolicy) -> AllocationPolicy:
 
 
 _RANGE = re.compile(r"\s*([A-Za-z_][\w-]*):([0-9.]+)\.\.([0-9.]+)(?:/([0-9.]+))?\s*")
+_SIMPLEX = re.compile(r"\s*([A-Za-z_][\w-]*):simplex(?:/([0-9.]+))?\s*")
 
 
-def expand_policy_specs(specs: Iterable[str]) -> list[str]:
+def simplex_grid(n: int, step: float = 0.1) -> list[tuple[float, ...]]:
+    """Every ``n``-vector of multiples of ``step`` summing to 1 (first coordinate largest first)."""
+    m = int(round(1 / step))
+    if n < 1 or m < 1 or not math.isclose(m * step, 1.0):
+        raise ConfigError(f"a simplex grid needs 1/step to be a whole number, got step {step}.",
+                          fix="write fixed:simplex/0.1 or fixed:simplex/0.25.")
+    out: list[tuple[float, ...]] = []
+
+    def rec(prefix: tuple[int, ...], left: int) -> None:
+        if len(prefix) == n - 1:
+            out.append(tuple(i / m for i in prefix + (left,)))
+            return
+        for i in range(left, -1, -1):
+            rec(prefix + (i,), left - i)
+
+    rec((), m)
+    return out
+
+
+def expand_policy_specs(specs: Iterable[str], n_corpora: int | None = None) -> list[str]:
     """Expand ranges of policies with a sweep range: ``fixed:0.0..1.0`` -> ``fixed:0``, ``fixed:0.1``, ...
-    ``fixed:1`` (step 0.1, or ``/0.25``); other specs are kept (stripped)."""
+    ``fixed:1`` (step 0.1, or ``/0.25``); ``fixed:simplex[/step]`` -> every split over ``n_corpora`` corpora
+    (step 0.1 by default: 66 specs for three corpora); other specs are kept (stripped)."""
     load_policies()
     out: list[str] = []
     for spec in specs:
+        s = _SIMPLEX.fullmatch(spec)
+        if s and s.group(1) in _REGISTRY and _REGISTRY[s.group(1)].sweep_simplex:
+            if not n_corpora:
+                raise ConfigError(f"{spec!r} needs the number of corpora.", fix="use it in drmix multicorpus sweep.")
+            out.extend(f"{s.group(1)}:" + ",".join(f"{f:g}" for f in g)
+                       for g in simplex_grid(n_corpora, float(s.group(2) or 0.1)))
+            continue
         m = _RANGE.fullmatch(spec)
         info = _REGISTRY.get(m.group(1)) if m else None
         if not m or info is None or not info.sweep_range:

@@ -53,6 +53,16 @@ def background_stats(query_emb: np.ndarray, sample_emb: np.ndarray) -> np.ndarra
     return np.stack([s.mean(axis=1), s.std(axis=1)], axis=1).astype(np.float64)
 
 
+def sample_view(query_emb: np.ndarray, sample_emb: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per query: ``(mean, std)`` of its inner products with a corpus sample, and its top-``depth`` of them
+    (sorted descending): the query's view of the corpus in a centralised sample index."""
+    s = query_emb.astype(np.float32) @ sample_emb.astype(np.float32).T
+    stats = np.stack([s.mean(axis=1), s.std(axis=1)], axis=1).astype(np.float64)
+    d = min(depth, s.shape[1])
+    top = -np.sort(-s, axis=1)[:, :d].astype(np.float64)
+    return stats, top
+
+
 def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
     """Seeded sorted sample of ``min(n, size)`` row numbers."""
     rng = np.random.default_rng(seed)
@@ -65,7 +75,8 @@ class MultiCorpusRetriever:
 
     ``indexes`` maps corpus name -> :class:`drmix.retrieval.index.DenseIndex` in corpus order (the first is
     the seen corpus); ``backgrounds`` optionally maps corpus name -> embeddings of a seeded random sample of
-    that corpus, from which ``zscore`` takes its per-query statistics.
+    that corpus, from which ``zscore`` takes its per-query statistics and ``redde``/``crcs`` the query's
+    top ``sample_depth`` sample scores (its view of the centralised sample index).
     """
 
     model: Any
@@ -74,6 +85,7 @@ class MultiCorpusRetriever:
     depth: int = 100
     batch_size: int = 64
     prompt: str | None = None
+    sample_depth: int = 256
 
     @classmethod
     def from_dirs(cls, model: Any, dirs: Mapping[str, str | Path], *, depth: int = 100, batch_size: int = 64,
@@ -116,14 +128,18 @@ class MultiCorpusRetriever:
                     cset.by_query[q][name] = CorpusCandidates([], np.zeros(0))
                 continue
             scores, ids = idx.search(emb, min(depth, n))
-            bg = background_stats(emb, self.backgrounds[name]) if name in self.backgrounds else None
+            sample = self.backgrounds.get(name)
+            bg = top = None
+            if sample is not None and sample.size:
+                bg, top = sample_view(emb, sample, self.sample_depth)
             for i, q in enumerate(qids):  # approximate indexes may return fewer ids (trailing -inf scores)
                 cset.by_query[q][name] = CorpusCandidates(
                     list(ids[i]), np.asarray(scores[i][:len(ids[i])], dtype=np.float64),
-                    None if bg is None else (float(bg[i, 0]), float(bg[i, 1])))
+                    None if bg is None else (float(bg[i, 0]), float(bg[i, 1])),
+                    None if top is None else top[i], n, None if top is None else len(sample))
         return cset
 
-    def search(self, queries: Mapping[str, str], k: int = 10, policy: str | AllocationPolicy = "naive", *,
+    def search(self, queries: Mapping[str, str], k: int = 10, policy: str | AllocationPolicy = "equal", *,
                reference_queries: Mapping[str, str] | None = None,
                show_progress: bool = False) -> dict[str, list[Hit]]:
         """Merged top-k per query under an allocation policy.
@@ -194,7 +210,7 @@ def _reconstruct_sample(idx: Any, size: int, seed: int) -> np.ndarray | None:
 
 
 def multi_search(model: Any, corpus_dirs: Mapping[str, str | Path], queries: Mapping[str, str], *, k: int = 10,
-                 allocation: str | AllocationPolicy = "naive", depth: int = 100, batch_size: int = 64,
+                 allocation: str | AllocationPolicy = "equal", depth: int = 100, batch_size: int = 64,
                  with_text: bool = True, show_progress: bool = False) -> list[dict[str, Any]]:
     """Search several corpora with one top-k budget (what ``drmix search --corpus NAME=DIR ...`` runs).
 

@@ -23,12 +23,18 @@ class CorpusCandidates:
     """The top candidates of one corpus for one query, sorted by score (descending).
 
     ``background`` is ``(mean, std)`` of the query's scores over a random sample of the corpus, when
-    known (used by ``zscore``). Unsorted input is stable-sorted on construction.
+    known (used by ``zscore``). ``sample_scores`` are the query's highest scores over that sample (sorted
+    descending), ``size`` the corpus's passage count and ``sample_size`` the sample's: together they are
+    the query's view of a *centralised sample index* (used by ``redde`` and ``crcs``). Unsorted input is
+    stable-sorted on construction.
     """
 
     ids: list[str]
     scores: np.ndarray
     background: tuple[float, float] | None = None
+    sample_scores: np.ndarray | None = None
+    size: int | None = None
+    sample_size: int | None = None
 
     def __post_init__(self) -> None:
         self.ids = [str(i) for i in self.ids]
@@ -39,6 +45,8 @@ class CorpusCandidates:
             order = np.argsort(-self.scores, kind="stable")
             self.ids = [self.ids[i] for i in order]
             self.scores = self.scores[order]
+        if self.sample_scores is not None:
+            self.sample_scores = -np.sort(-np.asarray(self.sample_scores, dtype=np.float64).reshape(-1))
 
     def __len__(self) -> int:
         return len(self.ids)

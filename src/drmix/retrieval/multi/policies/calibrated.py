@@ -18,7 +18,7 @@ import numpy as np
 
 from drmix.errors import ConfigError
 from drmix.retrieval.multi.base import AllocationPolicy
-from drmix.retrieval.multi.merge import merge_top_k
+from drmix.retrieval.multi.merge import check_merge, merge_taken, top_by_key
 from drmix.retrieval.multi.policies.zscore import zscores
 from drmix.retrieval.multi.registry import register_policy, register_removed
 from drmix.retrieval.multi.types import CandidateSet, CorpusCandidates
@@ -41,7 +41,7 @@ def _ecdf_keys(z: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return u + 1e-7 * (0.5 + 0.5 * np.tanh(z / 10.0))
 
 
-@register_policy("calibrated", usage="calibrated", help="calibrated[:method=ecdf|gauss,ref=R]", order=40,
+@register_policy("calibrated", usage="calibrated", help="calibrated[:method=ecdf|gauss,ref=R,merge=key|score|rank]", order=40,
                  positional=("method",), label_free=True, sweep=("calibrated", "calibrated:method=gauss"))
 @dataclass(repr=False)
 class CalibratedPolicy(AllocationPolicy):
@@ -65,16 +65,21 @@ class CalibratedPolicy(AllocationPolicy):
     The reference set is given by :meth:`fit` (``allocate_all(..., reference=...)``): the sweep uses the
     tuning split's queries (their scores only), ``search`` the queries being searched. Without a fit a
     query is calibrated against its own top-``r`` (then ``ecdf`` interleaves corpora by rank).
+
+    ``merge=score`` (or ``rank``) keeps the passages chosen by the calibrated value but orders them by raw
+    similarity (or interleaves them by rank): the allocation and the order of the merged list are separate.
     """
 
     method: str = "ecdf"
     ref: int | None = None
+    merge: str = "key"
     needs_reference = True
 
     def __post_init__(self) -> None:
         if self.method not in ("ecdf", "gauss") or (self.ref is not None and self.ref < 1):
             raise ConfigError(f"invalid calibrated policy (method={self.method!r}, ref={self.ref}).",
                               fix="use calibrated, calibrated:method=gauss or calibrated:ref=20.")
+        check_merge(self.merge, "calibrated", ("key", "score", "rank"))
         self.reference: dict[str, np.ndarray] = {}
 
     def fit(self, reference: CandidateSet, k: int) -> "CalibratedPolicy":
@@ -99,10 +104,12 @@ class CalibratedPolicy(AllocationPolicy):
         return _ecdf_keys(z, ref)
 
     def allocate(self, cands, k, relevant=None):
-        return merge_top_k(cands, {c: self.keys(c, cc, k) for c, cc in cands.items()}, k)
+        keys = {c: self.keys(c, cc, k) for c, cc in cands.items()}
+        return merge_taken(cands, top_by_key(cands, keys, k), self.merge, keys)
 
     @property
     def spec(self) -> str:
         opts = ([f"method={self.method}"] if self.method != "ecdf" else []) + \
-            ([f"ref={self.ref}"] if self.ref is not None else [])
+            ([f"ref={self.ref}"] if self.ref is not None else []) + \
+            ([f"merge={self.merge}"] if self.merge != "key" else [])
         return "calibrated" + (":" + ",".join(opts) if opts else "")

@@ -5,7 +5,8 @@ from the first (seen) corpus, the rest from the second. With more corpora, one f
 corpus's share and splits the rest evenly; one fraction per corpus (normalised to sum 1) is also accepted.
 Quotas are rounded by the largest-remainder method so that they sum to exactly ``k``; ``round`` is
 half-up (``fixed:0.25`` at ``k = 10`` takes 3 from the first corpus); remainders that tie go to the
-earlier corpus. Budget a corpus cannot use goes to the best remaining candidates by raw score.
+earlier corpus. Budget a corpus cannot use goes to the best remaining candidates by raw score. The
+merged list is ordered by raw similarity (``merge=rank``: interleaved by relative rank).
 """
 from __future__ import annotations
 
@@ -14,21 +15,23 @@ from dataclasses import dataclass
 
 from drmix.errors import ConfigError
 from drmix.retrieval.multi.base import AllocationPolicy
-from drmix.retrieval.multi.merge import fill_quotas, largest_remainder
+from drmix.retrieval.multi.merge import check_merge, fill_quotas, largest_remainder
 from drmix.retrieval.multi.registry import register_policy
 
 
 @register_policy("fixed", usage="fixed:F",
-                 help="fixed:F (e.g. fixed:0.5, or fixed:0.5,0.3,0.2 for three corpora)",
+                 help="fixed:F[,merge=score|rank] (e.g. fixed:0.5, or fixed:0.5,0.3,0.2 for three corpora)",
                  order=10, positional=("fractions",), variadic=True, required=("fractions",),
-                 tunable=True, sweep_range=True, sweep=("fixed:0.0..1.0",))
+                 tunable=True, sweep_range=True, sweep_simplex=True, sweep=("fixed:0.0..1.0",))
 @dataclass(repr=False)
 class FixedPolicy(AllocationPolicy):
     """Fixed-fractional allocation: a fixed share of ``k`` per corpus (one fraction = first corpus's share)."""
 
     fractions: tuple[float, ...] = (0.5,)
+    merge: str = "score"
 
     def __post_init__(self) -> None:
+        check_merge(self.merge, "fixed")
         self.fractions = tuple(float(f) for f in self.fractions)
         if any(f < 0 for f in self.fractions) or (len(self.fractions) == 1 and self.fractions[0] > 1):
             raise ConfigError(f"invalid fixed fractions {self.fractions}.",
@@ -51,8 +54,9 @@ class FixedPolicy(AllocationPolicy):
         return dict(zip(names, largest_remainder(k, fr)))
 
     def allocate(self, cands, k, relevant=None):
-        return fill_quotas(cands, self.quotas(list(cands), k), k)
+        return fill_quotas(cands, self.quotas(list(cands), k), k, self.merge)
 
     @property
     def spec(self) -> str:
-        return "fixed:" + ",".join(f"{f:g}" for f in self.fractions)
+        return "fixed:" + ",".join(f"{f:g}" for f in self.fractions) + \
+            (f",merge={self.merge}" if self.merge != "score" else "")

@@ -15,7 +15,7 @@ import numpy as np
 
 from drmix.errors import ConfigError
 from drmix.retrieval.multi.base import AllocationPolicy
-from drmix.retrieval.multi.merge import merge_top_k
+from drmix.retrieval.multi.merge import check_merge, merge_taken, top_by_key
 from drmix.retrieval.multi.registry import register_policy
 from drmix.retrieval.multi.types import CorpusCandidates
 
@@ -33,21 +33,26 @@ def zscores(cc: CorpusCandidates, source: str = "auto") -> np.ndarray:
     return (cc.scores - mu) / max(sd, _EPS)
 
 
-@register_policy("zscore", usage="zscore", help="zscore[:source=candidates]", order=30, positional=("source",),
+@register_policy("zscore", usage="zscore", help="zscore[:source=candidates,merge=key|score|rank]", order=30, positional=("source",),
                  label_free=True, sweep=("zscore",))
 @dataclass(repr=False)
 class ZScorePolicy(AllocationPolicy):
     """Merge by per-query, per-corpus standardised scores (label-free calibration)."""
 
     source: str = "auto"
+    merge: str = "key"
 
     def __post_init__(self) -> None:
         if self.source not in ("auto", "candidates"):
             raise ConfigError(f"unknown zscore source {self.source!r}.", fix="use zscore or zscore:source=candidates.")
+        check_merge(self.merge, "zscore", ("key", "score", "rank"))
 
     def allocate(self, cands, k, relevant=None):
-        return merge_top_k(cands, {c: zscores(cc, self.source) for c, cc in cands.items()}, k)
+        keys = {c: zscores(cc, self.source) for c, cc in cands.items()}
+        return merge_taken(cands, top_by_key(cands, keys, k), self.merge, keys)
 
     @property
     def spec(self) -> str:
-        return "zscore" if self.source == "auto" else f"zscore:source={self.source}"
+        opts = ([f"source={self.source}"] if self.source != "auto" else []) + \
+            ([f"merge={self.merge}"] if self.merge != "key" else [])
+        return "zscore" + (":" + ",".join(opts) if opts else "")
