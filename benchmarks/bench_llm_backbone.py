@@ -14,8 +14,9 @@ Every cell is ``drmix train`` through its Python API with the options a user pas
     nice -n 10 python benchmarks/bench_llm_backbone.py --data ../shared/data/scifact --out /tmp/llm-bb --preset cpu
 
 Presets: ``cpu`` (small scale for a shared 2-core machine: SmolLM2-135M depth-pruned to 8 of its 30 layers --
-DRAMA's route to small retrievers, ``drmix prune --keep-layers 8`` saved causal -- 30 steps of batch 8, queries 32
-/ documents 64 tokens, 80 test queries + 120 distractors, 3 seeds) and ``gpu`` (the full 30-layer model, 300 steps
+DRAMA's route to small retrievers, ``drmix prune --keep-layers 8`` saved causal, without DRAMA's continued
+pretraining -- 20 steps of batch 8 at learning rate 1e-3, queries 24 / documents 48 tokens, 60 test queries + 60
+distractors, 3 seeds) and ``gpu`` (the full 30-layer model, 200 steps
 of batch 64 in bf16, the full SciFact test split, 3 seeds; prints its device-time estimate).
 Writes ``results.json`` and ``summary.md``: mean nDCG@10 over seeds with a 95% t-interval over seeds, and
 paired randomisation tests over queries (per-query nDCG@10 averaged over seeds) for the Table 4 contrasts.
@@ -49,9 +50,9 @@ VARIANTS = {
 CONTRASTS = [("mean-bidir", "mean-causal"), ("lasttoken-bidir", "lasttoken-causal"),
              ("mean-causal", "lasttoken-causal"), ("mean-bidir", "lasttoken-bidir")]
 PRESETS = {
-    "cpu": dict(layers=8, steps=30, batch=8, lr=5e-4, query_len=32, doc_len=64, queries=80, distractors=120,
+    "cpu": dict(layers=8, steps=20, batch=8, lr=1e-3, query_len=24, doc_len=48, queries=60, distractors=60,
                 seeds=3, dtype=None, threads=1),
-    "gpu": dict(layers=None, steps=300, batch=64, lr=2e-4, query_len=64, doc_len=256, queries=None, distractors=None,
+    "gpu": dict(layers=None, steps=200, batch=64, lr=2e-4, query_len=64, doc_len=256, queries=None, distractors=None,
                 seeds=3, dtype="bf16", threads=None),
 }
 

@@ -356,6 +356,10 @@ def enable_gradient_checkpointing(model: Any) -> None:
     if not getattr(auto, "supports_gradient_checkpointing", False):
         raise ModelError(f"{type(auto).__name__} does not support activation checkpointing.",
                          fix="train without --gradient-checkpointing.")
-    auto.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    enable = getattr(auto, "activation_checkpointing_enable", None)  # transformers >= 5.2x name
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # pragma: no cover - older transformers
+        auto.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hasattr(auto.config, "use_cache"):
         auto.config.use_cache = False
