@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from drmix.mixture.base import Batch, StepContext
+from drmix.data.batch import Batch
+from drmix.mixture.base import StepContext
 from drmix.mixture.dro import DROConfig, DROStrategy, build_dro_strategy, measure, top_k_selection, update_log_weights
 
 NAMES = ["a", "b", "c"]
@@ -114,7 +115,7 @@ def test_accumulation_gives_the_weights_of_one_big_batch():
         for micro in range(2):
             sl = slice(6 * micro, 6 * micro + 6)
             c = ctx_for(ref[sl])
-            c.extras.update(micro_step=micro, accumulation_steps=2)
+            c.micro_step, c.accumulation_steps = micro, 2
             acc.loss(torch.tensor(proxy[sl] * (step + 1)), batch_of(ids[sl]), c)
     assert acc.n_steps == big.n_steps == 3
     np.testing.assert_allclose(acc.weights, big.weights, rtol=1e-12)

@@ -150,14 +150,15 @@ def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_mo
     trainer = Trainer(config(tiny_model_path, data, tmp_path / "run", max_steps=2, strategy="tdro",
                              reference_model=tiny_model_path, batching="mixed"))
     calls = []
-    real = trainer._batch_inputs
-    monkeypatch.setattr(trainer, "_batch_inputs", lambda model, *a: calls.append(model) or real(model, *a))
+    real = trainer.encoder.device_inputs
+    monkeypatch.setattr(trainer.encoder, "device_inputs", lambda model, *a: calls.append(model) or real(model, *a))
     trainer.train()
-    assert trainer._reference_shares_inputs is True
-    assert all(m is not trainer.reference for m in calls)  # the reference never tokenised on its own
-    batch = trainer._live[0]
+    reference = trainer.reference
+    assert reference.shares_inputs is True
+    assert all(m is not reference.model for m in calls)  # the reference never tokenised on its own
+    batch = reference.live[0]
     reused = trainer.reference_losses(batch)
-    trainer._live = None
+    reference.live = None
     fresh = trainer.reference_losses(batch)
-    assert calls and calls[-1] is trainer.reference      # this one did tokenise
+    assert calls and calls[-1] is reference.model      # this one did tokenise
     torch.testing.assert_close(reused, fresh, rtol=0, atol=1e-6)

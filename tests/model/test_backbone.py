@@ -191,10 +191,10 @@ def test_trained_folder_reloads_and_encodes_as_training_did(llama, tmp_path):
     adapter = json.loads((tmp_path / "run" / "adapter" / "adapter_config.json").read_text())
     assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (8, 32, 0.1)
     batch = trainer.builder.build([(0, 0), (0, 1), (1, 2)])
-    q, d, _ = trainer._batch_inputs(trainer.model, batch, 0)
+    q, d, _ = trainer.encoder.device_inputs(trainer.model, batch, 0)
     trainer.model.eval()
     with torch.no_grad():  # the training path: the trainer's own tokenisation and forward
         trained = trainer.model(q)["sentence_embedding"].numpy()
     plain = SentenceTransformer(str(result.model_dir), device="cpu")
     assert plain[1].pooling_mode == "lasttoken" and plain.similarity_fn_name == "cosine"
-    np.testing.assert_allclose(plain.encode([trainer.q_prompt + t for t in batch.queries]), trained, atol=1e-5)
+    np.testing.assert_allclose(plain.encode([trainer.encoder.q_prompt + t for t in batch.queries]), trained, atol=1e-5)

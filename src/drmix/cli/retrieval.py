@@ -42,9 +42,9 @@ PRECISION_HELP = ("Encoding precision: auto (fp16/bf16 on a GPU, fp32 on CPU), f
 
 
 def _console():
-    from rich.console import Console
+    from drmix.cli import make_console
 
-    return Console()
+    return make_console()
 
 
 def resolve_corpus_file(path: Path) -> Path:
@@ -183,9 +183,35 @@ def index_command(
         params = {"nlist": nlist, "nprobe": nprobe}
     index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
                          store_texts=not no_texts, precision=precision.value,
-                         metadata={"model": model or "default", "corpus": str(corpus_file.resolve())}, **params)
+                         metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}, **params)
     index.save(output)
     _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
+
+
+def stored_model_name(model: str | None) -> str:
+    """What ``meta.json`` records: an absolute path for a local model (an index is searched from anywhere),
+    ``default`` for the bundled model, a hub id as given."""
+    from drmix.model.encoder import resolve_model_path
+
+    if model is None:
+        return "default"
+    resolved = Path(resolve_model_path(model)).expanduser()
+    return str(resolved.resolve()) if resolved.exists() else model
+
+
+def index_model(stored: str | None, index_dir: Path) -> str | None:
+    """The model an index names, checked: a local path that is gone is a clear error, not a Hub lookup."""
+    from drmix.errors import ModelError
+
+    if not stored or stored == "default":
+        return None
+    p = Path(stored).expanduser()
+    if p.exists() or (stored.count("/") == 1 and not stored.startswith((".", "/", "~"))) or "/" not in stored:
+        return stored  # a folder, or a hub id ("org/name", "name")
+    raise ModelError(f"the index was built with the model {stored}, which does not exist here"
+                     + ("" if p.is_absolute() else f" (a relative path, read from {Path.cwd()})") + ".",
+                     path=index_dir / "meta.json",
+                     fix="pass --model with the model folder, or rebuild the index with drmix index.")
 
 
 def search_command(
@@ -234,8 +260,8 @@ def search_command(
     texts = read_query_file(queries) if queries is not None else {str(i): q for i, q in enumerate(query, 1)}
     kwargs = model_kwargs(torch_dtype, attn_implementation)
     index = None if corpus else DenseIndex.load(index_dir)
-    encoder = load_encoder(model or (index.metadata.get("model") if index is not None else None) or None,
-                           model_kwargs=kwargs)
+    encoder = load_encoder(model or (index_model(index.metadata.get("model"), index_dir) if index is not None
+                                     else None), model_kwargs=kwargs)
     prompt = _search_prompt(encoder, query_instruction, prompt_name)
     if corpus:
         from drmix.retrieval.multi import multi_search, parse_corpus_args
@@ -286,6 +312,11 @@ def eval_command(
     prompts: Optional[Path] = typer.Option(None, "--prompts", help=PROMPTS_HELP),
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
+    max_queries: Optional[int] = typer.Option(None, "--max-queries", min=1, help="Evaluate a seeded sample of at "
+                                              "most this many judged queries per dataset (default: all)."),
+    max_docs: Optional[int] = typer.Option(None, "--max-docs", min=1, help="Cap each corpus at this many "
+                                           "documents (seeded; the kept queries' judged documents always stay)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the --max-queries / --max-docs sample."),
 ) -> None:
     """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets."""
     from drmix.evaluation.evaluate import evaluate_model
@@ -303,7 +334,8 @@ def eval_command(
     report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
                             metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
                             precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
-                            model_kwargs=model_kwargs(torch_dtype, attn_implementation))
+                            model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
+                            max_docs=max_docs, seed=seed)
     print_report(report)
     if output is not None:
         report.write(output)

@@ -147,10 +147,12 @@ def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size:
 def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = "test", k: int = 100,
                    batch_size: int = 64, metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
                    show_progress: bool = True, model_name: str = "", max_length: int | None = None,
-                   precision: str | None = "auto", dims: Sequence[int] = (),
+                   precision: str | None = "auto", dims: Sequence[int] = (), max_queries: int | None = None,
+                   max_docs: int | None = None, seed: int = 0,
                    query_instructions: Mapping[str, str] | None = None, model_kwargs: dict | None = None) -> EvalReport:
     """Evaluate ``model`` (a loaded SentenceTransformer, a path/hub id, or ``None`` for the default) on
-    each BEIR directory; returns an :class:`EvalReport`."""
+    each BEIR directory; returns an :class:`EvalReport`. ``max_queries`` / ``max_docs`` evaluate a seeded
+    subsample (judged documents of the kept queries always stay; see :func:`subsample`)."""
     from drmix.errors import ConfigError
 
     if not data_dirs:
@@ -164,6 +166,9 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
     for name, root in zip(dataset_names(data_dirs), data_dirs):
         t0 = time.perf_counter()
         data = load_beir(root, split)
+        full = (len(data.queries), len(data.corpus))
+        if max_queries is not None or max_docs is not None:
+            data = subsample(data, max_queries=max_queries, max_docs=max_docs, seed=seed)
         log.info("evaluating on %s: %d documents, %d queries", name, len(data.corpus), len(data.queries))
         if not any(score > 0 for docs in data.qrels.values() for score in docs.values()):
             log.warning("%s: every judgement in the %r split is 0 (no relevant document); every metric will be 0. "
@@ -175,6 +180,8 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
                                          query_instructions=query_instructions)
         info[name] = {"queries": len(data.queries), "documents": len(data.corpus),
                       "seconds": round(time.perf_counter() - t0, 2), "path": str(root)}
+        if (len(data.queries), len(data.corpus)) != full:
+            info[name].update(subsample={"of_queries": full[0], "of_documents": full[1], "seed": seed})
         log.info("%s: %s", name, ", ".join(f"{m}={v:.4f}" for m, v in results[name].items()))
     return EvalReport(model=model_name or resolved_name, split=split, results=results, info=info,
                       per_query=per_query)

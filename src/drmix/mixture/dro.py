@@ -77,7 +77,9 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from drmix.mixture.base import Batch, StepContext, Strategy
+from drmix.data.batch import Batch
+from drmix.device import all_reduce
+from drmix.mixture.base import StepContext, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -146,17 +148,6 @@ class Measured:
     reason: str = ""
 
 
-def _all_reduce_sum(values: np.ndarray) -> np.ndarray:
-    """Sum a float64 vector over DDP ranks (identity on one process)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return values
-    t = torch.as_tensor(values, dtype=torch.float64)
-    if torch.distributed.get_backend() == "nccl":
-        t = t.cuda()
-    torch.distributed.all_reduce(t)
-    return t.cpu().numpy()
-
-
 def measure(proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray, k: int,
             measurement: Measurement, *, min_relative_reference: float = 1e-4,
             reference_guard: Literal["sum", "mean"] = "sum") -> Measured:
@@ -177,7 +168,7 @@ def measure(proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.
     ref_mean = 0.0
     if measurement == "ratio":
         # The batch normaliser of the reference loss is global: sum and count over all ranks.
-        s = _all_reduce_sum(np.array([r.sum(), float(len(r)), bad]))
+        s = all_reduce(np.array([r.sum(), float(len(r)), bad]))
         ref_mean = s[0] / s[1] if s[1] > 0 else 0.0
         bad = s[2]
         if ref_mean > 0 and bad == 0:
@@ -208,7 +199,7 @@ def measure(proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.
     np.add.at(sums[3], ids, 1.0)
     packed = np.concatenate([sums.ravel(), np.zeros(1) if r is None else np.bincount(ids, weights=r, minlength=k),
                              [bad]])
-    packed = _all_reduce_sum(packed)
+    packed = all_reduce(packed)
     sums = packed[: 4 * k].reshape(4, k)
     ref_sums = packed[4 * k: -1] if r is not None else None
     bad = packed[-1]
@@ -308,7 +299,7 @@ class DROStrategy(Strategy):
     def loss(self, losses: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
         """Measure the batch, update the weights, return the loss weighted by the updated weights.
 
-        Under gradient accumulation (``ctx.extras["accumulation_steps"] > 1``) the measurement of the
+        Under gradient accumulation (``ctx.accumulation_steps > 1``) the measurement of the
         micro-batches is collected and the weights step once, at the last micro-batch of the optimiser step.
         """
         ref = None
@@ -318,8 +309,8 @@ class DROStrategy(Strategy):
             ref = ctx.reference_losses(batch).detach().float().cpu().numpy()
         proxy = losses.detach().float().cpu().numpy()
         ids = np.asarray(batch.collection_ids)
-        accum = int(ctx.extras.get("accumulation_steps", 1) or 1)
-        micro = int(ctx.extras.get("micro_step", 0) or 0)
+        accum = max(int(ctx.accumulation_steps), 1)
+        micro = int(ctx.micro_step)
         if accum > 1:
             if micro == 0:
                 self._pending = []
@@ -361,7 +352,7 @@ class DROStrategy(Strategy):
         """``sum_i alpha_{g(i)} l_i / sum_i alpha_{g(i)}`` over the global batch (this rank's share of it)."""
         w = torch.as_tensor(self.weights[np.asarray(collection_ids, dtype=np.int64)], dtype=losses.dtype,
                             device=losses.device)
-        total = float(_all_reduce_sum(np.array([float(w.sum())]))[0]) if world_size > 1 else float(w.sum())
+        total = float(all_reduce(np.array([float(w.sum())]))[0]) if world_size > 1 else float(w.sum())
         # DDP averages gradients over ranks, hence the factor world_size.
         return (losses * w).sum() * (world_size / max(total, 1e-300))
 

@@ -100,7 +100,7 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
         "doc_max_length": config.span_max_length, "in_batch_negatives": True})
     trainer = Trainer(train_cfg, collections=collections, model=model,
                       builder=SpanBuilder(collections, seed=config.seed), loss_fn=coco_loss_fn(config.temperature), callbacks=callbacks)
-    trainer.q_prompt = trainer.d_prompt     # both sides are document spans
+    trainer.encoder.q_prompt = trainer.encoder.d_prompt  # both sides are document spans
     trainer.dropout = config.dropout
     if trainer.is_main:
         from drmix.io import atomic_write_text

@@ -120,7 +120,7 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     from drmix.augment.generate import GenerationStats, document_texts, generate_queries
     from drmix.augment.rerank import RerankStats
     from drmix.data.beir import doc_text
-    from drmix.llm.runstats import llm_stats
+    from drmix.llm.runstats import failure_line, llm_stats
 
     texts = {d: doc_text(doc) for d, doc in corpus.items()}
     ids = _sample(list(corpus), cfg.max_docs, cfg.seed)
@@ -142,20 +142,22 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
         gen_ids = generation_ids(ids, cfg.generate_max_docs, cfg.seed)
         if not gen_file.exists():
             stats = GenerationStats()
-            with llm_stats(out / f"{name}-generate.stats.json", stats):  # written on every exit path
+            with llm_stats(out / f"{name}-generate.stats.json", stats) as stats_path:  # on every exit path
                 rows, _ = generate_queries(document_texts(corpus, gen_ids), backend, stats=stats)
             info["generate"] = stats.as_dict()
             rows = [{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"], "llm": backend.describe()}
                     for r in rows]
             mined, counts = mine_examples(rows, texts, teacher, positives=cfg.positive_ranks,
                                           negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
-            write_collection(gen_file, mined)
+            write_collection(gen_file, mined, why=failure_line(stats, stats_path) + f"; outcomes "
+                             f"{dict(stats.outcomes)}, mining {dict(counts)}. Check the endpoint or llm.timeout")
             if cfg.rerank:
                 rstats = RerankStats()
                 with llm_stats(out / f"{name}-rerank.stats.json", rstats):
                     rr, _ = rerank_examples(mined, texts, backend, stats=rstats)
                 info["rerank"] = rstats.as_dict()
-                write_collection(out / f"{name}-rerank.jsonl", rr)
+                write_collection(out / f"{name}-rerank.jsonl", rr, why=failure_line(rstats, out / f"{name}-rerank"
+                                 f".stats.json") + f"; outcomes {dict(rstats.outcomes)}")
         info["files"].append(str(gen_file))
         if cfg.rerank and (out / f"{name}-rerank.jsonl").exists():
             info["files"].append(str(out / f"{name}-rerank.jsonl"))

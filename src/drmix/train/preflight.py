@@ -1,39 +1,16 @@
 """Checks a training configuration must pass before anything is computed or written.
 
-Each raises a :class:`~drmix.errors.ConfigError` naming the option and the fix, instead of a traceback
+(Device checks: :func:`drmix.device.check_device`.) Each raises a :class:`~drmix.errors.ConfigError` naming the option and the fix, instead of a traceback
 deep in the loop (and a ``config.yaml`` left behind by a run that never trained).
 """
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
-
-import torch
 
 from drmix.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")
-
-
-def check_device(device: str | None) -> None:
-    """Refuse a device that is unknown or absent (``--device cuda`` without a GPU)."""
-    if device is None:
-        return
-    if not _DEVICE.match(device):
-        raise ConfigError(f"unknown device {device!r}.", fix="use cpu, cuda, cuda:N, mps or xpu.")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"--device {device}: no CUDA GPU is available here.",
-                              fix="use --device cpu, or leave --device out to pick the GPU when there is one.")
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) are visible.",
-                              fix="pick an index below that, or set CUDA_VISIBLE_DEVICES.")
-    if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise ConfigError("--device mps: Apple's GPU backend is not available here.", fix="use --device cpu.")
 
 
 def check_model_fit(config: Any, model: Any) -> None:
