@@ -35,6 +35,7 @@ from drmix.io import atomic_write_json, atomic_write_text, dumps_json
 from drmix.mixture.base import Batch, StepContext, Strategy
 from drmix.model.encoder import document_prompt, load_encoder, query_prompt
 from drmix.model.losses import contrastive_losses
+from drmix.outputs import run_finished
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from drmix.train.guard import NonFiniteGuard
 from drmix.train.lock import clean_stale_temporaries, run_lock
@@ -391,7 +392,7 @@ class Trainer:
     def _prepare_output(self) -> Path | None:
         cfg = self.config
         ckpt = latest_checkpoint(self.out)
-        finished = (self.out / "model" / "modules.json").exists()
+        finished = run_finished(self.out)
         if (ckpt or finished) and not cfg.resume:
             raise ConfigError("the output directory already holds a run.", path=self.out,
                               fix="pass --resume to continue it, or choose another --output-dir.")
@@ -415,7 +416,7 @@ class Trainer:
         ckpt = self._prepare_output()
         if ckpt is not None:
             self._restore(ckpt)
-        if self.step >= cfg.max_steps and (self.out / "model" / "modules.json").exists():
+        if self.step >= cfg.max_steps and run_finished(self.out):
             log.info("run in %s is already complete (%d steps)", self.out, self.step)
             return self._result(None)
         ctx = self.context()
