@@ -58,9 +58,15 @@ from drmix.retrieval.multi import (  # noqa: E402
 log = logging.getLogger("bench_multicorpus")
 
 SPECS = ["naive", "fixed:0.0..1.0", "confidence:0.1..0.9/0.2", "confidence:0.95", "confidence:0.99",
-         "zscore", "calibrated", "calibrated:method=gauss", "oracle"]   # the order is the dev rule's tie order
+         # the label-free family (the dev rule picks one; the order is its tie order): the equal split, the
+         # calibrated scores, resource selection on the centralised sample index, expected coverage; each
+         # with the merged list ordered by raw score, by rank, or by its own key
+         "equal", "equal:merge=rank", "zscore", "calibrated", "calibrated:method=gauss", "calibrated:merge=score",
+         "redde", "redde:merge=rank", "crcs", "crcs:merge=rank", "coverage", "coverage:merge=score",
+         "coverage:merge=rank", "oracle"]
+THREE = "three"   # the 3-corpus benchmark: walmart (Walmart-Amazon) + amazon and google (Amazon-Google)
 KS = (1, 2, 5, 10, 20, 50, 100)
-CURVES = ("naive", "oracle", "fixed:0.5", "fixed (dev-tuned)", "confidence (dev-tuned)", LABEL_FREE_ROW)
+CURVES = ("naive", "oracle", "equal", "fixed:0.5", "fixed (dev-tuned)", "confidence (dev-tuned)", LABEL_FREE_ROW)
 PRESETS = {
     # One CPU thread: drmix train on the full encoder, 50 steps of batch 32 (in-batch negatives), seeds 0-2.
     # Product records are short (titles <= 32 tokens, title-free records <= 48), so the lengths cut almost
@@ -103,15 +109,57 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def save_cset(cset: CandidateSet, path: Path) -> None:
-    rows = {q: {c: [cc.ids, [round(x, 6) for x in cc.scores.tolist()], cc.background] for c, cc in by_c.items()}
-            for q, by_c in cset.by_query.items()}
+    def row(cc: CorpusCandidates) -> list:
+        sample = None if cc.sample_scores is None else [round(x, 6) for x in cc.sample_scores.tolist()]
+        return [cc.ids, [round(x, 6) for x in cc.scores.tolist()], cc.background, sample, cc.size, cc.sample_size]
+
+    rows = {q: {c: row(cc) for c, cc in by_c.items()} for q, by_c in cset.by_query.items()}
     atomic_write_json(path, {"corpora": cset.corpora, "by_query": rows}, indent=None)
 
 
 def load_cset(path: Path) -> CandidateSet:
     d = json.loads(path.read_text())
-    return CandidateSet(d["corpora"], {q: {c: CorpusCandidates(v[0], np.array(v[1]), tuple(v[2]) if v[2] else None)
-                                           for c, v in by_c.items()} for q, by_c in d["by_query"].items()})
+
+    def cands(v: list) -> CorpusCandidates:
+        v = v + [None] * (6 - len(v))
+        return CorpusCandidates(v[0], np.array(v[1]), tuple(v[2]) if v[2] else None,
+                                None if v[3] is None else np.array(v[3]), v[4], v[5])
+
+    return CandidateSet(d["corpora"], {q: {c: cands(v) for c, v in by_c.items()} for q, by_c in d["by_query"].items()})
+
+
+def three_corpus_layout(out: Path, data: Path) -> dict:
+    """The 3-corpus benchmark (protocol in docs/multicorpus.md): walmart (Walmart-Amazon's side A), amazon
+    and google (Amazon-Google's sides). Queries ``wa:<id>`` keep only their walmart judgements (their amazon
+    counterpart is not in the pool), ``ag:<id>`` both of theirs; splits as in each layout."""
+    from drmix.data.beir import load_beir, write_beir
+
+    layout = out / "layouts" / THREE
+    mans = {}
+    for bench in ("walmart-amazon", "amazon-google"):
+        lay = out / "layouts" / bench
+        if not (lay / "manifest.json").exists():
+            build_entity_matching(data / bench, lay)
+        mans[bench] = read_manifest(lay)
+    sources = {"walmart": ("wa", mans["walmart-amazon"]["corpus_dirs"]["walmart"]),
+               "amazon": ("ag", mans["amazon-google"]["corpus_dirs"]["amazon"]),
+               "google": ("ag", mans["amazon-google"]["corpus_dirs"]["google"])}
+    dirs = {}
+    for name, (prefix, src) in sources.items():
+        d = layout / name
+        dirs[name] = d
+        if (d / "corpus.jsonl").exists():
+            continue
+        full = load_beir(src, split=None)
+        queries, qrels = {}, {}
+        for bench, p in (("walmart-amazon", "wa"), ("amazon-google", "ag")):   # every side dir holds all queries
+            side = next(iter(mans[bench]["corpus_dirs"].values()))
+            queries.update({f"{p}:{q}": t for q, t in load_beir(side, split=None, load_corpus=False).queries.items()})
+        for split in ("dev", "test"):
+            ds = load_beir(src, split=split, load_corpus=False)
+            qrels[split] = {f"{prefix}:{q}": docs for q, docs in ds.qrels.items()}
+        write_beir(d, full.corpus, queries, qrels)
+    return {"corpus_dirs": dirs, "train_files": {}, "passage_contains_query": False}
 
 
 def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
@@ -164,6 +212,14 @@ def finetune(train_file: Path, out_dir: Path, seed: int, args) -> tuple[Path, fl
 # --------------------------------------------------------------------------------------------------
 
 
+def simplex_specs(specs: list[str], n: int, step: float = 0.1) -> list[str]:
+    """For ``n`` corpora the fixed rows are every split on the simplex with this step (one fraction per
+    corpus; 66 rows for three corpora at 0.1), in place of the first corpus's share and the confidence rows."""
+    fixed = expand_policy_specs([f"fixed:simplex/{step:g}"], n_corpora=n)
+    out = [s for s in specs if not s.startswith("fixed:") and not s.startswith("confidence:")]
+    return out[:1] + fixed + out[1:]
+
+
 def t_interval(values) -> tuple[float, float]:
     """Mean and 95% t half-width over seeds (0 with one seed); :func:`drmix.evaluation.significance.t_interval`."""
     from drmix.evaluation.significance import t_interval as mean_half
@@ -209,16 +265,25 @@ def compare(runs: list[SweepResult], pq: list[dict[str, dict[str, float]]], k: i
         d = [np.mean([p[a][q] - p[b][q] for p in pq]) for q in qs]
         return {"a": a, "b": b, "mean": mean, "ci95": half, "per_seed": per_seed, "wilcoxon_p": wilcoxon_p(d)}
 
+    mkey = f"pc_mrr@{k}"
     out = {"best_fixed_on_test": best_fixed,
            "rows": {lab: dict(zip(("mean", "ci95"), t_interval([100 * r.rows[lab][key] for r in runs])))
-                    for lab in ("naive", "fixed:0.5", best_fixed, "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle")},
-           "fixed0.5_minus_naive": diff("fixed:0.5", "naive"),
+                    for lab in ("naive", "equal", best_fixed, "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle")},
+           "mrr": {lab: float(np.mean([r.rows[lab][mkey] for r in runs]))
+                   for lab in ("naive", "equal", best_fixed, LABEL_FREE_ROW, "oracle")},
+           "labelfree_minus_equal_mrr": dict(zip(("mean", "ci95"), t_interval(
+               [r.rows[LABEL_FREE_ROW][mkey] - r.rows["equal"][mkey] for r in runs]))),
+           "equal_minus_naive": diff("equal", "naive"),
+           "labelfree_minus_equal": diff(LABEL_FREE_ROW, "equal"),
            "oracle_minus_best_fixed": diff("oracle", best_fixed),
            "labelfree_minus_best_fixed_on_test": diff(LABEL_FREE_ROW, best_fixed),
            "labelfree_minus_fixed_dev_tuned": diff(LABEL_FREE_ROW, "fixed (dev-tuned)"),
            "labelfree_minus_naive": diff(LABEL_FREE_ROW, "naive"),
            "chosen": [r.chosen for r in runs]}
     out["bar_met"] = out["labelfree_minus_best_fixed_on_test"]["mean"] >= 0
+    gap = out["oracle_minus_best_fixed"]["mean"]
+    out["oracle_gap_closed"] = out["labelfree_minus_best_fixed_on_test"]["mean"] / gap if gap > 0 else None
+    out["mrr_not_below_equal"] = out["labelfree_minus_equal_mrr"]["mean"] >= 0
     return out
 
 
@@ -227,17 +292,21 @@ def format_summary(summary: dict[str, dict]) -> str:
         p = d["wilcoxon_p"]
         return f"{d['mean']:+.2f} ± {d['ci95']:.2f}" + (f" (p={p:.2g})" if p is not None else " (p=–)")
 
-    lines = ["| column | naive | fixed 0.5 | best fixed on test | fixed dev-tuned | label-free dev-chosen | oracle | "
-             "fixed 0.5 − naive | oracle − best fixed | label-free − best fixed on test | bar met |",
-             "|---|" + "---|" * 10]
+    lines = ["| column | naive | equal | best fixed on test | fixed dev-tuned | label-free dev-chosen | oracle | "
+             "equal − naive | oracle − best fixed | label-free − best fixed on test | label-free − equal | "
+             "bar met | oracle gap closed | MRR label-free − equal |",
+             "|---|" + "---|" * 13]
     for col, s in summary.items():
         r = s["rows"]
         v = [f"{r[lab]['mean']:.2f} ± {r[lab]['ci95']:.2f}" for lab in
-             ("naive", "fixed:0.5", s["best_fixed_on_test"], "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle")]
+             ("naive", "equal", s["best_fixed_on_test"], "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle")]
         v[2] += f" ({s['best_fixed_on_test']})"
-        lines.append(f"| {col} | " + " | ".join(v) + f" | {cell(s['fixed0.5_minus_naive'])} | "
+        closed = s.get("oracle_gap_closed")
+        m = s["labelfree_minus_equal_mrr"]
+        lines.append(f"| {col} | " + " | ".join(v) + f" | {cell(s['equal_minus_naive'])} | "
                      f"{cell(s['oracle_minus_best_fixed'])} | {cell(s['labelfree_minus_best_fixed_on_test'])} | "
-                     f"{'yes' if s['bar_met'] else 'no'} |")
+                     f"{cell(s['labelfree_minus_equal'])} | {'yes' if s['bar_met'] else 'no'} | "
+                     f"{'–' if closed is None else f'{100 * closed:.0f}%'} | {m['mean']:+.3f} ± {m['ci95']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -261,9 +330,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     for bench in args.benchmarks.split(","):
         layout = out / "layouts" / bench
-        if not (layout / "manifest.json").exists():
-            build_entity_matching(Path(args.data) / bench, layout)   # defaults: full size, title-free
-        man = read_manifest(layout)
+        if bench == THREE:
+            man = three_corpus_layout(out, Path(args.data))
+        else:
+            if not (layout / "manifest.json").exists():
+                build_entity_matching(Path(args.data) / bench, layout)   # defaults: full size, title-free
+            man = read_manifest(layout)
         assert not man["passage_contains_query"]
         names = list(man["corpus_dirs"])
         knowns_run = [n for n in names if args.known is None or n in args.known.split(",")]
@@ -274,7 +346,7 @@ def main(argv=None) -> int:
         jobs = []   # (label, known corpora, [(seed, fine-tuned on)])
         if "base" in args.models:
             jobs.append(("MiniLM", knowns_run, [(None, None)]))
-        if "finetuned" in args.models:
+        if "finetuned" in args.models and man["train_files"]:
             jobs += [(ft_label, [known], [(s, known) for s in args.seed_list]) for known in knowns_run]
         for label, knowns, seeds in jobs:
             per_known: dict[str, tuple[list[SweepResult], list[dict]]] = {kn: ([], []) for kn in knowns}
@@ -292,7 +364,8 @@ def main(argv=None) -> int:
                 for known in knowns:
                     test, dev = csets["test"].reorder(known), csets["dev"].reorder(known)
                     t = time.perf_counter()
-                    res = sweep_policies(test, split_qrels["test"], specs, args.k, ks=KS, cset_dev=dev,
+                    bench_specs = specs if len(names) == 2 else simplex_specs(specs, len(names))
+                    res = sweep_policies(test, split_qrels["test"], bench_specs, args.k, ks=KS, cset_dev=dev,
                                          qrels_dev=split_qrels["dev"], standard=(), curves_for=CURVES,
                                          per_query=True, setting=f"{bench} {known} known, {label}")
                     pq = {lab: {q: v["pc_recall"] for q, v in m.pop("per_query").items()}

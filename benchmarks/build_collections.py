@@ -12,7 +12,7 @@ One JSONL collection per source (``{"query", "positive", "negatives"}``), severa
 | xquad | XQuAD English | question -> its paragraph | TF-IDF-closest other paragraph |
 | walmart_amazon | DeepMatcher Walmart-Amazon train, label 1 | Walmart record -> matching Amazon record | a labelled non-match of the same record, else TF-IDF |
 | amazon_google | DeepMatcher Amazon-Google train, label 1 | Amazon record -> matching Google record | as above |
-| docs_<family> | ``drmix.data.localdocs.build_localdocs`` | docstring pairs of installed packages | lexical + random (its own) |
+| docs_<family> | ``drmix.data.builders.localdocs.build_localdocs`` | docstring pairs of installed packages | lexical + random (its own) |
 
 Each collection is capped at ``--max-per-collection`` examples (seeded sample). Documents are cut to
 ``--max-words`` words (training truncates to the token limit anyway). Only test-free splits are used: the
@@ -201,9 +201,9 @@ def _localdocs(out: Path, *, seed: int, max_per_collection: int) -> dict[str, in
     existing = sorted(out.glob("docs_*.jsonl"))
     if not existing:
         try:
-            from drmix.data.localdocs import build_localdocs
+            from drmix.data.builders.localdocs import build_localdocs
         except ImportError:
-            log.warning("drmix.data.localdocs is not available: documentation collections skipped")
+            log.warning("drmix.data.builders.localdocs is not available: documentation collections skipped")
             return {}
         built = build_localdocs(out.parent / "localdocs", seed=seed, max_pairs_per_collection=max_per_collection)
         for fam, path in built.train_files.items():

@@ -239,3 +239,59 @@ def test_interrupt_says_where_to_resume(monkeypatch, tmp_path, capsys):
         run_train(None, {"data": [str(tmp_path)], "output_dir": str(tmp_path / "run")})
     assert e.value.exit_code == 130
     assert "run the same command" in " ".join(capsys.readouterr().err.split())
+
+
+def _cli(argv, capsys):
+    from drmix.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = " ".join(capsys.readouterr().err.split())
+    assert e.value.code == 2 and "Traceback" not in err, err
+    return err
+
+
+def test_pipeline_drama_with_an_unknown_llm_key(tmp_path, capsys):
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d", "text": "a passage"}\n')
+    out = tmp_path / "run"
+    err = _cli(["pipeline", "drama", "--corpus", str(tmp_path / "corpus.jsonl"), "--output-dir", str(out),
+                "--generate", "--llm", "bogus=1"], capsys)
+    assert "llm" in err and "bogus" in err and "timeout" in err   # names the key and lists the valid ones
+    assert not out.exists()
+    err = _cli(["pipeline", "drama", "--corpus", str(tmp_path / "corpus.jsonl"), "--output-dir", str(out),
+                "--generate", "--llm", "timeout=-1"], capsys)
+    assert "timeout" in err and "greater than 0" in err
+
+
+def test_a_folder_given_as_the_config_file(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("batch_size: 4\n")
+    err = _cli(["train", str(tmp_path)], capsys)
+    assert "is a folder, not a YAML config file" in err and str(tmp_path / "config.yaml") in err
+    with pytest.raises(ConfigError, match="--data"):
+        load_config(TrainConfig, tmp_path)
+
+
+def test_a_batch_larger_than_all_examples_is_refused_before_the_model_loads(tmp_path, capsys):
+    (tmp_path / "c.jsonl").write_text(_row("a", "b") + _row("c", "d") + _row("e", "f"))
+    out = tmp_path / "run"
+    err = _cli(["train", "--data", str(tmp_path / "c.jsonl"), "--batch-size", "1000000000", "--model",
+                str(tmp_path / "no-such-model"), "--output-dir", str(out)], capsys)
+    assert "--batch-size 1000000000" in err and "3 training examples" in err and "--batch-size 3" in err
+    assert not out.exists()
+
+
+def test_beir_folder_without_qrels_names_the_missing_file(tmp_path):
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d", "text": "a passage"}\n')
+    (tmp_path / "queries.jsonl").write_text('{"_id": "q", "text": "a query"}\n')
+    with pytest.raises(DataError) as e:
+        load_collections([str(tmp_path)])
+    assert e.value.path == str(tmp_path / "qrels" / "train.tsv") and "qrels" in e.value.message
+    assert "query-id<TAB>corpus-id<TAB>score" in e.value.fix and "corpus.jsonl:1" not in str(e.value)
+
+
+def test_mixture_file_without_any_weight(tiny_model_path, tmp_path, capsys):
+    (tmp_path / "c.jsonl").write_text(_row("a", "b") + _row("c", "d"))
+    err = _cli(["train", "--data", str(tmp_path / "c.jsonl"), "--mixture", "file", "--batch-size", "2",
+                "--model", tiny_model_path, "--output-dir", str(tmp_path / "run")], capsys)
+    assert "--mixture file needs a weight" in err and "['c']" in err and "--weights-file" in err
+    assert not (tmp_path / "run").exists()

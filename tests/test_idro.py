@@ -31,17 +31,72 @@ def test_one_update_on_three_clusters_by_hand():
 
 
 def test_absent_cluster_and_floor_by_hand():
-    # clusters 0, 1 present with opposite gradients, cluster 2 absent; previous weights almost all on 0
+    # the authors' rule (ANCE/model/dro_loss.py, iDROLoss.forward): clusters 0, 1 present with opposite
+    # gradients, cluster 2 absent (g = 0, l^beta = 0); previous weights almost all on 0
     cos = np.array([[1, -1, 0], [-1, 1, 0], [0, 0, 0.0]])
     h_prev = np.array([1 - 2e-30, 1e-30, 1e-30])
-    # l^0.25 = sqrt2, 1 -> r = [[2, -sqrt2], [-sqrt2, 1]]; means (2-sqrt2)/2, (1-sqrt2)/2; absent: 0
-    e = np.array([0.05 * (2 - math.sqrt(2)) / 2, 0.05 * (1 - math.sqrt(2)) / 2, 0.0])
-    e = e - e.max()                                            # [0, -0.025, -0.0146447]
+    # l^0.25 = sqrt2, 1, 0 -> r = [[2, -sqrt2, 0], [-sqrt2, 1, 0], [0, 0, 0]]; means over all K = 3 clusters
+    e = 0.05 * np.array([(2 - math.sqrt(2)) / 3, (1 - math.sqrt(2)) / 3, 0.0])
+    e = e - e.max()                                            # [0, -0.0166667, -0.0097631]
     h, expo = idro_update(h_prev, np.array([4.0, 1.0, 99.0]), np.array([True, True, False]), cos)
     assert expo == pytest.approx(e, abs=1e-9)
-    raw = np.array([1.0, 1e-3, 1e-3]) * np.exp(e)              # h^0.1 = 1, 1e-3, 1e-3
+    raw = np.array([1.0, 1e-3 * math.exp(-0.05 / 3), 0.0])      # h^0.1 = 1, 1e-3, (1e-3) * 0: absent
+    raw = raw / raw.sum()                                      # [0.9990175, 0.0009825, 0]
+    assert h == pytest.approx([raw[0], 0.01, 0.01], abs=1e-9)  # floored, not renormalised
+    assert raw[0] == pytest.approx(0.9990175, abs=1e-7)
+
+
+def test_present_rule_kept_as_an_option_by_hand():
+    # rule "present" (drmix's earlier rule): mean over the clusters present, the absent one keeps h^0.1
+    cos = np.array([[1, -1, 0], [-1, 1, 0], [0, 0, 0.0]])
+    h_prev = np.array([1 - 2e-30, 1e-30, 1e-30])
+    e = np.array([0.05 * (2 - math.sqrt(2)) / 2, 0.05 * (1 - math.sqrt(2)) / 2, 0.0])
+    e = e - e.max()                                            # [0, -0.025, -0.0146447]
+    h, expo = idro_update(h_prev, np.array([4.0, 1.0, 99.0]), np.array([True, True, False]), cos, rule="present")
+    assert expo == pytest.approx(e, abs=1e-9)
+    raw = np.array([1.0, 1e-3, 1e-3]) * np.exp(e)
     raw = raw / raw.sum()                                      # [0.998043, 0.000975, 0.000985]
-    assert h == pytest.approx([raw[0], 0.01, 0.01], abs=1e-9)  # floored, not renormalised (authors' code)
+    assert h == pytest.approx([raw[0], 0.01, 0.01], abs=1e-9)
+    assert IDROStrategy(IDROConfig(rule="present", clusters=4)).h.tolist() == [0.25] * 4
+    assert IDROStrategy(IDROConfig(clusters=4)).h.tolist() == [1.0] * 4      # the authors start at 1
+
+
+def _authors_idro_step(h_fun, all_grads, gdro_losses_agg, gdro_counts_agg, alpha=0.25, rho=0.05, ema=0.1, eps=0.01):
+    """iDROLoss.forward of github.com/OpenMatch/COCO-DR, ANCE/model/dro_loss.py, from ``all_grads`` on (the
+    per-cluster gradients, zeros for absent clusters as ``_get_grad`` fills them), written out plainly."""
+    gdro_loss_mask = (gdro_counts_agg > 0).float()
+    grad_norm = torch.linalg.norm(all_grads, dim=-1, keepdim=True)
+    all_grads = all_grads / (1e-12 + grad_norm)
+    RTG = torch.matmul(all_grads, all_grads.T)
+    _gl = torch.pow(gdro_losses_agg.unsqueeze(-1), alpha)
+    RTG = torch.mm(_gl, _gl.t()) * RTG
+    _exp = rho * torch.mean(RTG, dim=0)
+    _exp = _exp * gdro_loss_mask
+    _exp -= _exp.max()
+    weight = torch.exp(_exp)
+    h_fun = torch.pow(h_fun, ema) * weight * (gdro_counts_agg != 0).float()
+    h_fun = h_fun / h_fun.sum()
+    return torch.clamp(h_fun, min=eps)
+
+
+def test_update_matches_the_authors_idro_loss_over_many_steps():
+    """K = 12 clusters, 2-7 present per batch (K > |P|), 40 steps: the same weights as the authors' code."""
+    rng = np.random.default_rng(4)
+    K, D = 12, 9
+    theirs = torch.ones(K, dtype=torch.float64)
+    ours = IDROStrategy(IDROConfig(clusters=K)).h
+    for _ in range(40):
+        present = np.zeros(K, bool)
+        present[rng.choice(K, size=int(rng.integers(2, 8)), replace=False)] = True
+        counts = torch.as_tensor(present * rng.integers(1, 5, size=K), dtype=torch.float64)
+        losses = rng.uniform(0.05, 6.0, size=K) * present
+        grads = rng.normal(size=(K, D)) * present[:, None]
+        grads[present] += rng.normal(size=D)                  # correlated clusters: cosines not all ~0
+        theirs = _authors_idro_step(theirs, torch.as_tensor(grads), torch.as_tensor(losses), counts)
+        g = grads / (1e-12 + np.linalg.norm(grads, axis=1, keepdims=True))
+        ours, _ = idro_update(ours, losses, present, g @ g.T)
+        assert ours == pytest.approx(theirs.numpy(), rel=1e-9, abs=1e-12)
+    assert ours.max() / ours.min() > 5      # the weights moved (absent clusters sit at the 0.01 floor)
 
 
 def test_kmeans_finds_separated_groups_and_rejects_k_above_n():
@@ -144,3 +199,47 @@ def test_idro_rejects_more_clusters_than_queries(tiny_model_path, tmp_path):
 def test_idro_config_defaults_are_the_authors():
     c = IDROConfig()
     assert (c.clusters, c.layers, c.beta, c.rho, c.power, c.floor) == (50, 3, 0.25, 0.05, 0.1, 0.01)
+    # ANCE/drivers/run_ann_data_gen.py: faiss.Kmeans(dim, K, nredo=5, niter=500), L2
+    assert (c.rule, c.kmeans, c.kmeans_restarts, c.kmeans_iterations) == ("authors", "l2", 5, 500)
+
+
+def _grad_cache_run(tiny_model_path, data, out, chunk):
+    from drmix.train.trainer import Trainer
+
+    t = Trainer(TrainConfig(model=tiny_model_path, data=[str(data)], output_dir=str(out), batch_size=8, max_steps=2,
+                            learning_rate=1e-3, warmup_ratio=0.0, log_every=1, save_every=100, show_progress=False,
+                            device="cpu", seed=0, strategy="idro", grad_cache_chunk=chunk,
+                            idro={"clusters": 3, "refresh_every": 0, "kmeans_iterations": 5}))
+    t.dropout = False            # the same forward with and without chunks (no dropout masks to replay)
+    cos = []
+    real = t.strategy._update
+
+    def spy(flats, reached, idx, cl_loss, present, ctx):
+        real(flats, reached, idx, cl_loss, present, ctx)
+        cos.append(t.strategy.last_cos.copy())
+
+    t.strategy._update = spy
+    t.train()
+    return t, cos
+
+
+def test_grad_cache_gives_the_per_cluster_gradients_of_the_uncached_batch(tiny_model_path, tmp_path):
+    """--grad-cache-chunk: the per-cluster gradients come from the cached representation gradients and equal
+    the uncached ones (cosines to 1e-5), so the weights move exactly as without GradCache."""
+    data = _data(tmp_path / "data")
+    plain, cos_plain = _grad_cache_run(tiny_model_path, data, tmp_path / "plain", 0)
+    cached, cos_cached = _grad_cache_run(tiny_model_path, data, tmp_path / "cached", 3)
+    assert len(cos_plain) == len(cos_cached) == 2
+    for a, b in zip(cos_plain, cos_cached):
+        off = a[~np.eye(3, dtype=bool)]
+        assert np.abs(off).max() > 1e-3                     # a real signal, not the zeros of a lost graph
+        assert np.allclose(a, b, atol=1e-5, rtol=0)
+    assert np.allclose(plain.strategy.h, cached.strategy.h, atol=1e-6, rtol=0)
+    assert len(set(np.round(plain.strategy.h, 8))) > 1      # and the weights moved
+
+
+def test_no_gradient_signal_is_refused():
+    s = IDROStrategy(IDROConfig(clusters=2))
+    with pytest.raises(ConfigError, match="no gradient signal"):
+        s._update([torch.zeros(4), torch.zeros(4)], False, np.array([0, 1]), np.array([1.0, 2.0]),
+                  np.array([True, True]), None)

@@ -110,11 +110,6 @@ def test_gradient_accumulation_matches_the_big_batch_without_in_batch_negatives(
     assert ma[0]["raw_loss"] == pytest.approx(mb[0]["raw_loss"], rel=1e-4)
 
 
-def test_mixture_file_needs_a_weights_file(tiny_model_path, data):
-    with pytest.raises(ValueError, match="weights_file"):
-        TrainConfig(model=tiny_model_path, data=[str(data)], mixture="file")
-
-
 def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
     """gloo DDP with cross-device negatives: same losses and same weights as one process on the global batch."""
     helper = Path(__file__).parent / "helpers" / "ddp_train.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from drmix.errors import ConfigError
 
@@ -23,7 +23,7 @@ class CollectionSpec(BaseModel):
     path: str = Field(description="JSONL file, directory of JSONL files, BEIR directory, or YAML list of collections.")
     name: str | None = Field(None, description="Collection name (default: file stem or directory name).")
     instruction: str | None = Field(None, description="Text prepended to every query of this collection.")
-    weight: float | None = Field(None, ge=0, description="Explicit mixture weight (used by mixture='file' or when all are given).")
+    weight: float | None = Field(None, ge=0, description="Mixture weight (used by mixture='file' when no weights_file is given).")
     split: str = Field("train", description="Qrels split to read from a BEIR directory.")
 
 
@@ -52,7 +52,8 @@ class TrainConfig(BaseModel):
     batching: Literal["homogeneous", "mixed"] = Field(
         "homogeneous", description="homogeneous: one collection per global batch; mixed: every collection in each batch.")
     mixture: Literal["uniform", "size", "temperature", "file"] = Field(
-        "uniform", description="Initial collection weights: uniform, size-proportional, |D|^(1/tau), or weights_file.")
+        "uniform", description="Initial collection weights: uniform, size-proportional, |D|^(1/tau), or file "
+                   "(weights_file, or else each collection's weight: key).")
     mixture_temperature: float = Field(2.0, gt=0, description="tau for mixture='temperature'.")
     weights_file: str | None = Field(None, description="weights.json (from a strategy run) or a {name: weight} JSON/YAML file.")
     transfer: str | None = Field(None, description="How learned weights are used: top:K (e.g. top:0.7), reweight, or loss.")
@@ -108,11 +109,6 @@ class TrainConfig(BaseModel):
             raise ValueError(f"dimensions must be positive, got {bad}")
         return v
 
-    @model_validator(mode="after")
-    def _check(self) -> "TrainConfig":
-        if self.mixture == "file" and not self.weights_file:
-            raise ValueError("mixture='file' needs weights_file")
-        return self
 
     def dump_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
@@ -131,7 +127,7 @@ def _format_validation(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "config"
-        parts.append(f"{loc}: {err['msg']}")
+        parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 
@@ -139,10 +135,18 @@ def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise ConfigError("config file not found.", path=path, fix="check the path.")
+    if path.is_dir():
+        inside = [n for n in ("config.yaml", "drama.yaml", "pipeline.yaml") if (path / n).is_file()]
+        raise ConfigError("is a folder, not a YAML config file.", path=path,
+                          fix=(f"pass the config file inside it ({path / inside[0]})" if inside else
+                               "pass a YAML file of config fields") + "; a data folder goes to --data.")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ConfigError("config file is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
+    except OSError as e:
+        raise ConfigError(f"config file cannot be read ({e.strerror}).", path=path,
+                          fix="check the path and its permissions.") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

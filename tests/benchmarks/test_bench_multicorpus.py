@@ -94,9 +94,10 @@ def _run(recalls: dict[str, float], chosen: str) -> SweepResult:
 
 
 def test_compare_reports_the_bar_and_the_papers_comparison():
-    labs = ["naive", "fixed:0.0", "fixed:0.5", "fixed:1", "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle"]
-    runs = [_run(dict(zip(labs, [0.30, 0.20, 0.50, 0.40, 0.50, 0.46, 0.60])), "calibrated"),
-            _run(dict(zip(labs, [0.32, 0.20, 0.48, 0.52, 0.48, 0.50, 0.64])), "zscore")]
+    labs = ["naive", "fixed:0.0", "fixed:0.5", "fixed:1", "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle", "equal"]
+    runs = [_run(dict(zip(labs, [0.30, 0.20, 0.50, 0.40, 0.50, 0.46, 0.60, 0.50])), "calibrated"),
+            _run(dict(zip(labs, [0.32, 0.20, 0.48, 0.52, 0.48, 0.50, 0.64, 0.48])), "zscore")]
+    runs[0].rows[LABEL_FREE_ROW]["pc_mrr@10"] = 0.1   # MRR: label-free 0.05 above equal on average
     # per-query credit: two queries per seed; label-free - fixed:0.5 per query (mean over seeds): -0.25, +0.25
     pq = [{lab: {"q1": 0.5, "q2": 0.5} for lab in labs} for _ in runs]
     pq[0][LABEL_FREE_ROW] = {"q1": 0.0, "q2": 1.0}
@@ -109,8 +110,17 @@ def test_compare_reports_the_bar_and_the_papers_comparison():
     assert d["ci95"] == pytest.approx(12.706204736174704 * math.sqrt(18) / math.sqrt(2))
     assert d["wilcoxon_p"] == pytest.approx(1.0)     # +-0.25: symmetric
     assert s["bar_met"] is False
-    assert s["fixed0.5_minus_naive"]["mean"] == pytest.approx(18.0)
+    assert s["equal_minus_naive"]["mean"] == pytest.approx(18.0)
+    assert s["oracle_gap_closed"] == pytest.approx(-1.0 / 13.0)     # (-1) / (62 - 49)
+    assert s["labelfree_minus_equal_mrr"]["mean"] == pytest.approx(0.05) and s["mrr_not_below_equal"]
     assert s["oracle_minus_best_fixed"]["per_seed"] == pytest.approx([10.0, 16.0])
     assert s["rows"]["oracle"]["mean"] == pytest.approx(62.0)
     runs[0].rows[LABEL_FREE_ROW]["pc_recall@10"] = 0.52     # mean 0.51 >= 0.49
     assert bm.compare(runs, pq, 10)["bar_met"] is True
+
+
+def test_simplex_specs_cover_every_split_of_three_corpora():
+    specs = bm.simplex_specs(["naive", "fixed:0.0..1.0", "confidence:0.1", "equal", "oracle"], 3)
+    fixed = [s for s in specs if s.startswith("fixed:")]
+    assert len(fixed) == 66 and "fixed:1,0,0" in fixed and "fixed:0.3,0.3,0.4" in fixed
+    assert specs[0] == "naive" and specs[-2:] == ["equal", "oracle"] and "confidence:0.1" not in specs

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from drmix.data.localdocs import LocalDocsOptions
+from drmix.data.builders.localdocs import LocalDocsOptions
 from drmix.recipes.demo import DemoOptions, _prepare_output, results_markdown, run_demo
 from drmix.errors import ConfigError
 

@@ -61,7 +61,7 @@ def test_generation_samples_documents_across_the_corpus(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_generate(texts, backend):
+    def fake_generate(texts, backend, **kw):
         seen["ids"] = list(texts)
         return [], type("S", (), {"as_dict": lambda self: {}})()
 

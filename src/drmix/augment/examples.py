@@ -30,13 +30,14 @@ POSITIVES = RankWindow(1, 10)
 NEGATIVES = RankWindow(30, 50)
 
 
-def write_collection(path: str | Path, rows: Sequence[dict[str, Any]]) -> None:
-    """Write collection lines atomically; refuses to write an empty collection."""
+def write_collection(path: str | Path, rows: Sequence[dict[str, Any]], *, why: str | None = None) -> None:
+    """Write collection lines atomically; refuses to write an empty collection (``why``: the fix it names)."""
     from drmix.io import write_jsonl_atomic
 
     if not rows:
         raise DataError("no example survived; nothing to write.", path=path,
-                        fix="check the counts logged above (too short sentences, empty windows, dropped outputs).")
+                        fix=why or "check the counts logged above (too short sentences, empty windows, "
+                                   "dropped outputs).")
     write_jsonl_atomic(path, list(rows))
 
 

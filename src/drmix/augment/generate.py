@@ -106,30 +106,37 @@ class GenerationStats:
     cached: int = 0
     seconds: float = 0.0       # wall time of the LLM calls that were not cached
     outcomes: Counter = field(default_factory=Counter)
+    failures: Counter = field(default_factory=Counter)   # failed LLM requests by cause (FAILURE_CAUSES)
+    answered: int = 0          # requests with a completion so far (cached, failed or not)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"documents": self.documents, "kept": self.kept, "cached": self.cached,
+        return {"documents": self.documents, "answered": self.answered, "kept": self.kept, "cached": self.cached,
                 "kept_share": self.kept / self.documents if self.documents else 0.0,
                 "llm_seconds": round(self.seconds, 2),
-                "docs_per_second": (self.documents - self.cached) / self.seconds if self.seconds > 0 else None,
-                "outcomes": dict(self.outcomes)}
+                "docs_per_second": (self.answered - self.cached) / self.seconds if self.seconds > 0 else None,
+                "outcomes": dict(self.outcomes), "failures": dict(self.failures)}
 
 
 def generate_queries(corpus: Mapping[str, str], backend: LLMBackend, *, template: QGenTemplate | None = None,
                      params: GenerationParams = QGEN_PARAMS, max_words: int = 48, completion: bool = False,
-                     chunk: int = 16) -> tuple[list[dict[str, Any]], GenerationStats]:
+                     chunk: int = 16, stats: GenerationStats | None = None
+                     ) -> tuple[list[dict[str, Any]], GenerationStats]:
     """One generated query per document of ``corpus`` (id -> text) where the output parses.
 
     Returns rows ``{"query", "doc_id", "raw"}`` in corpus order and the statistics (bad outputs are counted
-    by reason and dropped, never fatal). ``chunk`` requests go to the backend at a time (its cache persists
-    each as it arrives, so an interrupted run resumes).
+    by reason and dropped, never fatal; failed requests by cause in ``failures``). ``chunk`` requests go to the
+    backend at a time (its cache persists each answer as it arrives, so an interrupted run resumes). Pass
+    ``stats`` to keep the counts of a run that raises (an unreachable endpoint): it is filled as answers come.
     """
     import time
+
+    from drmix.llm.base import describe_failures
 
     template = template or QGenTemplate.load()
     shots = [ex["query"] for ex in template.examples if "query" in ex]
     ids = list(corpus)
-    stats = GenerationStats(documents=len(ids))
+    stats = stats if stats is not None else GenerationStats()
+    stats.documents = len(ids)
     rows: list[dict[str, Any]] = []
     for start in range(0, len(ids), chunk):
         part = ids[start:start + chunk]
@@ -140,9 +147,11 @@ def generate_queries(corpus: Mapping[str, str], backend: LLMBackend, *, template
         if fresh:
             stats.seconds += time.perf_counter() - t0
         for doc_id, comp in zip(part, comps):
+            stats.answered += 1
             stats.cached += comp.cached
             if not comp.ok:
                 stats.outcomes["llm_error"] += 1
+                stats.failures[comp.failure_cause] += 1
                 continue
             q, outcome = parse_query(comp.text, corpus[doc_id], max_words=max_words, examples=shots)
             stats.outcomes[outcome] += 1
@@ -150,6 +159,9 @@ def generate_queries(corpus: Mapping[str, str], backend: LLMBackend, *, template
                 stats.kept += 1
                 rows.append({"query": q, "doc_id": doc_id, "raw": comp.text})
         log.info("generated %d/%d (kept %d)", min(start + chunk, len(ids)), len(ids), stats.kept)
+    if stats.failures:
+        log.warning("%d of %d LLM requests failed (%s)", sum(stats.failures.values()), len(ids),
+                    describe_failures(stats.failures))
     return rows, stats
 
 
@@ -178,8 +190,12 @@ class GenerateStepOptions(BaseModel):
 
 def generate_step(ctx: StepContext, opts: GenerateStepOptions) -> tuple[list[dict], dict]:
     """One LLM-generated query per sampled document, mined by the teacher (DRAMA Sec. 3.2)."""
+    from drmix.llm.runstats import llm_stats
+
     gen_ids = generation_ids(ctx.ids, opts.generate_max_docs, ctx.seed)
-    rows, stats = generate_queries(document_texts(ctx.corpus, gen_ids), ctx.backend)
+    stats = GenerationStats()
+    with llm_stats(ctx.stats_file("generate"), stats):  # written on every exit path
+        rows, _ = generate_queries(document_texts(ctx.corpus, gen_ids), ctx.backend, stats=stats)
     rows = [{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"], "llm": ctx.backend.describe()}
             for r in rows]
     mined, _ = ctx.mine(rows)

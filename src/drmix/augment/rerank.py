@@ -125,25 +125,32 @@ class RerankStats:
     seconds: float = 0.0
     outcomes: Counter = field(default_factory=Counter)   # complete | repaired | unparsed | llm_error
     repairs: Counter = field(default_factory=Counter)    # invalid | duplicates | missing (identifier counts)
+    failures: Counter = field(default_factory=Counter)   # failed LLM requests by cause (FAILURE_CAUSES)
+    answered: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         n = self.queries or 1
-        return {"queries": self.queries, "kept": self.kept, "cached": self.cached,
+        return {"queries": self.queries, "answered": self.answered, "kept": self.kept, "cached": self.cached,
                 "complete_share": self.outcomes["complete"] / n, "repaired_share": self.outcomes["repaired"] / n,
                 "dropped_share": (self.outcomes["unparsed"] + self.outcomes["llm_error"]) / n,
                 "llm_seconds": round(self.seconds, 2),
-                "queries_per_second": (self.queries - self.cached) / self.seconds if self.seconds > 0 else None,
-                "outcomes": dict(self.outcomes), "repairs": dict(self.repairs)}
+                "queries_per_second": (self.answered - self.cached) / self.seconds if self.seconds > 0 else None,
+                "outcomes": dict(self.outcomes), "repairs": dict(self.repairs), "failures": dict(self.failures)}
 
 
 def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBackend, *,
                       template: RerankTemplate | None = None, params: GenerationParams = RERANK_PARAMS,
-                      max_words: int = 192, chunk: int = 8) -> tuple[list[Ranking | None], RerankStats]:
-    """Rank each ``(query, candidate texts in teacher order)``; ``None`` where the output was dropped."""
+                      max_words: int = 192, chunk: int = 8, stats: RerankStats | None = None
+                      ) -> tuple[list[Ranking | None], RerankStats]:
+    """Rank each ``(query, candidate texts in teacher order)``; ``None`` where the output was dropped.
+    ``stats``, when given, is filled as answers come (the counts survive a run that raises)."""
     import time
 
+    from drmix.llm.base import describe_failures
+
     template = template or RerankTemplate.load()
-    stats = RerankStats(queries=len(items))
+    stats = stats if stats is not None else RerankStats()
+    stats.queries = len(items)
     out: list[Ranking | None] = []
     for start in range(0, len(items), chunk):
         part = items[start:start + chunk]
@@ -153,9 +160,11 @@ def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBa
         if any(not c.cached for c in comps):
             stats.seconds += time.perf_counter() - t0
         for (q, cands), comp in zip(part, comps):
+            stats.answered += 1
             stats.cached += comp.cached
             if not comp.ok:
                 stats.outcomes["llm_error"] += 1
+                stats.failures[comp.failure_cause] += 1
                 out.append(None)
                 continue
             r = parse_ranking(comp.text, len(cands))
@@ -168,6 +177,9 @@ def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBa
             stats.kept += 1
             out.append(r)
         log.info("reranked %d/%d (kept %d)", min(start + chunk, len(items)), len(items), stats.kept)
+    if stats.failures:
+        log.warning("%d of %d LLM requests failed (%s)", sum(stats.failures.values()), len(items),
+                    describe_failures(stats.failures))
     return out, stats
 
 
@@ -176,7 +188,7 @@ RERANK_NEGATIVES = RankWindow(10, 20)
 
 def rerank_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], backend: Any, *, k: int = 20,
                     negatives: RankWindow | str = RERANK_NEGATIVES, template: Any = None,
-                    max_words: int = 192, path: str | Path = "") -> tuple[list[dict[str, Any]], Any]:
+                    max_words: int = 192, path: str | Path = "", stats: Any = None) -> tuple[list[dict[str, Any]], Any]:
     """Rerank each mined row's top-``k`` teacher candidates with the LLM: positive = reranked top-1,
     negatives = reranked ranks in ``negatives``. Rows without ``teacher.candidates`` raise :class:`DataError`."""
     negatives = RankWindow.parse(negatives)
@@ -193,7 +205,7 @@ def rerank_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], b
         ids = [c[0] for c in cands[:k]]
         cand_ids.append(ids)
         items.append((row["query"], [corpus[d] for d in ids]))
-    rankings, stats = rerank_candidates(items, backend, template=template, max_words=max_words)
+    rankings, stats = rerank_candidates(items, backend, template=template, max_words=max_words, stats=stats)
     out = []
     for row, ids, r in zip(rows, cand_ids, rankings):
         if r is None:
@@ -216,7 +228,11 @@ class RerankStepOptions(BaseModel):
 
 def rerank_step(ctx: StepContext, opts: RerankStepOptions) -> tuple[list[dict], dict]:
     """The LLM's listwise rerank of the generated queries' teacher top-20 (DRAMA Sec. 3.3)."""
-    rows, stats = rerank_examples(ctx.rows_of("generate"), ctx.texts, ctx.backend)
+    from drmix.llm.runstats import llm_stats
+
+    stats = RerankStats()
+    with llm_stats(ctx.stats_file("rerank"), stats):
+        rows, _ = rerank_examples(ctx.rows_of("generate"), ctx.texts, ctx.backend, stats=stats)
     return rows, stats.as_dict()
 
 

@@ -56,6 +56,10 @@ class StepContext:
     load: Callable[[Path], list[dict[str, Any]]] | None = None           # reads a step file back
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)   # step name -> rows written this run
 
+    def stats_file(self, step: str) -> Path:
+        """Where a step writes its counts on every exit path (``<corpus>-<step>.stats.json``)."""
+        return Path(self.out or ".") / f"{self.corpus_name}-{step}.stats.json"
+
     def rows_of(self, step: str) -> list[dict[str, Any]]:
         """The rows an earlier step wrote (this run, or read back from its file with ``load``)."""
         if step not in self.rows:

@@ -30,12 +30,24 @@ def _load_corpus(path: Path) -> dict[str, dict[str, str]]:
     return read_corpus(resolve_corpus_file(path))
 
 
+def _stats_path(output: Path) -> Path:
+    return output.with_name(output.name + ".stats.json")
+
+
 def _write_stats(output: Path, stats: dict[str, Any]) -> Path:
     from drmix.io import atomic_write_json
 
-    path = output.with_name(output.name + ".stats.json")
+    path = _stats_path(output)
     atomic_write_json(path, stats)
     return path
+
+
+def _why_empty(stats: Any, stats_path: Path) -> str:
+    """The fix of an LLM step that kept nothing: the failure counts by cause and where they are."""
+    from drmix.llm.runstats import failure_line
+
+    return (failure_line(stats, stats_path) + f"; outcomes {dict(stats.outcomes)}. Check the endpoint, "
+            "--timeout, or the prompt template")
 
 
 # -- LLM options shared by generate and rerank ------------------------------------------------------------
@@ -75,10 +87,15 @@ def _backend(output: Path, kw: dict[str, Any]):
 
 
 def _with_llm(fn):
-    """Append the LLM options to ``fn``'s signature; they reach it as ``llm`` (a dict)."""
+    """Append the LLM options to ``fn``'s signature; they reach it as ``llm`` (a dict).
+
+    The signature is read with ``eval_str=True``: this module postpones annotations (``from __future__ import
+    annotations``), and typer takes a given ``__signature__`` as it is, so string annotations such as
+    ``"Optional[int]"`` would reach pydantic's ``TypeAdapter`` unresolved (``--max-docs``/``--template`` failed).
+    """
     extra = _llm_params()
     names = [p.name for p in extra]
-    sig = inspect.signature(fn)
+    sig = inspect.signature(fn, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name != "llm"]
 
     def command(**kwargs: Any) -> Any:
@@ -162,22 +179,29 @@ def generate_command(
     llm: dict = None,  # type: ignore[assignment]
 ) -> None:
     """LLM-generated queries: one per document, parsed from the Task/Query/Language answer."""
-    from drmix.augment.generate import QGenTemplate, document_texts, generate_queries
+    from drmix.augment.generate import GenerationStats, QGenTemplate, document_texts, generate_queries
     from drmix.augment.examples import write_collection
     from drmix.augment.steps import sample_ids
     from drmix.llm.base import GenerationParams
+    from drmix.llm.runstats import failure_line, llm_stats
 
     docs = _load_corpus(corpus)
     ids = sample_ids(list(docs), max_docs, seed)
+    qgen = QGenTemplate.load(template)
     backend = _backend(output, llm)
     texts = document_texts(docs, ids)
-    rows, stats = generate_queries(texts, backend, template=QGenTemplate.load(template), completion=completion,
-                                   params=GenerationParams(temperature, top_p, max_new_tokens, seed))
+    stats = GenerationStats()
+    try:
+        with llm_stats(_stats_path(output), stats) as stats_path:  # written on every exit path
+            rows, _ = generate_queries(texts, backend, template=qgen, completion=completion,
+                                       params=GenerationParams(temperature, top_p, max_new_tokens, seed),
+                                       stats=stats)
+    finally:
+        backend.close()
     desc = backend.describe()
     out = [{"query": r["query"], "positive": texts[r["doc_id"]], "augment": "generate", "source_doc": r["doc_id"],
             "llm": desc} for r in rows]
-    write_collection(output, out)
-    _write_stats(output, stats.as_dict())
+    write_collection(output, out, why=_why_empty(stats, stats_path))
     _console().print(f"kept {stats.kept} of {stats.documents} generated queries ({dict(stats.outcomes)}); "
                      f"wrote {output}")
 
@@ -195,17 +219,23 @@ def rerank_command(
 ) -> None:
     """LLM listwise rerank of the teacher's top-k: top-1 becomes the positive, ranks 10-20 hard negatives."""
     from drmix.augment.examples import read_query_rows, write_collection
-    from drmix.augment.rerank import RerankTemplate, rerank_examples
+    from drmix.augment.rerank import RerankStats, RerankTemplate, rerank_examples
     from drmix.data.beir import doc_text
+    from drmix.llm.runstats import llm_stats
 
     rows = read_query_rows(input)
     docs = _load_corpus(corpus)
+    rtemplate = RerankTemplate.load(template)
     backend = _backend(output, llm)
-    out, stats = rerank_examples(rows, {d: doc_text(x) for d, x in docs.items()}, backend, k=k,
-                                 negatives=negatives, template=RerankTemplate.load(template), max_words=max_words,
-                                 path=input)
-    write_collection(output, out)
-    _write_stats(output, stats.as_dict())
+    stats = RerankStats()
+    try:
+        with llm_stats(_stats_path(output), stats) as stats_path:  # written on every exit path
+            out, _ = rerank_examples(rows, {d: doc_text(x) for d, x in docs.items()}, backend, k=k,
+                                     negatives=negatives, template=rtemplate, max_words=max_words, path=input,
+                                     stats=stats)
+    finally:
+        backend.close()
+    write_collection(output, out, why=_why_empty(stats, stats_path))
     s = stats.as_dict()
     _console().print(f"kept {stats.kept} of {stats.queries} rankings (complete {s['complete_share']:.0%}, "
                      f"repaired {s['repaired_share']:.0%}, dropped {s['dropped_share']:.0%}); wrote {output}")

@@ -24,6 +24,8 @@ def compare_command(
     permutations: int = typer.Option(10000, "--permutations", min=1, help="Sign flips of the randomisation test."),
     seed: int = typer.Option(0, "--seed", help="Seed of the randomisation test."),
     alpha: float = typer.Option(0.05, "--alpha", min=0.0, max=1.0, help="Significance level marked with *."),
+    intersect: bool = typer.Option(False, "--intersect", help="Accept evaluations over different queries of a "
+                                   "dataset: compare the shared ones and count the dropped (default: refuse)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for compare.md and compare.json."),
 ) -> None:
     """Deltas vs a baseline with 95% intervals and paired significance tests."""
@@ -46,16 +48,25 @@ def compare_command(
     base: int | str = 0
     if baseline is not None:
         base = int(baseline) if baseline.isdigit() else baseline
-    comp = compare(scored, baseline=base, metric=metric.lower(), permutations=permutations, seed=seed, alpha=alpha)
+    comp = compare(scored, baseline=base, metric=metric.lower(), permutations=permutations, seed=seed, alpha=alpha,
+                   intersect=intersect)
+    counts = comp.dropped > 0
     table = Table(title=f"{comp.metric}: delta vs {comp.baseline} (95% interval; p: paired t / randomisation)")
-    for col in ("model", "dataset", "n", "delta", "95% interval", "p t", "p rand."):
+    cols = ("model", "dataset", "n", *(("n base", "n model", "dropped") if counts else ()), "delta", "95% interval",
+            "p t", "p rand.")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("model", "dataset") else "right")
     for label, rows in comp.rows.items():
         for d in rows:
             star = "*" if comp.significant(d) else ""
-            table.add_row(label, d.dataset, str(d.queries), f"{d.delta:+.4f}{star}", f"[{d.low:+.4f}, {d.high:+.4f}]",
-                          f"{d.t_p:.4f}", f"{d.fisher_p:.4f}")
+            extra = (str(d.baseline_queries), str(d.model_queries), str(d.dropped)) if counts else ()
+            table.add_row(label, d.dataset, str(d.queries), *extra, f"{d.delta:+.4f}{star}",
+                          f"[{d.low:+.4f}, {d.high:+.4f}]", f"{d.t_p:.4f}", f"{d.fisher_p:.4f}")
     Console().print(table)
+    if counts:
+        Console(stderr=True).print(f"warning: the evaluations cover different queries; {comp.dropped} evaluated for "
+                                   "only one model were dropped (--intersect): n = compared, n base / n model = "
+                                   "evaluated for each.", highlight=False, soft_wrap=True)
     if output is not None:
         if output.exists() and not output.is_dir():
             raise ConfigError("--output is a file, not a folder.", path=output, fix="pass a folder path.")

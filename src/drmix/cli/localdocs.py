@@ -1,6 +1,6 @@
 """``drmix localdocs build``: training collections and held-out BEIR splits from the installed packages' docs.
 
-Thin wrapper around :func:`drmix.data.localdocs.build_localdocs`; the table is drawn here with ``rich``.
+Thin wrapper around :func:`drmix.data.builders.localdocs.build_localdocs`; the table is drawn here with ``rich``.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def localdocs_build_command(
     from rich.table import Table
 
     from drmix.cli import console
-    from drmix.data.localdocs import STATS_COLUMNS, LocalDocsOptions, build_localdocs
+    from drmix.data.builders.localdocs import STATS_COLUMNS, LocalDocsOptions, build_localdocs
     from drmix.outputs import check_output_dir
 
     check_output_dir(out, "localdocs", overwrite=overwrite)

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from drmix.errors import ConfigError
+from drmix.retrieval.multi.registry import default_policy_specs
 
 multicorpus_app = typer.Typer(
     name="multicorpus",
@@ -100,9 +101,9 @@ def sweep_command(
                                               "'first' corpus of fixed/confidence); repeat to tabulate several. "
                                               "Default: the first corpus."),
     policy: Optional[list[str]] = typer.Option(None, "--policy", "-p", help="Allocation policy, repeatable; ranges "
-                                               "like fixed:0.0..1.0 expand (default: naive, oracle, fixed:0.0..1.0, "
-                                               "confidence:0.1..0.9/0.2, zscore, calibrated, "
-                                               "calibrated:method=gauss)."),
+                                               "like fixed:0.0..1.0 expand, fixed:simplex[/step] gives every "
+                                               "split over all corpora (default: "
+                                               + ", ".join(default_policy_specs()) + ")."),
     k: int = typer.Option(10, "--k", "-k", min=1, help="Retrieval budget of the table."),
     ks: str = typer.Option("1,2,5,10,20,50,100", "--ks", help="Budgets for the recall-vs-k plot, comma-separated."),
     split: str = typer.Option("test", "--split", help="qrels split evaluated."),
@@ -122,7 +123,6 @@ def sweep_command(
 ) -> None:
     """Evaluate allocation policies (Recall@k with per-corpus credit, MRR) and write Table 3."""
     from drmix.evaluation.multi_metrics import (
-        default_policy_specs,
         format_table,
         load_multi_qrels,
         sweep_policies,
@@ -138,7 +138,7 @@ def sweep_command(
     except ValueError:
         raise ConfigError(f"--ks {ks!r} is not a list of integers.", fix="write --ks 1,5,10,50.") from None
     dirs = _corpus_dirs(layout, corpus)
-    specs = expand_policy_specs(policy or default_policy_specs())
+    specs = expand_policy_specs(policy or default_policy_specs(), n_corpora=len(dirs))
     for s in specs:  # fail on a bad spec before encoding anything
         parse_policy(s)
     tune = None if tune_split in (None, "", "none") else tune_split

@@ -82,8 +82,8 @@ def load_beir(root: str | Path, split: str | None = "test", *, load_corpus: bool
     if qrels_path is not None:
         _check_qrels_ids(qrels_path, qrels, queries, corpus if load_corpus else None)
         queries = {qid: queries[qid] for qid in qrels}
-    log.info("loaded %s: %d docs, %d queries, %d judged queries (split %s)", root, len(corpus), len(queries),
-             len(qrels), split)
+    docs = f"{len(corpus)} docs" if load_corpus else "corpus not read"
+    log.info("loaded %s: %s, %d queries, %d judged queries (split %s)", root, docs, len(queries), len(qrels), split)
     return BeirDataset(root=root, corpus=corpus, queries=queries, qrels=qrels, split=split)
 
 

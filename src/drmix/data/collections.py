@@ -262,6 +262,12 @@ def load_collection_spec(spec: str | CollectionSpec, *, split: str | None = None
         return [load_jsonl_collection(p, name=spec.name, **kw)]
     if _is_beir_dir(p):
         return [load_beir_collection(p, split=split, name=spec.name, **kw)]
+    if (p / "corpus.jsonl").is_file() and (p / "queries.jsonl").is_file():  # BEIR without judgements
+        raise DataError("BEIR folder has corpus.jsonl and queries.jsonl but no qrels: training needs judged "
+                        "query-document pairs.", path=p / "qrels" / f"{split}.tsv",
+                        fix=f"add qrels/{split}.tsv (header query-id<TAB>corpus-id<TAB>score); for an unlabelled "
+                            "corpus, build a collection with `drmix augment crop` (or generate) and `drmix augment "
+                            "mine`.")
     if not p.is_dir():
         raise DataError("collection path is neither a file nor a folder.", path=p,
                         fix="give a JSONL file, a directory of JSONL files, a BEIR directory or a YAML list.")

@@ -55,7 +55,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,8 +133,13 @@ def _decode(path: Path) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
-    """Header and ``(line, row)`` records of a UTF-8 CSV; checks required columns and field counts."""
+def read_csv(path: str | Path, required: Sequence[str], *, options: Mapping[str, str] | None = None
+             ) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """Header and ``(line, row)`` records of a UTF-8 CSV; checks required columns and field counts.
+
+    ``options`` maps a required column to the command-line option that chose it (``title`` ->
+    ``--query-field``): a missing column that an option named is fixed with that option, not in the file.
+    """
     path = Path(path)
     reader = csv.reader(io.StringIO(_decode(path), newline=""))
     try:
@@ -145,6 +150,12 @@ def read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], list
     except csv.Error as e:
         raise DataError(f"malformed CSV header ({e}).", path=path, line=1, fix="fix the header line.") from None
     missing = [c for c in required if c not in header]
+    chosen = [c for c in missing if options and c in options]
+    if chosen:
+        opt = options[chosen[0]]
+        raise DataError(f"no column {chosen[0]!r} (chosen by {opt}); the header has {', '.join(header)}.", path=path,
+                        line=1, fix=f"pass {opt} NAME with one of the header's columns "
+                                    f"(e.g. {opt} {next((h for h in header if h != 'id'), 'name')}).")
     if missing:
         raise DataError(f"missing column(s) {', '.join(missing)}; the header has {', '.join(header)}.", path=path,
                         line=1, fix=f"add the column(s) {', '.join(missing)} to the header.")
@@ -170,10 +181,12 @@ def read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], list
     return header, rows
 
 
-def read_table(path: str | Path, required: Sequence[str] = ("id",)) -> Table:
-    """Read ``tableA.csv``/``tableB.csv``: unique non-empty ids, the required columns present."""
+def read_table(path: str | Path, required: Sequence[str] = ("id",), *,
+               options: Mapping[str, str] | None = None) -> Table:
+    """Read ``tableA.csv``/``tableB.csv``: unique non-empty ids, the required columns present (``options``:
+    see :func:`read_csv`)."""
     path = Path(path)
-    header, records = read_csv(path, ["id", *[c for c in required if c != "id"]])
+    header, records = read_csv(path, ["id", *[c for c in required if c != "id"]], options=options)
     rows: dict[str, dict[str, str]] = {}
     lines: dict[str, int] = {}
     for line, row in records:
@@ -285,8 +298,9 @@ def build_entity_matching(src: str | Path, out_dir: str | Path,
         raise ConfigError(f"side names {names} must be two distinct names without '/'.",
                           fix="pass --names walmart,amazon.")
     required = [cfg.query_field, *(cfg.passage_fields or [])]
-    left = read_table(src / "tableA.csv", required)
-    right = read_table(src / "tableB.csv", required)
+    options = {**{c: "--passage-fields" for c in cfg.passage_fields or []}, cfg.query_field: "--query-field"}
+    left = read_table(src / "tableA.csv", required, options=options)
+    right = read_table(src / "tableB.csv", required, options=options)
     tables = (left, right)
     fields = [passage_fields(t.columns, cfg) for t in tables]
     for t, f in zip(tables, fields):

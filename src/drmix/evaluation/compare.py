@@ -3,7 +3,10 @@
 Inputs are the per-query scores that ``drmix eval`` writes into ``eval.json`` (``per_query``) and that
 ``drmix pipeline tdro`` keeps in each model's ``eval-<split>.json``. For every model, dataset and metric:
 
-* ``delta`` = mean over the dataset's queries of ``s_model(q) - s_baseline(q)`` (queries judged for both);
+* ``delta`` = mean over the dataset's queries of ``s_model(q) - s_baseline(q)``. Both evaluations must cover
+  the same queries: when they do not (a ``--max-queries`` sample, a different split), :func:`compare` refuses
+  and names the counts, unless ``intersect=True`` (``--intersect``), which compares the shared queries and
+  reports for each row the queries evaluated for the baseline, for the model, shared, and dropped;
 * a 95% interval of that mean from Student's t over the paired differences
   (``mean ± t_{0.975, n-1} · sd / sqrt(n)``);
 * two paired tests over queries: Student's paired t-test and Fisher's randomisation (sign-flip) test,
@@ -18,6 +21,7 @@ mean is the same delta).
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +31,8 @@ import numpy as np
 
 from drmix.errors import DataError
 from drmix.evaluation.significance import randomization_test, t_test
+
+log = logging.getLogger(__name__)
 
 AVERAGE = "average"
 PerQuery = dict[str, dict[str, dict[str, float]]]      # dataset -> query id -> metric -> value
@@ -53,7 +59,10 @@ class Delta:
     high: float
     t_p: float
     fisher_p: float
-    queries: int
+    queries: int               # compared: evaluated for both
+    baseline_queries: int = 0  # evaluated for the baseline
+    model_queries: int = 0     # evaluated for the model
+    dropped: int = 0           # evaluated for only one of them (left out by --intersect)
 
 
 @dataclass
@@ -67,15 +76,26 @@ class Comparison:
         return {"metric": self.metric, "baseline": self.baseline, "alpha": self.alpha,
                 "models": {label: [d.__dict__ for d in rows] for label, rows in self.rows.items()}}
 
+    @property
+    def dropped(self) -> int:
+        """Queries left out because only one evaluation scored them (non-zero only with ``intersect``)."""
+        return sum(d.dropped for rows in self.rows.values() for d in rows if d.dataset != AVERAGE)
+
     def to_markdown(self) -> str:
+        counts = self.dropped > 0
         lines = [f"{self.metric}, delta vs `{self.baseline}` with 95% interval; p: paired t-test / Fisher "
-                 f"randomisation over queries; * = both p < {self.alpha}.", "",
-                 "| model | dataset | queries | baseline | model | delta | 95% interval | p (t) | p (rand.) |",
-                 "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+                 f"randomisation over queries; * = both p < {self.alpha}."
+                 + (f" The evaluations cover different queries (--intersect): only the shared ones are compared, "
+                    f"{self.dropped} dropped; each row counts the queries compared, evaluated for the baseline, "
+                    "for the model, and dropped." if counts else ""), "",
+                 "| model | dataset | queries | " + ("baseline q. | model q. | dropped | " if counts else "")
+                 + "baseline | model | delta | 95% interval | p (t) | p (rand.) |",
+                 "|---|---|---:|" + ("---:|---:|---:|" if counts else "") + "---:|---:|---:|---|---:|---:|"]
         for label, rows in self.rows.items():
             for d in rows:
                 star = "*" if self.significant(d) else ""
-                lines.append(f"| {label} | {d.dataset} | {d.queries} | {d.baseline:.4f} | {d.value:.4f} | "
+                extra = f"{d.baseline_queries} | {d.model_queries} | {d.dropped} | " if counts else ""
+                lines.append(f"| {label} | {d.dataset} | {d.queries} | {extra}{d.baseline:.4f} | {d.value:.4f} | "
                              f"{d.delta:+.4f}{star} | [{d.low:+.4f}, {d.high:+.4f}] | {_p(d.t_p)} | {_p(d.fisher_p)} |")
         return "\n".join(lines) + "\n"
 
@@ -91,23 +111,45 @@ def _p(p: float) -> str:
     return "" if not math.isfinite(p) else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
 
 
+def query_sets(base: dict[str, Any], model: dict[str, Any], dataset: str, labels: tuple[str, str] = ("baseline",
+               "model"), *, intersect: bool = False) -> list[str]:
+    """The query ids to compare on ``dataset``: all of them when both evaluations scored the same queries;
+    the shared ones with ``intersect``; otherwise a :class:`DataError` naming the counts."""
+    shared = sorted(set(base) & set(model))
+    only_base, only_model = len(base) - len(shared), len(model) - len(shared)
+    if not shared:
+        raise DataError(f"no query of '{dataset}' was scored for both models ({labels[0]}: {len(base)}, "
+                        f"{labels[1]}: {len(model)}).", fix="compare evaluations of the same dataset and split.")
+    if (only_base or only_model) and not intersect:
+        raise DataError(f"'{labels[1]}' and '{labels[0]}' were evaluated on different queries of '{dataset}': "
+                        f"{len(model)} and {len(base)} queries, {len(shared)} shared, {only_base + only_model} "
+                        f"evaluated for only one ({only_base} only for {labels[0]}, {only_model} only for "
+                        f"{labels[1]}).",
+                        fix="evaluate both on the same queries (same split and --max-queries), or pass "
+                            f"--intersect to compare the {len(shared)} shared queries (the table then shows the "
+                            "counts).")
+    return shared
+
+
 def paired(base: dict[str, dict[str, float]], model: dict[str, dict[str, float]], metric: str,
-           dataset: str, *, permutations: int, seed: int) -> tuple[Delta, np.ndarray, np.ndarray]:
-    qids = sorted(set(base) & set(model))
-    if not qids:
-        raise DataError(f"no query of '{dataset}' was scored for both models.",
-                        fix="compare evaluations of the same dataset and split.")
+           dataset: str, *, permutations: int, seed: int, intersect: bool = False,
+           labels: tuple[str, str] = ("baseline", "model")) -> tuple[Delta, np.ndarray, np.ndarray]:
+    qids = query_sets(base, model, dataset, labels, intersect=intersect)
     a = np.array([base[q][metric] for q in qids])
     b = np.array([model[q][metric] for q in qids])
     d = b - a
     t_p, low, high = t_test(d)
     return (Delta(dataset, float(a.mean()), float(b.mean()), float(d.mean()), low, high, t_p,
-                  randomization_test(d, permutations=permutations, seed=seed), len(qids)), a, b)
+                  randomization_test(d, permutations=permutations, seed=seed), len(qids),
+                  len(base), len(model), len(base) + len(model) - 2 * len(qids)), a, b)
 
 
 def compare(scored: list[Scored], *, baseline: int | str = 0, metric: str = "ndcg@10", permutations: int = 10000,
-            seed: int = 0, alpha: float = 0.05) -> Comparison:
-    """Every model of ``scored`` against the baseline (an index or a label) on the datasets they share."""
+            seed: int = 0, alpha: float = 0.05, intersect: bool = False) -> Comparison:
+    """Every model of ``scored`` against the baseline (an index or a label) on the datasets they share.
+
+    Per dataset both must have scored the same queries, or with ``intersect`` only the shared queries are
+    compared and each row counts what was dropped (see :func:`query_sets`)."""
     labels = [s.label for s in scored]
     if isinstance(baseline, str):
         if baseline not in labels:
@@ -133,7 +175,12 @@ def compare(scored: list[Scored], *, baseline: int | str = 0, metric: str = "ndc
                                     fix=f"pass --metric with one of {', '.join(q)}.")
         rows, diffs, weights = [], [], []
         for d in datasets:
-            delta, a, b = paired(base.per_query[d], s.per_query[d], metric, d, permutations=permutations, seed=seed)
+            delta, a, b = paired(base.per_query[d], s.per_query[d], metric, d, permutations=permutations, seed=seed,
+                                 intersect=intersect, labels=(base.label, s.label))
+            if delta.dropped:
+                log.warning("%s vs %s on %s: %d of %d queries compared, %d evaluated for only one dropped "
+                            "(--intersect)", s.label, base.label, d, delta.queries,
+                            delta.queries + delta.dropped, delta.dropped)
             rows.append(delta)
             diffs.append(b - a)
             weights.append(np.full(len(a), 1.0 / (len(datasets) * len(a))))
@@ -142,7 +189,9 @@ def compare(scored: list[Scored], *, baseline: int | str = 0, metric: str = "ndc
             t_p, low, high = t_test(len(dd) * ww * dd)
             rows.append(Delta(AVERAGE, float(np.mean([r.baseline for r in rows])),
                               float(np.mean([r.value for r in rows])), float((ww * dd).sum()), low, high, t_p,
-                              randomization_test(dd, ww, permutations=permutations, seed=seed), len(dd)))
+                              randomization_test(dd, ww, permutations=permutations, seed=seed), len(dd),
+                              sum(r.baseline_queries for r in rows), sum(r.model_queries for r in rows),
+                              sum(r.dropped for r in rows)))
         out.rows[s.label] = rows
     return out
 

@@ -43,7 +43,16 @@ from typing import Any
 
 from drmix.errors import ConfigError, DataError
 from drmix.io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from drmix.retrieval.multi import AllocationPolicy, CandidateSet, Hit, OraclePolicy, allocate_all, parse_policy
+from drmix.retrieval.multi import (
+    AllocationPolicy,
+    CandidateSet,
+    Hit,
+    OraclePolicy,
+    allocate_all,
+    parse_policy,
+    policy_info,
+)
+from drmix.retrieval.multi import default_policy_specs as default_policy_specs  # re-exported (the sweep's default)
 
 log = logging.getLogger(__name__)
 
@@ -173,15 +182,18 @@ def load_multi_qrels(corpus_dirs: Mapping[str, str | Path], split: str) -> tuple
 # --------------------------------------------------------------------------------------------------
 
 
-TUNABLE = ("fixed", "confidence")
-LABEL_FREE = ("zscore", "calibrated")   # policies that need no labels; the rule picks one of them on dev
 LABEL_FREE_ROW = "label-free (dev-chosen)"
 
 
 def family_of(spec: str) -> str:
-    """The tuning family of a spec: ``fixed``, ``confidence``, ``label-free`` or the policy's own name."""
-    name = parse_policy(spec).name
-    return "label-free" if name in LABEL_FREE else name
+    """The tuning family of a spec: ``label-free`` for a policy registered ``label_free``, else its name
+    (a ``tunable`` policy's specs form one family, tuned on dev)."""
+    info = policy_info(parse_policy(spec))
+    return "label-free" if info.label_free else info.name
+
+
+def _tuned_family(family: str) -> bool:
+    return family == "label-free" or policy_info(family).tunable
 
 
 @dataclass
@@ -211,12 +223,13 @@ def policy_for(spec: str | AllocationPolicy, mode: str) -> AllocationPolicy:
 def tune_on_dev(cset_dev: CandidateSet, qrels_dev: MultiQrels, specs: Sequence[str], k: int,
                 mode: str = "any") -> dict[str, str]:
     """The dev rule: per family, the spec with the best dev ``pc_recall@k``; ties: higher dev pc_mrr@k, then
-    the first listed. Families: ``fixed``, ``confidence`` and ``label-free`` (``zscore``/``calibrated``
-    variants, fitted on the dev queries' scores). Only dev labels are read."""
+    the first listed. Families: each policy registered ``tunable`` (``fixed``, ``confidence``) and
+    ``label-free`` (the policies registered ``label_free``: ``zscore``/``calibrated`` variants, fitted on the
+    dev queries' scores). Only dev labels are read."""
     best: dict[str, tuple[float, float, int, str]] = {}
     for i, spec in enumerate(specs):
         family = family_of(spec)
-        if family not in TUNABLE and family != "label-free":
+        if not _tuned_family(family):
             continue
         m = evaluate_multi(qrels_dev, allocate_all(cset_dev, spec, k, reference=cset_dev), k, mode=mode,
                            standard=())
@@ -345,7 +358,7 @@ def best_rows(result: SweepResult, top: int = 4) -> list[str]:
             fam = lab
         else:
             fam = parse_policy(result.rows[lab].get("spec", lab)).name
-            if any(d.startswith(fam) or (fam in ("zscore", "calibrated") and d.startswith("label-free"))
+            if any(d.startswith(fam) or (policy_info(fam).label_free and d.startswith("label-free"))
                    for d in dev_rows):
                 continue
         if fam not in best or result.rows[lab][f"pc_recall@{k}"] > result.rows[best[fam]][f"pc_recall@{k}"]:
@@ -390,10 +403,3 @@ def load_sweep_json(path: str | Path) -> list[SweepResult]:
                         d.get("chosen_on_dev", {}))
         out.append(r)
     return out
-
-
-def default_policy_specs() -> list[str]:
-    """The paper's Table 3 rows plus the calibrated policies."""
-    return ["naive", "oracle", "fixed:0.0..1.0", "confidence:0.1..0.9/0.2", "zscore", "calibrated",
-            "calibrated:method=gauss"]
-

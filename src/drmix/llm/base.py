@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -68,16 +68,40 @@ class ChatRequest:
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+#: Why a request failed, as counted in ``stats.json`` (``failures``): the HTTP status class (``http_4xx``,
+#: ``http_5xx``; ``http_429`` apart), ``timeout`` (no complete answer within ``--timeout``), ``unparsable`` (a
+#: body that is not a completion), ``empty`` (a completion with no text), ``connection`` (refused, reset),
+#: ``generation`` (a local model that raised) and ``other``.
+FAILURE_CAUSES = ("http_4xx", "http_429", "http_5xx", "timeout", "unparsable", "empty", "connection",
+                  "generation", "other")
+
+
 @dataclass
 class Completion:
     text: str
     error: str | None = None
     cached: bool = False
     seconds: float = 0.0
+    cause: str | None = None  # one of FAILURE_CAUSES when ``error`` is set
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def failure_cause(self) -> str | None:
+        """``None`` for a success, else :attr:`cause` (``"other"`` when the backend did not say)."""
+        return None if self.error is None else (self.cause or "other")
+
+
+def describe_failures(failures: Mapping[str, int]) -> str:
+    """``"timeout 7, http_5xx 3"``: failure counts by cause, most frequent first (``"none"`` when empty)."""
+    items = sorted(((c, n) for c, n in failures.items() if n), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{c} {n}" for c, n in items) or "none"
+
+
+#: ``on_result(index, completion)``: called once per request as its completion arrives (any order).
+OnResult = Callable[[int, Completion], None]
 
 
 class LLMBackend(ABC):
@@ -89,9 +113,17 @@ class LLMBackend(ABC):
     def complete(self, request: ChatRequest) -> Completion:
         """One request's completion (errors are returned in :attr:`Completion.error`, not raised)."""
 
-    def complete_many(self, requests: Sequence[ChatRequest]) -> list[Completion]:
-        """Completions in request order; the default runs them one after the other."""
-        return [self.complete(r) for r in requests]
+    def complete_many(self, requests: Sequence[ChatRequest], on_result: OnResult | None = None) -> list[Completion]:
+        """Completions in request order; the default runs them one after the other.
+
+        ``on_result(i, completion)`` is called as each completion arrives (before the others are done), so a
+        cache can persist each answer at once."""
+        out = []
+        for i, r in enumerate(requests):
+            out.append(self.complete(r))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
 
     def describe(self) -> dict[str, Any]:
         """What provenance fields record about this backend."""

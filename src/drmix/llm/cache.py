@@ -1,23 +1,41 @@
 """A prompt-hash cache of LLM calls in a JSONL file, so an interrupted run resumes without paying twice.
 
-Each successful completion is appended as one line ``{"key", "model", "text"}`` and flushed at once; a run
-killed mid-way loses at most the request in flight. The key is :meth:`ChatRequest.key` (SHA-256 of model id,
-messages and sampling parameters), so a changed prompt template, model or temperature is a cache miss.
-Failed requests are not cached (they are retried on the next run). A truncated last line (a kill during a
-write) is ignored with a warning. Hand-written: no library offers an append-only resumable call cache.
+Each successful completion is appended as one line ``{"key", "model", "text"}`` the moment it arrives (the
+backends report each answer through ``on_result``, not per chunk of requests), written in one ``write`` and
+flushed and fsynced at once: a run killed mid-way loses only the requests in flight. The key is
+:meth:`ChatRequest.key` (SHA-256 of model id, messages and sampling parameters), so a changed prompt template,
+model or temperature is a cache miss; identical requests in one call are asked once. Failed requests are not
+cached (they are retried on the next run).
+
+A kill during a write can leave a torn last line (no newline). Loading ignores it (it is never an answer),
+and the first append of the next run cuts it off (a complete record that only lacks its newline is kept and
+the newline added), so the new line is readable and no bad line accumulates. Hand-written: no library offers
+an append-only resumable call cache.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from drmix.llm.base import ChatRequest, Completion, LLMBackend
+from drmix.llm.base import ChatRequest, Completion, LLMBackend, OnResult
 
 log = logging.getLogger(__name__)
+
+
+def _record(line: bytes) -> tuple[str, str] | None:
+    """``(key, text)`` of one cache line, or None when it is not a complete record."""
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or not isinstance(obj.get("text"), str):
+        return None
+    return obj["key"], obj["text"]
 
 
 class CachedBackend(LLMBackend):
@@ -30,59 +48,113 @@ class CachedBackend(LLMBackend):
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()
+        self._file: BinaryIO | None = None
         self._entries: dict[str, str] = self._load()
 
     def _load(self) -> dict[str, str]:
         out: dict[str, str] = {}
         if not self.path.exists():
             return out
-        with open(self.path, encoding="utf-8", errors="replace") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                    out[obj["key"]] = obj["text"]
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    log.warning("%s:%d: unreadable cache line ignored (an interrupted write?)", self.path, lineno)
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        torn = lines.pop()  # b"" when the file ends with a newline
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            rec = _record(line)
+            if rec is None:
+                log.warning("%s:%d: unreadable cache line ignored", self.path, lineno)
+            else:
+                out[rec[0]] = rec[1]
+        if torn.strip():
+            rec = _record(torn)
+            if rec is None:
+                log.warning("%s:%d: torn last line (%d bytes, an interrupted write) ignored; the next answer "
+                            "replaces it", self.path, len(lines) + 1, len(torn))
+            else:
+                out[rec[0]] = rec[1]
         log.info("LLM cache %s: %d entries", self.path, len(out))
         return out
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    def _open(self) -> BinaryIO:
+        """The cache opened for appending, a torn last line cut off first (see the module docstring)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "ab")
+        size = f.seek(0, os.SEEK_END)
+        if size:
+            with open(self.path, "rb") as r:
+                r.seek(max(0, size - 65536))
+                tail = r.read()
+            if not tail.endswith(b"\n"):
+                nl = tail.rfind(b"\n")
+                if nl < 0 and size > len(tail):  # a torn line longer than the window: find its start
+                    data = self.path.read_bytes()
+                    cut = data.rfind(b"\n") + 1
+                    torn = data[cut:]
+                else:
+                    cut = size - len(tail) + nl + 1
+                    torn = tail[nl + 1:]
+                if _record(torn) is not None:
+                    f.write(b"\n")
+                else:
+                    os.ftruncate(f.fileno(), cut)
+                    log.warning("%s: cut a torn last line of %d bytes", self.path, len(torn))
+                f.flush()
+        return f
+
     def _store(self, key: str, text: str) -> None:
+        line = json.dumps({"key": key, "model": self.model_id, "text": text}, ensure_ascii=False) + "\n"
         with self._lock:
             self._entries[key] = text
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"key": key, "model": self.model_id, "text": text}, ensure_ascii=False) + "\n")
-                f.flush()
+            if self._file is None:
+                self._file = self._open()
+            self._file.write(line.encode("utf-8"))
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def complete(self, request: ChatRequest) -> Completion:
         return self.complete_many([request])[0]
 
-    def complete_many(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+    def complete_many(self, requests: Sequence[ChatRequest], on_result: OnResult | None = None) -> list[Completion]:
         keys = [r.key(self.model_id) for r in requests]
         out: list[Completion | None] = [None] * len(requests)
-        todo: list[int] = []
+        asked: dict[str, list[int]] = {}  # key -> the positions waiting for it (identical requests asked once)
         for i, key in enumerate(keys):
             if key in self._entries:
                 out[i] = Completion(self._entries[key], cached=True)
                 self.hits += 1
+                if on_result is not None:
+                    on_result(i, out[i])
             else:
-                todo.append(i)
-        self.misses += len(todo)
-        if todo:
-            fresh = self.backend.complete_many([requests[i] for i in todo])
-            for i, comp in zip(todo, fresh):
+                asked.setdefault(key, []).append(i)
+        self.misses += sum(len(v) for v in asked.values())
+        if asked:
+            order = list(asked)
+
+            def arrived(j: int, comp: Completion) -> None:
+                key = order[j]
                 if comp.ok:
-                    self._store(keys[i], comp.text)
-                out[i] = comp
+                    self._store(key, comp.text)
+                for i in asked[key]:
+                    out[i] = comp
+                    if on_result is not None:
+                        on_result(i, comp)
+
+            fresh = self.backend.complete_many([requests[asked[k][0]] for k in order], on_result=arrived)
+            for j, comp in enumerate(fresh):  # a backend that did not report some answer as it arrived
+                if out[asked[order[j]][0]] is None:
+                    arrived(j, comp)
         return out  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
         return self.backend.describe()
 
     def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
         self.backend.close()

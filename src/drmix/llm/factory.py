@@ -19,8 +19,10 @@ class LLMConfig(BaseModel):
                                                 "SmolLM2-135M-Instruct). Endpoint: the served model name.")
     base_url: str | None = Field(None, description="Endpoint root, e.g. http://localhost:8000/v1 (backend openai).")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's API key.")
-    timeout: float = Field(60.0, gt=0, description="Seconds per request before it counts as timed out.")
-    max_retries: int = Field(3, ge=0, description="Retries of a timed-out or overloaded (429/5xx) request.")
+    timeout: float = Field(60.0, gt=0, description="Seconds each request attempt may take in total (connect, send, the "
+                                                "whole answer) before it counts as a timeout.")
+    max_retries: int = Field(3, ge=0, description="Retries of a timed-out or overloaded (429/5xx) request, after the "
+                                                   "server's Retry-After when it sends one.")
     concurrency: int = Field(4, ge=1, description="Requests in flight at once (endpoint).")
     batch_size: int = Field(8, ge=1, description="Prompts per generate call (local).")
     device: str | None = Field(None, description="Device of the local model (default cpu).")

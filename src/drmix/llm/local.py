@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from drmix.io import cache_root
-from drmix.llm.base import ChatRequest, Completion, LLMBackend, LLMError
+from drmix.llm.base import ChatRequest, Completion, LLMBackend, LLMError, OnResult
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class TransformersBackend(LLMBackend):
     def complete(self, request: ChatRequest) -> Completion:
         return self.complete_many([request])[0]
 
-    def complete_many(self, requests: Sequence[ChatRequest]) -> list[Completion]:
+    def complete_many(self, requests: Sequence[ChatRequest], on_result: OnResult | None = None) -> list[Completion]:
         out: list[Completion] = []
         # group requests with identical parameters into batches, keeping the order of the results
         for start in range(0, len(requests), self.batch_size):
@@ -153,6 +153,8 @@ class TransformersBackend(LLMBackend):
             for params, idx in groups.items():
                 for i, comp in zip(idx, self._generate([chunk[i] for i in idx], params)):
                     texts[i] = comp
+                    if on_result is not None:
+                        on_result(start + i, comp)
             out.extend(texts)  # type: ignore[arg-type]
         return out
 
@@ -176,7 +178,7 @@ class TransformersBackend(LLMBackend):
             with torch.inference_mode():
                 ids = self.lm.generate(**enc, **gen_kwargs)
         except (RuntimeError, ValueError) as e:  # e.g. a prompt longer than the model's context
-            return [Completion("", error=f"generation failed: {str(e)[:160]}") for _ in requests]
+            return [Completion("", error=f"generation failed: {str(e)[:160]}", cause="generation") for _ in requests]
         new = ids[:, enc["input_ids"].shape[1]:]
         secs = (time.perf_counter() - t0) / len(requests)
         return [Completion(self.tokenizer.decode(row, skip_special_tokens=True), seconds=secs) for row in new]

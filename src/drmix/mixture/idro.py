@@ -1,20 +1,28 @@
 """iDRO: implicit distributionally robust optimisation over k-means query clusters (``--strategy idro``).
 
 Specification: COCO-DR ("COCO-DR: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and
-Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec. 4.2, Eqs. 5-12 and Appendix E, implemented as
-the authors' code does it (``ANCE/model/dro_loss.py``, facts recorded in the issue / seeds/README.md):
+Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec. 4.2, Eqs. 5-12 and Appendix E,
+implemented as the authors' code does it (github.com/OpenMatch/COCO-DR, ``ANCE/model/dro_loss.py``,
+``iDROLoss.forward``; clustering in ``ANCE/drivers/run_ann_data_gen.py``, ``generate_new_ann``):
 
 1. **clusters**: the training queries are embedded with the *current* model and clustered by k-means
-   (``K = 50``, faiss, spherical, so the similarity is the dot product as in the paper); the clusters are
-   recomputed every ``refresh_every`` steps (the authors: whenever ANCE refreshes its negatives). A batch's
-   queries are assigned to the nearest centroid (a no-grad forward of the queries in eval mode).
+   (``K = 50``; faiss, L2, 5 restarts of 500 iterations as the authors' ``faiss.Kmeans(dim, K, nredo=5,
+   niter=500)``); the clusters are recomputed every ``refresh_every`` steps (the authors: whenever ANCE
+   refreshes its negatives). A batch's queries go to the nearest centroid (a no-grad forward of the
+   queries in eval mode). ``kmeans: spherical`` clusters by cosine instead.
 2. **per-cluster losses** ``l_i``: the mean per-example loss of cluster ``i`` in the (global) batch.
 3. **per-cluster gradients** ``g_i = grad l_i`` on the parameters of the **last 3 transformer layers**
-   only, L2-normalised, so ``g_i . g_j`` is a cosine.
-4. **weight update**: ``r_ij = cos(g_i, g_j) * (l_i l_j)^beta`` (beta = 0.25, Eq. 12);
-   ``e_i = rho * mean_j r_ij`` over the clusters ``j`` present in the batch (rho = 0.05 plays ``1/tau``
-   of Eq. 11), ``e_i = 0`` for absent clusters, then ``e <- e - max(e)``;
-   ``h <- h^0.1 * exp(e)``, normalised to sum 1, then floored at 0.01.
+   only, L2-normalised, so ``g_i . g_j`` is a cosine (``g_i = 0`` for a cluster absent from the batch).
+   Under GradCache (``--grad-cache-chunk``) the loss sees detached embeddings; ``g_i`` is then computed from
+   the cluster's representation gradients ``dl_i/dr``, back-propagated through each chunk's re-forward
+   (``dl_i/dtheta = sum_c (dr_c/dtheta)^T dl_i/dr_c``), the same vector as without GradCache.
+4. **weight update** (``rule: authors``, default): ``r_ij = cos(g_i, g_j) * (l_i l_j)^beta`` (beta = 0.25,
+   Eq. 12), ``e_i = rho * (1/K) sum_j r_ij`` over **all K** clusters (absent ones contribute 0; rho = 0.05
+   plays ``1/tau`` of Eq. 11), ``e_i = 0`` for absent clusters, ``e <- e - max(e)``;
+   ``h <- h^0.1 * exp(e) * [i present]``, normalised to sum 1, then floored at 0.01 -- so a cluster absent
+   from the batch drops to the floor. The weights start at 1 (``h = ones(K)``).
+   ``rule: present`` is drmix's earlier rule, kept as an option: the mean over the clusters present only
+   (an exponent ``K/|P|`` times larger), absent clusters keep ``h^0.1`` (exponent 0), weights start at ``1/K``.
 5. **loss**: ``sum_i h_i l_i`` with the weights ``h`` of the *previous* step (the update of step 4 is
    used from the next batch on).
 
@@ -24,23 +32,25 @@ Where the code (followed) and the paper differ:
   power 0.1 (``power``), which lets the weights forget old batches quickly.
 * Eq. 5 weights the loss by ``alpha_i w_i`` with ``alpha_i ∝ l_i^beta``; the code puts ``(l_i l_j)^beta``
   only inside ``r_ij`` and back-propagates ``sum_i h_i l_i``.
-* Eq. 11 sums ``r_ij`` over ``j``; the code averages over the clusters present (a constant factor that
-  rescales ``rho``) and subtracts the maximum exponent for numerical safety (no effect after normalising).
+* Eq. 11 sums ``r_ij`` over ``j``; the code averages over the K clusters (a constant factor that rescales
+  ``rho``) and subtracts the maximum exponent for numerical safety (no effect after normalising).
 * The floor (0.01) is applied after normalising and the weights are not renormalised afterwards (as in
-  the code), so they may sum to slightly more than 1.
+  the code), so they may sum to more than 1.
 
 Under DDP, per-cluster loss sums, counts and gradients are all-reduced, so every rank measures the global
 batch and makes the same update; each rank back-propagates ``world * sum_i h_i (local sum_i / global n_i)``,
 which DDP's gradient averaging turns into the gradient of ``sum_i h_i l_i`` over the global batch.
 Sampling over collections stays as configured (uniform): iDRO acts on the loss only. With gradient
-accumulation the weights are updated once per micro-batch (as the DRO strategies of :mod:`drmix.mixture.dro`).
+accumulation the weights are updated once per micro-batch (as the authors' loss is called per forward).
+If the per-cluster gradients reach none of the last layers' parameters (no gradient signal), training stops
+with a :class:`~drmix.errors.ConfigError` rather than keep the weights silently uniform.
 The weights, centroids and cluster sizes are part of the checkpoint, so a resumed run continues exactly.
 """
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -64,7 +74,12 @@ class IDROConfig(BaseModel):
     rho: float = Field(0.05, gt=0, description="Step size: exponent = rho * mean_j r_ij.")
     power: float = Field(0.1, ge=0, description="Previous weights enter as h^power (authors: 0.1).")
     floor: float = Field(0.01, ge=0, lt=1, description="Minimum cluster weight after normalising.")
-    kmeans_iterations: int = Field(20, ge=1, description="k-means iterations.")
+    rule: Literal["authors", "present"] = Field(
+        "authors", description="authors: mean of r_ij over all K, absent clusters to the floor, weights start at 1; "
+                               "present: mean over the clusters present, absent ones keep h^power, start at 1/K.")
+    kmeans: Literal["l2", "spherical"] = Field("l2", description="k-means metric (authors: L2).")
+    kmeans_iterations: int = Field(500, ge=1, description="k-means iterations per restart (authors: 500).")
+    kmeans_restarts: int = Field(5, ge=1, description="k-means restarts, the best kept (authors: faiss nredo=5).")
     max_queries: int | None = Field(None, ge=1, description="Cluster a seeded sample of at most this many queries.")
     encode_batch_size: int = Field(128, ge=1, description="Batch size when embedding queries for k-means.")
 
@@ -72,23 +87,32 @@ class IDROConfig(BaseModel):
 # ------------------------------------------------------------------------------------------- the update rule
 
 def idro_update(h: np.ndarray, losses: np.ndarray, present: np.ndarray, cos: np.ndarray, *, beta: float = 0.25,
-                rho: float = 0.05, power: float = 0.1, floor: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
+                rho: float = 0.05, power: float = 0.1, floor: float = 0.01,
+                rule: str = "authors") -> tuple[np.ndarray, np.ndarray]:
     """One iDRO weight update (module docstring, step 4); returns ``(new_h, exponent)``.
 
     ``losses`` [K] per-cluster mean losses (ignored where not ``present``), ``cos`` [K, K] cosines of the
-    per-cluster gradients (only entries between present clusters are read).
+    per-cluster gradients (only entries between present clusters are read; absent clusters have ``g = 0``).
     """
     h = np.asarray(h, dtype=np.float64)
     present = np.asarray(present, dtype=bool)
     K = len(h)
-    expo = np.zeros(K)
     idx = np.flatnonzero(present)
-    if len(idx):
-        lp = np.maximum(np.asarray(losses, dtype=np.float64)[idx], 0.0) ** beta
-        r = np.asarray(cos, dtype=np.float64)[np.ix_(idx, idx)] * np.outer(lp, lp)
-        expo[idx] = rho * r.mean(axis=1)
-    expo = expo - expo.max()
-    new = np.power(h, power) * np.exp(expo)
+    lp = np.zeros(K)
+    lp[idx] = np.maximum(np.asarray(losses, dtype=np.float64)[idx], 0.0) ** beta
+    c = np.zeros((K, K))
+    c[np.ix_(idx, idx)] = np.asarray(cos, dtype=np.float64)[np.ix_(idx, idx)]
+    r = c * np.outer(lp, lp)
+    expo = np.zeros(K)
+    if rule == "authors":
+        expo = rho * r.mean(axis=0) * present
+        expo = expo - expo.max()
+        new = np.power(h, power) * np.exp(expo) * present
+    else:
+        if len(idx):
+            expo[idx] = rho * r[np.ix_(idx, idx)].mean(axis=1)
+        expo = expo - expo.max()
+        new = np.power(h, power) * np.exp(expo)
     new = new / new.sum()
     return np.maximum(new, floor), expo
 
@@ -121,16 +145,18 @@ def _all_reduce(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def kmeans(x: np.ndarray, k: int, *, iterations: int = 20, seed: int = 0) -> np.ndarray:
-    """Spherical k-means centroids ``[k, d]`` (faiss) of row vectors ``x``."""
+def kmeans(x: np.ndarray, k: int, *, iterations: int = 500, restarts: int = 5, spherical: bool = False,
+           seed: int = 0) -> np.ndarray:
+    """k-means centroids ``[k, d]`` (faiss; L2 with ``restarts`` restarts as the authors, or spherical)."""
     import faiss
 
     x = np.ascontiguousarray(x, dtype=np.float32)
     if k > len(x):
         raise ConfigError(f"iDRO needs at least K={k} training queries to cluster, got {len(x)}.",
                           fix=f"use --idro clusters=N with N <= {len(x)}, or more training data.")
-    km = faiss.Kmeans(x.shape[1], k, niter=iterations, seed=int(seed) % (2**31), spherical=True, verbose=False,
-                      min_points_per_centroid=1, max_points_per_centroid=max(256, math.ceil(len(x) / k)))
+    km = faiss.Kmeans(x.shape[1], k, niter=iterations, nredo=restarts, seed=int(seed) % (2**31),
+                      spherical=spherical, verbose=False, min_points_per_centroid=1,
+                      max_points_per_centroid=max(256, math.ceil(len(x) / k)))
     km.train(x)
     return np.asarray(km.centroids, dtype=np.float32)
 
@@ -146,7 +172,7 @@ class IDROStrategy(Strategy):
         self.config = config or IDROConfig()
         self.seed = seed
         K = self.config.clusters
-        self.h = np.full(K, 1.0 / K)
+        self.h = np.ones(K) if self.config.rule == "authors" else np.full(K, 1.0 / K)
         self.centroids: np.ndarray | None = None
         self.cluster_sizes = np.zeros(K, dtype=np.int64)
         self.refreshes = 0
@@ -189,7 +215,8 @@ class IDROStrategy(Strategy):
             queries = [queries[i] for i in pick]
         world, rank = _dist()
         emb = self._embed(trainer, queries)
-        cent = kmeans(emb, K, iterations=self.config.kmeans_iterations, seed=self.seed + self.refreshes)
+        cent = kmeans(emb, K, iterations=self.config.kmeans_iterations, restarts=self.config.kmeans_restarts,
+                      spherical=self.config.kmeans == "spherical", seed=self.seed + self.refreshes)
         if world > 1:
             t = torch.as_tensor(cent, device=trainer.accelerator.device)
             torch.distributed.broadcast(t, src=0)
@@ -203,8 +230,12 @@ class IDROStrategy(Strategy):
                  self.cluster_sizes.max())
 
     def assign(self, emb: np.ndarray) -> np.ndarray:
-        """Nearest centroid by dot product (the k-means is spherical)."""
-        return (np.asarray(emb, np.float32) @ self.centroids.T).argmax(axis=1)
+        """Nearest centroid: L2 (the authors' ``IndexFlatL2`` search), or dot product for spherical k-means."""
+        x = np.asarray(emb, np.float32)
+        if self.config.kmeans == "spherical":
+            return (x @ self.centroids.T).argmax(axis=1)
+        d = (x * x).sum(1, keepdims=True) - 2 * x @ self.centroids.T + (self.centroids ** 2).sum(1)[None, :]
+        return d.argmin(axis=1)
 
     # -- the loss -----------------------------------------------------------------------------------------
     def loss(self, losses: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
@@ -223,29 +254,57 @@ class IDROStrategy(Strategy):
         h_prev = torch.as_tensor(self.h, device=losses.device, dtype=losses.dtype)
         loss = world * (h_prev * local_sum / denom).sum()
 
-        # per-cluster gradients of the mean cluster loss on the last layers, all-reduced and normalised
+        # per-cluster gradients of the mean cluster loss on the last layers, all-reduced and normalised.
+        # Every rank differentiates every globally present cluster (a zero sum where it is absent locally):
+        # with cross-device negatives the backward of the all-gather is a collective all ranks must join.
         params = last_layer_parameters(ctx.model, self.config.layers)
         idx = np.flatnonzero(present)
+        objectives = [local_sum[k] / denom[k] for k in idx]
+        cache = ctx.extras.get("grad_cache")
+        if cache is not None:
+            # GradCache: the loss sees detached embeddings; project each cluster's representation gradient
+            # through the chunks' re-forward (GradCache.project) and update once those gradients are known
+            embs = tuple(ctx.extras["embeddings"])
+            vectors = []
+            for obj in objectives:
+                v = torch.autograd.grad(obj, embs, retain_graph=True, allow_unused=True)
+                vectors.append(tuple(x if x is not None else torch.zeros_like(e) for x, e in zip(v, embs)))
+            cache.project(vectors, params,
+                          lambda flats, reached: self._update(flats, reached, idx, cl_loss, present, ctx))
+        else:
+            flats, reached = [], False
+            for obj in objectives:
+                g = torch.autograd.grad(obj, params, retain_graph=True, allow_unused=True)
+                reached = reached or any(x is not None for x in g)
+                flats.append(torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1).float()
+                                        for x, p in zip(g, params)]))
+            self._update(flats, reached, idx, cl_loss, present, ctx)
+        self.last = {"present": int(present.sum())}
+        return loss
+
+    def _update(self, flats: list[torch.Tensor], reached: bool, idx: np.ndarray, cl_loss: np.ndarray,
+                present: np.ndarray, ctx: StepContext) -> None:
+        """Step 4 of the module docstring from the per-cluster gradients ``flats`` (one per present cluster)."""
+        if len(flats) and not reached:
+            raise ConfigError("iDRO's per-cluster gradients reach none of the last "
+                              f"{self.config.layers} transformer layers' parameters (no gradient signal): the "
+                              "weights would stay uniform.",
+                              fix="train those layers (with LoRA, target them), or use --strategy static.")
+        K = self.config.clusters
         grads = []
-        for k in idx:
-            # every rank differentiates every globally present cluster (a zero sum where it is absent locally):
-            # with cross-device negatives the backward of the all-gather is a collective all ranks must join
-            g = torch.autograd.grad(local_sum[k] / denom[k], params, retain_graph=True, allow_unused=True)
-            flat = torch.cat([(x if x is not None else torch.zeros_like(p)).reshape(-1).float()
-                              for x, p in zip(g, params)])
+        for flat in flats:
             flat = _all_reduce(flat)
             grads.append(flat / flat.norm().clamp(min=1e-12))
         cos = np.zeros((K, K))
         if grads:
             G = torch.stack(grads)
             cos[np.ix_(idx, idx)] = (G @ G.T).double().cpu().numpy()
+        self.last_cos = cos
         if np.isfinite(cl_loss[present]).all():
-            self.h, expo = idro_update(self.h, cl_loss, present, cos, beta=self.config.beta, rho=self.config.rho,
-                                       power=self.config.power, floor=self.config.floor)
+            self.h, _ = idro_update(self.h, cl_loss, present, cos, beta=self.config.beta, rho=self.config.rho,
+                                    power=self.config.power, floor=self.config.floor, rule=self.config.rule)
         else:
             log.warning("iDRO: non-finite cluster losses at step %d; weights kept", ctx.step)
-        self.last = {"present": int(present.sum())}
-        return loss
 
     def after_step(self, ctx: StepContext) -> None:
         every = self.config.refresh_every

@@ -1,16 +1,22 @@
 """Build the Strategy a TrainConfig asks for (static, DRO family, influence family, transfer)."""
 from __future__ import annotations
 
+import logging
+
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
 from drmix.mixture.base import Strategy
-from drmix.mixture.static import StaticStrategy, read_weights_file
+from drmix.mixture.static import StaticStrategy, file_mixture_weights
+
+log = logging.getLogger(__name__)
 
 STRATEGIES = ("static", "tdro", "doremi", "groupdro", "infdds", "multidds", "idro")
 
 
-def build_strategy(config: TrainConfig, collection_names: list[str]) -> Strategy:
-    """The strategy for ``config.strategy`` (``transfer`` + ``weights_file`` wrap learned weights)."""
+def build_strategy(config: TrainConfig, collection_names: list[str],
+                   collection_weights: list[float | None] | None = None) -> Strategy:
+    """The strategy for ``config.strategy`` (``transfer`` + ``weights_file`` wrap learned weights;
+    ``collection_weights``: the collections' ``weight:`` keys, used by ``--mixture file`` without a file)."""
     name = config.strategy.lower()
     if config.transfer:
         if name != "static":
@@ -24,7 +30,10 @@ def build_strategy(config: TrainConfig, collection_names: list[str]) -> Strategy
         return build_transfer_strategy(config.weights_file, config.transfer, collection_names)
     if name == "static":
         if config.mixture == "file":
-            return StaticStrategy(read_weights_file(config.weights_file, collection_names))
+            return StaticStrategy(file_mixture_weights(config.weights_file, collection_names, collection_weights))
+        if any(w is not None for w in collection_weights or ()):
+            log.warning("the collections' weight: keys are used only with --mixture file; mixing %s instead",
+                        config.mixture)
         return StaticStrategy(scheme=config.mixture, temperature=config.mixture_temperature)
     if name in ("tdro", "doremi", "groupdro"):
         from drmix.mixture.dro import dro_strategy_from_options

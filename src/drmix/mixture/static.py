@@ -5,16 +5,20 @@
 * temperature: ``w_i ∝ |D_i|^(1/tau)`` (tau=1 is size-proportional, tau→∞ is uniform; as in
   multilingual and multi-task sampling, and the Inf-DDS paper's initialisation)
 * file: weights read from a ``weights.json`` written by a strategy run (its ``weights`` entry) or a plain
-  ``{name: weight}`` JSON mapping; every training collection needs a weight (0 drops it).
+  ``{name: weight}`` JSON or YAML mapping -- or, without a weights file, the collections' own ``weight:``
+  keys; every training collection needs a weight (0 drops it).
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 
 from drmix.errors import ConfigError
 from drmix.mixture.base import Strategy
+
+log = logging.getLogger(__name__)
 
 
 def initial_weights(sizes: list[int], scheme: str = "uniform", *, temperature: float = 2.0) -> np.ndarray:
@@ -42,6 +46,27 @@ def read_weights_file(path: str | Path, names: list[str]) -> np.ndarray:
     from drmix.mixture.transfer import read_weights_file as read_mapping
 
     return align_weights(read_mapping(path), names, source=path)
+
+
+def file_mixture_weights(weights_file: str | Path | None, names: list[str],
+                         collection_weights: list[float | None] | None = None) -> np.ndarray:
+    """The weights of ``--mixture file``: from ``weights_file`` when given, else from the collections' own
+    ``weight:`` keys (YAML collection lists, docs/data.md), every collection needing one."""
+    if weights_file:
+        if collection_weights and any(w is not None for w in collection_weights):
+            log.warning("--weights-file %s overrides the collections' weight: keys", weights_file)
+        return read_weights_file(weights_file, names)
+    given = list(collection_weights or [None] * len(names))
+    missing = [n for n, w in zip(names, given) if w is None]
+    if missing:
+        raise ConfigError(f"--mixture file needs a weight for every collection; {missing} have none.",
+                          fix="pass --weights-file FILE (JSON or YAML {name: weight}), or give each collection "
+                              "a weight: key in the YAML collection list.")
+    w = np.array(given, dtype=np.float64)
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ConfigError(f"collection weights {dict(zip(names, given))} are not non-negative numbers with a "
+                          "positive sum.", fix="give each collection a weight: >= 0, at least one > 0.")
+    return w / w.sum()
 
 
 class StaticStrategy(Strategy):

@@ -41,18 +41,30 @@ TRANSFERS = ("top:K", "reweight", "loss")
 
 
 def read_weights_file(path: str | Path, *, key: str | None = None) -> dict[str, float]:
-    """``{collection: weight}`` from a ``weights.json`` (``key``: ``final``/``mean``/``ema``; default ``weights``)."""
+    """``{collection: weight}`` from a ``weights.json`` (``key``: ``final``/``mean``/``ema``; default ``weights``)
+    or a ``{name: weight}`` file; ``.yaml``/``.yml`` files are read as YAML (``safe_load``), others as JSON."""
+    import yaml
+
     path = Path(path)
-    if not path.exists():
-        raise ConfigError("weights file not found.", path=path,
-                          fix="pass the weights.json written by `drmix mixture optimize`.")
+    if not path.is_file():
+        raise ConfigError("weights file not found." if not path.exists() else "weights file is not a file.",
+                          path=path, fix="pass the weights.json written by `drmix mixture optimize`, or a "
+                                         "{name: weight} JSON/YAML file.")
+    is_yaml = path.suffix.lower() in (".yaml", ".yml")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"weights file is not valid JSON ({e}).", path=path,
-                          fix="pass the weights.json written by `drmix mixture optimize`.") from None
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text) if is_yaml else json.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError("weights file is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"weights file is not valid JSON ({e}).", path=path, line=e.lineno,
+                          fix="fix the JSON, or name a YAML file .yaml.") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(f"weights file is not valid YAML ({getattr(e, 'problem', e)}).", path=path,
+                          line=(mark.line + 1) if mark else None, fix="fix the YAML syntax.") from None
     if not isinstance(data, dict):
-        raise ConfigError("weights file must hold a JSON object.", path=path,
+        raise ConfigError("weights file must hold a mapping.", path=path,
                           fix='write {"collections": [...], "weights": [...]} or {"name": weight, ...}.')
     if key is not None:
         if not isinstance(data.get(key), dict):

@@ -1,7 +1,7 @@
 """``drmix demo``: an end-to-end run on data every drmix installation already has.
 
 1. Build training collections and held-out BEIR directories from the documentation of the installed
-   Python packages (:mod:`drmix.data.localdocs`: one collection per library family).
+   Python packages (:mod:`drmix.data.builders.localdocs`: one collection per library family).
 2. Evaluate the base model on every family's held-out test split (nDCG@10 and the other default metrics).
 3. Train twice from the base model on the *same batches* (mixed batching: every batch holds an equal
    share of every family; same seed): once with **uniform** weights and once with weights **learned**
@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from drmix.data.localdocs import LocalDocsData, LocalDocsOptions, build_localdocs, stats_table
+from drmix.data.builders.localdocs import LocalDocsData, LocalDocsOptions, build_localdocs, stats_table
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text
 

@@ -28,7 +28,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
@@ -66,6 +66,24 @@ class DramaConfig(PipelineBaseConfig):
     llm: dict[str, Any] = Field(default_factory=dict, description="LLM backend options (backend, model, base_url, "
                                                                   "timeout, ...; see docs/drama.md).")
     dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
+
+    @field_validator("llm")
+    @classmethod
+    def _llm_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """The ``llm`` mapping holds :class:`~drmix.llm.factory.LLMConfig` fields: checked when the config is
+        read (a misspelt key is one config error before any work, not a traceback at the LLM step)."""
+        from pydantic import ValidationError
+
+        from drmix.llm.factory import LLMConfig
+
+        try:
+            LLMConfig.model_validate(v)
+        except ValidationError as e:
+            err = e.errors()[0]
+            key = ".".join(str(x) for x in err["loc"]) or "llm"
+            keys = f" (the keys are {', '.join(LLMConfig.model_fields)})" if err["type"] == "extra_forbidden" else ""
+            raise ValueError(f"{key}: {err['msg']}{keys}") from None
+        return v
 
 
 def _corpus_of(path: str) -> tuple[str, dict[str, dict[str, str]]]:

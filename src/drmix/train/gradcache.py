@@ -93,6 +93,17 @@ class GradCache:
         self.chunk_size = chunk_size
         self.backward = backward or (lambda loss: loss.backward())
         self.no_sync = no_sync
+        self._projections: list[tuple[list[tuple[torch.Tensor, ...]], list[torch.Tensor], Callable]] = []
+
+    def project(self, vectors: Sequence[Sequence[torch.Tensor]], params: Sequence[torch.Tensor],
+                done: Callable[[list[torch.Tensor], bool], None]) -> None:
+        """From inside ``loss_fn``: the parameter gradients ``(dr/dparams)^T v`` of representation-gradient
+        vectors ``v`` (one tuple per vector, shaped like the full embeddings) -- what back-propagating ``v``
+        without the cache would give. Computed chunk by chunk during the re-forward of step 3 (``autograd.grad``
+        on ``params`` only, so ``.grad`` is untouched); ``done(flat_gradients, reached)`` receives one flat
+        float32 vector per ``v`` and whether any of ``params`` was reached. Used by iDRO's per-cluster gradients.
+        """
+        self._projections.append(([tuple(v) for v in vectors], list(params), done))
 
     def _run(self, chunk: Sequence[Any]) -> tuple[torch.Tensor, ...]:
         out = self.forward(*chunk)
@@ -114,7 +125,11 @@ class GradCache:
                 reps.append(self._run(chunk))
         # 2. the loss on all representations; cache d loss / d representation
         full = [torch.cat([r[j] for r in reps]).detach().requires_grad_() for j in range(len(reps[0]))]
+        self._projections = []
         loss = loss_fn(*full)
+        projections, self._projections = self._projections, []
+        sums = [[None] * len(vecs) for vecs, _, _ in projections]
+        reached = [False] * len(projections)
         self.backward(loss)
         grads = [f.grad if f.grad is not None else torch.zeros_like(f) for f in full]
         sizes = [[r[j].size(0) for r in reps] for j in range(len(full))]
@@ -125,5 +140,15 @@ class GradCache:
             sync = self.no_sync() if (self.no_sync is not None and not last) else contextlib.nullcontext()
             with sync, state.replay():
                 outs = self._run(chunk)
+                for p, (vecs, params, _) in enumerate(projections):
+                    for n, vec in enumerate(vecs):
+                        parts = [torch.split(v, s)[i].to(o.dtype) for v, s, o in zip(vec, sizes, outs)]
+                        g = torch.autograd.grad(list(outs), params, parts, retain_graph=True, allow_unused=True)
+                        reached[p] = reached[p] or any(x is not None for x in g)
+                        flat = torch.cat([(x if x is not None else torch.zeros_like(q)).reshape(-1).float()
+                                          for x, q in zip(g, params)])
+                        sums[p][n] = flat if sums[p][n] is None else sums[p][n] + flat
                 torch.autograd.backward(list(outs), [g.to(o.dtype) for o, g in zip(outs, cached[i])])
+        for (_, _, done), flats, hit in zip(projections, sums, reached):
+            done(flats, hit)
         return loss.detach()

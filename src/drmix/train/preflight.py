@@ -49,6 +49,17 @@ def check_model_fit(config: Any, model: Any) -> None:
                           fix=f"use dimensions between 1 and {size}.")
 
 
+def check_batch_fits(names: list[str], sizes: list[int], batch_size: int) -> None:
+    """Refuse a batch larger than all training examples together: every batch would hold each example many
+    times over (no new in-batch negatives) and memory would grow with the batch before the first step."""
+    total = sum(sizes)
+    if batch_size > total:
+        shown = ", ".join(f"{n} {s}" for n, s in list(zip(names, sizes))[:5]) + (", ..." if len(names) > 5 else "")
+        raise ConfigError(f"--batch-size {batch_size} is larger than the {total} training examples of all "
+                          f"collections together ({shown}).",
+                          fix=f"use --batch-size {total} or less (a batch holds distinct examples).")
+
+
 def warn_small_collections(names: list[str], sizes: list[int], batch_size: int, batching: str) -> list[str]:
     """Warn when a homogeneous batch must repeat examples of a collection smaller than the batch."""
     if batching != "homogeneous":

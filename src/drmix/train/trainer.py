@@ -39,7 +39,7 @@ from drmix.outputs import run_finished
 from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from drmix.train.guard import NonFiniteGuard
 from drmix.train.lock import clean_stale_temporaries, run_lock
-from drmix.train.preflight import check_device, check_model_fit, warn_small_collections
+from drmix.train.preflight import check_batch_fits, check_device, check_model_fit, warn_small_collections
 from drmix.train.resume_check import check_resume
 from drmix.train.gradcache import GradCache
 from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
@@ -156,6 +156,7 @@ class Trainer:
                                                            seed=config.seed)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
+        check_batch_fits(self.names, self.sizes, config.batch_size)
         self.model = model if model is not None else load_encoder(
             config.model, device=str(self.accelerator.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.accelerator.device)
@@ -170,7 +171,7 @@ class Trainer:
         if strategy is None:
             from drmix.mixture.registry import build_strategy
 
-            strategy = build_strategy(config, self.names)
+            strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
         self.strategy.setup(self.names, self.sizes)
 
@@ -278,6 +279,8 @@ class Trainer:
         kept: dict[str, torch.Tensor] = {}
 
         def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
+            # what a strategy needs for gradients through the embeddings (iDRO's per-cluster gradients)
+            ctx.extras["embeddings"], ctx.extras["grad_cache"] = (qe, de), self.grad_cache
             kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
             return self.strategy.loss(kept["losses"], local, ctx)
 

@@ -10,20 +10,7 @@ from drmix.data.beir import load_beir
 from drmix.data.entity_matching import EntityMatchingConfig, build_entity_matching, default_names, read_manifest
 from drmix.errors import ConfigError, DataError
 
-TABLE_A = "id,title,brand\n0,acme widget,acme\n1,foo gadget,foo\n2,bar thing,bar\n3,solo item,\n"
-TABLE_B = "id,title,brand\n10,acme widget pro,acme\n11,foo gadget x,foo\n12,other,zzz\n13,foo gadget y,foo\n"
-TRAIN = "ltable_id,rtable_id,label\n0,10,1\n1,12,0\n"
-VALID = "ltable_id,rtable_id,label\n1,11,1\n1,13,1\n"
-TEST = "ltable_id,rtable_id,label\n2,12,0\n"
-
-
-def write_src(root: Path, **over: str | bytes) -> Path:
-    files = {"tableA.csv": TABLE_A, "tableB.csv": TABLE_B, "train.csv": TRAIN, "valid.csv": VALID, "test.csv": TEST}
-    files.update({k.replace("_", ".") if k.endswith("_csv") else k: v for k, v in over.items()})
-    root.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (root / name).write_bytes(text if isinstance(text, bytes) else text.encode())
-    return root
+from em_tables import TABLE_A, TABLE_B, write_src  # tests/ helper module
 
 
 def build(tmp_path: Path, **kw):
@@ -151,7 +138,7 @@ def test_default_names_from_directory():
 
 
 @pytest.mark.parametrize("over,file,line,needle", [
-    ({"tableA.csv": "id,name\n0,x\n"}, "tableA.csv", 1, "missing column(s) title"),
+    ({"tableA.csv": "id,name\n0,x\n"}, "tableA.csv", 1, "no column 'title' (chosen by --query-field)"),
     ({"tableB.csv": "id,title,brand\n10,a,b\n11,c,d\n10,e,f\n"}, "tableB.csv", 4, "duplicate id '10'"),
     ({"valid.csv": "ltable_id,rtable_id,label\n1,11,1\n7,13,1\n"}, "valid.csv", 3, "ltable_id '7'"),
     ({"train.csv": "ltable_id,rtable_id,label\n0,99,1\n"}, "train.csv", 2, "rtable_id '99'"),
@@ -214,3 +201,25 @@ def test_real_tables_default_passage_never_contains_the_title(shared_data, tmp_p
         assert not any(t.startswith("title:") or "; title:" in t for t in passages[side].values())
     assert own == 0
     assert read_manifest(tmp_path / bench)["passage_contains_query"] is False
+
+
+def test_missing_query_field_names_the_option(tmp_path):
+    src = write_src(tmp_path / "src", tableA_csv="id,name,brand\n0,acme widget,acme\n",
+                    tableB_csv="id,name,brand\n10,acme widget pro,acme\n")
+    with pytest.raises(DataError, match="chosen by --query-field") as ei:
+        build_entity_matching(src, tmp_path / "out", EntityMatchingConfig(names=("l", "r")))
+    assert "--query-field NAME" in ei.value.fix and "title" in str(ei.value)
+    with pytest.raises(DataError, match="chosen by --passage-fields"):
+        build_entity_matching(src, tmp_path / "out2", EntityMatchingConfig(names=("l", "r"), query_field="name",
+                                                                           passage_fields=["color"]))
+
+
+def test_qrels_only_load_logs_no_doc_count(tmp_path, caplog):
+    import logging
+
+    from drmix.evaluation.multi_metrics import load_multi_qrels
+
+    _, out = build(tmp_path)
+    with caplog.at_level(logging.INFO, logger="drmix.data.beir"):
+        load_multi_qrels(read_manifest(out)["corpus_dirs"], "dev")
+    assert "corpus not read" in caplog.text and " 0 docs" not in caplog.text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from drmix.data.localdocs import (
+from drmix.data.builders.localdocs import (
     DocItem,
     LocalDocsOptions,
     Pair,
@@ -252,7 +252,7 @@ def test_build_localdocs_writes_collections_and_beir(fake_package, tmp_path):
 
 def test_isolated_child_process_reads_the_same_items(fake_package):
     opts = LocalDocsOptions(isolate=False)
-    from drmix.data.localdocs import collect_items
+    from drmix.data.builders.localdocs import collect_items
 
     inproc, _ = collect_items({"demo": [fake_package]}, opts)
     child, walk = collect_items({"demo": [fake_package]}, opts.model_copy(update={"isolate": True}))

@@ -12,7 +12,7 @@ from drmix.data.entity_matching import EntityMatchingConfig, build_entity_matchi
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi import MultiCorpusRetriever, allocate_all, multi_search, parse_corpus_args
 
-from test_multi_builder import write_src
+from em_tables import write_src
 
 
 @pytest.fixture(scope="module")
