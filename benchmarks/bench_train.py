@@ -87,7 +87,7 @@ def run_st(pairs: Path, out: Path, args) -> float:
     model.max_seq_length = args.max_length
     prec = args.precision
     if prec == "auto":
-        from drmix.train.precision import resolve_precision
+        from drmix.device import resolve_precision
 
         prec = {"no": "fp32"}.get(resolve_precision("auto", args.device), resolve_precision("auto", args.device))
     targs = SentenceTransformerTrainingArguments(
@@ -114,9 +114,10 @@ def run_floor(pairs: Path, args) -> float:
     """Samples/s of drmix's bare step on one pre-tokenised batch (no data, no logging): the compute floor."""
     import torch
 
+    from drmix.device import to_device
     from drmix.model.encoder import load_encoder
     from drmix.model.losses import info_nce
-    from drmix.train.inputs import Featurizer, to_device
+    from drmix.train.inputs import Featurizer
     from drmix.train.precision import Precision
 
     rows = [json.loads(line) for line in pairs.read_text().splitlines()][:args.batch_size]

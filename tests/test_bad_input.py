@@ -57,7 +57,7 @@ def test_config_values_checked_before_anything_is_written(tmp_path):
 
 
 def test_matryoshka_larger_than_embedding_and_missing_gpu(tiny_model_path, tmp_path):
-    from drmix.train.preflight import check_device
+    from drmix.device import check_device
     from drmix.train.trainer import Trainer
 
     from test_trainer import config, make_collections

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
-from drmix.retrieval.index import (DenseIndex, _Batcher, token_lengths, encode_texts, index_corpus,
+from drmix.model.features import TextBatcher
+from drmix.retrieval.index import (DenseIndex, token_lengths, encode_texts, index_corpus,
                                    length_order, search_queries)
 
 TEXTS = ["a short one", "a much longer text that has quite a few more words in it than the others", "mid size text",
@@ -52,7 +53,7 @@ def test_encode_texts_restores_input_order(minilm):
 
 def test_pretokenised_batches_match_preprocess_or_fall_back(minilm):
     texts = TEXTS * 3
-    batcher = _Batcher(minilm, "query: ", 16)
+    batcher = TextBatcher(minilm, "query: ", 16)
     ids = batcher.tokenize(texts[:4])
     assert [len(x) for x in ids] == token_lengths(minilm, texts[:4], "query: ", 16).tolist()
     reference = minilm.preprocess(texts[:4], prompt="query: ",
@@ -70,7 +71,7 @@ def test_pretokenised_batches_match_preprocess_or_fall_back(minilm):
     module.processing_kwargs = {**saved, "text": {**saved.get("text", {}), "pad_to_multiple_of": 8}}
     try:
         odd = ["one two three", "four five"]  # 5 and 4 tokens: preprocess pads to 8, the shortcut to 5
-        fallback = _Batcher(minilm, "", None)
+        fallback = TextBatcher(minilm, "", None)
         assert fallback.features(odd, fallback.tokenize(odd))["input_ids"].shape == (2, 8)
         assert fallback.fast is False
         np.testing.assert_allclose(encode_texts(minilm, texts, batch_size=4, prompt="query: "), expected, atol=1e-5)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from drmix.errors import ConfigError
-from drmix.mixture.base import Batch, StepContext
+from drmix.data.batch import Batch
+from drmix.mixture.base import StepContext
 from drmix.mixture.influence import (
     DeltaBuffer,
     InfDDSConfig,

@@ -6,7 +6,8 @@ from datasets import Dataset
 
 from drmix.data.collections import Collection
 from drmix.data.sampling import BatchBuilder, MixtureSampler
-from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available
+from drmix.device import pin_memory_available
+from drmix.train.inputs import Featurizer, InputPipeline
 
 
 def collections():

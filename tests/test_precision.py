@@ -1,7 +1,8 @@
 """Precision: auto resolution, per-trainer autocast, fp16 loss scaling, two trainers with different precision."""
 import torch
 
-from drmix.train.precision import Precision, inference_autocast, resolve_precision
+from drmix.device import inference_autocast, resolve_precision
+from drmix.train.precision import Precision
 from test_trainer import config, make_collections, read_metrics
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from drmix.errors import ConfigError
-from drmix.mixture.base import Batch, StepContext
+from drmix.data.batch import Batch
+from drmix.mixture.base import StepContext
 from drmix.mixture.dro import DROConfig, build_dro_strategy
 from drmix.mixture.transfer import build_transfer_strategy, parse_top_fraction, read_weights_file
 

@@ -67,7 +67,7 @@ def test_generation_samples_documents_across_the_corpus(tmp_path, monkeypatch):
 
     monkeypatch.setattr(generate, "generate_queries", fake_generate)
     monkeypatch.setattr(examples, "mine_examples", lambda rows, *a, **k: (rows, {}))
-    monkeypatch.setattr(examples, "write_collection", lambda path, rows: None)
+    monkeypatch.setattr(examples, "write_collection", lambda path, rows, **kw: None)
     corpus = {d: {"title": "", "text": "one two three four five six seven eight nine ten. " * 2} for d in ids}
     cfg = DramaConfig(corpus=["x"], generate=True, generate_max_docs=100, max_docs=None, seed=3,
                       output_dir=str(tmp_path))

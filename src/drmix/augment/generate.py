@@ -190,15 +190,17 @@ class GenerateStepOptions(BaseModel):
 
 def generate_step(ctx: StepContext, opts: GenerateStepOptions) -> tuple[list[dict], dict]:
     """One LLM-generated query per sampled document, mined by the teacher (DRAMA Sec. 3.2)."""
-    from drmix.llm.runstats import llm_stats
+    from drmix.llm.runstats import failure_line, llm_stats
 
     gen_ids = generation_ids(ctx.ids, opts.generate_max_docs, ctx.seed)
     stats = GenerationStats()
-    with llm_stats(ctx.stats_file("generate"), stats):  # written on every exit path
+    with llm_stats(ctx.stats_file("generate"), stats) as stats_path:  # written on every exit path
         rows, _ = generate_queries(document_texts(ctx.corpus, gen_ids), ctx.backend, stats=stats)
     rows = [{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"], "llm": ctx.backend.describe()}
             for r in rows]
-    mined, _ = ctx.mine(rows)
+    mined, counts = ctx.mine(rows)
+    ctx.why["generate"] = (failure_line(stats, stats_path) + f"; outcomes {dict(stats.outcomes)}, mining "
+                           f"{dict(counts)}. Check the endpoint or llm.timeout")
     return mined, stats.as_dict()
 
 

@@ -228,11 +228,12 @@ class RerankStepOptions(BaseModel):
 
 def rerank_step(ctx: StepContext, opts: RerankStepOptions) -> tuple[list[dict], dict]:
     """The LLM's listwise rerank of the generated queries' teacher top-20 (DRAMA Sec. 3.3)."""
-    from drmix.llm.runstats import llm_stats
+    from drmix.llm.runstats import failure_line, llm_stats
 
     stats = RerankStats()
-    with llm_stats(ctx.stats_file("rerank"), stats):
+    with llm_stats(ctx.stats_file("rerank"), stats) as stats_path:
         rows, _ = rerank_examples(ctx.rows_of("generate"), ctx.texts, ctx.backend, stats=stats)
+    ctx.why["rerank"] = failure_line(stats, stats_path) + f"; outcomes {dict(stats.outcomes)}"
     return rows, stats.as_dict()
 
 

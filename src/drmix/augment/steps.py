@@ -55,6 +55,7 @@ class StepContext:
     out: Path | None = None                        # the folder of the step files
     load: Callable[[Path], list[dict[str, Any]]] | None = None           # reads a step file back
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)   # step name -> rows written this run
+    why: dict[str, str] = field(default_factory=dict)    # step name -> the fix named when it kept no row
 
     def stats_file(self, step: str) -> Path:
         """Where a step writes its counts on every exit path (``<corpus>-<step>.stats.json``)."""

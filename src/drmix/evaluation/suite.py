@@ -58,12 +58,14 @@ def evaluate_suite(models: Mapping[str, Any], test_data: Sequence[str | Path], *
                    cache_dirs: Mapping[str, str | Path] | None = None, kind: str = "eval", split: str = "test",
                    max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
                    max_length: int | None = None, metrics: Sequence[str] | None = None, dims: Sequence[int] = (),
-                   show_progress: bool = False, device: str | None = None) -> SuiteResult:
+                   show_progress: bool = False, device: str | None = None,
+                   query_instructions: Mapping[str, str] | None = None) -> SuiteResult:
     """Evaluate ``{label: model}`` (a folder, a hub id, ``None``/``"default"`` for the bundled model, or a
     loaded encoder) on ``test_data`` (BEIR directories).
 
     ``cache_dirs[label]`` is the folder of that model's cache file (default: the parent of a model folder,
-    i.e. its run folder; a loaded encoder without a cache folder is not cached).
+    i.e. its run folder; a loaded encoder without a cache folder is not cached). ``query_instructions``: a
+    query prompt per dataset name (see :func:`drmix.evaluation.evaluate.evaluate_dataset`).
     """
     from drmix.data.beir import load_beir
     from drmix.evaluation.evaluate import dataset_names, evaluate_dataset, subsample
@@ -72,7 +74,7 @@ def evaluate_suite(models: Mapping[str, Any], test_data: Sequence[str | Path], *
     metrics = tuple(metrics or DEFAULT_METRICS)
     key = {"split": split, "data": [str(Path(d).resolve()) for d in test_data], "max_queries": max_queries,
            "max_docs": max_docs, "seed": seed, "max_length": max_length, "metrics": list(metrics),
-           "dims": list(dims)}
+           "dims": list(dims), **({"query_instructions": dict(query_instructions)} if query_instructions else {})}
     out = SuiteResult()
     datasets = None
     for label, model in models.items():
@@ -98,7 +100,8 @@ def evaluate_suite(models: Mapping[str, Any], test_data: Sequence[str | Path], *
         encoder = _load_model(model, device)
         pq: dict[str, dict] = {n: {} for n in datasets}
         out.results[label] = {n: evaluate_dataset(encoder, data, metrics=metrics, max_length=max_length,
-                                                  dims=tuple(dims), show_progress=show_progress, per_query=pq[n])
+                                                  dims=tuple(dims), show_progress=show_progress, per_query=pq[n],
+                                                  query_instructions=query_instructions)
                               for n, data in datasets.items()}
         out.per_query[label] = pq
         if cache is not None:

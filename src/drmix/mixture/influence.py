@@ -1,7 +1,7 @@
 """Influence-guided dynamic data sampling (Inf-DDS) and the MultiDDS baseline.
 
-Paper: "Influence Guided Sampling for Domain Adaptation of Text Retrievers" (seed file
-``002_7bee8fc42223890d.txt``): Algorithm 1, section 3.2 (influence rewards), section 3.3 (Reptile
+Paper: "Influence Guided Sampling for Domain Adaptation of Text Retrievers" (Inf-DDS; an anonymous
+submission under double-blind review, no arXiv id or public code): Algorithm 1, section 3.2 (influence rewards), section 3.3 (Reptile
 update, subset sampling) and appendix A (hyperparameters). MultiDDS (Wang et al., 2020b) is the
 gradient-similarity baseline of the same paper.
 
@@ -80,8 +80,10 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from drmix.data.batch import Batch
+from drmix.device import all_reduce
 from drmix.errors import ConfigError
-from drmix.mixture.base import Batch, StepContext, Strategy
+from drmix.mixture.base import StepContext, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -261,13 +263,6 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _all_reduce_mean(tensors: Sequence[torch.Tensor], world_size: int) -> None:
-    if world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
-        for t in tensors:
-            torch.distributed.all_reduce(t)
-            t.div_(world_size)
-
-
 def lookahead_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], lr: float,
                    optimizer: torch.optim.Optimizer | None = None,
                    mode: Literal["adam", "rmsprop", "sgd"] = "sgd") -> None:
@@ -368,7 +363,8 @@ def flat_grad(compute_losses, params: Sequence[torch.Tensor], batch: Batch, worl
     loss = compute_losses(batch).mean()
     grads = torch.autograd.grad(loss, list(params), allow_unused=True)
     flat = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params)])
-    _all_reduce_mean([flat], world_size)
+    if world_size > 1:
+        all_reduce(flat, "mean")
     return flat
 
 
@@ -495,8 +491,7 @@ class InfluenceStrategy(Strategy):
         return sorted(int(i) for i in self.rng.choice(m, size=k, replace=False))
 
     def _batch_sizes(self, ctx: StepContext) -> tuple[int, int]:
-        train_config = ctx.extras.get("config")
-        default = int(getattr(train_config, "batch_size", 0) or ctx.extras.get("batch_size", 32))
+        default = int(ctx.batch_size or 32)
         return (self.config.train_batch_size or default, self.config.dev_batch_size or default)
 
     def update(self, ctx: StepContext) -> dict:
@@ -511,7 +506,8 @@ class InfluenceStrategy(Strategy):
         else:
             rewards, per_dev = self._influence(ctx, subset, dev_batches, train_bs)
         reward_t = torch.tensor(rewards, dtype=torch.float64)
-        _all_reduce_mean([reward_t], ctx.world_size)  # identical on every rank already; keeps policies in lockstep
+        if ctx.world_size > 1:  # identical on every rank already; keeps policies in lockstep
+            ctx.all_reduce(reward_t, "mean")
         rewards = reward_t.tolist()
         p_before = self.scorer.probs()
         ok = [pos for pos, r in enumerate(rewards) if math.isfinite(r)]
@@ -559,7 +555,10 @@ class InfluenceStrategy(Strategy):
                     batch = ctx.draw_batch(i, train_bs)
                     loss = ctx.compute_losses(batch).mean()
                     grads = list(torch.autograd.grad(loss, params, allow_unused=True))
-                    _all_reduce_mean([g for g in grads if g is not None], ctx.world_size)
+                    if ctx.world_size > 1:
+                        for g in grads:
+                            if g is not None:
+                                ctx.all_reduce(g, "mean")
                     lookahead_step(params, grads, lr, _unwrap_optimizer(ctx.optimizer), c.lookahead_optimizer)
                 changes = [self._metric(ctx, b) - b0 for b, b0 in zip(dev_batches, base)]
                 influence = float(np.mean(changes))

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 
 from drmix.errors import DataError
 from drmix.io import atomic_write_json, iter_jsonl
-from drmix.mixture.base import Batch
+from drmix.data.batch import Batch
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +130,11 @@ def coco_losses(a: torch.Tensor, b: torch.Tensor, *, temperature: float = 0.05, 
     Every span scores all ``2N`` spans of the (global, with ``gather``) batch, its own score masked;
     the target is its partner. The loss of pair ``i`` is the mean of its two spans' cross-entropies.
     """
-    from drmix.model.losses import _dist_info, gather_with_grad
+    from drmix.device import dist_info
+    from drmix.model.losses import gather_with_grad
 
     B = a.size(0)
-    world, rank = _dist_info()
+    world, rank = dist_info()
     use_gather = gather and world > 1
     A = gather_with_grad(a) if use_gather else a
     Bm = gather_with_grad(b) if use_gather else b

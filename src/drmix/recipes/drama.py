@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -66,6 +66,10 @@ class DramaConfig(PipelineBaseConfig):
     llm: dict[str, Any] = Field(default_factory=dict, description="LLM backend options (backend, model, base_url, "
                                                                   "timeout, ...; see docs/drama.md).")
     dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
+    # DRAMA's student (Sec. 3.2, Table 4): a pruned decoder, bidirectional, mean pooling, every weight trained
+    pooling: Literal["lasttoken", "mean", "cls"] | None = Field("mean", description="Pooling of the student (DRAMA: mean).")
+    bidirectional: bool = Field(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
+    lora_r: int | None = Field(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
 
     @field_validator("llm")
     @classmethod
@@ -114,7 +118,7 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
         path = step_file(out, name, step.name)
         if not path.exists():
             rows, stats = step.build(ctx, step_options(step, cfg))
-            examples.write_collection(path, rows)
+            examples.write_collection(path, rows, why=ctx.why.get(step.name))
             ctx.rows[step.name] = rows
             info[step.name] = stats
         info["files"].append(str(path))
@@ -142,6 +146,7 @@ def summary_table(results: dict[str, dict[str, dict[str, float]]], metrics: list
 
 def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     """Run the recipe (see the module docstring); returns the summary dictionary."""
+    from drmix.model.backbone import BackboneOptions
     from drmix.model.encoder import load_encoder
 
     if not cfg.corpus:
@@ -150,7 +155,7 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     aug = root / "augment"
     aug.mkdir(parents=True, exist_ok=True)
     record_config(root, "drama.yaml", cfg)
-    teacher = load_encoder(cfg.teacher)
+    teacher = load_encoder(cfg.teacher, model_kwargs=BackboneOptions.from_config(cfg).model_kwargs())
     backend = None
     from drmix.augment.steps import enabled_steps
 
@@ -177,7 +182,8 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
 
         results = evaluate_suite(models, cfg.test_data, cache_dirs={lb: root / "eval" / lb for lb in models},
                                  split=cfg.test_split, max_queries=cfg.test_max_queries, max_docs=cfg.test_max_docs,
-                                 seed=cfg.seed, max_length=cfg.doc_max_length, dims=cfg.dims).results
+                                 seed=cfg.seed, max_length=cfg.doc_max_length, dims=cfg.dims,
+                                 query_instructions=cfg.query_instructions).results
         metrics = ["ndcg@10"] + [dim_suffix("ndcg@10", d) for d in cfg.dims] + ["recall@100"]
         summary["results"] = results
         summary["table"] = summary_table(results, metrics)
