@@ -90,7 +90,8 @@ def encoding_paths(args, model) -> list[dict]:
 
     from drmix.data.beir import doc_text, load_beir
     from drmix.data.tokenized import corpus_ids
-    from drmix.retrieval.index import _Batcher, length_order
+    from drmix.model.features import TextBatcher
+    from drmix.retrieval.index import length_order
 
     corpus = load_beir(args.data / "scifact", "test").corpus
     texts = [doc_text(corpus[i]) for i in corpus]
@@ -100,7 +101,7 @@ def encoding_paths(args, model) -> list[dict]:
     build_s = _cpu() - t0
 
     def run(get_ids):
-        b = _Batcher(model, "", args.doc_len)
+        b = TextBatcher(model, "", args.doc_len)
         ids = get_ids(b)
         order = length_order(np.asarray([len(x) for x in ids]))
         first = True

@@ -75,17 +75,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402,F401  (offline environment)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build_collections import DEFAULT_DATA, build_all  # noqa: E402
+
+from drmix.outputs import run_finished  # noqa: E402
 
 log = logging.getLogger("bench_mixture")
 TARGETS = ("scifact", "nfcorpus")
@@ -254,7 +254,7 @@ class _Locked:
 
 
 def _trained(out: Path) -> bool:
-    return (out / "model" / "modules.json").exists()
+    return run_finished(out)
 
 
 def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
@@ -510,14 +510,9 @@ def run_all(args, preps: dict, results: dict, save, *, poll_s: float = 10.0) -> 
 
 def _mean_ci(values: list[float]) -> tuple[float, float]:
     """Mean and half-width of the 95% Student-t interval over seeds."""
-    from scipy import stats
+    from drmix.evaluation.significance import t_interval
 
-    n = len(values)
-    m = sum(values) / n
-    if n < 2:
-        return m, float("nan")
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
-    return m, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return t_interval(values)
 
 
 def seed_averaged(results: dict, arm: str, seeds: dict[str, list[str]]) -> dict:

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402  (sets the offline environment)
 
 
 def scifact_pairs(data: Path, out: Path, n: int | None = None) -> Path:
@@ -162,8 +160,7 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     args = ap.parse_args()
-    for k, v in PRESETS.get(args.preset or "", {}).items():
-        setattr(args, k, v)
+    _common.apply_preset(args, PRESETS)
     if args.estimate or args.preset == "gpu":
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from _lease import Estimate, estimate_line

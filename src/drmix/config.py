@@ -43,7 +43,7 @@ class TrainConfig(BaseModel):
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps with linear warm-up.")
     scheduler: Literal["linear", "cosine", "constant"] = Field("linear", description="Decay after warm-up.")
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 = off).")
-    temperature: float = Field(0.05, gt=0, description="InfoNCE temperature (scores are divided by it).")
+    temperature: float = Field(0.05, gt=0, description="InfoNCE temperature (scores are divided by it; the tDRO paper uses 0.002 on normalised last-token embeddings).")
     num_negatives: int = Field(1, ge=0, description="Hard negatives per query taken from the data (0 = none).")
     in_batch_negatives: bool = Field(True, description="Use the other examples' documents as negatives.")
     cross_device_negatives: bool = Field(True, description="Gather documents from all processes as negatives (DDP).")
@@ -62,6 +62,7 @@ class TrainConfig(BaseModel):
     dev: list[str] = Field(default_factory=list, description="BEIR directories whose dev split strategies use (Inf-DDS).")
     dev_split: str = Field("dev", description="Qrels split of the --dev directories.")
     eval_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated every eval_every steps.")
+    query_instructions: dict[str, str] = Field(default_factory=dict, description="Query instruction per evaluation dataset (dataset name -> text), used by every evaluation and saved in the model folder's prompts (see docs/llm.md).")
     eval_every: int = Field(0, ge=0, description="Evaluate on eval_data every N steps (0 = only at the end if eval_data).")
     eval_split: str = Field("dev", description="Qrels split used by the periodic evaluation.")
     eval_max_queries: int | None = Field(None, ge=1, description="Cap on queries per periodic evaluation set.")
@@ -76,7 +77,7 @@ class TrainConfig(BaseModel):
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] = Field(
         "auto", description="auto: bf16 on GPUs that support it, else fp16 with loss scaling; fp32 (no) on CPU.")
     grad_cache_chunk: int = Field(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
-    lora_r: int = Field(0, ge=0, description="LoRA rank (0 = train all weights); saves model/ merged and adapter/.")
+    lora_r: int | None = Field(None, ge=0, description="LoRA rank (0 = train all weights); saves model/ merged and adapter/. Default: 8 (tDRO) for a decoder LM, 0 otherwise.")
     lora_alpha: float = Field(32.0, gt=0, description="LoRA scaling alpha (update scaled by alpha / r).")
     lora_dropout: float = Field(0.1, ge=0, lt=1, description="Dropout on the LoRA branch.")
     lora_targets: list[str] = Field(default_factory=list, description="Module names to adapt (default: peft's choice for the architecture).")
@@ -88,9 +89,23 @@ class TrainConfig(BaseModel):
     tokenize_num_proc: int | None = Field(None, ge=1, description="Processes that tokenise a collection for "
                                                                    "--pretokenize (default: one).")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")
+    # The backbone (drmix.model.backbone; docs/llm.md): decoder LMs as the tDRO and DRAMA papers train them.
+    pooling: Literal["lasttoken", "mean", "cls"] | None = Field(
+        None, description="Pooling of token states: lasttoken | mean | cls. Default: the model folder's Pooling; lasttoken for a bare decoder LM, mean for a bare encoder.")
+    append_eos: bool | None = Field(None, description="Make the tokenizer append EOS to every text (once). Default: on for last-token pooling.")
+    normalize: bool = Field(True, description="L2-normalise embeddings (adds a Normalize module): training and the saved folder both score cosines; off: both score dot products.")
+    bidirectional: bool = Field(False, description="Run a Llama-family decoder with bidirectional attention (DRAMA; rewritten exactly as Gemma).")
+    torch_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(None, description="dtype the weights are loaded in (bf16 halves memory). Default: transformers' choice for the folder.")
+    attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] | None = Field(None, description="Attention kernel. Default: transformers' choice (sdpa).")
+    gradient_checkpointing: bool = Field(False, description="Activation checkpointing on the backbone (recompute layers in backward; less memory).")
     trust_remote_code: bool = Field(False, description="Allow custom model code from the model folder / hub.")
     device: str | None = Field(None, description="Device override (default: cuda if available, else cpu).")
     max_collection_size: int | None = Field(None, ge=1, description="Cap each collection at this many examples (seeded).")
+    report_to: list[str] = Field(default_factory=list, description="Also send the logged scalars to tensorboard "
+                                 "(event files in output_dir/tensorboard) and/or wandb (offline unless WANDB_MODE "
+                                 "says otherwise); repeat for several; none = only metrics.jsonl.")
+    push_to_hub: str | None = Field(None, description="After the run, upload model/, its card and report.html to "
+                                    "this Hugging Face Hub repository (USER/NAME); see drmix push.")
     # Strategy sub-configurations (set by their modules' config models; free-form here and validated there).
     tdro: dict[str, Any] = Field(default_factory=dict, description="Options of the DRO strategies (see docs/mixture.md).")
     infdds: dict[str, Any] = Field(default_factory=dict, description="Options of Inf-DDS / MultiDDS (see docs/influence.md).")
@@ -100,6 +115,18 @@ class TrainConfig(BaseModel):
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return [v] if isinstance(v, (str, dict)) else v
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _trackers(cls, v: Any) -> Any:
+        from drmix.train.tracking import TRACKERS
+
+        values = [v] if isinstance(v, str) else list(v or [])
+        names = [n.strip().lower() for x in values for n in str(x).split(",") if n.strip()]
+        bad = [n for n in names if n not in TRACKERS]
+        if bad:
+            raise ValueError(f"unknown tracker {bad[0]!r}; use {', '.join(TRACKERS)}")
+        return [n for n in dict.fromkeys(names) if n != "none"]
 
     @field_validator("mixed_precision", mode="before")
     @classmethod
