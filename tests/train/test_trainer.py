@@ -131,3 +131,14 @@ def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_mo
     fresh = trainer.reference_losses(batch)
     assert calls and calls[-1] is reference.model      # this one did tokenise
     torch.testing.assert_close(reused, fresh, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["tdro", "doremi", "groupdro"])
+def test_dro_under_homogeneous_batching_is_refused_before_training(tiny_model_path, data, tmp_path, strategy):
+    """One collection per batch: the DRO weights could never move -- refused with the fix, nothing written."""
+    ref = None if strategy == "groupdro" else tiny_model_path
+    with pytest.raises(ConfigError, match="batching mixed") as err:
+        Trainer(config(tiny_model_path, data, tmp_path / "run", max_steps=2, strategy=strategy,
+                       reference_model=ref, batching="homogeneous"))
+    assert "could never move" in str(err.value)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

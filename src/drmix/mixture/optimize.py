@@ -1,6 +1,7 @@
 """Stage 1 of tDRO on its own (``drmix mixture optimize``): learn collection weights with a DRO strategy.
 
-Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"): a proxy model trained on
+Specification: tDRO ("Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval",
+Ma et al., AAAI 2025, arXiv:2408.10613; Fig. 1 and "Settings"): a proxy model trained on
 *mixed* batches (every collection, equal share) with hard-negative-only InfoNCE while the frozen reference
 model is forwarded on the same inputs; the strategy (:mod:`drmix.mixture.dro`: ``tdro``, ``doremi``,
 ``groupdro``) turns per-collection losses into weights. The whole recipe (reference, weights, transfer,

@@ -58,7 +58,7 @@ class CocoConfig(TrainConfig):
 def pretrain_coco(config: CocoConfig, *, callbacks=()):
     """Run COCO; returns the trainer's TrainResult (``model_dir`` is the pretrained SentenceTransformer)."""
     from drmix.data.collections import Collection
-    from drmix.model.encoder import load_encoder
+    from drmix.model.backbone import BackboneOptions, load_retriever
     from drmix.pretrain.coco import SpanBuilder, build_spans, coco_loss_fn, corpus_name
     from drmix.train.trainer import Trainer
 
@@ -74,7 +74,8 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
         raise ConfigError(f"two corpora have the same name ({', '.join(names)}).",
                           fix="put each corpus in a directory of its own name.")
     out = Path(config.output_dir)
-    model = load_encoder(config.model, device=config.device, trust_remote_code=config.trust_remote_code)
+    model = load_retriever(config.model, BackboneOptions.from_config(config), device=config.device,
+                           trust_remote_code=config.trust_remote_code)
     collections, all_stats = [], []
     for i, (path, name) in enumerate(zip(config.corpus, names)):
         ds, stats = build_spans(path, out / "spans", model.tokenizer, corpus_index=i, seed=config.seed,

@@ -85,6 +85,7 @@ def per_query_scores(model_dir: str | Path, test_data: list[str], *, split: str 
     from drmix.evaluation.evaluate import dataset_names, subsample
     from drmix.evaluation.metrics import evaluate_run
     from drmix.model.encoder import load_encoder
+    from drmix.model.instructions import query_prompt_for
     from drmix.retrieval.index import index_corpus, search_queries
 
     key = {"data": [str(Path(d).resolve()) for d in test_data], "split": split, "max_queries": max_queries,
@@ -98,7 +99,8 @@ def per_query_scores(model_dir: str | Path, test_data: list[str], *, split: str 
     for name, root in zip(dataset_names(test_data), test_data):
         data = subsample(load_beir(root, split), max_queries=max_queries, max_docs=max_docs, seed=seed)
         index = index_corpus(model, data.corpus, show_progress=False, store_texts=False, max_length=max_length)
-        run = search_queries(model, index, data.queries, k=100, max_length=max_length)
+        run = search_queries(model, index, data.queries, k=100, max_length=max_length,
+                             prompt=query_prompt_for(model, data.name))  # a dataset prompt saved in the folder
         out[name] = {q: v[metric] for q, v in evaluate_run(data.qrels, run, [metric], per_query=True).items()}
     if cache is not None:
         atomic_write_json(cache, {"key": key, "model": str(model_dir), "scores": out})

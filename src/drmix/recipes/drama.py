@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -62,6 +62,10 @@ class DramaConfig(PipelineBaseConfig):
     llm: dict[str, Any] = Field(default_factory=dict, description="LLM backend options (backend, model, base_url, "
                                                                   "timeout, ...; see docs/drama.md).")
     dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
+    # DRAMA's student (Sec. 3.2, Table 4): a pruned decoder, bidirectional, mean pooling, every weight trained
+    pooling: Literal["lasttoken", "mean", "cls"] | None = Field("mean", description="Pooling of the student (DRAMA: mean).")
+    bidirectional: bool = Field(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
+    lora_r: int | None = Field(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
 
     @field_validator("llm")
     @classmethod
@@ -197,7 +201,8 @@ def evaluate_labelled(models: dict[str, str], cfg: DramaConfig, root: Path) -> d
                                  max_docs=cfg.test_max_docs, seed=cfg.seed)
                     for n, d in zip(dataset_names(cfg.test_data), cfg.test_data)}
         model = load_encoder(None if path == "default" else path)
-        results[label] = {n: evaluate_dataset(model, ds, dims=tuple(cfg.dims), max_length=cfg.doc_max_length)
+        results[label] = {n: evaluate_dataset(model, ds, dims=tuple(cfg.dims), max_length=cfg.doc_max_length,
+                                              query_instructions=cfg.query_instructions)
                           for n, ds in data.items()}
         atomic_write_json(cache, {"key": {**key, "model": path}, "results": results[label]})
     return results
@@ -223,6 +228,7 @@ def summary_table(results: dict[str, dict[str, dict[str, float]]], metrics: list
 
 def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     """Run the recipe (see the module docstring); returns the summary dictionary."""
+    from drmix.model.backbone import BackboneOptions
     from drmix.model.encoder import load_encoder
     from drmix.train.trainer import train
 
@@ -232,7 +238,7 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     aug = root / "augment"
     aug.mkdir(parents=True, exist_ok=True)
     atomic_write_text(root / "drama.yaml", cfg.dump_yaml())
-    teacher = load_encoder(cfg.teacher)
+    teacher = load_encoder(cfg.teacher, model_kwargs=BackboneOptions.from_config(cfg).model_kwargs())
     backend = None
     if cfg.generate or cfg.rerank:
         from drmix.llm.factory import LLMConfig, build_backend

@@ -1,6 +1,7 @@
 """The tDRO recipe (``drmix pipeline tdro``) as a library function: reference, learned weights, transfer, evaluation.
 
-Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"), stages as in the paper:
+Specification: tDRO ("Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval",
+Ma et al., AAAI 2025, arXiv:2408.10613; Fig. 1 and "Settings"), stages as in the paper:
 
 * **stage 0** -- the reference model: fine-tuning with uniform weights and task-homogeneous batches
   (``drmix train`` with ``mixture: uniform``); skipped when the config names ``reference_model``. It is

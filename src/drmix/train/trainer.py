@@ -21,6 +21,7 @@ Strategies see the run only through :class:`~drmix.mixture.base.StepContext`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +38,8 @@ from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
-from drmix.model.encoder import load_encoder
+from drmix.model.backbone import BackboneOptions, default_lora_r, load_retriever
+from drmix.model.instructions import record_prompts
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import load_checkpoint, save_checkpoint
 from drmix.train.encoding import BatchEncoder
@@ -48,7 +50,9 @@ from drmix.train.lock import run_lock
 from drmix.train.lora import apply_lora
 from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
-from drmix.train.preflight import check_batch_fits, check_model_fit, warn_small_collections
+from drmix.train.sharding import backward as sharding_backward
+from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
+from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy_batching, warn_small_collections
 from drmix.train.reference import ReferenceScorer
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
@@ -107,11 +111,16 @@ class Trainer:
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.batch_size)
-        self.model = model if model is not None else load_encoder(
-            config.model, device=str(self.device), trust_remote_code=config.trust_remote_code)
+        backbone = BackboneOptions.from_config(config)
+        self.model = model if model is not None else load_retriever(
+            config.model, backbone, device=str(self.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.device)
-        if config.lora_r:
-            apply_lora(self.model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+        self.lora_r = default_lora_r(config.lora_r, self.model)
+        if self.lora_r:
+            if config.lora_r is None:
+                log.info("decoder backbone: LoRA r=%d alpha=%s dropout=%s (the tDRO paper's setting; --lora-r 0 "
+                         "trains all weights)", self.lora_r, config.lora_alpha, config.lora_dropout)
+            apply_lora(self.model, r=self.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
                        targets=config.lora_targets)
         check_model_fit(config, self.model)
         warn_small_collections(self.names, self.sizes, config.batch_size, config.batching)
@@ -123,6 +132,7 @@ class Trainer:
 
             strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
+        check_strategy_batching(strategy, self.names, config.batching)
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
@@ -136,11 +146,16 @@ class Trainer:
                                         [load_beir_collection(d, split=config.dev_split) for d in config.dev],
                                         num_negatives=config.num_negatives, seed=config.seed)
         self.reference = (ReferenceScorer.load(config.reference_model, self.encoder, self._losses_from_embeddings,
-                                               gather=self.world > 1, trust_remote_code=config.trust_remote_code)
+                                               gather=self.world > 1, trust_remote_code=config.trust_remote_code,
+                                               backbone=dataclasses.replace(backbone, gradient_checkpointing=False))
                           if config.reference_model else None)
 
         self.optimizer, self.scheduler = build_optimizer(self.model, config)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
+        self.sharding = sharding_kind(self.accelerator)  # "fsdp" | "deepspeed" | None
+        if self.sharding is not None:
+            log.warning("sharded with %s: no intermediate checkpoints are written, so a killed run starts over "
+                        "(docs/llm.md)", self.sharding)
         self.grad_cache = (GradCache(self.wrapped, config.grad_cache_chunk, backward=self._backward,
                                      no_sync=lambda: self.accelerator.no_sync(self.wrapped))
                            if config.grad_cache_chunk else None)
@@ -151,7 +166,8 @@ class Trainer:
             from drmix.evaluation.evaluate import DevEvaluator
 
             self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
-                                          max_queries=config.eval_max_queries, seed=config.seed)
+                                          max_queries=config.eval_max_queries, seed=config.seed,
+                                          query_instructions=config.query_instructions)
         self.step = 0
         #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
         self.dropout = True
@@ -200,7 +216,8 @@ class Trainer:
         return loss, kept["losses"]
 
     def _backward(self, loss: torch.Tensor) -> None:
-        self.precision.backward(loss / self.config.gradient_accumulation_steps)
+        # through the accelerator: DeepSpeed's engine runs its own backward (drmix.train.sharding)
+        sharding_backward(self.accelerator, loss / self.config.gradient_accumulation_steps, self.precision)
 
     def compute_losses(self, batch: Batch, *, model=None) -> torch.Tensor:
         """Per-example losses of ``batch`` on one process (no cross-device gathering), with gradient."""
@@ -255,6 +272,8 @@ class Trainer:
         log.info("resumed from %s at step %d", path, self.step)
 
     def _save(self) -> None:
+        if self.sharding is not None:  # sharded optimiser state: no resumable checkpoint (drmix.train.sharding)
+            return
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
@@ -361,9 +380,34 @@ class Trainer:
             log.info("step %d eval: %s", self.step, scores)
         self.accelerator.wait_for_everyone()
 
+    def _model_for_saving(self) -> Any:
+        """The model to save: ours, or under FSDP/ZeRO one rebuilt on the main process from the gathered full
+        state dict (a collective: every process calls it; ``None`` on the others)."""
+        if self.sharding is None:
+            return self.model
+        state = full_state_dict(self.accelerator, self.wrapped)
+        if not self.is_main:
+            return None
+
+        def build() -> Any:
+            opts = dataclasses.replace(BackboneOptions.from_config(self.config), gradient_checkpointing=False)
+            model = load_retriever(self.config.model, opts, device="cpu",
+                                   trust_remote_code=self.config.trust_remote_code)
+            if self.lora_r:
+                apply_lora(model, r=self.lora_r, alpha=self.config.lora_alpha, dropout=self.config.lora_dropout,
+                           targets=self.config.lora_targets)
+            return model
+
+        log.info("%s: saving the full weights gathered from every process", self.sharding)
+        return rebuild_with_state(build, state)
+
     def _finish(self, last_loss: float | None) -> TrainResult:
-        self.output.save_final(self.model, self.strategy.final_weights(),
-                               getattr(self.strategy, "weight_names", self.names))
+        model = self._model_for_saving()
+        if self.is_main:
+            # the training collections' instructions and the evaluation ones become named prompts of the folder
+            record_prompts(model, {**{c.name: c.instruction for c in self.collections if c.instruction},
+                                   **self.config.query_instructions})
+        self.output.save_final(model, self.strategy.final_weights(), getattr(self.strategy, "weight_names", self.names))
         self.accelerator.wait_for_everyone()
         return self.output.result(self.step, last_loss)
 
