@@ -1,7 +1,7 @@
 """Influence-guided dynamic data sampling (Inf-DDS) and the MultiDDS baseline.
 
-Paper: "Influence Guided Sampling for Domain Adaptation of Text Retrievers" (seed file
-``002_7bee8fc42223890d.txt``): Algorithm 1, section 3.2 (influence rewards), section 3.3 (Reptile
+Paper: "Influence Guided Sampling for Domain Adaptation of Text Retrievers" (Inf-DDS; an anonymous
+submission under double-blind review, no arXiv id or public code): Algorithm 1, section 3.2 (influence rewards), section 3.3 (Reptile
 update, subset sampling) and appendix A (hyperparameters). MultiDDS (Wang et al., 2020b) is the
 gradient-similarity baseline of the same paper.
 
