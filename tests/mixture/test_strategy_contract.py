@@ -38,6 +38,10 @@ def test_the_builtin_strategies_register_themselves():
     assert get_strategy("infdds").needs_dev and get_strategy("tdro").requires_mixed_batches
     for spec in registered_strategies().values():
         assert spec.help and callable(spec.build)
+        built = build_strategy(TrainConfig(strategy=spec.name), ["a", "b"])
+        assert built.name == spec.name  # what weights.json and the logs call it
+        # the trainer's refusal of one-collection batches reads the strategy; the registry says the same
+        assert getattr(built, "needs_mixed_batches", False) == spec.requires_mixed_batches
 
 
 def test_unknown_names_and_options_are_refused_when_the_config_is_read():
