@@ -180,7 +180,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS))
-    ap.add_argument("--seeds", type=int, default=None)
+    ap.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1)")
+    ap.add_argument("--only-seeds", type=int, nargs="*", default=None,
+                    help="run only these seeds (several processes may share --out, one seed each); the summary "
+                         "covers every finished cell under --out")
     ap.add_argument("--steps", type=int, default=None)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -202,14 +205,14 @@ def main() -> None:
     log.info("test subsample: %d queries, %d documents", len(test.queries), len(test.corpus))
     args.out.mkdir(parents=True, exist_ok=True)
     log.info("backbone: %s", base_model(p, args.out))
-    cells = []
-    for seed in range(p["seeds"]):  # seed-major: a partial run has every variant at the first seeds
+    seeds = args.only_seeds if args.only_seeds is not None else list(range(p["seeds"]))
+    for seed in seeds:  # seed-major: a partial run has every variant at the first seeds
         for v in args.variants:
             cell = run_cell(v, seed, p, args.data, args.out, test)
             log.info("%s seed %d: nDCG@10 %.4f (train %.0fs, eval %.0fs)", v, seed, cell["scores"]["ndcg@10"],
                      cell["train_seconds"], cell["eval_seconds"])
-            cells.append(cell)
-            (args.out / "results.json").write_text(json.dumps({"preset": p, "cells": cells}, indent=1))
+    cells = [json.loads(f.read_text()) for f in sorted((args.out / "runs").glob("*/cell.json"))]
+    (args.out / "results.json").write_text(json.dumps({"preset": p, "cells": cells}, indent=1))
     command = f"python benchmarks/bench_llm_backbone.py --data {args.data} --out {args.out} --preset {args.preset}"
     summary = summarise(cells, p, command)
     (args.out / "summary.md").write_text(summary)

@@ -109,3 +109,35 @@ def test_training_saves_collection_and_evaluation_instructions(tiny_model_path, 
     result = train(cfg)
     prompts = SentenceTransformer(str(result.model_dir), device="cpu").prompts
     assert prompts["greek"] == "Match the letters " and prompts["scifact"] == "Retrieve evidence "
+
+
+def test_search_takes_an_instruction_or_a_saved_prompt(tiny_model_path, tmp_path, monkeypatch):
+    from sentence_transformers import SentenceTransformer
+
+    import drmix.retrieval.index as index_mod
+    from drmix.cli.retrieval import register
+
+    model = SentenceTransformer(tiny_model_path, device="cpu")
+    model.prompts = {"query": "q: ", "toy": "q: Find it: "}
+    model.save(str(tmp_path / "m"))
+    data = write_beir(tmp_path / "toy", CORPUS, QUERIES, QRELS)
+    app = typer.Typer()
+    register(app)
+    r = CliRunner().invoke(app, ["index", "--corpus", str(data), "--output", str(tmp_path / "idx"), "--model",
+                                 str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    seen = []
+    real = index_mod.search_queries
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("prompt"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(index_mod, "search_queries", spy)
+    base = ["search", "--index", str(tmp_path / "idx"), "--query", "alpha", "--json"]
+    assert CliRunner().invoke(app, base + ["--prompt-name", "toy"]).exit_code == 0
+    assert seen[-1] == "q: Find it: "
+    assert CliRunner().invoke(app, base + ["--query-instruction", "Look for"]).exit_code == 0
+    assert seen[-1] == "q: Look for "
+    bad = CliRunner().invoke(app, base + ["--prompt-name", "nfcorpus"])
+    assert bad.exit_code != 0 and isinstance(bad.exception, ConfigError)

@@ -14,6 +14,7 @@ from typing import Any
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text, dumps_json
+from drmix.outputs import run_finished
 from drmix.train.checkpoint import latest_checkpoint
 from drmix.train.lock import clean_stale_temporaries
 from drmix.train.lora import save_model
@@ -73,7 +74,7 @@ class RunOutput:
     @property
     def finished(self) -> bool:
         """True when the run saved its final model."""
-        return (self.dir / "model" / "modules.json").exists()
+        return run_finished(self.dir)
 
     def prepare(self, config: TrainConfig, names: list[str], sizes: list[int]) -> Path | None:
         """Refuse a directory holding a run unless resuming (and check the resume); write ``config.yaml``;
