@@ -97,6 +97,11 @@ class TrainConfig(BaseModel):
     trust_remote_code: bool = Field(False, description="Allow custom model code from the model folder / hub.")
     device: str | None = Field(None, description="Device override (default: cuda if available, else cpu).")
     max_collection_size: int | None = Field(None, ge=1, description="Cap each collection at this many examples (seeded).")
+    report_to: list[str] = Field(default_factory=list, description="Also send the logged scalars to tensorboard "
+                                 "(event files in output_dir/tensorboard) and/or wandb (offline unless WANDB_MODE "
+                                 "says otherwise); repeat for several; none = only metrics.jsonl.")
+    push_to_hub: str | None = Field(None, description="After the run, upload model/, its card and report.html to "
+                                    "this Hugging Face Hub repository (USER/NAME); see drmix push.")
     # Strategy options: mappings checked, when the config is read, by the options model each strategy registers
     # (drmix.mixture.registry); written as given, so config.yaml and resume checks see what the user wrote.
     tdro: dict[str, Any] = Field(default_factory=dict, description="Options of the DRO strategies (see docs/mixture.md).")
@@ -109,6 +114,18 @@ class TrainConfig(BaseModel):
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return [v] if isinstance(v, (str, dict)) else v
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _trackers(cls, v: Any) -> Any:
+        from drmix.train.tracking import TRACKERS
+
+        values = [v] if isinstance(v, str) else list(v or [])
+        names = [n.strip().lower() for x in values for n in str(x).split(",") if n.strip()]
+        bad = [n for n in names if n not in TRACKERS]
+        if bad:
+            raise ValueError(f"unknown tracker {bad[0]!r}; use {', '.join(TRACKERS)}")
+        return [n for n in dict.fromkeys(names) if n != "none"]
 
     @field_validator("mixed_precision", mode="before")
     @classmethod

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from drmix.cli.options import config_command, paragraphs
+from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
 
 COCO_HELP = """Continuous contrastive pretraining (COCO) on target corpora, no labels needed.
@@ -31,10 +32,12 @@ def run_coco(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
 
     config = load_config(CocoConfig, config_path, overrides)
+    before_run(config)
     result = pretrain_coco(config)
     for s in getattr(result, "span_stats", []):
         console.print(s.describe(), highlight=False)
     console.print(f"[green]pretrained[/green] {result.steps} steps; model: {result.model_dir}")
+    after_run(result.output_dir, config)
 
 
 def register(app: typer.Typer) -> None:
