@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from drmix.errors import ConfigError
 
@@ -57,7 +57,8 @@ class TrainConfig(BaseModel):
     mixture_temperature: float = Field(2.0, gt=0, description="tau for mixture='temperature'.")
     weights_file: str | None = Field(None, description="weights.json (from a strategy run) or a {name: weight} JSON/YAML file.")
     transfer: str | None = Field(None, description="How learned weights are used: top:K (e.g. top:0.7), reweight, or loss.")
-    strategy: str = Field("static", description="static | tdro | doremi | groupdro | infdds | multidds | idro.")
+    strategy: str = Field("static", description="A registered strategy: static | tdro | doremi | groupdro | infdds | "
+                                                "multidds | idro (docs/mixture.md); checked when the config is read.")
     reference_model: str | None = Field(None, description="Frozen reference model for tDRO/DoReMi.")
     dev: list[str] = Field(default_factory=list, description="BEIR directories whose dev split strategies use (Inf-DDS).")
     dev_split: str = Field("dev", description="Qrels split of the --dev directories.")
@@ -106,10 +107,13 @@ class TrainConfig(BaseModel):
                                  "says otherwise); repeat for several; none = only metrics.jsonl.")
     push_to_hub: str | None = Field(None, description="After the run, upload model/, its card and report.html to "
                                     "this Hugging Face Hub repository (USER/NAME); see drmix push.")
-    # Strategy sub-configurations (set by their modules' config models; free-form here and validated there).
+    # Strategy options: mappings checked, when the config is read, by the options model each strategy registers
+    # (drmix.mixture.registry); written as given, so config.yaml and resume checks see what the user wrote.
     tdro: dict[str, Any] = Field(default_factory=dict, description="Options of the DRO strategies (see docs/mixture.md).")
     infdds: dict[str, Any] = Field(default_factory=dict, description="Options of Inf-DDS / MultiDDS (see docs/influence.md).")
     idro: dict[str, Any] = Field(default_factory=dict, description="Options of iDRO (see docs/coco.md).")
+    strategy_options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of a registered strategy that has no field of its own (docs/mixture.md).")
 
     @field_validator("data", mode="before")
     @classmethod
@@ -141,6 +145,12 @@ class TrainConfig(BaseModel):
             raise ValueError(f"dimensions must be positive, got {bad}")
         return v
 
+    @model_validator(mode="after")
+    def _check_strategy(self) -> "TrainConfig":
+        from drmix.mixture.registry import check_config
+
+        check_config(self)  # the strategy exists and its options are valid, before any model or data loads
+        return self
 
     def dump_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
@@ -204,3 +214,7 @@ def load_config(model_cls: type[BaseModel], path: str | Path | None = None, over
     except ValidationError as e:
         raise ConfigError(f"invalid configuration: {_format_validation(e)}.", path=path,
                           fix="see `drmix train --help` or docs/training.md for the fields.") from None
+    except ConfigError as e:  # the strategy registry's check: name the config file it came from
+        if e.path is None and path is not None:
+            raise ConfigError(e.message, path=path, fix=e.fix) from None
+        raise

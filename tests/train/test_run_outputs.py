@@ -9,7 +9,7 @@ from huggingface_hub import ModelCard
 
 from drmix.config import TrainConfig
 from drmix.train.trainer import Trainer, train
-from test_trainer import make_collections
+from train_helpers import make_collections
 
 
 @pytest.fixture(scope="module")

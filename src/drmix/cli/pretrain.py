@@ -22,8 +22,8 @@ metrics.jsonl and checkpoints/; --resume continues a killed run exactly. See doc
 """
 
 #: training fields that mean nothing for COCO (no labelled data, no strategy, spans set the lengths)
-COCO_SKIP = {"data", "strategy", "transfer", "weights_file", "reference_model", "dev", "dev_split", "tdro", "infdds",
-             "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives",
+COCO_SKIP = {"data", "strategy", "strategy_options", "transfer", "weights_file", "reference_model", "dev", "dev_split",
+             "tdro", "infdds", "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives",
              "mixture_temperature", "max_collection_size"}
 
 

@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import torch
-from test_trainer import config, make_collections
+from train_helpers import config, make_collections
 
 from drmix.train.trainer import Trainer
 
