@@ -1,17 +1,11 @@
 """Training and encoding from stored token ids give exactly what training and encoding from text give."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import torch
+from train_helpers import config, make_collections, params
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from test_trainer import config, make_collections, params  # noqa: E402
-
-from drmix.train.trainer import Trainer  # noqa: E402
+from drmix.train.trainer import Trainer
 
 
 def test_run_from_stored_ids_gives_the_same_weights_as_from_text(tiny_model_path, tmp_path, monkeypatch):
