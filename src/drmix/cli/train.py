@@ -9,6 +9,7 @@ import typer
 
 from drmix.cli.options import config_command
 from drmix.config import TrainConfig, load_config
+from drmix.outputs import claim_run
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.train.trainer import train
 
     config = load_config(TrainConfig, config_path, overrides)
+    claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     try:
         result = train(config)
     except KeyboardInterrupt:
