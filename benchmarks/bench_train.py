@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402  (sets the offline environment)
 
 
 def scifact_pairs(data: Path, out: Path, n: int | None = None) -> Path:
@@ -89,7 +87,7 @@ def run_st(pairs: Path, out: Path, args) -> float:
     model.max_seq_length = args.max_length
     prec = args.precision
     if prec == "auto":
-        from drmix.train.precision import resolve_precision
+        from drmix.device import resolve_precision
 
         prec = {"no": "fp32"}.get(resolve_precision("auto", args.device), resolve_precision("auto", args.device))
     targs = SentenceTransformerTrainingArguments(
@@ -116,9 +114,10 @@ def run_floor(pairs: Path, args) -> float:
     """Samples/s of drmix's bare step on one pre-tokenised batch (no data, no logging): the compute floor."""
     import torch
 
+    from drmix.device import to_device
     from drmix.model.encoder import load_encoder
     from drmix.model.losses import info_nce
-    from drmix.train.inputs import Featurizer, to_device
+    from drmix.train.inputs import Featurizer
     from drmix.train.precision import Precision
 
     rows = [json.loads(line) for line in pairs.read_text().splitlines()][:args.batch_size]
@@ -159,8 +158,7 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true", help="also time the bare step on one pre-tokenised batch")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     args = ap.parse_args()
-    for k, v in PRESETS.get(args.preset or "", {}).items():
-        setattr(args, k, v)
+    _common.apply_preset(args, PRESETS)
     import logging
 
     logging.disable(logging.WARNING)

@@ -15,7 +15,7 @@ HEADER = """# Command-line reference
 Generated from the CLI by `scripts/gen_cli_docs.py`; `drmix COMMAND --help` shows the same. Guides:
 [training](training.md), [data formats](data.md), [evaluation, index and search](evaluation.md),
 [mixtures](mixture.md), [influence-guided sampling](influence.md), [multi-corpus retrieval](multicorpus.md),
-[demo](demo.md). Mining hard negatives: [data formats](data.md#mining-hard-negatives-drmix-mine).
+[demo](demo.md), [model cards, reports, tracking and Hub upload](reports.md). Mining hard negatives: [data formats](data.md#mining-hard-negatives-drmix-mine).
 
 Every `drmix train` field can also come from a YAML config file (flags override it). Errors caused by input
 (files, options, models) print one line naming the file, line and fix, and exit with code 2.

@@ -1,7 +1,6 @@
 """Every CLI command and option is described in docs/ (the reference users read)."""
 from pathlib import Path
 
-import click
 import typer
 
 from drmix.cli import app
@@ -9,9 +8,9 @@ from drmix.cli import app
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-def walk(cmd: click.Command, path: tuple[str, ...] = ()):
+def walk(cmd, path: tuple[str, ...] = ()):
     yield path, cmd
-    if isinstance(cmd, click.Group):
+    if hasattr(cmd, "commands"):  # a group (typer ships its own click: isinstance(click.Group) is never true)
         for name, sub in cmd.commands.items():
             yield from walk(sub, path + (name,))
 
@@ -23,7 +22,7 @@ def test_every_command_and_option_is_documented():
         if path and f"drmix {' '.join(path)}" not in text:
             missing.append(f"command: drmix {' '.join(path)}")
         for param in cmd.params:
-            if not isinstance(param, click.Option) or param.name in ("help", "version"):
+            if getattr(param, "param_type_name", "") != "option" or param.name in ("help", "version"):
                 continue
             names = [o for o in param.opts if o.startswith("--")] + [param.name]
             if not any(n in text for n in names):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import yaml
 from tiny_llama import build_tiny_llama
 
 from drmix.errors import ConfigError, ModelError
@@ -60,6 +61,10 @@ def test_saved_folder_loads_as_a_bidirectional_mean_pooled_encoder(tiny_llama, t
     cfg = json.loads((tmp_path / "st" / "config.json").read_text())
     assert cfg["model_type"] == "gemma" and cfg["use_bidirectional_attention"] and cfg["is_causal"] is False
     assert "auto_map" not in cfg                                    # no remote code
+    card = (tmp_path / "st" / "README.md").read_text(encoding="utf-8")  # the pruned model's own card
+    meta = yaml.safe_load(card.split("---")[1])
+    assert "pruned" in meta["tags"] and "Base model: Unknown" not in card
+    assert "layers kept: [0, 3] of 4" in card and "eprint = {2502.18460}" in card  # DRAMA
     model = SentenceTransformer(str(tmp_path / "st"), device="cpu")
     assert model.prompts["query"] == "Query: "
     assert model[1].get_config_dict()["pooling_mode"] == "mean"

@@ -42,6 +42,19 @@ def cache_root() -> Path:
     return Path(os.environ.get("DRMIX_CACHE", Path.home() / ".cache" / "drmix")).expanduser()
 
 
+def _umask() -> int:
+    """The process's umask (read by setting and restoring it; there is no other portable way)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(directory: bool = False) -> int:
+    """The mode a plain ``open``/``mkdir`` would give under the user's umask (``mkstemp``/``mkdtemp``
+    create 0600/0700 instead, which other users and web servers cannot read)."""
+    return (0o777 if directory else 0o666) & ~_umask()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     if path.is_dir():
@@ -50,6 +63,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     with writable(path.parent):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if hasattr(os, "fchmod"):  # POSIX: the mode open() would give, not mkstemp's 0600
+            os.fchmod(fd, umask_mode())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -104,6 +119,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     _make_parent(path)
     with writable(path.parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        os.chmod(tmp, umask_mode(directory=True))
     try:
         yield tmp
         if path.exists():

@@ -114,3 +114,17 @@ def test_an_unreachable_endpoint_still_writes_stats(corpus, tmp_path, capsys):
     assert code == 2 and "unreachable" in err and "g.jsonl.stats.json" in " ".join(err.split())
     stats = json.loads((tmp_path / "g.jsonl.stats.json").read_text())
     assert stats["finished"] is False and "unreachable" in stats["error"]
+
+
+def test_a_trickling_endpoint_is_counted_as_timeouts(corpus, tmp_path, capsys):
+    server = LoopbackServer(lambda body, n: (200, chat("Query: anything at all")), trickle=0.5)
+    out = tmp_path / "gen.jsonl"
+    try:
+        code, _, err = run(["augment", "generate", "--corpus", str(corpus), "--output", str(out), "--max-docs", "3",
+                            "--backend", "openai", "--base-url", server.url, "--llm-model", "m", "--timeout", "1",
+                            "--max-retries", "0", "--concurrency", "3"], capsys)
+    finally:
+        server.close()
+    err = " ".join(err.split())
+    assert code == 2 and "unreachable" not in err and "3 of 3 answered requests failed (timeout 3)" in err
+    assert json.loads((tmp_path / "gen.jsonl.stats.json").read_text())["failures"] == {"timeout": 3}

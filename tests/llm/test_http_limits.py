@@ -106,3 +106,19 @@ def test_unreachable_endpoint_stops_the_run_and_answers_arrive_one_by_one(server
         [_req(str(i)) for i in range(5)], on_result=lambda i, c: seen.append((i, c.text)))
     assert [c.text for c in out] == [f"echo:{i}" for i in range(5)]
     assert sorted(seen) == [(i, f"echo:{i}") for i in range(5)]
+
+
+def test_an_endpoint_that_goes_away_stops_the_run_after_a_few_requests(server):
+    import socket
+
+    s = server(lambda body, n: (200, chat("ok")))
+    b = OpenAIBackend(s.url, "m", max_retries=0, concurrency=1, stop_after=3)
+    assert b.complete(_req()).ok
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    b.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"   # nothing listens there: refused
+    sock.close()
+    seen = []
+    with pytest.raises(LLMError, match="stopped answering: 3 requests in a row"):
+        b.complete_many([_req(str(i)) for i in range(10)], on_result=lambda i, c: seen.append(c.cause))
+    assert seen == ["connection", "connection"]           # the first two are counted, the third stops the run

@@ -48,7 +48,8 @@ def test_generation_samples_documents_across_the_corpus(tmp_path, monkeypatch):
     """The LLM sees a seeded sample spread over the corpus, not the first ``generate_max_docs`` ids."""
     import drmix.augment.examples as examples
     import drmix.augment.generate as generate
-    from drmix.recipes.drama import augment_corpus, generation_ids
+    from drmix.augment.generate import generation_ids
+    from drmix.recipes.drama import augment_corpus
 
     ids = [f"d{i:04d}" for i in range(1000)]
     picked = generation_ids(ids, 100, seed=3)
@@ -66,7 +67,7 @@ def test_generation_samples_documents_across_the_corpus(tmp_path, monkeypatch):
 
     monkeypatch.setattr(generate, "generate_queries", fake_generate)
     monkeypatch.setattr(examples, "mine_examples", lambda rows, *a, **k: (rows, {}))
-    monkeypatch.setattr(examples, "write_collection", lambda path, rows: None)
+    monkeypatch.setattr(examples, "write_collection", lambda path, rows, **kw: None)
     corpus = {d: {"title": "", "text": "one two three four five six seven eight nine ten. " * 2} for d in ids}
     cfg = DramaConfig(corpus=["x"], generate=True, generate_max_docs=100, max_docs=None, seed=3,
                       output_dir=str(tmp_path))

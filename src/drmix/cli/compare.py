@@ -29,9 +29,9 @@ def compare_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for compare.md and compare.json."),
 ) -> None:
     """Deltas vs a baseline with 95% intervals and paired significance tests."""
-    from rich.console import Console
     from rich.table import Table
 
+    from drmix.cli import make_console
     from drmix.errors import ConfigError
     from drmix.evaluation.compare import compare, load_scored
     from drmix.io import atomic_write_json, atomic_write_text
@@ -62,17 +62,17 @@ def compare_command(
             extra = (str(d.baseline_queries), str(d.model_queries), str(d.dropped)) if counts else ()
             table.add_row(label, d.dataset, str(d.queries), *extra, f"{d.delta:+.4f}{star}",
                           f"[{d.low:+.4f}, {d.high:+.4f}]", f"{d.t_p:.4f}", f"{d.fisher_p:.4f}")
-    Console().print(table)
+    make_console().print(table)
     if counts:
-        Console(stderr=True).print(f"warning: the evaluations cover different queries; {comp.dropped} evaluated for "
-                                   "only one model were dropped (--intersect): n = compared, n base / n model = "
-                                   "evaluated for each.", highlight=False, soft_wrap=True)
+        make_console(stderr=True).print(f"warning: the evaluations cover different queries; {comp.dropped} evaluated "
+                                        "for only one model were dropped (--intersect): n = compared, n base / "
+                                        "n model = evaluated for each.", highlight=False, soft_wrap=True)
     if output is not None:
         if output.exists() and not output.is_dir():
             raise ConfigError("--output is a file, not a folder.", path=output, fix="pass a folder path.")
         atomic_write_text(output / "compare.md", comp.to_markdown())
         atomic_write_json(output / "compare.json", json.loads(json.dumps(comp.to_json())))
-        Console().print(f"wrote {output / 'compare.md'} and {output / 'compare.json'}")
+        make_console().print(f"wrote {output / 'compare.md'} and {output / 'compare.json'}")
 
 
 def register(app: typer.Typer) -> None:

@@ -24,9 +24,9 @@ multicorpus_app = typer.Typer(
 
 
 def _console():
-    from rich.console import Console
+    from drmix.cli import make_console
 
-    return Console()
+    return make_console()
 
 
 def _csv_list(value: Optional[str]) -> list[str] | None:

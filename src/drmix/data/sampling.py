@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from drmix.data.batch import Batch
 from drmix.data.pages import PageReleaser
-from drmix.mixture.base import Batch
 
 
 class MixtureSampler:

@@ -12,8 +12,9 @@ are per network operation, so a server trickling a byte every half second would 
 encode/httpx#1450). Such an attempt counts as a ``timeout``.
 
 Failure policy (each failed request carries a cause from :data:`drmix.llm.base.FAILURE_CAUSES`):
-* connection refused / DNS failure after the retries while no request has ever reached the endpoint, HTTP
-  401/403/404 -> :class:`LLMError` (every request would fail the same way: stop with a fix);
+* connection refused / DNS failure after the retries while no request has ever reached the endpoint, or for
+  ``stop_after`` requests in a row after it had answered (it went away), HTTP 401/403/404 -> :class:`LLMError`
+  (every request would fail the same way: stop with a fix);
 * timeouts, connection errors, HTTP 408/409/425/429 and 5xx are retried ``max_retries`` times, waiting the
   server's ``Retry-After`` (seconds or an HTTP date, RFC 9110 Sec. 10.2.3; at most ``max_retry_after``) when
   it sends one, else ``backoff * 2**attempt`` seconds (at most 30 s); still failing -> a counted failed
@@ -81,7 +82,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 class OpenAIBackend(LLMBackend):
     def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0,
                  max_retries: int = 3, backoff: float = 1.0, concurrency: int = 4,
-                 max_retry_after: float = 120.0) -> None:
+                 max_retry_after: float = 120.0, stop_after: int | None = None) -> None:
         import httpx  # noqa: F401  (fail here, not at the first request, when it is missing)
 
         if not base_url.startswith(("http://", "https://")):
@@ -100,6 +101,8 @@ class OpenAIBackend(LLMBackend):
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
         self._reached = False  # has any request reached the endpoint (an HTTP answer of any status)?
+        self._unreachable_run = 0  # requests in a row that ended in a connection failure
+        self.stop_after = stop_after if stop_after is not None else max(8, 2 * self.concurrency)
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "openai", "model": self.model_id, "base_url": self.base_url}
@@ -156,6 +159,7 @@ class OpenAIBackend(LLMBackend):
                 cause, detail = "connection", f"{type(e).__name__}: {e}"
                 continue
             self._reached = True
+            self._unreachable_run = 0
             status = resp.status_code
             if status in _FATAL_STATUS:
                 hint = {401: f"set the API key in the environment variable {self.api_key_env}",
@@ -177,9 +181,15 @@ class OpenAIBackend(LLMBackend):
             if not text.strip():
                 return Completion("", error="empty completion", seconds=secs, cause="empty")
             return Completion(text, seconds=secs)
-        if cause == "connection" and not self._reached:
-            raise LLMError(f"endpoint {url} is unreachable ({detail}) after {tries} tries.",
-                           fix="start the server or correct --base-url.")
+        if cause == "connection":
+            self._unreachable_run += 1
+            if not self._reached:
+                raise LLMError(f"endpoint {url} is unreachable ({detail}) after {tries} tries.",
+                               fix="start the server or correct --base-url.")
+            if self._unreachable_run >= self.stop_after:
+                raise LLMError(f"endpoint {url} stopped answering: {self._unreachable_run} requests in a row could "
+                               f"not connect ({detail}).", fix="restart the server and rerun: answers received so "
+                                                               "far are cached.")
         return Completion("", error=f"{detail} after {tries} tries", seconds=time.perf_counter() - t0, cause=cause)
 
     async def _complete_all(self, requests: Sequence[ChatRequest], on_result: OnResult | None) -> list[Completion]:

@@ -11,29 +11,15 @@ Inf-DDS runs look-ahead steps every few steps. All of them are :class:`Strategy`
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-
-@dataclass
-class Batch:
-    """One batch of training examples; each example knows which collection it came from."""
-
-    queries: list[str]
-    positives: list[str]
-    negatives: list[list[str]]
-    collection_ids: np.ndarray  # int64 [B], index into the trainer's collection list
-
-    def __len__(self) -> int:
-        return len(self.queries)
-
-    def slice(self, start: int, stop: int) -> "Batch":
-        return Batch(self.queries[start:stop], self.positives[start:stop], self.negatives[start:stop],
-                     self.collection_ids[start:stop])
+from drmix.data.batch import Batch
+from drmix.device import all_reduce
 
 
 @dataclass
@@ -54,6 +40,22 @@ class StepContext:
         draw_dev_batch: ``draw_dev_batch(dev_index, size)`` -> a batch from one dev set, or None.
         log: ``log(record)`` appends a record to the run's metrics log.
         world_size, rank: distributed setting (1, 0 on a single process).
+        device: the device the model trains on.
+        batch_size: the global batch size of one micro-step (0 when unknown).
+        micro_step, accumulation_steps: the micro-batch being trained within the optimiser step (0-based)
+            and how many micro-batches one optimiser step accumulates (1: no accumulation).
+        encode_queries: ``encode_queries(texts, batch_size=128)`` -> float32 numpy embeddings ``[n, d]`` of
+            query texts (with the model's query prompt) under the current model, in eval mode, no gradient.
+        training_queries: ``training_queries()`` -> every training query as the model sees it (formatted
+            by its collection), in collection order.
+        all_reduce: ``all_reduce(tensor_or_array, op="sum"|"mean")`` over the processes, the identity on one
+            (:func:`drmix.device.all_reduce`); strategies reduce through it and nothing else.
+        embeddings: during :meth:`Strategy.loss`, the ``(query, document)`` embeddings the losses were
+            computed from (detached copies under GradCache), for gradients through the representations.
+        grad_cache: the :class:`~drmix.train.gradcache.GradCache` of the step (``--grad-cache-chunk``), or
+            None; its ``project`` turns representation gradients into parameter gradients.
+
+    The context is all a strategy sees of the trainer: there is no back door to the trainer's internals.
     """
 
     step: int
@@ -70,7 +72,15 @@ class StepContext:
     log: Callable[[dict], None] = lambda record: None
     world_size: int = 1
     rank: int = 0
-    extras: dict[str, Any] = field(default_factory=dict)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    batch_size: int = 0
+    micro_step: int = 0
+    accumulation_steps: int = 1
+    encode_queries: Callable[..., np.ndarray] | None = None
+    training_queries: Callable[[], Sequence[str]] | None = None
+    all_reduce: Callable[..., Any] = all_reduce
+    embeddings: tuple[torch.Tensor, torch.Tensor] | None = None
+    grad_cache: Any = None
 
 
 class Strategy:

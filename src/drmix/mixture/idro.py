@@ -56,8 +56,11 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from drmix.data.batch import Batch
+from drmix.device import broadcast
 from drmix.errors import ConfigError
-from drmix.mixture.base import Batch, StepContext, Strategy
+from drmix.mixture.base import StepContext, Strategy
+from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
 
 log = logging.getLogger(__name__)
 
@@ -133,18 +136,6 @@ def last_layer_parameters(model: torch.nn.Module, n: int) -> list[torch.nn.Param
     return params
 
 
-def _dist() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_world_size(), torch.distributed.get_rank()
-    return 1, 0
-
-
-def _all_reduce(t: torch.Tensor) -> torch.Tensor:
-    if _dist()[0] > 1:
-        torch.distributed.all_reduce(t)
-    return t
-
-
 def kmeans(x: np.ndarray, k: int, *, iterations: int = 500, restarts: int = 5, spherical: bool = False,
            seed: int = 0) -> np.ndarray:
     """k-means centroids ``[k, d]`` (faiss; L2 with ``restarts`` restarts as the authors, or spherical)."""
@@ -183,28 +174,18 @@ class IDROStrategy(Strategy):
         return [f"cluster{i}" for i in range(self.config.clusters)]
 
     # -- clusters --------------------------------------------------------------------------------------
-    def _embed(self, trainer: Any, texts: list[str]) -> np.ndarray:
-        from drmix.train.inputs import to_device
-
-        model = trainer.model
-        was = model.training
-        model.eval()
-        out = []
-        try:
-            with torch.no_grad():
-                for s in range(0, len(texts), self.config.encode_batch_size):
-                    chunk = [trainer.q_prompt + t for t in texts[s:s + self.config.encode_batch_size]]
-                    feats = to_device(trainer._featurizer(model)(chunk, trainer.config.query_max_length),
-                                      trainer.accelerator.device)
-                    out.append(model(feats)["sentence_embedding"].float().cpu().numpy())
-        finally:
-            model.train(was)
-        return np.concatenate(out) if out else np.zeros((0, 1), np.float32)
+    def _embed(self, ctx: StepContext, texts: list[str]) -> np.ndarray:
+        if ctx.encode_queries is None:
+            raise ConfigError("iDRO needs a trainer that can embed queries (StepContext.encode_queries).",
+                              fix="use drmix.train.trainer.train.")
+        return ctx.encode_queries(texts, batch_size=self.config.encode_batch_size)
 
     def refresh(self, ctx: StepContext) -> None:
         """Re-cluster the training queries with the current model (rank 0 computes, every rank receives)."""
-        trainer = ctx.extras["trainer"]
-        queries = [c.format_query(q) for c in trainer.collections for q in c.dataset["query"]]
+        if ctx.training_queries is None:
+            raise ConfigError("iDRO needs the training queries (StepContext.training_queries).",
+                              fix="use drmix.train.trainer.train.")
+        queries = list(ctx.training_queries())
         K = self.config.clusters
         if K > len(queries):
             raise ConfigError(f"iDRO needs at least K={K} training queries, the collections hold {len(queries)}.",
@@ -213,14 +194,11 @@ class IDROStrategy(Strategy):
         if self.config.max_queries and len(queries) > self.config.max_queries:
             pick = np.sort(rng.choice(len(queries), self.config.max_queries, replace=False))
             queries = [queries[i] for i in pick]
-        world, rank = _dist()
-        emb = self._embed(trainer, queries)
+        emb = self._embed(ctx, queries)
         cent = kmeans(emb, K, iterations=self.config.kmeans_iterations, restarts=self.config.kmeans_restarts,
                       spherical=self.config.kmeans == "spherical", seed=self.seed + self.refreshes)
-        if world > 1:
-            t = torch.as_tensor(cent, device=trainer.accelerator.device)
-            torch.distributed.broadcast(t, src=0)
-            cent = t.cpu().numpy()
+        if ctx.world_size > 1:
+            cent = broadcast(torch.as_tensor(cent, device=ctx.device), src=0).cpu().numpy()
         self.centroids = cent
         self.cluster_sizes = np.bincount(self.assign(emb), minlength=K)
         self.refreshes += 1
@@ -239,15 +217,14 @@ class IDROStrategy(Strategy):
 
     # -- the loss -----------------------------------------------------------------------------------------
     def loss(self, losses: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
-        trainer = ctx.extras["trainer"]
         if self.centroids is None:
             self.refresh(ctx)
         K = self.config.clusters
-        world, _ = _dist()
-        ids = torch.as_tensor(self.assign(self._embed(trainer, batch.queries)), device=losses.device)
+        world = ctx.world_size
+        ids = torch.as_tensor(self.assign(self._embed(ctx, batch.queries)), device=losses.device)
         local_sum = torch.zeros(K, device=losses.device, dtype=losses.dtype).index_add(0, ids, losses)
-        counts = _all_reduce(torch.bincount(ids, minlength=K).to(torch.float64))
-        global_sum = _all_reduce(local_sum.detach().to(torch.float64))
+        counts = ctx.all_reduce(torch.bincount(ids, minlength=K).to(torch.float64))
+        global_sum = ctx.all_reduce(local_sum.detach().to(torch.float64))
         present = (counts > 0).cpu().numpy()
         cl_loss = (global_sum / counts.clamp(min=1)).cpu().numpy()
         denom = counts.clamp(min=1).to(losses.dtype)
@@ -260,11 +237,11 @@ class IDROStrategy(Strategy):
         params = last_layer_parameters(ctx.model, self.config.layers)
         idx = np.flatnonzero(present)
         objectives = [local_sum[k] / denom[k] for k in idx]
-        cache = ctx.extras.get("grad_cache")
+        cache = ctx.grad_cache
         if cache is not None:
             # GradCache: the loss sees detached embeddings; project each cluster's representation gradient
             # through the chunks' re-forward (GradCache.project) and update once those gradients are known
-            embs = tuple(ctx.extras["embeddings"])
+            embs = tuple(ctx.embeddings)
             vectors = []
             for obj in objectives:
                 v = torch.autograd.grad(obj, embs, retain_graph=True, allow_unused=True)
@@ -293,7 +270,7 @@ class IDROStrategy(Strategy):
         K = self.config.clusters
         grads = []
         for flat in flats:
-            flat = _all_reduce(flat)
+            flat = ctx.all_reduce(flat)
             grads.append(flat / flat.norm().clamp(min=1e-12))
         cos = np.zeros((K, K))
         if grads:
@@ -335,13 +312,12 @@ class IDROStrategy(Strategy):
         self.refreshes = int(state["refreshes"])
 
 
-def build_idro_strategy(options: dict[str, Any], seed: int) -> IDROStrategy:
-    from pydantic import ValidationError
+def build_idro_strategy(options: dict[str, Any] | IDROConfig | None, seed: int) -> IDROStrategy:
+    """iDRO from ``TrainConfig.idro`` (a mapping validated by :class:`IDROConfig`); errors become ConfigError."""
+    return IDROStrategy(parse_options(SPEC, options), seed=seed)
 
-    try:
-        cfg = IDROConfig.model_validate(options or {})
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"invalid --idro option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
-                          fix="see docs/coco.md for the iDRO options.") from None
-    return IDROStrategy(cfg, seed=seed)
+
+SPEC = register_strategy(StrategySpec(
+    name="idro", build=lambda config, options, names, weights: IDROStrategy(options, seed=config.seed), options=IDROConfig,
+    options_field="idro", help="iDRO (COCO-DR): reweight the loss over k-means query clusters (options: --idro).",
+    docs="docs/coco.md"))

@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from drmix.data.batch import Batch
 from drmix.errors import ConfigError
-from drmix.mixture.base import Batch, StepContext, Strategy
+from drmix.mixture.base import StepContext, Strategy
 from drmix.mixture.dro import top_k_selection
 
 log = logging.getLogger(__name__)

@@ -20,16 +20,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-
-def _dist_info() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_world_size(), torch.distributed.get_rank()
-    return 1, 0
+from drmix.device import dist_info
 
 
 def gather_with_grad(t: torch.Tensor) -> torch.Tensor:
     """Concatenate ``t`` from every process along dim 0, keeping the gradient to each process's part."""
-    world, _ = _dist_info()
+    world, _ = dist_info()
     if world == 1:
         return t
     import warnings
@@ -69,7 +65,7 @@ def info_nce(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None = None,
         target = torch.zeros(B, dtype=torch.long, device=q.device)
         return F.cross_entropy(scores / temperature, target, reduction="none")
 
-    world, rank = _dist_info()
+    world, rank = dist_info()
     use_gather = gather and world > 1
     all_p = gather_with_grad(p) if use_gather else p
     offset = rank * B if use_gather else 0

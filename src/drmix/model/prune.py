@@ -184,9 +184,10 @@ def check_equivalence(model: Any, pruned: Any, layers: Sequence[int], *, atol: f
 
 
 def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, *, max_seq_length: int = 512,
-                              query_prompt: str = QUERY_PROMPT) -> Path:
+                              query_prompt: str = QUERY_PROMPT, card: Any = None) -> Path:
     """Save ``encoder`` + ``tokenizer`` as a SentenceTransformer folder (mean pooling, L2 normalisation,
-    ``query``/``document`` prompts), written atomically."""
+    ``query``/``document`` prompts), written atomically; ``card`` (a :class:`drmix.report.card.CardInfo`)
+    becomes its README.md."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
@@ -203,6 +204,10 @@ def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, 
         st = SentenceTransformer(modules=[tr, Pooling(encoder.config.hidden_size, "mean"), Normalize()],
                                  prompts={"query": query_prompt, "document": ""}, device="cpu")
         st.save(str(tmp))
+        if card is not None:
+            from drmix.report.card import write_model_card
+
+            write_model_card(st, tmp, card)
         import shutil
 
         shutil.rmtree(hf)
@@ -236,7 +241,20 @@ def prune_to_sentence_transformer(source: str | Path | None, output: str | Path,
         pruned = prune_decoder(lm, chosen, mlp_keep=mlp_keep, bidirectional=bidirectional)
     params = sum(p.numel() for p in pruned.parameters())
     emb = pruned.embed_tokens.weight.numel()
-    save_sentence_transformer(pruned, tok, output, max_seq_length=max_seq_length, query_prompt=query_prompt)
+    from drmix.report.card import CardInfo, current_command
+
+    card = CardInfo(
+        base_model=str(model_id), kind="pruned", papers=["drama"], tags=["drmix", "pruned", "bidirectional"
+                                                                          if bidirectional else "causal"],
+        command=current_command(),
+        summary=(f"A retrieval backbone pruned from {model_id} as in DRAMA (Sec. 3.2): not trained yet; fine-tune "
+                 "it with drmix train before use."),
+        notes=[f"layers kept: {chosen} of {n}", f"MLP width: {pruned.config.intermediate_size} of "
+               f"{lm.config.intermediate_size}", f"parameters: {params:,} ({params - emb:,} without embeddings)",
+               f"attention: {'bidirectional' if bidirectional else 'causal'}; pooling: mean; query prompt: "
+               f"{query_prompt!r}"])
+    save_sentence_transformer(pruned, tok, output, max_seq_length=max_seq_length, query_prompt=query_prompt,
+                              card=card)
     info = {"source": model_id, "source_layers": n, "layers": chosen, "mlp_width": pruned.config.intermediate_size,
             "source_mlp_width": lm.config.intermediate_size, "bidirectional": bidirectional, "pooling": "mean",
             "query_prompt": query_prompt, "parameters": params, "non_embedding_parameters": params - emb,

@@ -30,6 +30,10 @@ denominator summing over both spans of the pair; the code (followed here) uses a
 
 Departures, and why:
 
+* Chunking follows ``COCO/helper/create_train_co_short.py`` (``encode_one``; tested side by side), except that
+  sentences are split by ``pysbd`` instead of nltk's punkt (which downloads data at run time), and the
+  authors' extra drop of a document whose *first* chunk has at most 2 tokens is not applied (such documents
+  are kept when they have 2 chunks).
 * Eq. 4 scores with a raw inner product (temperature 1) of unnormalised [CLS] vectors; drmix models
   usually L2-normalise, so scores are cosines divided by ``temperature`` (default 0.05, as in
   fine-tuning); with a non-normalising model set ``temperature: 1`` for the paper's form.
@@ -56,7 +60,7 @@ import torch.nn.functional as F
 
 from drmix.errors import DataError
 from drmix.io import atomic_write_json, iter_jsonl
-from drmix.mixture.base import Batch
+from drmix.data.batch import Batch
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +134,11 @@ def coco_losses(a: torch.Tensor, b: torch.Tensor, *, temperature: float = 0.05, 
     Every span scores all ``2N`` spans of the (global, with ``gather``) batch, its own score masked;
     the target is its partner. The loss of pair ``i`` is the mean of its two spans' cross-entropies.
     """
-    from drmix.model.losses import _dist_info, gather_with_grad
+    from drmix.device import dist_info
+    from drmix.model.losses import gather_with_grad
 
     B = a.size(0)
-    world, rank = _dist_info()
+    world, rank = dist_info()
     use_gather = gather and world > 1
     A = gather_with_grad(a) if use_gather else a
     Bm = gather_with_grad(b) if use_gather else b

@@ -86,14 +86,14 @@ def weight_series(weights_jsonl: str | Path, names: list[str] | None = None) -> 
     return WeightSeries(order, steps, traj, final)
 
 
-def plot_weights(weights_jsonl: str | Path, png_path: str | Path, names: list[str] | None = None, *,
-                 title: str | None = None) -> WeightSeries:
-    """Weight trajectories (left) and final weights as labelled bars (right), saved to ``png_path``.
+def plot_weights_figure(weights_jsonl: str | Path, names: list[str] | None = None, *,
+                        title: str | None = None, series: WeightSeries | None = None):
+    """The Figure :func:`plot_weights` saves: trajectories (left) and final weights as labelled bars (right).
 
-    Returns the series that were drawn. Up to six collections get a legend; with more, the labelled bars
-    (same colours) serve as the legend. Bars are sorted by weight so the top-K selection reads off the chart.
+    Up to six collections get a legend; with more, the labelled bars (same colours) serve as the legend.
+    Bars are sorted by weight so the top-K selection reads off the chart.
     """
-    series = weight_series(weights_jsonl, names)
+    series = series or weight_series(weights_jsonl, names)
     n = len(series.names)
     fig, (ax_t, ax_b) = new_figure(12.0, max(4.0, 0.28 * n + 1.5), ncols=2)
     cmap = _colours(n)
@@ -124,7 +124,17 @@ def plot_weights(weights_jsonl: str | Path, png_path: str | Path, names: list[st
     ax_b.margins(x=0.2)
     if title:
         fig.suptitle(title)
-    save_figure(fig, png_path)
+    return fig
+
+
+def plot_weights(weights_jsonl: str | Path, png_path: str | Path, names: list[str] | None = None, *,
+                 title: str | None = None) -> WeightSeries:
+    """Weight trajectories (left) and final weights as labelled bars (right), saved to ``png_path``.
+
+    Returns the series that were drawn (see :func:`plot_weights_figure`).
+    """
+    series = weight_series(weights_jsonl, names)
+    save_figure(plot_weights_figure(weights_jsonl, names, title=title, series=series), png_path)
     log.info("wrote %s", png_path)
     return series
 

@@ -1,6 +1,6 @@
 """Encoding fast: inference precision (fp16/bf16 autocast, CPU int8) and encoding spread over GPUs.
 
-* ``precision``: ``auto`` (fp16/bf16 on a GPU as :func:`drmix.train.precision.resolve_precision`
+* ``precision``: ``auto`` (fp16/bf16 on a GPU as :func:`drmix.device.resolve_precision`
   picks, fp32 on CPU), ``fp32``, ``fp16``, ``bf16`` (``torch.autocast``: the weights stay fp32, the
   matmuls run in half precision), or ``int8``: PyTorch dynamic quantisation of every ``nn.Linear``
   (int8 weights, activations quantised per batch; CPU only), applied to a copy so the caller's
@@ -26,16 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmix.device import model_device
+
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("auto", "fp32", "fp16", "bf16", "int8", "onnx", "onnx-int8")
 SHARD_MIN_TEXTS = 20_000  # below this, one GPU finishes before replicas are copied to the others
-
-
-def model_device(model: Any) -> torch.device:
-    dev = getattr(model, "device", None)
-    return torch.device(dev) if dev is not None else torch.device("cpu")
-
 
 _quantized: dict[str, Any] = {}  # fingerprint of the weights -> quantised copy (the last one only)
 
@@ -63,7 +59,7 @@ def quantize_int8(model: Any) -> Any:
 def inference_setup(model: Any, precision: str | None) -> tuple[Any, Callable[[], contextlib.AbstractContextManager]]:
     """The model to run and an autocast factory for ``precision`` (see the module docstring)."""
     from drmix.errors import ConfigError
-    from drmix.train.precision import inference_autocast
+    from drmix.device import inference_autocast
 
     precision = (precision or "auto").lower()
     if precision not in PRECISIONS:

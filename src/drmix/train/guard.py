@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from drmix.device import all_reduce
 from drmix.errors import DrmixError
 
 
@@ -76,10 +77,8 @@ class NonFiniteGuard:
             grad_norm = torch.nn.utils.get_total_norm(grads) if grads else torch.zeros((), device=self.device)
         norm = torch.as_tensor(grad_norm, device=self.device)
         bad = self._bad | ~torch.isfinite(norm)
-        if self.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
-            flag = bad.to(torch.int32)
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)  # every rank skips alike
-            bad = flag.bool()
+        if self.world_size > 1:
+            bad = all_reduce(bad.to(torch.int32), "max").bool()  # every rank skips alike
         self._bad = torch.zeros_like(self._bad)
         inc = bad.to(torch.int64)
         run = (self._counts[1] + inc) * inc

@@ -4,7 +4,7 @@ Building a step's inputs (drawing rows, fetching their texts from Arrow, tokenis
 to the GPU) used to run on the training thread between two steps while the GPU waited. Here:
 
 * :class:`Featurizer` tokenises texts straight to padded int64 tensors in one pass, with the
-  single-pass tokenisation of :class:`drmix.retrieval.index.TextBatcher` (one fast-tokenizer call, a
+  single-pass tokenisation of :class:`drmix.model.features.TextBatcher` (one fast-tokenizer call, a
   vectorised scatter into a numpy array; never transformers' per-element ``convert_to_tensors``).
   On CUDA widths are padded to a multiple of 8 (tensor cores; masked columns leave embeddings
   unchanged); on CPU the extra columns would only cost time, so the trainer pads to the longest text.
@@ -44,21 +44,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from drmix.data.batch import Batch
 from drmix.data.sampling import BatchBuilder, MixtureSampler
-from drmix.mixture.base import Batch
+from drmix.model.features import TextBatcher
 
 PAD_MULTIPLE = 8
-
-
-def pin_memory_available(device: torch.device | str) -> bool:
-    """Pinned host memory helps (and is allowed) only for copies to a CUDA device."""
-    return torch.device(device).type == "cuda" and torch.cuda.is_available()
-
-
-def to_device(features: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
-    """Move tensors to ``device``; asynchronous when they are pinned (overlaps with queued GPU work)."""
-    return {k: (v.to(device, non_blocking=v.is_pinned()) if isinstance(v, torch.Tensor) else v)
-            for k, v in features.items()}
 
 
 class Featurizer:
@@ -77,8 +67,6 @@ class Featurizer:
         self._extras: dict[int, dict[str, Any]] = {}
 
     def _batcher(self, max_length: int, *, main: bool = False):
-        from drmix.retrieval.index import TextBatcher
-
         cache = self._local.__dict__.setdefault("batchers", {})
         key = (max_length, main)
         if key not in cache:

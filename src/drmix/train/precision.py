@@ -1,4 +1,6 @@
-"""Mixed precision for training and inference: ``auto`` picks bf16, fp16 (with a loss scaler) or fp32.
+"""Mixed precision for training: ``auto`` picks bf16, fp16 (with a loss scaler) or fp32.
+
+The resolution of a requested precision on a device (and inference autocast) lives in :mod:`drmix.device`.
 
 ``auto`` (the default) resolves per device: bf16 on a GPU that supports it (Ampere and newer:
 ``torch.cuda.is_bf16_supported()``), fp16 with a dynamic loss scaler on older GPUs, fp32 on CPU
@@ -16,36 +18,11 @@ live in one process (pipeline stages, notebooks); the trainer's ``Accelerator`` 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-PrecisionName = Literal["auto", "no", "fp32", "fp16", "bf16"]
-
-
-def resolve_precision(requested: str | None, device: torch.device | str) -> str:
-    """``no`` | ``fp16`` | ``bf16`` for ``requested`` (``auto``/``fp32`` included) on ``device``."""
-    requested = (requested or "auto").lower()
-    if requested in ("no", "fp32"):
-        return "no"
-    if requested in ("fp16", "bf16"):
-        return requested
-    if requested != "auto":
-        raise ValueError(f"unknown precision {requested!r}: use auto, fp32 (no), fp16 or bf16")
-    dev = torch.device(device)
-    if dev.type == "cuda" and torch.cuda.is_available():
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "no"
-
-
-def enable_tf32(device: torch.device | str) -> None:
-    """Tensor-core TF32 for fp32 matmuls and convolutions on CUDA (a no-op elsewhere)."""
-    if torch.device(device).type == "cuda" and torch.cuda.is_available():
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
-
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+from drmix.device import AUTOCAST_DTYPES, enable_tf32, resolve_precision
 
 
 class Precision:
@@ -55,7 +32,7 @@ class Precision:
         self.device = torch.device(device)
         self.name = resolve_precision(requested, self.device)
         enable_tf32(self.device)
-        self.dtype = _DTYPES.get(self.name)
+        self.dtype = AUTOCAST_DTYPES.get(self.name)
         self.scaler = None
         if self.name == "fp16":
             self.scaler = torch.amp.GradScaler(self.device.type)
@@ -91,11 +68,3 @@ class Precision:
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state and self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-
-
-def inference_autocast(precision: str | None, device: torch.device | str) -> contextlib.AbstractContextManager:
-    """Autocast for encoding: ``auto`` is fp16/bf16 on CUDA (as :func:`resolve_precision`), fp32 on CPU."""
-    name = resolve_precision(precision, device)
-    if name == "no":
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=_DTYPES[name])

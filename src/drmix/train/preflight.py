@@ -1,39 +1,16 @@
 """Checks a training configuration must pass before anything is computed or written.
 
-Each raises a :class:`~drmix.errors.ConfigError` naming the option and the fix, instead of a traceback
+(Device checks: :func:`drmix.device.check_device`.) Each raises a :class:`~drmix.errors.ConfigError` naming the option and the fix, instead of a traceback
 deep in the loop (and a ``config.yaml`` left behind by a run that never trained).
 """
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
-
-import torch
 
 from drmix.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?|mps|xpu(:\d+)?)$")
-
-
-def check_device(device: str | None) -> None:
-    """Refuse a device that is unknown or absent (``--device cuda`` without a GPU)."""
-    if device is None:
-        return
-    if not _DEVICE.match(device):
-        raise ConfigError(f"unknown device {device!r}.", fix="use cpu, cuda, cuda:N, mps or xpu.")
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ConfigError(f"--device {device}: no CUDA GPU is available here.",
-                              fix="use --device cpu, or leave --device out to pick the GPU when there is one.")
-        index = int(device.split(":")[1]) if ":" in device else 0
-        if index >= torch.cuda.device_count():
-            raise ConfigError(f"--device {device}: only {torch.cuda.device_count()} GPU(s) are visible.",
-                              fix="pick an index below that, or set CUDA_VISIBLE_DEVICES.")
-    if device == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        raise ConfigError("--device mps: Apple's GPU backend is not available here.", fix="use --device cpu.")
 
 
 def check_model_fit(config: Any, model: Any) -> None:
@@ -70,3 +47,20 @@ def warn_small_collections(names: list[str], sizes: list[int], batch_size: int, 
                     "(repeated positives are in-batch false negatives): %s. Use a smaller --batch-size or "
                     "--batching mixed.", batch_size, ", ".join(small))
     return small
+
+
+def check_strategy_batching(strategy, names: list[str], batching: str) -> None:
+    """Refuse a strategy that learns from several collections per batch under one-collection batches.
+
+    tDRO, DoReMi and GroupDRO compare the collections *within* a batch; with ``--batching homogeneous`` every
+    batch holds one collection, so their weights could never learn anything (they would stay uniform, or
+    drift with the sampling order) -- refused before training rather than run silently.
+    """
+    if batching != "homogeneous" or len(names) < 2 or not getattr(strategy, "needs_mixed_batches", False):
+        return
+    name = getattr(strategy, "name", "this strategy")
+    raise ConfigError(f"--strategy {name} compares the collections within each batch, but --batching homogeneous "
+                      "puts one collection in every batch: the learned weights could never move.",
+                      fix="add --batching mixed (as tDRO's stage 1 does; `drmix mixture optimize` sets it), "
+                          "or train with --strategy static.")
+

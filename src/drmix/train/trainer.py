@@ -11,16 +11,20 @@ per-example losses (with documents of all processes as negatives); ``strategy.lo
 
 The model is wrapped in a small module that encodes queries and documents in one ``forward`` so that
 DDP sees a single forward per backward even though the encoder runs twice.
+
+Beside the loop: :mod:`drmix.train.encoding` (batches to model inputs), :mod:`drmix.train.inputs` (the
+prefetched training stream), :mod:`drmix.train.streams` (the strategies' extra batch streams),
+:mod:`drmix.train.reference` (reference-model scoring), :mod:`drmix.train.optim` (optimiser, schedule) and
+:mod:`drmix.train.saving` (output directory, logs, checkpoints' trainer state, final model).
+Strategies see the run only through :class:`~drmix.mixture.base.StepContext`.
 """
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,63 +32,36 @@ import numpy as np
 import torch
 
 from drmix.config import TrainConfig
+from drmix.data.batch import Batch
 from drmix.data.collections import Collection, load_beir_collection, load_collections
 from drmix.data.sampling import BatchBuilder, MixtureSampler
+from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text, dumps_json
-from drmix.mixture.base import Batch, StepContext, Strategy
-from drmix.model.encoder import document_prompt, load_encoder, query_prompt
+from drmix.mixture.base import StepContext, Strategy
+from drmix.model.backbone import BackboneOptions, default_lora_r, load_retriever
+from drmix.model.instructions import record_prompts
 from drmix.model.losses import contrastive_losses
-from drmix.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from drmix.train.guard import NonFiniteGuard
-from drmix.train.lock import clean_stale_temporaries, run_lock
-from drmix.train.preflight import check_batch_fits, check_device, check_model_fit, warn_small_collections
-from drmix.train.resume_check import check_resume
+from drmix.train.checkpoint import load_checkpoint, save_checkpoint
+from drmix.train.encoding import BatchEncoder
 from drmix.train.gradcache import GradCache
-from drmix.train.inputs import Featurizer, InputPipeline, pin_memory_available, to_device
-from drmix.train.lora import apply_lora, save_model
+from drmix.train.guard import NonFiniteGuard
+from drmix.train.inputs import InputPipeline
+from drmix.train.lock import run_lock
+from drmix.train.lora import apply_lora
+from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
+from drmix.train.sharding import backward as sharding_backward
+from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
+from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy_batching, warn_small_collections
+from drmix.train.reference import ReferenceScorer
+from drmix.train.reporting import CollectionLosses, RunReporting
+from drmix.train.saving import JsonlLog, RunOutput, TrainResult
+from drmix.train.streams import AuxiliaryStreams
+from drmix.train.tracking import HFCallbacks, split_callbacks
+
+__all__ = ["JsonlLog", "TrainResult", "Trainer", "train"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainResult:
-    output_dir: Path
-    model_dir: Path
-    steps: int
-    metrics_path: Path
-    weights_path: Path | None
-    final_loss: float | None = None
-
-
-class JsonlLog:
-    """Append-only JSONL log (one record per line, flushed); truncated to a checkpoint on resume."""
-
-    def __init__(self, path: Path, enabled: bool = True) -> None:
-        self.path = path
-        self.enabled = enabled
-
-    def append(self, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(dumps_json(record) + "\n")  # strict JSON: NaN/inf become null
-
-    def truncate_after(self, step: int) -> None:
-        """Drop records of steps after ``step`` (and a torn last line), atomically."""
-        if not self.enabled or not self.path.exists():
-            return
-        keep = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("step", 0) <= step:
-                keep.append(line + "\n")
-        atomic_write_text(self.path, "".join(keep))
 
 
 class _DualEncoder(torch.nn.Module):
@@ -100,48 +77,34 @@ class _DualEncoder(torch.nn.Module):
         return q, d
 
 
-def _schedule(name: str) -> str:
-    return {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}[name]
-
-
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    decay, no_decay = [], []
-    for n, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 or "norm" in n.lower() or n.endswith(".bias") else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def _adamw(groups: list[dict], lr: float) -> torch.optim.Optimizer:
-    """AdamW, fused where PyTorch supports it (CPU and CUDA: about 10x faster steps than the default)."""
-    try:
-        return torch.optim.AdamW(groups, lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):  # devices or dtypes without a fused kernel
-        return torch.optim.AdamW(groups, lr=lr)
-
-
 class Trainer:
     """Fine-tunes a SentenceTransformer on a mixture of collections under a Strategy."""
 
     def __init__(self, config: TrainConfig, *, strategy: Strategy | None = None,
                  callbacks: Sequence[Callable[[StepContext], None]] = (), collections: list[Collection] | None = None,
                  model: Any = None, builder: Any = None,
-                 loss_fn: Callable[..., torch.Tensor] | None = None) -> None:
+                 loss_fn: Callable[..., torch.Tensor] | None = None, card: dict[str, Any] | None = None) -> None:
         """``builder`` (turns sampled ``(collection, row)`` pairs into a :class:`Batch`; has ``state_dict``)
         and ``loss_fn`` (``loss_fn(query_emb, doc_emb, gather=bool) -> per-example losses``, used instead of
-        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining."""
+        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining; ``card``
+        overrides fields of the model card's :class:`~drmix.report.card.CardInfo` (e.g. ``kind``, ``loss``).
+
+        ``callbacks`` are plain callables (called with the :class:`StepContext` after every step) or
+        ``transformers.TrainerCallback`` objects (see :mod:`drmix.train.tracking`)."""
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
         self.config = config
-        self.callbacks = list(callbacks)
+        self.callbacks, hf_callbacks = split_callbacks(callbacks)
+        # built before the Accelerator: TrainingArguments resets accelerate's process state
+        hf = HFCallbacks(hf_callbacks, config) if hf_callbacks else None
         check_device(config.device)
         # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
         # precision is per trainer (train/precision.py), not accelerate's process-wide mixed_precision
         self.accelerator = Accelerator(mixed_precision="no", cpu=(config.device == "cpu"), kwargs_handlers=[ddp])
-        self.precision = Precision(config.mixed_precision, self.accelerator.device)
+        self.device = self.accelerator.device
+        self.precision = Precision(config.mixed_precision, self.device)
         self.world = self.accelerator.num_processes
         self.rank = self.accelerator.process_index
         self.is_main = self.accelerator.is_main_process
@@ -156,105 +119,85 @@ class Trainer:
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.batch_size)
-        self.model = model if model is not None else load_encoder(
-            config.model, device=str(self.accelerator.device), trust_remote_code=config.trust_remote_code)
-        self.model.to(self.accelerator.device)
-        if config.lora_r:
-            apply_lora(self.model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+        from drmix.model.encoder import resolve_model_path
+
+        # config.yaml, checkpoints and the card record the model actually used (not `model: null`)
+        config = self.config = config.model_copy(update={"model": resolve_model_path(config.model)})
+        backbone = BackboneOptions.from_config(config)
+        self.model = model if model is not None else load_retriever(
+            config.model, backbone, device=str(self.device), trust_remote_code=config.trust_remote_code)
+        self.model.to(self.device)
+        self.lora_r = default_lora_r(config.lora_r, self.model)
+        if self.lora_r:
+            if config.lora_r is None:
+                log.info("decoder backbone: LoRA r=%d alpha=%s dropout=%s (the tDRO paper's setting; --lora-r 0 "
+                         "trains all weights)", self.lora_r, config.lora_alpha, config.lora_dropout)
+            apply_lora(self.model, r=self.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
                        targets=config.lora_targets)
         check_model_fit(config, self.model)
         warn_small_collections(self.names, self.sizes, config.batch_size, config.batching)
-        self.q_prompt = query_prompt(self.model)
-        self.d_prompt = document_prompt(self.model)
+        self.encoder = BatchEncoder(self.model, self.device, query_max_length=config.query_max_length,
+                                    doc_max_length=config.doc_max_length, num_negatives=config.num_negatives)
 
         if strategy is None:
             from drmix.mixture.registry import build_strategy
 
             strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
+        check_strategy_batching(strategy, self.names, config.batching)
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
         self.builder = builder if builder is not None else BatchBuilder(self.collections, config.num_negatives,
                                                                          seed=config.seed)
         self.loss_fn = loss_fn
-        self._featurizers: dict[int, Featurizer] = {}
         self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs, prefetch=config.input_prefetch,
-                                    workers=config.input_workers,
-                                    threadable=lambda: self._featurizer(self.model).threadable)
+                                    workers=config.input_workers, threadable=self.encoder.threadable)
         # separate streams for strategies that draw extra batches (look-ahead, dev measurement)
-        self.aux_sampler = MixtureSampler(self.sizes, 1, seed=config.seed + 1)
-        self.aux_builder = BatchBuilder(self.collections, config.num_negatives, seed=config.seed + 1)
-        self.dev_collections = [load_beir_collection(d, split=config.dev_split) for d in config.dev]
-        self.dev_sampler = (MixtureSampler([len(c) for c in self.dev_collections], 1, seed=config.seed + 2)
-                            if self.dev_collections else None)
-        self.dev_builder = BatchBuilder(self.dev_collections, 0, seed=config.seed + 2)
+        self.streams = AuxiliaryStreams(self.collections,
+                                        [load_beir_collection(d, split=config.dev_split) for d in config.dev],
+                                        num_negatives=config.num_negatives, seed=config.seed)
+        self.reference = (ReferenceScorer.load(config.reference_model, self.encoder, self._losses_from_embeddings,
+                                               gather=self.world > 1, trust_remote_code=config.trust_remote_code,
+                                               backbone=dataclasses.replace(backbone, gradient_checkpointing=False))
+                          if config.reference_model else None)
 
-        self.reference = None
-        if config.reference_model:
-            self.reference = load_encoder(config.reference_model, device=str(self.accelerator.device),
-                                          trust_remote_code=config.trust_remote_code)
-            self.reference.eval()
-            self.reference.requires_grad_(False)
-        # the batch being trained and its device inputs: the reference reuses them when it tokenises alike
-        self._live: tuple[Batch, dict, dict, torch.Tensor] | None = None
-        self._reference_shares_inputs: bool | None = None
-
-        self.optimizer = _adamw(_param_groups(self.model, config.weight_decay), config.learning_rate)
-        from transformers import get_scheduler
-
-        self.scheduler = get_scheduler(_schedule(config.scheduler), self.optimizer,
-                                       num_warmup_steps=math.ceil(config.warmup_ratio * config.max_steps),
-                                       num_training_steps=config.max_steps)
+        self.optimizer, self.scheduler = build_optimizer(self.model, config)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
+        self.sharding = sharding_kind(self.accelerator)  # "fsdp" | "deepspeed" | None
+        if self.sharding is not None:
+            log.warning("sharded with %s: no intermediate checkpoints are written, so a killed run starts over "
+                        "(docs/llm.md)", self.sharding)
         self.grad_cache = (GradCache(self.wrapped, config.grad_cache_chunk, backward=self._backward,
                                      no_sync=lambda: self.accelerator.no_sync(self.wrapped))
                            if config.grad_cache_chunk else None)
-        self.metrics = JsonlLog(self.out / "metrics.jsonl", self.is_main)
-        self.trajectory = JsonlLog(self.out / "weights.jsonl", self.is_main)
+        self.output = RunOutput(self.out, is_main=self.is_main)
+        self.metrics = self.output.metrics
+        self.reporting = RunReporting(config, self.out, names=self.names, sizes=self.sizes,
+                                      hf=hf if self.is_main else None, enabled=self.is_main, card=card)
+        self.stop_hooks = bool(hf_callbacks)  # same on every rank: a callback's stop is agreed on by all
+        self.output.metrics.listeners.append(self.reporting.record)
+        self.output.trajectory.listeners.append(self.reporting.record)
+        self.collection_losses = CollectionLosses(self.names, self.device)
         self.evaluator = None
         if config.eval_data:
             from drmix.evaluation.evaluate import DevEvaluator
 
             self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
-                                          max_queries=config.eval_max_queries, seed=config.seed)
+                                          max_queries=config.eval_max_queries, seed=config.seed,
+                                          query_instructions=config.query_instructions)
         self.step = 0
         #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
         self.dropout = True
         self.lookahead_seconds = 0.0
-        self.guard = NonFiniteGuard(self.accelerator.device, max_consecutive=config.max_nonfinite_steps,
-                                    world_size=self.world)
+        self.guard = NonFiniteGuard(self.device, max_consecutive=config.max_nonfinite_steps, world_size=self.world)
 
     # -- encoding and losses -------------------------------------------------------------------------
-    def _featurizer(self, model) -> Featurizer:
-        if id(model) not in self._featurizers:
-            cuda = pin_memory_available(self.accelerator.device)  # pad to 8 for tensor cores; on CPU it only costs
-            self._featurizers[id(model)] = Featurizer(model, pin=cuda, pad_multiple=8 if cuda else 1)
-        return self._featurizers[id(model)]
-
-    def _host_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
-        """Tokenised (padded, pinned on CUDA) CPU tensors of a batch: queries, documents, negative mask."""
-        cfg = self.config
-        negs = [n[:num_neg] for n in batch.negatives]
-        mask = torch.zeros(len(batch), num_neg, dtype=torch.bool)
-        for i, n in enumerate(negs):
-            mask[i, :len(n)] = True
-        docs = [self.d_prompt + d for d in batch.positives] + [self.d_prompt + d for n in negs for d in n]
-        featurize = self._featurizer(model)
-        q = featurize([self.q_prompt + t for t in batch.queries], cfg.query_max_length)
-        d = featurize(docs, cfg.doc_max_length)
-        return q, d, mask
-
-    def _batch_inputs(self, model, batch: Batch, num_neg: int) -> tuple[dict, dict, torch.Tensor]:
-        q, d, mask = self._host_inputs(model, batch, num_neg)
-        dev = self.accelerator.device
-        return to_device(q, dev), to_device(d, dev), mask.to(dev)
-
     def _prepare_inputs(self, batch: Batch) -> tuple[Batch, dict, dict, torch.Tensor]:
         """This process's slice of a global batch and its host tensors (runs on an input thread)."""
         b = self.config.batch_size // self.world
         local = batch.slice(self.rank * b, (self.rank + 1) * b)
-        return (local, *self._host_inputs(self.model, local, self._num_negatives(batch)))
+        return (local, *self.encoder.host_inputs(self.model, local, self.encoder.negatives_in(batch)))
 
     def _losses_from_embeddings(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *,
                                 gather: bool) -> torch.Tensor:
@@ -279,7 +222,7 @@ class Trainer:
 
         def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
             # what a strategy needs for gradients through the embeddings (iDRO's per-cluster gradients)
-            ctx.extras["embeddings"], ctx.extras["grad_cache"] = (qe, de), self.grad_cache
+            ctx.embeddings, ctx.grad_cache = (qe, de), self.grad_cache
             kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
             return self.strategy.loss(kept["losses"], local, ctx)
 
@@ -291,76 +234,43 @@ class Trainer:
         return loss, kept["losses"]
 
     def _backward(self, loss: torch.Tensor) -> None:
-        self.precision.backward(loss / self.config.gradient_accumulation_steps)
-
-    def _num_negatives(self, batch: Batch) -> int:
-        """Hard negatives per example for this global batch (same on every process)."""
-        return min(self.config.num_negatives, max((len(n) for n in batch.negatives), default=0))
+        # through the accelerator: DeepSpeed's engine runs its own backward (drmix.train.sharding)
+        sharding_backward(self.accelerator, loss / self.config.gradient_accumulation_steps, self.precision)
 
     def compute_losses(self, batch: Batch, *, model=None) -> torch.Tensor:
         """Per-example losses of ``batch`` on one process (no cross-device gathering), with gradient."""
         model = model or self.model
-        q, d, mask = self._batch_inputs(model, batch, self._num_negatives(batch))
+        q, d, mask = self.encoder.device_inputs(model, batch, self.encoder.negatives_in(batch))
         qe = model(q)["sentence_embedding"]
         de = model(d)["sentence_embedding"]
         return self._losses_from_embeddings(qe, de, mask, gather=False)
-
-    def _reference_inputs(self, batch: Batch) -> tuple[dict, dict, torch.Tensor]:
-        """The reference model's device inputs for ``batch``: the training step's own tensors when ``batch``
-        is the batch being trained and the reference tokenises exactly as the model does (checked once, on
-        the first such batch), so the reference costs no tokenisation on the critical path."""
-        num_neg = self._num_negatives(batch)
-        live = self._live
-        if live is None or live[0] is not batch or self._reference_shares_inputs is False:
-            return self._batch_inputs(self.reference, batch, num_neg)
-        _, q, d, mask = live
-        if self._reference_shares_inputs is None:
-            rq, rd, rmask = self._host_inputs(self.reference, batch, num_neg)
-            same = all(set(a) == set(b) and all(torch.equal(a[k].cpu(), b[k]) for k in b if torch.is_tensor(b[k]))
-                       for a, b in ((q, rq), (d, rd))) and torch.equal(mask.cpu(), rmask)
-            self._reference_shares_inputs = same
-            if not same:
-                log.info("the reference model tokenises differently from the model: its inputs are built apart")
-                dev = self.accelerator.device
-                return to_device(rq, dev), to_device(rd, dev), rmask.to(dev)
-        return dict(q), dict(d), mask
 
     def reference_losses(self, batch: Batch) -> torch.Tensor:
         """Per-example losses of the frozen reference model on the same inputs (no gradient)."""
         if self.reference is None:
             raise ConfigError("this strategy needs a reference model.", fix="set reference_model in the config.")
-        with torch.no_grad():
-            q, d, mask = self._reference_inputs(batch)
-            qe = self.reference(q)["sentence_embedding"]
-            de = self.reference(d)["sentence_embedding"]
-            return self._losses_from_embeddings(qe, de, mask, gather=self.world > 1)
-
-    def draw_batch(self, collection: int, size: int) -> Batch:
-        return self.aux_builder.build([(collection, r) for r in self.aux_sampler.take(collection, size)])
-
-    def draw_dev_batch(self, dev: int, size: int) -> Batch:
-        if self.dev_sampler is None:
-            raise ConfigError("this strategy needs dev sets.", fix="pass --dev BEIR_DIR (with a dev split).")
-        return self.dev_builder.build([(dev, r) for r in self.dev_sampler.take(dev, size)])
+        return self.reference(batch)
 
     def context(self) -> StepContext:
+        """What the strategy and the callbacks see of this run (see :class:`StepContext`)."""
+        cfg = self.config
         return StepContext(
             step=self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
             collection_names=self.names, collection_sizes=self.sizes, compute_losses=self.compute_losses,
-            reference_losses=self.reference_losses if self.reference is not None else None,
-            draw_batch=self.draw_batch, dev_names=[c.name for c in self.dev_collections],
-            draw_dev_batch=self.draw_dev_batch if self.dev_collections else None,
-            log=self.metrics.append, world_size=self.world, rank=self.rank,
-            extras={"trainer": self, "config": self.config})
+            reference_losses=self.reference,
+            draw_batch=self.streams.draw_batch, dev_names=self.streams.dev_names,
+            draw_dev_batch=self.streams.draw_dev_batch if self.streams.dev_collections else None,
+            log=self.metrics.append, world_size=self.world, rank=self.rank, device=self.device,
+            batch_size=cfg.batch_size, accumulation_steps=cfg.gradient_accumulation_steps,
+            encode_queries=self.encoder.encode_queries, training_queries=self.streams.training_queries,
+            all_reduce=all_reduce)
 
     # -- state ------------------------------------------------------------------------------------------
     def _trainer_state(self) -> dict[str, Any]:
-        return {**self.inputs.state_dict(),
-                "aux_sampler": self.aux_sampler.state_dict(), "aux_builder": self.aux_builder.state_dict(),
-                "dev_sampler": self.dev_sampler.state_dict() if self.dev_sampler else None,
-                "dev_builder": self.dev_builder.state_dict(), "collections": self.names, "sizes": self.sizes,
-                "lookahead_seconds": self.lookahead_seconds, "nonfinite": self.guard.state_dict(),
-                "precision": self.precision.state_dict(), "config": self.config.model_dump(mode="json")}
+        return {**self.inputs.state_dict(), **self.streams.state_dict(), "collections": self.names,
+                "sizes": self.sizes, "lookahead_seconds": self.lookahead_seconds,
+                "nonfinite": self.guard.state_dict(), "precision": self.precision.state_dict(),
+                "config": self.config.model_dump(mode="json")}
 
     def _restore(self, path: Path) -> None:
         state, strategy_state = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
@@ -370,57 +280,43 @@ class Trainer:
                               f"the data now gives {self.names}.", path=path,
                               fix="resume with the same data, or start a new --output-dir.")
         self.inputs.load_state_dict(state)
-        self.aux_sampler.load_state_dict(state["aux_sampler"])
-        self.aux_builder.load_state_dict(state["aux_builder"])
-        if self.dev_sampler and state.get("dev_sampler"):
-            self.dev_sampler.load_state_dict(state["dev_sampler"])
-            self.dev_builder.load_state_dict(state["dev_builder"])
+        self.streams.load_state_dict(state)
         self.lookahead_seconds = state.get("lookahead_seconds", 0.0)
         self.guard.load_state_dict(state.get("nonfinite"))
         self.precision.load_state_dict(state.get("precision"))
         self.strategy.load_state_dict(strategy_state)
         self.step = int(state["step"])
-        self.metrics.truncate_after(self.step)
-        self.trajectory.truncate_after(self.step)
+        self.output.truncate_after(self.step)
         log.info("resumed from %s at step %d", path, self.step)
 
     def _save(self) -> None:
+        if self.sharding is not None:  # sharded optimiser state: no resumable checkpoint (drmix.train.sharding)
+            return
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
                             keep=self.config.keep_checkpoints)
+            self.reporting.saved()
         self.accelerator.wait_for_everyone()
-
-    def _prepare_output(self) -> Path | None:
-        cfg = self.config
-        ckpt = latest_checkpoint(self.out)
-        finished = (self.out / "model" / "modules.json").exists()
-        if (ckpt or finished) and not cfg.resume:
-            raise ConfigError("the output directory already holds a run.", path=self.out,
-                              fix="pass --resume to continue it, or choose another --output-dir.")
-        if ckpt is not None:  # every rank checks (and refuses) alike; only the main one logs
-            check_resume(self.out, ckpt, cfg.model_dump(mode="json"), allow_changes=cfg.resume_with_changes,
-                         log=self.metrics.append, names=self.names, sizes=self.sizes)
-        if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            clean_stale_temporaries(self.out)
-            atomic_write_text(self.out / "config.yaml", cfg.dump_yaml())
-        return ckpt
 
     # -- the loop ----------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
         """Train under the output directory's lock (one writer per directory; see drmix.train.lock)."""
         with run_lock(self.out, enabled=self.is_main):
-            return self._train()
+            try:
+                return self._train()
+            finally:
+                self.reporting.close()  # trackers flushed even when training stops with an error
 
     def _train(self) -> TrainResult:
         cfg = self.config
-        ckpt = self._prepare_output()
+        ckpt = self.output.prepare(cfg, self.names, self.sizes)
         if ckpt is not None:
             self._restore(ckpt)
-        if self.step >= cfg.max_steps and (self.out / "model" / "modules.json").exists():
+        if self.step >= cfg.max_steps and self.output.finished:
             log.info("run in %s is already complete (%d steps)", self.out, self.step)
-            return self._result(None)
+            return self.output.result(self.step, None)
+        self.reporting.start(self.step, self.model)
         ctx = self.context()
         last_loss = None
         from tqdm.auto import tqdm
@@ -440,18 +336,17 @@ class Trainer:
                 last = micro == cfg.gradient_accumulation_steps - 1
                 sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.wrapped)
                 with sync, self.precision.autocast():
-                    dev = self.accelerator.device
-                    q, d, mask = to_device(q, dev), to_device(d, dev), mask.to(dev)
-                    if self.reference is not None:  # copies: the model's forward adds outputs to q and d
-                        self._live = (local, dict(q), dict(d), mask)
+                    q, d, mask = self.encoder.to_device((q, d, mask))
+                    if self.reference is not None:
+                        self.reference.set_live(local, q, d, mask)
                     ctx.step = self.step
-                    ctx.extras["micro_step"] = micro
-                    ctx.extras["accumulation_steps"] = cfg.gradient_accumulation_steps
+                    ctx.micro_step = micro
                     self.wrapped.train(self.dropout)   # a strategy or evaluation may have left it in eval mode
                     loss, losses = self._forward_backward(q, d, mask, local, ctx)
                     self.guard.observe_loss(loss)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
                 step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
+                self.collection_losses.add(losses, local.collection_ids)
             self.precision.unscale_(self.optimizer)
             grad_norm = None
             if cfg.max_grad_norm > 0:
@@ -470,7 +365,7 @@ class Trainer:
             window_seconds += t_la - t_step
             record = self.strategy.trajectory_record(self.step)
             if record is not None:
-                self.trajectory.append({"step": self.step, **record})
+                self.output.trajectory.append({"step": self.step, **record})
             logging_step = self.step % cfg.log_every == 0 or self.step == cfg.max_steps
             if logging_step:  # the only host syncs of the loop: losses are read every log_every steps
                 last_loss = self._mean_across(float(step_loss))
@@ -478,6 +373,7 @@ class Trainer:
                                      "lr": lr, "samples_per_s": window_n / max(window_seconds, 1e-9),
                                      "train_seconds": window_seconds, "strategy_seconds": self.lookahead_seconds,
                                      "collection_counts": dict(zip(self.names, counts.tolist())),
+                                     "collection_losses": self.collection_losses.read(self._sum_across),
                                      **self.guard.sync()})  # reads the skip counters; raises after too many
                 window_seconds, window_n = 0.0, 0
                 counts[:] = 0
@@ -485,21 +381,38 @@ class Trainer:
                 self._evaluate()
             for cb in self.callbacks:
                 cb(ctx)
-            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
+            stop = self._callbacks_stop()
+            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or stop:
                 self._save()
             if logging_step:
                 bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
             bar.update(1)
+            if stop:
+                log.info("a callback stopped training at step %d", self.step)
+                break
         bar.close()
         self.inputs.close()
         if self.evaluator is not None and (not cfg.eval_every or cfg.max_steps % cfg.eval_every):
             self._evaluate()
         return self._finish(last_loss)
 
+    def _callbacks_stop(self) -> bool:
+        """Whether a ``TrainerCallback`` asked to stop (main process), agreed on by every process."""
+        if not self.stop_hooks:
+            return False
+        stop = self.reporting.step_end(self.step, self.model)
+        if self.world == 1:
+            return stop
+        flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
+
+    def _sum_across(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.world == 1 else self.accelerator.reduce(t, reduction="sum")
+
     def _mean_across(self, value: float) -> float:
         if self.world == 1:
             return value
-        t = torch.tensor([value], device=self.accelerator.device)
+        t = torch.tensor([value], device=self.device)
         return self.accelerator.reduce(t, reduction="mean").item()
 
     def _evaluate(self) -> None:
@@ -509,28 +422,38 @@ class Trainer:
             log.info("step %d eval: %s", self.step, scores)
         self.accelerator.wait_for_everyone()
 
+    def _model_for_saving(self) -> Any:
+        """The model to save: ours, or under FSDP/ZeRO one rebuilt on the main process from the gathered full
+        state dict (a collective: every process calls it; ``None`` on the others)."""
+        if self.sharding is None:
+            return self.model
+        state = full_state_dict(self.accelerator, self.wrapped)
+        if not self.is_main:
+            return None
+
+        def build() -> Any:
+            opts = dataclasses.replace(BackboneOptions.from_config(self.config), gradient_checkpointing=False)
+            model = load_retriever(self.config.model, opts, device="cpu",
+                                   trust_remote_code=self.config.trust_remote_code)
+            if self.lora_r:
+                apply_lora(model, r=self.lora_r, alpha=self.config.lora_alpha, dropout=self.config.lora_dropout,
+                           targets=self.config.lora_targets)
+            return model
+
+        log.info("%s: saving the full weights gathered from every process", self.sharding)
+        return rebuild_with_state(build, state)
+
     def _finish(self, last_loss: float | None) -> TrainResult:
+        model = self._model_for_saving()
         if self.is_main:
-            save_model(self.model, self.out)  # model/ (LoRA merged) and, with LoRA, adapter/
-            atomic_write_json(self.out / "weights.json", self.strategy.final_weights())
-            self._plot_weights()
+            # the training collections' instructions and the evaluation ones become named prompts of the folder
+            record_prompts(model, {**{c.name: c.instruction for c in self.collections if c.instruction},
+                                   **self.config.query_instructions})
+        weights = self.strategy.final_weights()
+        self.output.save_final(model, weights, getattr(self.strategy, "weight_names", self.names))
+        self.reporting.finish(model, weights)  # model/README.md, report.html (main process)
         self.accelerator.wait_for_everyone()
-        return self._result(last_loss)
-
-    def _plot_weights(self) -> None:
-        traj = self.out / "weights.jsonl"
-        if not traj.exists() or traj.stat().st_size == 0:
-            return
-        try:
-            from drmix.report.plots import plot_weights
-        except ImportError:  # pragma: no cover - plots module is part of the package
-            return
-        plot_weights(traj, self.out / "weights.png", names=getattr(self.strategy, "weight_names", self.names))
-
-    def _result(self, last_loss: float | None) -> TrainResult:
-        weights = self.out / "weights.json"
-        return TrainResult(self.out, self.out / "model", self.step, self.out / "metrics.jsonl",
-                           weights if weights.exists() else None, last_loss)
+        return self.output.result(self.step, last_loss)
 
 
 def train(config: TrainConfig, *, strategy: Strategy | None = None,

@@ -1,0 +1,441 @@
+"""Model cards: a README.md for every model folder drmix writes, in the sentence-transformers layout.
+
+sentence-transformers writes a card only from its own trainer; a model drmix trains would otherwise keep
+the base model's README byte for byte (``SentenceTransformer.save`` reuses the loaded card when its
+trainer did not run), which misdescribes the fine-tune. :func:`write_model_card` fills a
+:class:`~sentence_transformers.SentenceTransformerModelCardData` (base model, training collections with
+their sizes, loss, hyperparameters, evaluation results, citations, tags) and renders it with
+sentence-transformers' own template through ``huggingface_hub.ModelCard``; YAML front matter
+(``base_model``, ``tags``, ``datasets``, ``metrics``, ``model-index``) comes from that machinery.
+
+Written by hand, because the template has no place for them: the mixture section (final weight per
+collection and how it was learned), the drmix command that reproduces the model (with the resolved
+configuration) and drmix's papers, inserted as Markdown before the hyperparameters section.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from drmix.io import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+DEFAULT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+#: paper key -> (one-line reference shown in the card, BibTeX)
+PAPERS: dict[str, tuple[str, str]] = {
+    "tdro": ("Ma et al., Task-level Distributionally Robust Optimization for Large Language Model-based Dense "
+             "Retrieval, AAAI 2025, arXiv:2408.10613", """@inproceedings{ma2025tdro,
+    title = {Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval},
+    author = {Ma, Guangyuan and Ma, Yongliang and Wu, Xing and Su, Zhenpeng and Zhou, Ming and Hu, Songlin},
+    booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
+    year = {2025},
+    eprint = {2408.10613},
+    archivePrefix = {arXiv}
+}"""),
+    "coco": ("Yu et al., COCO-DR: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and "
+             "Distributionally Robust Learning, EMNLP 2022, arXiv:2210.15212", """@inproceedings{yu2022cocodr,
+    title = {{COCO-DR}: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and Distributionally Robust Learning},
+    author = {Yu, Yue and Xiong, Chenyan and Sun, Si and Zhang, Chao and Overwijk, Arnold},
+    booktitle = {Proceedings of the 2022 Conference on Empirical Methods in Natural Language Processing},
+    year = {2022},
+    eprint = {2210.15212},
+    archivePrefix = {arXiv}
+}"""),
+    "infdds": ("Influence Guided Sampling for Domain Adaptation of Text Retrievers (Inf-DDS), under review",
+               """@misc{infdds,
+    title = {Influence Guided Sampling for Domain Adaptation of Text Retrievers},
+    note = {Inf-DDS; under double-blind review}
+}"""),
+    "drama": ("Ma et al., DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers, "
+              "ACL 2025, arXiv:2502.18460", """@inproceedings{ma2025drama,
+    title = {{DRAMA}: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers},
+    author = {Ma, Xueguang and Lin, Xi Victoria and Oguz, Barlas and Lin, Jimmy and Yih, Wen-tau and Chen, Xilun},
+    booktitle = {Proceedings of the 63rd Annual Meeting of the Association for Computational Linguistics},
+    year = {2025},
+    eprint = {2502.18460},
+    archivePrefix = {arXiv}
+}"""),
+    "doremi": ("Xie et al., DoReMi: Optimizing Data Mixtures Speeds Up Language Model Pretraining, NeurIPS 2023, "
+               "arXiv:2305.10429", """@inproceedings{xie2023doremi,
+    title = {{DoReMi}: Optimizing Data Mixtures Speeds Up Language Model Pretraining},
+    author = {Xie, Sang Michael and Pham, Hieu and Dong, Xuanyi and Du, Nan and Liu, Hanxiao and Lu, Yifeng and Liang, Percy and Le, Quoc V. and Ma, Tengyu and Yu, Adams Wei},
+    booktitle = {Advances in Neural Information Processing Systems},
+    year = {2023},
+    eprint = {2305.10429},
+    archivePrefix = {arXiv}
+}"""),
+    "groupdro": ("Sagawa et al., Distributionally Robust Neural Networks for Group Shifts, ICLR 2020, "
+                 "arXiv:1911.08731", """@inproceedings{sagawa2020groupdro,
+    title = {Distributionally Robust Neural Networks for Group Shifts: On the Importance of Regularization for Worst-Case Generalization},
+    author = {Sagawa, Shiori and Koh, Pang Wei and Hashimoto, Tatsunori B. and Liang, Percy},
+    booktitle = {International Conference on Learning Representations},
+    year = {2020},
+    eprint = {1911.08731},
+    archivePrefix = {arXiv}
+}"""),
+    "multidds": ("Wang et al., Balancing Training for Multilingual Neural Machine Translation (MultiDDS), ACL 2020, "
+                 "arXiv:2004.06748", """@inproceedings{wang2020multidds,
+    title = {Balancing Training for Multilingual Neural Machine Translation},
+    author = {Wang, Xinyi and Tsvetkov, Yulia and Neubig, Graham},
+    booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
+    year = {2020},
+    eprint = {2004.06748},
+    archivePrefix = {arXiv}
+}"""),
+    "lora": ("Hu et al., LoRA: Low-Rank Adaptation of Large Language Models, ICLR 2022, arXiv:2106.09685",
+             """@inproceedings{hu2022lora,
+    title = {{LoRA}: Low-Rank Adaptation of Large Language Models},
+    author = {Hu, Edward J. and Shen, Yelong and Wallis, Phillip and Allen-Zhu, Zeyuan and Li, Yuanzhi and Wang, Shean and Wang, Lu and Chen, Weizhu},
+    booktitle = {International Conference on Learning Representations},
+    year = {2022},
+    eprint = {2106.09685},
+    archivePrefix = {arXiv}
+}"""),
+    "matryoshka": ("Kusupati et al., Matryoshka Representation Learning, NeurIPS 2022, arXiv:2205.13147",
+                   """@inproceedings{kusupati2022matryoshka,
+    title = {Matryoshka Representation Learning},
+    author = {Kusupati, Aditya and Bhatt, Gantavya and Rege, Aniket and Wallingford, Matthew and Sinha, Aditya and Ramanujan, Vivek and Howard-Snyder, William and Chen, Kaifeng and Kakade, Sham and Jain, Prateek and Farhadi, Ali},
+    booktitle = {Advances in Neural Information Processing Systems},
+    year = {2022},
+    eprint = {2205.13147},
+    archivePrefix = {arXiv}
+}"""),
+    "gradcache": ("Gao et al., Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup, "
+                  "RepL4NLP 2021, arXiv:2101.06983", """@inproceedings{gao2021gradcache,
+    title = {Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup},
+    author = {Gao, Luyu and Zhang, Yunyi and Han, Jiawei and Callan, Jamie},
+    booktitle = {Proceedings of the 6th Workshop on Representation Learning for NLP},
+    year = {2021},
+    eprint = {2101.06983},
+    archivePrefix = {arXiv}
+}"""),
+}
+
+#: strategy -> paper key; "how the weights were learned", in one sentence
+STRATEGY_PAPERS = {"tdro": "tdro", "doremi": "doremi", "groupdro": "groupdro", "infdds": "infdds",
+                   "multidds": "multidds", "idro": "coco"}
+STRATEGY_TEXT = {
+    "static": "fixed before training",
+    "tdro": "learned by task-level DRO (tDRO): exponentiated-gradient ascent on the proxy/reference loss ratio",
+    "doremi": "learned by DoReMi: excess loss of a proxy over a frozen reference model",
+    "groupdro": "learned by GroupDRO: exponentiated group losses",
+    "infdds": "learned by Inf-DDS: a sampling policy rewarded by look-ahead influence on dev sets",
+    "multidds": "learned by MultiDDS: gradient-similarity rewards against dev sets",
+    "idro": "iDRO reweights k-means query clusters inside each batch (the collection sampling stays fixed)",
+}
+MIXTURE_TEXT = {"uniform": "uniform over collections", "size": "proportional to collection size",
+                "temperature": "proportional to |D|^(1/tau)", "file": "read from a weights file"}
+
+#: configuration fields that say where things are, not how the model was trained
+_NOT_HYPERPARAMETERS = {"data", "output_dir", "resume", "resume_with_changes", "show_progress", "device",
+                        "eval_data", "dev", "model", "reference_model", "weights_file", "report_to",
+                        "push_to_hub", "input_prefetch", "input_workers", "test_data"}
+
+
+@dataclass
+class CollectionInfo:
+    """One training collection as the card shows it."""
+
+    name: str
+    size: int | None = None
+    weight: float | None = None
+
+
+@dataclass
+class CardInfo:
+    """What a card says about a model beyond what the model folder itself holds."""
+
+    base_model: str | None = None
+    kind: str = "fine-tuned"  # fine-tuned | pretrained (COCO) | pruned | LoRA-merged
+    summary: str | None = None
+    collections: list[CollectionInfo] = field(default_factory=list)
+    weights_how: str | None = None
+    loss: str | None = None
+    loss_config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] | None = None
+    defaults: dict[str, Any] | None = None
+    command: str | None = None
+    eval_results: dict[str, dict[str, float]] = field(default_factory=dict)
+    eval_split: str | None = None
+    papers: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    model_id: str | None = None  # the Hub repository the card is pushed to (its usage snippet loads it)
+
+
+def current_command() -> str | None:
+    """The ``drmix ...`` command line of this process, or None when drmix runs from Python."""
+    argv0 = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if argv0 is None:
+        return None
+    if argv0.name == "drmix" or (argv0.name == "__main__.py" and argv0.parent.name in ("drmix", "cli")):
+        return shlex.join(["drmix", *sys.argv[1:]])
+    return None
+
+
+def hub_id_of(base_model: str | None) -> str | None:
+    """The Hub id of a base model given as a hub id, the bundled default, or None for other local folders."""
+    if not base_model:
+        return DEFAULT_HUB_ID
+    from drmix.model.encoder import _DEFAULT_ALIASES, default_model_path
+
+    if base_model in _DEFAULT_ALIASES:
+        return DEFAULT_HUB_ID
+    try:
+        if Path(base_model).expanduser().resolve() == Path(default_model_path()).resolve():
+            return DEFAULT_HUB_ID
+    except OSError:
+        pass
+    if Path(base_model).expanduser().exists():
+        return None
+    return base_model if HUB_ID.match(base_model) else None
+
+
+def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence[int],
+                           weights: Mapping[str, Any] | None = None, command: str | None = None,
+                           eval_results: Mapping[str, Mapping[str, float]] | None = None,
+                           eval_split: str | None = None) -> CardInfo:
+    """A :class:`CardInfo` for a model trained by :class:`~drmix.train.trainer.Trainer` with ``config``.
+
+    ``weights`` is what the strategy wrote to ``weights.json`` (``collections`` + ``weights`` lists).
+    """
+    cfg = config.model_dump(mode="json")
+    defaults = type(config)().model_dump(mode="json") if _constructible(type(config)) else None
+    final = _weights_by_name(weights, names)
+    strategy = cfg.get("strategy", "static")
+    how = STRATEGY_TEXT.get(strategy, f"learned by the {strategy} strategy")
+    if strategy == "static":
+        how = f"fixed before training: {MIXTURE_TEXT.get(cfg.get('mixture'), cfg.get('mixture'))}"
+        source = _learned_source(cfg.get("weights_file"))
+        if source:
+            how = f"transferred ({cfg.get('transfer') or 'as sampling weights'}) from weights {source}"
+    papers = []
+    for key in (STRATEGY_PAPERS.get(strategy), _weights_file_paper(cfg.get("weights_file")),
+                "lora" if cfg.get("lora_r") else None, "matryoshka" if cfg.get("matryoshka_dims") else None,
+                "gradcache" if cfg.get("grad_cache_chunk") else None):
+        if key and key not in papers:
+            papers.append(key)
+    loss_config = {"temperature": cfg.get("temperature"), "in_batch_negatives": cfg.get("in_batch_negatives"),
+                   "cross_device_negatives": cfg.get("cross_device_negatives"),
+                   "hard_negatives_per_query": cfg.get("num_negatives")}
+    if cfg.get("matryoshka_dims"):
+        loss_config["matryoshka_dims"] = cfg["matryoshka_dims"]
+    tags = ["drmix", "dense-retrieval", f"mixture:{strategy}"]
+    if cfg.get("lora_r"):
+        tags.append("lora")
+    return CardInfo(
+        base_model=cfg.get("model"), kind="LoRA-merged" if cfg.get("lora_r") else "fine-tuned",
+        collections=[CollectionInfo(n, s, final.get(n)) for n, s in zip(names, sizes)], weights_how=how,
+        loss="InfoNCE (contrastive, in-batch and hard negatives)", loss_config=loss_config, config=cfg,
+        defaults=defaults, command=command if command is not None else current_command(),
+        eval_results={k: dict(v) for k, v in (eval_results or {}).items()}, eval_split=eval_split,
+        papers=papers, tags=tags)
+
+
+def _constructible(cls: type) -> bool:
+    try:
+        cls()
+        return True
+    except Exception:  # noqa: BLE001 - a config with required fields has no defaults to compare with
+        return False
+
+
+def _weights_by_name(weights: Mapping[str, Any] | None, names: Sequence[str]) -> dict[str, float]:
+    if not weights:
+        return {}
+    w = weights.get("final") if isinstance(weights.get("final"), dict) else weights.get("weights")
+    if isinstance(w, dict):
+        return {str(k): float(v) for k, v in w.items() if v is not None}
+    cols = weights.get("collections") or list(names)
+    if isinstance(w, list) and len(w) == len(cols):
+        return {str(n): float(v) for n, v in zip(cols, w) if v is not None}
+    return {}
+
+
+def _read_weights_file(path: str | None) -> dict | None:
+    if not path:
+        return None
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _learned_source(path: str | None) -> str | None:
+    obj = _read_weights_file(path)
+    if obj is None:
+        return f"`{path}`" if path else None
+    strategy = obj.get("strategy")
+    return f"learned by {strategy} (`{path}`)" if strategy else f"`{path}`"
+
+
+def _weights_file_paper(path: str | None) -> str | None:
+    obj = _read_weights_file(path)
+    return STRATEGY_PAPERS.get(str(obj.get("strategy"))) if obj else None
+
+
+class _ReportedEvaluation:
+    """Stands in for a sentence-transformers evaluator so its card machinery formats drmix's results
+    (``name``, ``description``, ``primary_metric`` and ``get_config_dict`` are all it reads)."""
+
+    description = "Information Retrieval"
+
+    def __init__(self, dataset: str, split: str | None, primary: str | None) -> None:
+        self.name = dataset
+        self.split = split
+        self.primary_metric = primary
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {"split": self.split} if self.split else {}
+
+
+# the card prints "Evaluated with <code>module.name</code>": name the command that produced the numbers
+_ReportedEvaluation.__module__ = "drmix"
+_ReportedEvaluation.__name__ = _ReportedEvaluation.__qualname__ = "eval"
+
+
+def _fmt_weight(w: float | None) -> str:
+    return "" if w is None else f"{w:.4f}"
+
+
+def drmix_sections(info: CardInfo) -> str:
+    """The Markdown the sentence-transformers template cannot express (mixture, loss, command, papers)."""
+    out: list[str] = []
+    if info.summary or info.notes:
+        out += ["### About this model", ""]
+        if info.summary:
+            out += [info.summary, ""]
+        out += [f"- {n}" for n in info.notes] + ([""] if info.notes else [])
+    if info.collections:
+        out += ["### Training Mixture", ""]
+        if info.weights_how:
+            out += [f"Mixture weights: {info.weights_how}.", ""]
+        total = sum(c.size or 0 for c in info.collections)
+        out += ["| collection | examples | share of data | final weight |", "|---|---:|---:|---:|"]
+        for c in info.collections:
+            share = f"{c.size / total:.4f}" if c.size and total else ""
+            out.append(f"| {c.name} | {'' if c.size is None else f'{c.size:,}'} | {share} | {_fmt_weight(c.weight)} |")
+        out.append("")
+    if info.loss:
+        out += ["### Loss", "", f"{info.loss}" + (" with these parameters:" if info.loss_config else "."), ""]
+        if info.loss_config:
+            out += ["```json", json.dumps(info.loss_config, indent=4), "```", ""]
+    if info.command or info.config:
+        out += ["### Reproduce", ""]
+        if info.command:
+            out += ["This model was produced by:", "", "```bash", info.command, "```", ""]
+        if info.config:
+            out += ["<details><summary>Resolved configuration (config.yaml)</summary>", "", "```yaml",
+                    _yaml(info.config).rstrip(), "```", "", "</details>", ""]
+    return "\n".join(out)
+
+
+def _yaml(obj: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True)
+
+
+def _hyperparameters(info: CardInfo) -> tuple[dict[str, Any], dict[str, Any]]:
+    if not info.config:
+        return {}, {}
+    allp = {k: v for k, v in info.config.items() if k not in _NOT_HYPERPARAMETERS}
+    nondefault = {k: v for k, v in allp.items() if info.defaults is not None and info.defaults.get(k) != v}
+    return allp, nondefault
+
+
+def card_data(model: Any, info: CardInfo) -> Any:
+    """A filled :class:`SentenceTransformerModelCardData` (registered with ``model``)."""
+    from sentence_transformers import SentenceTransformerModelCardData
+
+    datasets = [{"name": c.name, "size": c.size, "columns": ["query", "positive", "negative"],
+                 "loss": {"fullname": "drmix.model.losses.contrastive_losses"}}
+                for c in info.collections]
+    data = SentenceTransformerModelCardData(local_files_only=True, train_datasets=datasets,
+                                            generate_widget_examples=False, task_name="retrieval")
+    data.register_model(model)
+    if info.model_id:
+        data.set_model_id(info.model_id)
+    hub = hub_id_of(info.base_model)
+    data.base_model = hub
+    if hub is None and info.base_model:
+        data.model_name = f"SentenceTransformer {info.kind} from {Path(info.base_model).name} with drmix"
+    elif hub:
+        data.model_name = f"SentenceTransformer {info.kind} from {hub} with drmix"
+    data.datasets = [c.name for c in info.collections]
+    data.add_tags(["generated_from_drmix", *info.tags, "loss:InfoNCE" if info.loss else "drmix"])
+    allp, nondefault = _hyperparameters(info)
+    data.all_hyperparameters = allp
+    data.non_default_hyperparameters = nondefault
+    data.eval_results_dict = {
+        _ReportedEvaluation(name, info.eval_split, "ndcg@10" if "ndcg@10" in metrics else None):
+            {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        for name, metrics in info.eval_results.items()}
+    citations = {"Sentence Transformers": _ST_CITATION}
+    for key in info.papers:
+        ref, bib = PAPERS[key]
+        citations[ref.split(",")[0] + ": " + ref.split(", ", 1)[1].split(",")[0]] = bib
+    data.citations = citations
+    return data
+
+
+_ST_CITATION = """@inproceedings{reimers-2019-sentence-bert,
+    title = "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
+    author = "Reimers, Nils and Gurevych, Iryna",
+    booktitle = "Proceedings of the 2019 Conference on Empirical Methods in Natural Language Processing",
+    month = "11",
+    year = "2019",
+    publisher = "Association for Computational Linguistics",
+    url = "https://arxiv.org/abs/1908.10084",
+}"""
+
+
+def _insert(card: str, section: str) -> str:
+    """``section`` inserted before the first known heading of the template's later sections."""
+    if not section:
+        return card
+    for anchor in ("\n### Training Hyperparameters", "\n### Framework Versions", "\n## Citation"):
+        i = card.find(anchor)
+        if i >= 0:
+            return card[:i] + "\n" + section.rstrip() + "\n" + card[i:]
+    return card.rstrip() + "\n\n" + section
+
+
+def render_model_card(model: Any, info: CardInfo) -> str:
+    """The card's text: sentence-transformers' template, filled from ``info``, plus drmix's sections."""
+    from huggingface_hub import ModelCard
+
+    data = card_data(model, info)
+    previous = getattr(model, "model_card_data", None)
+    try:
+        model.model_card_data = data
+        card = ModelCard.from_template(card_data=data, template_path=str(data.template_path), hf_emoji="🤗").content
+    finally:
+        if previous is not None:
+            model.model_card_data = previous
+    return _insert(card, drmix_sections(info))
+
+
+def write_model_card(model: Any, model_dir: str | Path, info: CardInfo) -> Path:
+    """Write ``model_dir/README.md`` (atomically) describing ``model`` as ``info`` says; returns its path."""
+    path = Path(model_dir) / "README.md"
+    atomic_write_text(path, render_model_card(model, info))
+    return path
+
+
+def read_front_matter(readme: str | Path) -> dict[str, Any]:
+    """The YAML front matter of a card (through huggingface_hub's parser)."""
+    from huggingface_hub import ModelCard
+
+    return ModelCard.load(Path(readme)).data.to_dict()

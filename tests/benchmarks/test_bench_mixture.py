@@ -1,0 +1,124 @@
+"""benchmarks/bench_mixture.py: the mined-negatives cache and the arm-vs-same-arm comparison (mined vs TF-IDF)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drmix.augment import mine as mine_mod
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_mixture as bm  # noqa: E402
+
+# texts -> hand-made unit vectors, so every cosine is known exactly
+_VEC = {
+    "q1": [1.0, 0.0], "q2": [0.0, 1.0],
+    "p1": [1.0, 0.0],                        # q1's positive, cos 1.0
+    "p2": [0.6, 0.8],                        # q2's positive, cos 0.8
+    "n_a": [0.98, 0.198997487],              # cos(q1)=0.98 (> 0.95 x 1.0: filtered for q1); cos(q2)=0.199
+    "n_b": [0.8, 0.6],                       # cos(q1)=0.8, cos(q2)=0.6
+    "n_c": [0.0, -1.0],                      # cos(q1)=0,   cos(q2)=-1
+}
+
+
+@pytest.fixture
+def hand_embed(monkeypatch):
+    calls = []
+
+    def fake_embed(model, queries, docs, **kw):
+        calls.append(len(queries))
+        as_arr = lambda xs: np.array([_VEC[x] for x in xs], np.float32)  # noqa: E731
+        return as_arr(queries), as_arr(docs)
+
+    monkeypatch.setattr(mine_mod, "embed", fake_embed)
+    return calls
+
+
+def _write(path: Path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def test_mined_collections_replaces_negatives_and_caches(tmp_path, hand_embed):
+    src = tmp_path / "collections"
+    src.mkdir()
+    _write(src / "c.jsonl", [{"query": "q1", "positive": "p1", "negatives": ["n_c"]},
+                             {"query": "q2", "positive": "p2", "negatives": ["n_a"]}])
+    cache = tmp_path / "mined"
+    meta = bm.mined_collections(src, ["c"], cache, load_model=lambda: object())
+    rows = [json.loads(x) for x in (cache / "c.jsonl").read_text().splitlines()]
+    # the pool is the file's texts: p1, n_c, p2, n_a (the TF-IDF negatives are documents of the collection)
+    # q1: p1 removed; n_a (0.98 > 0.95 x 1.0) filtered; next is q2's positive p2 (0.6), then n_c (0).
+    # q2: p2 removed; limit 0.95 x 0.8 = 0.76; best remaining is n_a (0.199), above p1 (0) and n_c (-1).
+    assert [r["negatives"] for r in rows] == [["p2"], ["n_a"]]
+    assert rows[0]["mined"]["model"] == "all-MiniLM-L6-v2" and rows[0]["mined"]["ranks"] == "1:30"
+    assert meta["c"]["queries"] == 2 and meta["c"]["filtered"] == 1 and meta["c"]["negatives"] == 2
+    assert not (cache / "c.lock").exists()
+
+    # cached: no model is loaded, nothing is embedded again
+    def no_model():
+        raise AssertionError("the cache should have been used")
+
+    n_calls = len(hand_embed)
+    again = bm.mined_collections(src, ["c"], cache, load_model=no_model)
+    assert again["c"]["source_digest"] == meta["c"]["source_digest"] and len(hand_embed) == n_calls
+    # a changed source is mined again
+    _write(src / "c.jsonl", [{"query": "q1", "positive": "p1", "negatives": ["n_c"]}])
+    third = bm.mined_collections(src, ["c"], cache, load_model=lambda: object())
+    assert third["c"]["queries"] == 1 and len(hand_embed) == n_calls + 1
+
+
+def test_lock_of_a_live_process_is_respected_and_a_dead_ones_taken_over(tmp_path):
+    lock = tmp_path / "x.lock"
+    lock.write_text(str(os.getpid()))
+    assert bm._take_lock(lock) is False
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lock.write_text(str(dead.pid))
+    assert bm._take_lock(lock) is True and lock.read_text() == str(os.getpid())
+
+
+def _arm(scores_by_seed):
+    return {"arms": {"uniform": scores_by_seed, "x": scores_by_seed}, "weights": {}, "seconds": {}}
+
+
+def test_versus_pairs_the_same_arm_over_common_seeds():
+    # mined and tfidf share seeds 42, 43 (tfidf's 44 is ignored); seed-averaged per-query differences
+    # are +0.1, +0.2, +0.3
+    mined = {"a": _arm({"42": {"q1": 0.5, "q2": 0.6, "q3": 0.7}, "43": {"q1": 0.7, "q2": 0.8, "q3": 0.9}})}
+    tfidf = {"a": _arm({"42": {"q1": 0.5, "q2": 0.5, "q3": 0.5}, "43": {"q1": 0.5, "q2": 0.5, "q3": 0.5},
+                        "44": {"q1": 0.0, "q2": 0.0, "q3": 0.0}})}
+    vs = bm.versus(mined, tfidf, ["x"], label="mined", other_label="tfidf")
+    r = vs["arms"]["x"]["a"]
+    assert r["seeds"] == 2 and r["queries"] == 3
+    assert r["mean"] == pytest.approx(0.7) and r["other_mean"] == pytest.approx(0.5)
+    assert r["delta"] == pytest.approx(0.2)
+    # t = 0.2 / (0.1 / sqrt 3) = sqrt 12 with 2 df: p = 1 - t / sqrt(2 + t^2) = 1 - sqrt(6/7)
+    assert r["t_p"] == pytest.approx(1 - math.sqrt(6 / 7), rel=1e-6)
+    # 8 sign patterns enumerated; only all-plus and all-minus reach |0.6|: p = 2/8
+    assert r["fisher_p"] == pytest.approx(0.25)
+    text = bm.versus_report(vs)
+    assert "+0.2000" in text and "0.7000 / 0.5000 (n=2)" in text
+
+
+def test_versus_report_sets_learned_weights_side_by_side():
+    mined, tfidf = {"a": _arm({"42": {"q": 1.0}})}, {"a": _arm({"42": {"q": 0.5}})}
+    mined["a"]["weights"] = {"tdro": {"weights": {"c1": 0.7, "c2": 0.3}, "top70": ["c1"]}}
+    tfidf["a"]["weights"] = {"tdro": {"weights": {"c1": 0.4, "c2": 0.6}, "top70": ["c2"]}}
+    text = bm.versus_report(bm.versus(mined, tfidf, ["x"]))
+    assert "| c1 | 0.7000* | 0.4000 |" in text and "| c2 | 0.3000 | 0.6000* |" in text
+
+
+def test_merge_keeps_existing_seeds_and_load_refuses_other_negatives(tmp_path):
+    into = {"a": _arm({"42": {"q": 1.0}})}
+    bm.merge_results(into, {"a": _arm({"42": {"q": 0.0}, "43": {"q": 0.5}})})
+    assert into["a"]["arms"]["x"] == {"42": {"q": 1.0}, "43": {"q": 0.5}}
+    (tmp_path / "results.json").write_text(json.dumps({"results": {}}))      # older runs: TF-IDF
+    assert bm.load_results(tmp_path, "tfidf")["negatives"] == "tfidf"
+    with pytest.raises(SystemExit, match="tfidf negatives"):
+        bm.load_results(tmp_path, "mined")

@@ -1,0 +1,554 @@
+"""Inf-DDS / MultiDDS: policy initialisation, REINFORCE gradient, Reptile combination, look-ahead, resume."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from drmix.errors import ConfigError
+from drmix.data.batch import Batch
+from drmix.mixture.base import StepContext
+from drmix.mixture.influence import (
+    DeltaBuffer,
+    InfDDSConfig,
+    InfluenceStrategy,
+    MultiDDSStrategy,
+    Scorer,
+    batch_ndcg,
+    build_influence_strategy,
+    initial_scores,
+    lookahead_step,
+    reinforce_gradient,
+    reptile_update,
+    scale_rewards,
+    softmax,
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policy initialisation and REINFORCE
+# ---------------------------------------------------------------------------------------------------
+
+def test_initial_policy_follows_size_temperature():
+    # sizes 10 and 1000: tau=1 -> 10/1010, 1000/1010; tau=2 -> sqrt: 3.1623/34.785, 31.623/34.785
+    assert softmax(initial_scores([10, 1000], 1.0)) == pytest.approx([10 / 1010, 1000 / 1010])
+    assert softmax(initial_scores([10, 1000], 2.0)) == pytest.approx([0.0909091, 0.9090909], abs=1e-6)
+    assert softmax(initial_scores([10, 1000], None)) == pytest.approx([0.5, 0.5])
+    with pytest.raises(ConfigError):
+        initial_scores([0, 5], 1.0)
+
+
+PSI = torch.tensor([0.0, math.log(2.0), 0.0], dtype=torch.float64)  # P = [1/4, 1/2, 1/4]
+
+
+def test_reinforce_gradient_full_set():
+    # d_k = P_k (I_k - sum_i P_i I_i); I = [1, 0, -1] -> sum_i P_i I_i = 1/4 - 1/4 = 0
+    # d = [1/4 * 1, 1/2 * 0, 1/4 * -1] = [0.25, 0, -0.25]
+    d = reinforce_gradient(PSI, torch.tensor([1.0, 0.0, -1.0]))
+    assert d.tolist() == pytest.approx([0.25, 0.0, -0.25])
+
+
+def test_reinforce_gradient_conditional_on_subset():
+    # S = {0, 1}, rewards I_0 = 1, I_1 = 0. P(.|S) = [1/3, 2/3]; sum_{i in S} P_i I_i = 1/4.
+    # d_0 = P_0 I_0 - P(0|S) * 1/4 = 1/4 - 1/12 = 1/6
+    # d_1 = P_1 I_1 - P(1|S) * 1/4 = 0 - 1/6   = -1/6
+    # d_2 = 0 (not in S: log P(i|S) does not depend on psi_2)
+    d = reinforce_gradient(PSI, torch.tensor([1.0, 0.0]), subset=[0, 1])
+    assert d.tolist() == pytest.approx([1 / 6, -1 / 6, 0.0])
+    # The conditional gradient differs from the unconditional one restricted to S (which would be
+    # P_k (I_k - sum_all P_i I_i) with I_2 = 0: [0.25 - 0.0625, -0.125, -0.0625]).
+    full = reinforce_gradient(PSI, torch.tensor([1.0, 0.0, 0.0]))
+    assert full.tolist() == pytest.approx([0.1875, -0.125, -0.0625])
+
+
+def test_scorer_steps_sgd_and_adam():
+    sgd = Scorer(PSI.numpy(), lr=1.0, optimizer="sgd")
+    sgd.update([1.0, 0.0, -1.0])  # psi + d = [0.25, ln 2, -0.25]
+    assert sgd.psi.tolist() == pytest.approx([0.25, math.log(2.0), -0.25])
+    adam = Scorer(PSI.numpy(), lr=0.1, optimizer="adam")
+    adam.update([1.0, 0.0, -1.0])  # first Adam step moves by lr * sign(d); zero gradient -> no move
+    assert adam.psi.tolist() == pytest.approx([0.1, math.log(2.0), -0.1], abs=1e-6)
+
+
+def test_reward_scaling_keeps_direction_and_ratios():
+    # std of [1, 0, -1] (population) = sqrt(2/3) = 0.8164966 -> [1.2247449, 0, -1.2247449]
+    assert scale_rewards([1.0, 0.0, -1.0], "std") == pytest.approx([1.2247449, 0.0, -1.2247449])
+    assert scale_rewards([1.0, 0.0, -1.0], "none") == [1.0, 0.0, -1.0]
+    assert scale_rewards([0.3, 0.3], "std") == [0.3, 0.3]  # zero spread: unchanged
+    # a constant added to every reward does not change the REINFORCE direction (baseline identity)
+    d = reinforce_gradient(PSI, torch.tensor([1.0, 0.0]), subset=[0, 1])
+    shifted = reinforce_gradient(PSI, torch.tensor([6.0, 5.0]), subset=[0, 1])
+    assert shifted.tolist() == pytest.approx(d.tolist())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reptile combination and look-ahead steps
+# ---------------------------------------------------------------------------------------------------
+
+def test_reptile_softmax_weighted_deltas_on_linear_layer():
+    layer = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, -1.0]]))
+    params = [layer.weight]
+    saved = [layer.weight.detach().clone()]
+    buf = DeltaBuffer(saved, temperature=1.0)
+    # deltas added out of score order, so the online softmax has to rescale: scores ln2, 0, ln3
+    # -> weights 2/6, 1/6, 3/6; mean delta = (2*[1,0] + 1*[0,1] + 3*[2,2]) / 6 = [8/6, 7/6]
+    for delta, score in (([1.0, 0.0], math.log(2)), ([0.0, 1.0], 0.0), ([2.0, 2.0], math.log(3))):
+        with torch.no_grad():
+            layer.weight.copy_(saved[0] + torch.tensor([delta]))
+        buf.add(params, saved, score)
+        with torch.no_grad():
+            layer.weight.copy_(saved[0])
+    mean = buf.mean()
+    assert mean[0].flatten().tolist() == pytest.approx([8 / 6, 7 / 6])
+    reptile_update(params, mean, alpha=0.5)  # [1, -1] + 0.5 * [8/6, 7/6]
+    assert layer.weight.flatten().tolist() == pytest.approx([1 + 4 / 6, -1 + 7 / 12])
+
+
+def test_reptile_fixed_weights():
+    saved = [torch.zeros(2)]
+    buf = DeltaBuffer(saved, temperature=None)
+    buf.add([torch.tensor([1.0, 0.0])], saved, 0.25)
+    buf.add([torch.tensor([0.0, 4.0])], saved, 0.75)
+    assert buf.mean()[0].tolist() == pytest.approx([0.25, 3.0])
+
+
+def test_lookahead_step_sgd_rmsprop_and_adam():
+    p = torch.nn.Parameter(torch.tensor([1.0]))
+    lookahead_step([p], [torch.tensor([2.0])], lr=0.1)
+    assert p.item() == pytest.approx(0.8)
+    # after one AdamW step with gradient 2 (betas .9/.999): m = 0.2, v = 0.004, step = 1, v_hat = 4
+    q = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = torch.optim.AdamW([q], lr=0.01, weight_decay=0.0)
+    q.grad = torch.tensor([2.0])
+    opt.step()
+    before = q.item()
+    state = {k: v.clone() for k, v in opt.state[q].items()}
+    # rmsprop: -lr * 3 / sqrt(4) = -0.15
+    lookahead_step([q], [torch.tensor([3.0])], lr=0.1, optimizer=opt, mode="rmsprop")
+    assert q.item() == pytest.approx(before - 0.15, abs=1e-6)
+    with torch.no_grad():
+        q.fill_(before)
+    # adam: m' = .9*.2 + .1*3 = 0.48, v' = .999*.004 + .001*9 = 0.012996; t = 2:
+    # m_hat = 0.48 / 0.19 = 2.5263158, v_hat = 0.012996 / 0.001999 = 6.5012506, step = 0.1 * 2.5263158 / 2.5497550
+    lookahead_step([q], [torch.tensor([3.0])], lr=0.1, optimizer=opt, mode="adam")
+    assert q.item() == pytest.approx(before - 0.0990807, abs=1e-5)
+    assert all(torch.equal(opt.state[q][k], v) for k, v in state.items())  # the trainer's state is untouched
+
+
+def test_batch_ndcg_hand_computed():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    docs = torch.tensor([[0.9, 0.1], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    # query 0's relevant doc 0 ranks 2nd (doc 1 scores 1.0 > 0.9): 1/log2(3) = 0.63093; query 1: rank 1 -> 1
+    assert batch_ndcg(q, docs, [0, 2], k=10) == pytest.approx((1 / math.log2(3) + 1) / 2)
+    assert batch_ndcg(q, docs, [0, 2], k=1) == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The strategy on a toy quadratic model (everything computable by hand)
+# ---------------------------------------------------------------------------------------------------
+
+class ToyTask:
+    """Scalar model w (starts at 0); collection i has per-example loss (w - a_i)^2 / 2, dev loss (w - d)^2 / 2."""
+
+    def __init__(self, targets=(1.0, -1.0), dev=1.0, lr=0.5):
+        self.model = torch.nn.Linear(1, 1, bias=False)
+        with torch.no_grad():
+            self.model.weight.zero_()
+        self.targets = list(targets)
+        self.dev = dev
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr)
+        self.logged: list[dict] = []
+        self.drawn: list[int] = []
+
+    def losses(self, batch: Batch) -> torch.Tensor:
+        w = self.model.weight.reshape(())
+        t = torch.tensor([self.dev if c < 0 else self.targets[c] for c in batch.collection_ids])
+        return (w - t) ** 2 / 2
+
+    def batch(self, c: int, n: int) -> Batch:
+        self.drawn.append(c)
+        return Batch(["q"] * n, ["p"] * n, [[] for _ in range(n)], np.full(n, c, dtype=np.int64))
+
+    def ctx(self, step: int) -> StepContext:
+        return StepContext(step=step, model=self.model, optimizer=self.optimizer, scheduler=None,
+                           collection_names=["near", "far"], collection_sizes=[10, 10],
+                           compute_losses=self.losses, draw_batch=self.batch, dev_names=["dev"],
+                           draw_dev_batch=lambda j, n: self.batch(-1, n), log=self.logged.append)
+
+
+def toy_config(**kw) -> InfDDSConfig:
+    base = dict(update_every=1, warmup_steps=0, lookahead_optimizer="sgd", scorer_lr=0.1,
+                train_batch_size=2, dev_batch_size=2)
+    base.update(kw)
+    return InfDDSConfig(**base)
+
+
+def test_influence_update_hand_computed():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    # SGD look-ahead at lr 0.5 from w=0: w_near = 0.5, w_far = -0.5.
+    # M = -(w - 1)^2/2: base -0.5; near: -0.125 -> I = 0.375; far: -1.125 -> I = -0.625
+    rec = strat.trajectory_record(1)
+    assert rec["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
+    assert rec["influence_per_dev"]["near"] == pytest.approx({"dev": 0.375})
+    # REINFORCE: P = [.5, .5], mean reward -0.125, d = [.5 * .5, .5 * -.5] = [.25, -.25]; Adam lr 0.1
+    assert strat.scorer.psi.tolist() == pytest.approx([0.1, -0.1], abs=1e-6)
+    assert list(rec["weights"].values()) == pytest.approx(softmax(np.array([0.1, -0.1])).tolist())
+    # Reptile (default "positive", Algorithm 1's sum_i I_i (theta_i - theta) / sum_i I_i over I > 0): only near
+    # (I = .375) counts -> mean delta = 0.5 (near's look-ahead delta); alpha = lr = 0.5 -> w = 0.25
+    assert task.model.weight.item() == pytest.approx(0.25, abs=1e-7)
+    log_rec = task.logged[0]
+    assert log_rec["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
+    assert list(log_rec["weights"].values()) == pytest.approx(softmax(np.array([0.1, -0.1])).tolist())
+    assert strat.final_weights()["updates"] == 1
+
+
+def test_reptile_softmax_temperature_option_hand_computed():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(reptile_weights="influence"), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    # p = softmax([.375, -.625]) = [0.7310586, 0.2689414]; mean delta = .5 * (p0 - p1) = 0.2310586;
+    # alpha = lr = 0.5 -> w = 0.1155293
+    assert task.model.weight.item() == pytest.approx(0.1155293, abs=1e-6)
+
+
+def test_reptile_weighting_on_three_candidates():
+    # targets 1, -1, 0.5, dev 1, SGD look-ahead lr .5 from w = 0: w_i = .5 a_i = .5, -.5, .25;
+    # M = -(w - 1)^2 / 2, base -.5 -> I = .375, -.625, -(.75^2)/2 + .5 = .21875.
+    # positive weights: .375 / .59375 and .21875 / .59375 (far left out):
+    # mean delta = (.375 * .5 + .21875 * .25) / .59375 = 0.4078947; alpha .5 -> w = 0.2039474
+    task = ToyTask(targets=(1.0, -1.0, 0.5))
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["a", "b", "c"], [5, 5, 5])
+    ctx = task.ctx(1)
+    ctx.collection_names = ["a", "b", "c"]
+    strat.after_step(ctx)
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"a": 0.375, "b": -0.625, "c": 0.21875})
+    assert task.model.weight.item() == pytest.approx(0.2039474, abs=1e-6)
+    # softmax(I / 1) over influences of order 1e-3 (what loss influences measure at fine-tuning rates) is
+    # uniform to 0.1%: the reason the softmax is not the default.
+    p = softmax(np.array([1e-3, -1e-3, 5e-4]))
+    assert p.max() / p.min() < 1.0021
+
+
+def test_influence_update_with_the_default_adam_lookahead_hand_computed():
+    # The trainer's AdamW (lr .5, betas .9/.999, no decay) has taken one step with gradient 2:
+    # m = .2, v = .004, step 1. w is then reset to 0. Look-ahead = the AdamW step from those moments, t = 2:
+    #   near: g = w - 1 = -1: m' = .18 - .1 = .08, v' = .999*.004 + .001 = .004996,
+    #         w = -.5 * (.08/.19) / (sqrt(.004996/.001999) + 1e-8) = -0.1331685
+    #   far:  g = w + 1 = 1: m' = .28 -> w = -.5 * (.28/.19) / sqrt(.004996/.001999) = -0.4660898
+    # M = -(w - 1)^2 / 2, base -.5: I_near = .5 - 1.1331685^2 / 2 = -0.1420354,
+    #                               I_far  = .5 - 1.4660898^2 / 2 = -0.5747097.
+    # No influence is positive: no Reptile step, w stays 0. (The SGD look-ahead would give +.375 / -.625.)
+    task = ToyTask()
+    task.optimizer = torch.optim.AdamW(task.model.parameters(), lr=0.5, weight_decay=0.0)
+    task.model.weight.grad = torch.tensor([[2.0]])
+    task.optimizer.step()
+    with torch.no_grad():
+        task.model.weight.zero_()
+    strat = InfluenceStrategy(toy_config(lookahead_optimizer="adam"), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    rewards = strat.trajectory_record(1)["rewards"]
+    assert rewards == pytest.approx({"near": -0.1420354, "far": -0.5747097}, abs=1e-6)
+    assert task.model.weight.item() == 0.0
+
+
+def test_non_finite_influence_never_reaches_reptile_or_policy(caplog):
+    task = ToyTask(targets=(1.0, float("nan")))
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    with caplog.at_level(logging.WARNING, logger="drmix.mixture.influence"):
+        strat.after_step(task.ctx(1))
+    # far's look-ahead is NaN: left out. near alone: Reptile moves w by .5 * .5; the policy update conditions
+    # on {near}: P(near | S) = 1 -> d_psi = [P_near I - 1 * P_near I, 0] = 0: psi unchanged, probabilities finite.
+    assert task.model.weight.item() == pytest.approx(0.25)
+    assert np.isfinite(strat.scorer.psi.detach().numpy()).all()
+    assert strat.sampling_weights().tolist() == pytest.approx([0.5, 0.5])
+    assert any("non-finite reward" in r.message for r in caplog.records)
+
+
+def test_dev_set_without_negatives_and_zero_loss_is_an_error():
+    task = ToyTask()
+    task.losses_orig = task.losses
+    task.losses = lambda batch: task.losses_orig(batch) * 0.0      # InfoNCE with one candidate: exactly 0
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    with pytest.raises(ConfigError, match="cannot produce a non-zero loss"):
+        strat.after_step(task.ctx(1))
+    assert task.model.weight.item() == 0.0
+
+
+def test_reptile_off_restores_parameters_exactly():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(reptile=False, lookahead_steps=3), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    assert task.model.weight.item() == 0.0
+    # 3 SGD steps at lr .5 towards 1: w = .5, .75, .875 -> I = -(0.125^2)/2 + 0.5 = 0.4921875
+    assert strat.trajectory_record(1)["rewards"]["near"] == pytest.approx(0.4921875)
+    assert task.drawn.count(0) == 3 and task.drawn.count(1) == 3
+
+
+class ToyTask2(ToyTask):
+    """Two parameters w (start at 0); collection i has loss ||w - t_i||^2 / 2, the dev set ||w - d||^2 / 2."""
+
+    def __init__(self, targets, dev):
+        super().__init__()
+        self.model = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            self.model.weight.zero_()
+        self.targets = [torch.tensor(t) for t in targets]
+        self.dev = torch.tensor(dev)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.5)
+
+    def losses(self, batch: Batch) -> torch.Tensor:
+        w = self.model.weight.reshape(2)
+        return torch.stack([((w - (self.dev if c < 0 else self.targets[c])) ** 2).sum() / 2
+                            for c in batch.collection_ids])
+
+
+def test_multidds_gradient_cosine_reward():
+    task = ToyTask2(targets=([1.0, 0.0], [0.0, 1.0]), dev=[2.0, 1.0])
+    strat = MultiDDSStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    # at w = 0: grad near = -(1, 0), far = -(0, 1), dev = -(2, 1) -> cos = 2/sqrt(5), 1/sqrt(5)
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"near": 2 / math.sqrt(5),
+                                                                  "far": 1 / math.sqrt(5)})
+    assert task.model.weight.flatten().tolist() == [0.0, 0.0]      # MultiDDS never moves the model
+    # REINFORCE: d = P_k (r_k - sum P r) = .5 * (+-.5 * (2 - 1)/sqrt(5)) -> Adam's first step +-lr = +-0.1
+    assert strat.scorer.psi.tolist() == pytest.approx([0.1, -0.1], abs=1e-6)
+
+
+def test_updates_only_after_warmup_every_n_steps():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(update_every=3, warmup_steps=4), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    updated = []
+    for step in range(1, 13):
+        before = strat.updates
+        strat.after_step(task.ctx(step))
+        if strat.updates > before:
+            updated.append(step)
+    assert updated == [6, 9, 12]
+
+
+def test_subset_scores_only_k_collections():
+    task = ToyTask(targets=(1.0, -1.0, 0.0))
+    strat = InfluenceStrategy(toy_config(subset_size=2, reptile=False), seed=3)
+    strat.setup(["a", "b", "c"], [5, 5, 5])
+    ctx = task.ctx(1)
+    ctx.collection_names = ["a", "b", "c"]
+    strat.after_step(ctx)
+    rec = strat.trajectory_record(1)
+    # SGD look-ahead lr .5 from 0 towards 1 / -1 / 0, dev 1: I = .375, -.625, 0 (hand-computed, as above)
+    full = {"a": 0.375, "b": -0.625, "c": 0.0}
+    chosen = sorted(rec["rewards"])
+    assert len(chosen) == 2
+    assert rec["rewards"] == pytest.approx({n: full[n] for n in chosen})
+    # only the chosen collections were drawn for look-aheads
+    assert {["a", "b", "c"][c] for c in task.drawn if c >= 0} == set(chosen)
+    # REINFORCE on S: d_k = P_k I_k - P(k|S) sum_{i in S} P_i I_i with P = 1/3, P(k|S) = 1/2:
+    #   d_k = (I_k - (I_1 + I_2) / 2) / 3 -> Adam's first step: psi_k = 0.1 * sign(d_k); outside S: 0.
+    i1, i2 = (full[n] for n in chosen)
+    expected = {chosen[0]: 0.1 * np.sign(i1 - i2), chosen[1]: 0.1 * np.sign(i2 - i1)}
+    psi = dict(zip(["a", "b", "c"], strat.scorer.psi.tolist()))
+    for n in "abc":
+        assert psi[n] == pytest.approx(expected.get(n, 0.0), abs=1e-6)
+
+
+def test_missing_dev_sets_is_a_config_error():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    ctx = task.ctx(1)
+    ctx.dev_names, ctx.draw_dev_batch = [], None
+    with pytest.raises(ConfigError, match="dev"):
+        strat.after_step(ctx)
+
+
+def test_build_validates_options():
+    s = build_influence_strategy("multidds", {"update_every": 5}, seed=1, batch_size=16)
+    assert isinstance(s, MultiDDSStrategy) and s.config.reward == "gradcos" and s.config.dev_batch_size == 16
+    with pytest.raises(ConfigError, match="update_every"):
+        build_influence_strategy("infdds", {"update_every": 0}, seed=1)
+    with pytest.raises(ConfigError):
+        build_influence_strategy("infdds", {"no_such_option": 1}, seed=1)
+
+
+def test_state_round_trip_resumes_exactly():
+    def run(strat, task, steps):
+        for s in steps:
+            strat.after_step(task.ctx(s))
+        return strat
+
+    cfg = toy_config(subset_size=2)
+    names = ["a", "b", "c"]
+    task_a = ToyTask(targets=(1.0, -1.0, 0.3))
+    a = InfluenceStrategy(cfg, seed=5)
+    a.setup(names, [3, 5, 7])
+    run(a, task_a, range(1, 4))
+    state = json.loads(json.dumps(a.state_dict()))  # JSON-serialisable
+    w_mid = task_a.model.weight.detach().clone()
+    run(a, task_a, range(4, 7))
+
+    task_b = ToyTask(targets=(1.0, -1.0, 0.3))
+    with torch.no_grad():
+        task_b.model.weight.copy_(w_mid)
+    b = InfluenceStrategy(cfg, seed=5)
+    b.setup(names, [3, 5, 7])
+    b.load_state_dict(state)
+    run(b, task_b, range(4, 7))
+    assert b.scorer.psi.tolist() == a.scorer.psi.tolist()
+    assert b.state_dict()["scorer"] == a.state_dict()["scorer"]
+    assert task_b.drawn == task_a.drawn[len(task_a.drawn) - len(task_b.drawn):]
+    assert b.final_weights()["mean_weights"] == a.final_weights()["mean_weights"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tiny transformer: the policy moves towards the collection that resembles the dev set
+# ---------------------------------------------------------------------------------------------------
+
+def _pairs(rng: random.Random, vocab: list[str], n: int, related: bool) -> list[tuple[str, str]]:
+    out = []
+    for _ in range(n):
+        words = rng.sample(vocab, 4)
+        if related:  # positive = the query's words shuffled plus one more
+            pos = words[:]
+            rng.shuffle(pos)
+            pos.append(rng.choice(vocab))
+        else:  # positive unrelated to the query
+            pos = rng.sample(vocab, 5)
+        out.append((" ".join(words), " ".join(pos)))
+    return out
+
+
+def test_policy_moves_towards_dev_like_collection(tiny_model_path):
+    from sentence_transformers import SentenceTransformer
+
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    model = SentenceTransformer(tiny_model_path, device="cpu")
+    vocab = ["apple", "river", "stone", "cloud", "music", "garden", "window", "summer", "paper", "silver",
+             "forest", "engine", "doctor", "planet", "butter", "castle", "yellow", "winter", "market", "island"]
+    data = {0: _pairs(rng, vocab, 64, related=False), 1: _pairs(rng, vocab, 64, related=True),
+            -1: _pairs(rng, vocab, 64, related=True)}
+    cursor = {k: 0 for k in data}
+
+    def draw(c: int, n: int) -> Batch:
+        rows = [data[c][(cursor[c] + i) % len(data[c])] for i in range(n)]
+        cursor[c] += n
+        return Batch([q for q, _ in rows], [p for _, p in rows], [[] for _ in rows], np.full(n, c, dtype=np.int64))
+
+    def compute_losses(batch: Batch) -> torch.Tensor:
+        q = model(model.preprocess(batch.queries))["sentence_embedding"]
+        p = model(model.preprocess(batch.positives))["sentence_embedding"]
+        return torch.nn.functional.cross_entropy(q @ p.T / 0.05, torch.arange(len(batch)), reduction="none")
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    cfg = InfDDSConfig(update_every=1, warmup_steps=3, lookahead_steps=2, scorer_lr=0.3,
+                       train_batch_size=16, dev_batch_size=32)
+    strat = InfluenceStrategy(cfg, seed=0)
+    strat.setup(["random", "dev-like"], [64, 64])
+    model.train()
+    for step in range(1, 7):  # updates after steps 3, 4, 5, 6
+        # one regular training step on the uniform mixture, then the strategy's hook
+        c = step % 2
+        loss = compute_losses(draw(c, 16)).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        ctx = StepContext(step=step, model=model, optimizer=optimizer, scheduler=None,
+                          collection_names=["random", "dev-like"], collection_sizes=[64, 64],
+                          compute_losses=compute_losses, draw_batch=draw, dev_names=["dev"],
+                          draw_dev_batch=lambda j, n: draw(-1, n))
+        strat.after_step(ctx)
+    rewards = strat._last_influence["rewards"]
+    assert rewards["dev-like"] > rewards["random"]
+    p = strat.sampling_weights()
+    assert p[1] > 0.7, p  # 4 Adam steps of 0.3 on psi in the same direction: P(dev-like) = sigmoid(2.4) = 0.92
+
+
+# ---------------------------------------------------------------------------------------------------
+# With the trainer: outputs, cost log, exact resume
+# ---------------------------------------------------------------------------------------------------
+
+def _write_task_data(root, seed: int = 0):
+    """Two JSONL collections (unrelated pairs, dev-like pairs) and a BEIR dev set of dev-like pairs."""
+    from drmix.data.beir import write_beir
+
+    rng = random.Random(seed)
+    vocab = ["apple", "river", "stone", "cloud", "music", "garden", "window", "summer", "paper", "silver",
+             "forest", "engine", "doctor", "planet", "butter", "castle", "yellow", "winter", "market", "island"]
+    for name, related in (("random", False), ("devlike", True)):
+        rows = [{"query": q, "positive": p} for q, p in _pairs(rng, vocab, 48, related)]
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    dev = _pairs(rng, vocab, 24, related=True)
+    corpus = {f"d{i}": {"title": "", "text": p} for i, (_, p) in enumerate(dev)}
+    queries = {f"q{i}": q for i, (q, _) in enumerate(dev)}
+    write_beir(root / "devset", corpus, queries, {"dev": {f"q{i}": {f"d{i}": 1} for i in range(len(dev))}})
+
+
+def _train_config(root, tiny_model_path, out: str, **kw):
+    from drmix.config import TrainConfig
+
+    base = dict(model=tiny_model_path, data=[str(root / "random.jsonl"), str(root / "devlike.jsonl")],
+                output_dir=str(root / out), max_steps=6, batch_size=8, learning_rate=3e-4, warmup_ratio=0.0,
+                scheduler="constant", query_max_length=16, doc_max_length=16, num_negatives=0,
+                dev=[str(root / "devset")], seed=1, save_every=2, log_every=1, show_progress=False,
+                device="cpu", strategy="infdds",
+                infdds={"update_every": 2, "warmup_steps": 2, "scorer_lr": 0.3, "dev_batch_size": 16})
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_path):
+    from drmix.train.trainer import train
+
+    _write_task_data(tmp_path)
+
+    def strategy(cfg):
+        return build_influence_strategy(cfg.strategy, cfg.infdds, cfg.seed, cfg.batch_size)
+
+    cfg = _train_config(tmp_path, tiny_model_path, "full")
+    result = train(cfg, strategy=strategy(cfg))
+    traj = [json.loads(line) for line in (result.output_dir / "weights.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in traj] == [1, 2, 4, 6]  # initial policy, then updates every 2 steps from step 2
+    assert traj[0]["weights"] == {"random": 0.5, "devlike": 0.5}
+    assert set(traj[-1]["rewards"]) == {"random", "devlike"}
+    assert set(traj[-1]["influence_per_dev"]["devlike"]) == {"devset"}
+    final = json.loads((result.output_dir / "weights.json").read_text())
+    assert final["collections"] == ["random", "devlike"] and final["updates"] == 3
+    assert final["weights"] == pytest.approx(list(traj[-1]["weights"].values()))
+    metrics = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
+    cost = [m for m in metrics if "lookahead_s" in m]
+    assert [m["step"] for m in cost] == [2, 4, 6] and cost[-1]["lookahead_total_s"] > 0
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_5(ctx):
+        if ctx.step == 5:
+            raise Stop
+
+    cfg_b = _train_config(tmp_path, tiny_model_path, "resumed")
+    with pytest.raises(Stop):
+        train(cfg_b, strategy=strategy(cfg_b), callbacks=[stop_at_5])
+    cfg_b = cfg_b.model_copy(update={"resume": True})
+    train(cfg_b, strategy=strategy(cfg_b))
+    resumed = json.loads((tmp_path / "resumed" / "weights.json").read_text())
+    assert resumed["weights"] == final["weights"]
+    assert resumed["mean_weights"] == final["mean_weights"]
+    traj_b = [json.loads(line) for line in (tmp_path / "resumed" / "weights.jsonl").read_text().splitlines()]
+    assert [r["weights"] for r in traj_b] == [r["weights"] for r in traj]

@@ -1,0 +1,170 @@
+"""Transfer of learned weights into fine-tuning: top-K selection, sample-ratio and loss reweighting."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from drmix.errors import ConfigError
+from drmix.data.batch import Batch
+from drmix.mixture.base import StepContext
+from drmix.mixture.dro import DROConfig, build_dro_strategy
+from drmix.mixture.transfer import build_transfer_strategy, parse_top_fraction, read_weights_file
+
+NAMES = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
+# Learned weights (sum 1): j is the heaviest, a the lightest.
+LEARNED = [0.01, 0.02, 0.03, 0.05, 0.07, 0.09, 0.11, 0.14, 0.2, 0.28]
+
+
+@pytest.fixture()
+def weights_file(tmp_path):
+    path = tmp_path / "weights.json"
+    path.write_text(json.dumps({"collections": NAMES, "weights": LEARNED}))
+    return str(path)
+
+
+def setup(strategy, names=NAMES):
+    strategy.setup(names, [100] * len(names))
+    return strategy
+
+
+def batch_of(ids):
+    n = len(ids)
+    return Batch(["q"] * n, ["p"] * n, [[]] * n, np.asarray(ids))
+
+
+CTX = StepContext(step=0, model=None, optimizer=None, scheduler=None, collection_names=NAMES,
+                  collection_sizes=[100] * 10, compute_losses=lambda b: None)
+
+
+def test_top70_keeps_seven_heaviest_uniformly(weights_file):
+    # floor(10 * 0.7) = 7 collections: d..j; each sampled with probability 1/7, a, b, c never.
+    s = setup(build_transfer_strategy(weights_file, "top:0.7", NAMES))
+    expected = [0, 0, 0] + [1 / 7] * 7
+    np.testing.assert_allclose(s.sampling_weights(), expected, rtol=1e-12)
+    assert s.final_weights()["kept"] == ["j", "i", "h", "g", "f", "e", "d"]
+    # same selection written as a percentage
+    s2 = setup(build_transfer_strategy(weights_file, "top:70%", NAMES))
+    np.testing.assert_allclose(s2.sampling_weights(), expected, rtol=1e-12)
+    # losses are not rescaled
+    losses = torch.tensor([1.0, 3.0])
+    assert s.loss(losses, batch_of([3, 9]), CTX).item() == pytest.approx(2.0)
+
+
+def test_top_fraction_rounds_down_but_keeps_one(weights_file):
+    # 3 collections (a, i, j renormalised): floor(3 * 0.7) = 2 -> i, j; floor(3 * 0.1) = 0 -> 1 -> j
+    s = setup(build_transfer_strategy(weights_file, "top:0.7", ["a", "i", "j"]), ["a", "i", "j"])
+    np.testing.assert_allclose(s.sampling_weights(), [0, 0.5, 0.5])
+    s = setup(build_transfer_strategy(weights_file, "top:0.1", ["a", "i", "j"]), ["a", "i", "j"])
+    np.testing.assert_allclose(s.sampling_weights(), [0, 0, 1])
+    assert parse_top_fraction("top:0.35") == 0.35 and parse_top_fraction("top:35") == 0.35
+
+
+def test_reweight_samples_by_learned_weights(weights_file):
+    s = setup(build_transfer_strategy(weights_file, "reweight", NAMES))
+    np.testing.assert_allclose(s.sampling_weights(), LEARNED, rtol=1e-12)
+    # The trainer's homogeneous sampler draws each batch's collection with these weights: over 20k batches
+    # the frequencies are within 0.01 of the weights (the largest standard error is sqrt(.28*.72/20000) = 0.003).
+    np.testing.assert_allclose(batch_frequencies(s.sampling_weights(), 20_000), LEARNED, atol=0.01)
+
+
+def batch_frequencies(weights, n_batches):
+    from drmix.data.sampling import MixtureSampler
+
+    sampler = MixtureSampler([50] * len(weights), 2, mode="homogeneous", seed=0)
+    first = [sampler.next_indices(weights)[0][0] for _ in range(n_batches)]
+    return np.bincount(first, minlength=len(weights)) / n_batches
+
+
+def test_top70_sampling_frequencies_through_the_sampler(weights_file):
+    s = setup(build_transfer_strategy(weights_file, "top:0.7", NAMES))
+    freq = batch_frequencies(s.sampling_weights(), 14_000)
+    assert (freq[:3] == 0).all()                          # dropped collections are never drawn
+    np.testing.assert_allclose(freq[3:], [1 / 7] * 7, atol=0.01)
+
+
+def test_reweight_renormalises_over_the_trained_subset(weights_file):
+    # Training on i and j only: 0.2 / 0.48 and 0.28 / 0.48
+    s = setup(build_transfer_strategy(weights_file, "reweight", ["i", "j"]), ["i", "j"])
+    np.testing.assert_allclose(s.sampling_weights(), [0.2 / 0.48, 0.28 / 0.48], rtol=1e-12)
+
+
+def test_loss_reweighting_scales_average_to_one(weights_file):
+    s = setup(build_transfer_strategy(weights_file, "loss", NAMES))
+    np.testing.assert_allclose(s.sampling_weights(), [0.1] * 10)
+    scales = s.loss_scales()
+    # s_g = k * alpha_g: a -> 10 * 0.01 = 0.1, j -> 10 * 0.28 = 2.8; mean of the scales = 1
+    assert scales[0] == pytest.approx(0.1) and scales[9] == pytest.approx(2.8)
+    assert scales.mean() == pytest.approx(1.0)
+    # Batch of two a-examples (losses 1, 3) and two j-examples (losses 2, 2):
+    # mean(0.1*1, 0.1*3, 2.8*2, 2.8*2) = (0.4 + 11.2) / 4 = 2.9
+    loss = s.loss(torch.tensor([1.0, 3.0, 2.0, 2.0]), batch_of([0, 0, 9, 9]), CTX)
+    assert loss.item() == pytest.approx(2.9)
+
+
+def test_transfer_reads_a_dro_run_output(tmp_path):
+    # weights.json written by a DRO strategy round-trips into the transfer (DoReMi's 'weights' = mean).
+    s = build_dro_strategy("groupdro", DROConfig())
+    s.setup(["x", "y"], [1, 1])
+    s.step_weights(np.array([2.0, 1.0]), None, np.array([0, 1]))
+    path = tmp_path / "weights.json"
+    path.write_text(json.dumps(s.final_weights()))
+    t = setup(build_transfer_strategy(str(path), "reweight", ["x", "y"]), ["x", "y"])
+    np.testing.assert_allclose(t.sampling_weights(), s.weights, rtol=1e-12)
+    assert read_weights_file(path, key="final") == pytest.approx(dict(zip(["x", "y"], s.weights)))
+
+
+def test_plain_mapping_file(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"x": 3, "y": 1}))
+    t = setup(build_transfer_strategy(str(path), "reweight", ["x", "y"]), ["x", "y"])
+    np.testing.assert_allclose(t.sampling_weights(), [0.75, 0.25])
+
+
+@pytest.mark.parametrize("content, transfer, match", [
+    ({"collections": ["a"], "weights": [1.0]}, "reweight", "no weight for training collection"),
+    ({"a": -1, "b": 1}, "reweight", "not a finite number"),
+    ({"a": 1, "b": 1}, "top:150", "keeps"),
+    ({"a": 1, "b": 1}, "top:x", "cannot read"),
+    ({"a": 1, "b": 1}, "sideways", "unknown transfer"),
+])
+def test_bad_inputs_raise_config_errors(tmp_path, content, transfer, match):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(ConfigError, match=match):
+        build_transfer_strategy(str(path), transfer, ["a", "b"])
+
+
+def test_missing_or_broken_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        build_transfer_strategy(str(tmp_path / "nope.json"), "reweight", ["a"])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON") as e:
+        build_transfer_strategy(str(bad), "reweight", ["a"])
+    assert str(bad) in str(e.value)
+
+
+def test_drmix_train_with_transfer_drops_low_weight_collections(tmp_path, tiny_model_path):
+    # Two collections, learned weights x = 0.8, y = 0.2; top:0.5 keeps floor(2 * 0.5) = 1 -> only x is sampled.
+    from drmix.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("x", "y"):
+        rows = [{"query": f"{name} query {i}", "positive": f"{name} doc {i}"} for i in range(6)]
+        (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    wfile = tmp_path / "weights.json"
+    wfile.write_text(json.dumps({"collections": ["x", "y"], "weights": [0.8, 0.2]}))
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--model", tiny_model_path, "--data", str(data), "--weights-file", str(wfile),
+              "--transfer", "top:0.5", "--max-steps", "3", "--batch-size", "2", "--log-every", "1",
+              "--query-max-length", "8", "--doc-max-length", "8", "--output-dir", str(out), "--no-show-progress",
+              "--device", "cpu"])
+    assert e.value.code == 0
+    counts = [json.loads(x)["collection_counts"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert counts == [{"x": 2, "y": 0}] * 3
+    assert json.loads((out / "weights.json").read_text())["kept"] == ["x"]

@@ -1,0 +1,93 @@
+"""Model cards: sentence-transformers' layout, front matter a Hub parser reads, drmix's facts in the body."""
+import json
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from drmix.config import TrainConfig
+from drmix.report.card import DEFAULT_HUB_ID, CardInfo, CollectionInfo, hub_id_of, info_from_train_config, \
+    render_model_card, write_model_card
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(tiny_model_path, device="cpu")
+
+
+def _card(tiny, tmp_path, **kw):
+    cfg = TrainConfig(data=["a.jsonl", "b.jsonl"], strategy="tdro", max_steps=7, learning_rate=3e-5, lora_r=0)
+    weights = {"strategy": "tdro", "collections": ["alpha", "beta"], "weights": [0.125, 0.875]}
+    info = info_from_train_config(cfg, names=["alpha", "beta"], sizes=[120, 40], weights=weights,
+                                  command="drmix train c.yaml --max-steps 7",
+                                  eval_results={"scifact": {"ndcg@10": 0.6125, "recall@100": 0.9}},
+                                  eval_split="test", **kw)
+    path = write_model_card(tiny, tmp_path / "model", info)
+    return path, path.read_text(encoding="utf-8")
+
+
+def test_front_matter_names_base_model_datasets_metrics_and_tags(tiny, tmp_path):
+    path, text = _card(tiny, tmp_path)
+    meta = ModelCard.load(path).data.to_dict()
+    assert meta["base_model"] == DEFAULT_HUB_ID  # model: null trains the bundled all-MiniLM-L6-v2
+    assert meta["datasets"] == ["alpha", "beta"]
+    assert meta["metrics"] == ["ndcg@10", "recall@100"]
+    assert {"sentence-transformers", "generated_from_drmix", "mixture:tdro"} <= set(meta["tags"])
+    results = meta["model-index"][0]["results"][0]
+    assert results["dataset"]["name"] == "scifact"
+    assert {m["type"]: m["value"] for m in results["metrics"]} == {"ndcg@10": 0.6125, "recall@100": 0.9}
+    assert meta["library_name"] == "sentence-transformers" and meta["pipeline_tag"] == "sentence-similarity"
+
+
+def test_body_has_mixture_sizes_weights_loss_hyperparameters_command_and_papers(tiny, tmp_path):
+    _, text = _card(tiny, tmp_path)
+    assert "| alpha | 120 | 0.7500 | 0.1250 |" in text  # size, share of the 160 examples, final weight
+    assert "| beta | 40 | 0.2500 | 0.8750 |" in text
+    assert "learned by task-level DRO (tDRO)" in text
+    assert "InfoNCE" in text and '"temperature": 0.05' in text
+    assert "- `learning_rate`: 3e-05" in text.split("#### Non-Default Hyperparameters")[1].split("####")[0]
+    assert "- `max_steps`: 7" in text
+    assert "```bash\ndrmix train c.yaml --max-steps 7\n```" in text
+    assert "eprint = {2408.10613}" in text and "reimers-2019-sentence-bert" in text
+    # the resolved configuration reproduces the run
+    block = text.split("```yaml\n")[1].split("```")[0]
+    assert yaml.safe_load(block)["learning_rate"] == 3e-5
+    # sentence-transformers' sections are all there, in their order
+    order = ["## Model Details", "## Usage", "## Evaluation", "## Training Details", "### Training Mixture",
+             "### Training Hyperparameters", "## Citation"]
+    positions = [text.index(h) for h in order]
+    assert positions == sorted(positions)
+
+
+def test_base_model_hub_id_only_for_hub_models(tmp_path, tiny_model_path):
+    assert hub_id_of(None) == DEFAULT_HUB_ID
+    assert hub_id_of("BAAI/bge-small-en-v1.5") == "BAAI/bge-small-en-v1.5"
+    assert hub_id_of(tiny_model_path) is None  # a local folder is named in the body, not as a Hub id
+
+
+def test_local_base_model_and_no_eval(tiny, tmp_path, tiny_model_path):
+    info = CardInfo(base_model=tiny_model_path, kind="pruned", summary="Pruned to 2 layers.",
+                    notes=["kept layers: 0, 1"], collections=[CollectionInfo("c", 3, None)])
+    text = render_model_card(tiny, info)
+    meta = yaml.safe_load(text.split("---")[1])
+    assert "base_model" not in meta and "metrics" not in meta and meta["datasets"] == ["c"]
+    assert "Pruned to 2 layers." in text and "kept layers: 0, 1" in text
+    assert "## Evaluation" not in text
+
+
+def test_model_id_replaces_the_placeholder(tiny, tmp_path):
+    _, text = _card(tiny, tmp_path)
+    assert 'SentenceTransformer("sentence_transformers_model_id")' in text
+    info = CardInfo(base_model=None, model_id="me/my-retriever")
+    assert 'SentenceTransformer("me/my-retriever")' in render_model_card(tiny, info)
+
+
+def test_transferred_weights_say_where_they_were_learned(tiny, tmp_path):
+    wf = tmp_path / "weights.json"
+    wf.write_text(json.dumps({"strategy": "doremi", "collections": ["a", "b"], "weights": [0.3, 0.7]}))
+    cfg = TrainConfig(data=["a.jsonl", "b.jsonl"], weights_file=str(wf), transfer="top:0.7", mixture="file")
+    info = info_from_train_config(cfg, names=["a", "b"], sizes=[5, 5], weights=None, command=None)
+    assert "transferred (top:0.7) from weights learned by doremi" in info.weights_how
+    assert "doremi" in info.papers

@@ -1,0 +1,80 @@
+"""The output-directory lock (pid + host, stale locks) and the cleaning of temporaries left by killed saves."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from drmix.errors import ConfigError
+from drmix.train.lock import LOCK_NAME, RunLockedError, acquire, clean_stale_temporaries, release, run_lock
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_second_writer_refused_naming_the_owner(tmp_path):
+    lock = acquire(tmp_path)
+    owner = json.loads(lock.read_text())
+    assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
+    with pytest.raises(RunLockedError) as e:
+        acquire(tmp_path)
+    assert f"process {os.getpid()} on host {socket.gethostname()}" in str(e.value)
+    release(lock)
+    assert not lock.exists()
+    with run_lock(tmp_path) as held:
+        assert held.exists()
+    assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_stale_lock_is_taken_over_other_host_is_not(tmp_path):
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": _dead_pid(), "host": socket.gethostname()}))
+    lock = acquire(tmp_path)
+    assert json.loads(lock.read_text())["pid"] == os.getpid()
+    release(lock)
+    (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": _dead_pid(), "host": "elsewhere-" + socket.gethostname()}))
+    with pytest.raises(RunLockedError) as e:
+        acquire(tmp_path)
+    assert "elsewhere-" in str(e.value) and "delete" in str(e.value)
+
+
+def test_output_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("x")
+    with pytest.raises(ConfigError):
+        acquire(f)
+    assert f.read_text() == "x"
+
+
+def test_trainer_refuses_a_locked_directory(tiny_model_path, tmp_path):
+    from drmix.train.trainer import Trainer
+
+    from train_helpers import config, make_collections
+
+    data = make_collections(tmp_path / "data", n=8)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    tr = Trainer(config(tiny_model_path, data, out, max_steps=1))
+    with pytest.raises(RunLockedError):
+        tr.train()
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing written, the other run's lock kept
+
+
+def test_clean_stale_temporaries(tmp_path):
+    (tmp_path / "checkpoints" / ".step-4.x1y2.tmp").mkdir(parents=True)
+    (tmp_path / "checkpoints" / ".step-4.x1y2.tmp" / "model.safetensors").write_text("partial")
+    (tmp_path / ".model.abc.tmp").mkdir()
+    (tmp_path / ".metrics.jsonl.q.tmp").write_text("{}")
+    (tmp_path / "checkpoints" / "step-2").mkdir()
+    (tmp_path / "notes.tmp").write_text("mine")
+    removed = clean_stale_temporaries(tmp_path)
+    assert sorted(p.name for p in removed) == [".metrics.jsonl.q.tmp", ".model.abc.tmp", ".step-4.x1y2.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "notes.tmp"]
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-2"]

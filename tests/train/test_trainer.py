@@ -1,0 +1,144 @@
+"""The trainer on a tiny random BERT: learning, outputs, exact resume, accumulation, homogeneous batches."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from drmix.config import TrainConfig
+from drmix.errors import ConfigError
+from drmix.train.trainer import Trainer, train
+
+from train_helpers import WORDS, config, make_collections, params, read_metrics
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_collections(tmp_path_factory.mktemp("data"))
+
+
+def test_loss_goes_down_and_outputs_are_written(tiny_model_path, data, tmp_path):
+    out = tmp_path / "run"
+    result = train(config(tiny_model_path, data, out, max_steps=40, scheduler="constant"))
+    losses = [m["raw_loss"] for m in read_metrics(out)]
+    assert len(losses) == 40
+    assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8
+    assert (result.model_dir / "modules.json").exists()  # a standard SentenceTransformer folder
+    from sentence_transformers import SentenceTransformer
+
+    assert SentenceTransformer(str(result.model_dir), device="cpu").encode(["alpha"]).shape == (1, 32)
+    saved = TrainConfig.model_validate(__import__("yaml").safe_load((out / "config.yaml").read_text()))
+    assert saved.max_steps == 40 and saved.scheduler == "constant"
+    weights = json.loads((out / "weights.json").read_text())
+    assert weights["collections"] == ["greek", "letters"] and weights["weights"] == [0.5, 0.5]
+
+
+def test_homogeneous_batches_hold_one_collection(tiny_model_path, data, tmp_path):
+    train(config(tiny_model_path, data, tmp_path / "r", max_steps=6, mixture="size"))
+    for m in read_metrics(tmp_path / "r"):
+        assert sorted(m["collection_counts"].values()) == [0, 8]
+
+
+def test_resume_gives_identical_weights(tiny_model_path, data, tmp_path):
+    full = Trainer(config(tiny_model_path, data, tmp_path / "full", max_steps=6, save_every=3))
+    full.train()
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_4(ctx):
+        if ctx.step == 4:
+            raise Killed
+
+    with pytest.raises(Killed):
+        Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3), callbacks=[kill_at_4]).train()
+    assert not (tmp_path / "cut" / "model").exists()
+    with pytest.raises(ConfigError, match="already holds a run"):
+        Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3)).train()
+    resumed = Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3, resume=True))
+    assert resumed.train().steps == 6
+    assert torch.equal(params(full.model), params(resumed.model))
+    # the log holds each step once: the killed step 4 was dropped and redone
+    assert [m["step"] for m in read_metrics(tmp_path / "cut")] == [1, 2, 3, 4, 5, 6]
+    assert [m["loss"] for m in read_metrics(tmp_path / "cut")] == [m["loss"] for m in read_metrics(tmp_path / "full")]
+
+
+def test_gradient_accumulation_matches_the_big_batch_without_in_batch_negatives(tiny_model_path, data, tmp_path):
+    # With hard-negative-only loss each example's loss is independent of its batch-mates, so two micro-batches
+    # of 4 accumulate to exactly the gradient of one batch of 8 (in mixed mode both draw the same rows).
+    a = Trainer(config(tiny_model_path, data, tmp_path / "a", max_steps=2, batch_size=8, in_batch_negatives=False,
+                       batching="mixed"))
+    a.train()
+    b = Trainer(config(tiny_model_path, data, tmp_path / "b", max_steps=2, batch_size=4, gradient_accumulation_steps=2,
+                       in_batch_negatives=False, batching="mixed"))
+    b.train()
+    ma, mb = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
+    assert ma[0]["collection_counts"] == mb[0]["collection_counts"] == {"greek": 4, "letters": 4}
+    assert ma[0]["raw_loss"] == pytest.approx(mb[0]["raw_loss"], rel=1e-4)
+
+
+def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
+    """gloo DDP with cross-device negatives: same losses and same weights as one process on the global batch."""
+    helper = Path(__file__).parent.parent / "helpers" / "ddp_train.py"
+    data_file = str(data / "greek.jsonl")
+    one = subprocess.run([sys.executable, str(helper), tiny_model_path, data_file, str(tmp_path / "one"), "2"],
+                         capture_output=True, text=True)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(helper), tiny_model_path, data_file, str(tmp_path / "two"), "2"],
+                         capture_output=True, text=True)
+    assert two.returncode == 0, two.stderr[-2000:]
+    r1 = json.loads((tmp_path / "one" / "result.json").read_text())
+    r2 = json.loads((tmp_path / "two" / "result.json").read_text())
+    assert (r1["world"], r2["world"]) == (1, 2)
+    assert r2["losses"] == pytest.approx(r1["losses"], abs=1e-5)
+    assert r2["param_head"] == pytest.approx(r1["param_head"], abs=1e-6)
+
+
+def test_periodic_evaluation_on_dev_sets(tiny_model_path, data, tmp_path):
+    from drmix.data.beir import write_beir
+
+    corpus = {f"d{i}": {"title": "", "text": f"{WORDS[i]} {WORDS[i + 1]}"} for i in range(6)}
+    queries = {f"q{i}": WORDS[i] for i in range(3)}
+    qrels = {"dev": {f"q{i}": {f"d{i}": 1} for i in range(3)}}
+    dev = write_beir(tmp_path / "devset", corpus, queries, qrels)
+    train(config(tiny_model_path, data, tmp_path / "r", max_steps=4, eval_data=[str(dev)], eval_every=2))
+    evals = [json.loads(line) for line in open(tmp_path / "r" / "metrics.jsonl") if '"eval"' in line]
+    assert [e["step"] for e in evals] == [2, 4]
+    for e in evals:
+        assert 0.0 <= e["eval"]["devset/ndcg@10"] <= 1.0
+        assert e["eval"]["avg/ndcg@10"] == e["eval"]["devset/ndcg@10"]  # one dev set: the average is itself
+
+
+def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_model_path, data, tmp_path,
+                                                                          monkeypatch):
+    """tDRO's reference scores the batch being trained on the step's own tensors (no second tokenisation),
+    with the losses fresh tokenisation gives."""
+    trainer = Trainer(config(tiny_model_path, data, tmp_path / "run", max_steps=2, strategy="tdro",
+                             reference_model=tiny_model_path, batching="mixed"))
+    calls = []
+    real = trainer.encoder.device_inputs
+    monkeypatch.setattr(trainer.encoder, "device_inputs", lambda model, *a: calls.append(model) or real(model, *a))
+    trainer.train()
+    reference = trainer.reference
+    assert reference.shares_inputs is True
+    assert all(m is not reference.model for m in calls)  # the reference never tokenised on its own
+    batch = reference.live[0]
+    reused = trainer.reference_losses(batch)
+    reference.live = None
+    fresh = trainer.reference_losses(batch)
+    assert calls and calls[-1] is reference.model      # this one did tokenise
+    torch.testing.assert_close(reused, fresh, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["tdro", "doremi", "groupdro"])
+def test_dro_under_homogeneous_batching_is_refused_before_training(tiny_model_path, data, tmp_path, strategy):
+    """One collection per batch: the DRO weights could never move -- refused with the fix, nothing written."""
+    ref = None if strategy == "groupdro" else tiny_model_path
+    with pytest.raises(ConfigError, match="batching mixed") as err:
+        Trainer(config(tiny_model_path, data, tmp_path / "run", max_steps=2, strategy=strategy,
+                       reference_model=ref, batching="homogeneous"))
+    assert "could never move" in str(err.value)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
