@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from drmix.cli.options import config_command, paragraphs
+from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
 from drmix.outputs import claim_run
 
@@ -50,9 +51,11 @@ def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
 
     config = load_config(PipelineConfig, config_path, overrides)
     claim_run(config, "recipe")         # the output contract (drmix.outputs), before any stage
+    before_run(config)
     result = run_tdro_pipeline(config)
     console.print(result.table, highlight=False, soft_wrap=True)
     console.print(f"summary: {result.output_dir / 'summary.md'}")
+    after_run(result.output_dir, config, pipeline=True)
 
 
 def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None:
@@ -61,9 +64,11 @@ def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None
 
     config = load_config(CocoPipelineConfig, config_path, overrides)
     claim_run(config, "recipe")
+    before_run(config)
     result = run_coco_pipeline(config)
     console.print(result.table, highlight=False, soft_wrap=True)
     console.print(f"summary: {result.output_dir / 'summary.md'}")
+    after_run(result.output_dir, config, pipeline=True)
 
 
 def run_drama(config_path: Path | None, overrides: dict[str, Any]) -> None:
@@ -72,10 +77,12 @@ def run_drama(config_path: Path | None, overrides: dict[str, Any]) -> None:
 
     config = load_drama_config(config_path, overrides)
     claim_run(config, "recipe")
+    before_run(config)
     summary = run_drama_pipeline(config)
     if "table" in summary:
         console.print(summary["table"], highlight=False, soft_wrap=True)
-    console.print("summary: " + str(Path(load_drama_config(config_path, overrides).output_dir) / "summary.json"))
+    console.print("summary: " + str(Path(config.output_dir) / "summary.json"))
+    after_run(config.output_dir, config, pipeline=True)
 
 
 def register(app: typer.Typer) -> None:

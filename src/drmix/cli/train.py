@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from drmix.cli.options import config_command
+from drmix.cli.report import after_run, before_run
 from drmix.config import TrainConfig, load_config
 from drmix.outputs import claim_run
 
@@ -27,6 +28,7 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
 
     config = load_config(TrainConfig, config_path, overrides)
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
+    before_run(config)
     try:
         result = train(config)
     except KeyboardInterrupt:
@@ -36,6 +38,7 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
     console.print(f"[green]trained[/green] {result.steps} steps; model: {result.model_dir}")
     console.print(f"config: {result.output_dir / 'config.yaml'}  metrics: {result.metrics_path}"
                   + (f"  weights: {result.weights_path}" if result.weights_path else ""))
+    after_run(result.output_dir, config)
 
 
 def _interrupted(out: Path) -> int:

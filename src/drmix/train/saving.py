@@ -39,6 +39,8 @@ class JsonlLog:
     def __init__(self, path: Path, enabled: bool = True) -> None:
         self.path = path
         self.enabled = enabled
+        #: called with every appended record (the run's trackers and callbacks listen here)
+        self.listeners: list[Any] = []
 
     def append(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -46,6 +48,8 @@ class JsonlLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(dumps_json(record) + "\n")  # strict JSON: NaN/inf become null
+        for listener in self.listeners:
+            listener(record)
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (and a torn last line), atomically."""
