@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -222,11 +223,11 @@ def simplex_specs(specs: list[str], n: int, step: float = 0.1) -> list[str]:
 
 
 def t_interval(values) -> tuple[float, float]:
-    """Mean and 95% t half-width over seeds (0 with one seed); :func:`drmix.evaluation.significance.t_interval`."""
-    from drmix.evaluation.significance import t_interval as mean_half
+    """Mean and 95% t half-width over seeds (:func:`drmix.evaluation.significance.t_interval`; 0 with one seed)."""
+    from drmix.evaluation.significance import t_interval as shared
 
-    mean, half = mean_half(values)
-    return mean, (half if np.size(values) > 1 else 0.0)
+    mean, half = shared(values)
+    return mean, 0.0 if math.isnan(half) else half
 
 
 def wilcoxon_p(diffs) -> float | None:
