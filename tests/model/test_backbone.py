@@ -180,7 +180,7 @@ def test_lora_defaults_to_the_tdro_rank_for_decoders_only(llama, tiny_model_path
 
 def test_trained_folder_reloads_and_encodes_as_training_did(llama, tmp_path):
     from sentence_transformers import SentenceTransformer
-    from test_trainer import config, make_collections
+    from train_helpers import config, make_collections
 
     from drmix.train.trainer import Trainer
 

@@ -97,7 +97,7 @@ def test_eval_uses_the_folder_prompt_and_the_cli_instruction(tiny_model_path, tm
 
 def test_training_saves_collection_and_evaluation_instructions(tiny_model_path, tmp_path):
     from sentence_transformers import SentenceTransformer
-    from test_trainer import config, make_collections
+    from train_helpers import config, make_collections
 
     from drmix.train.trainer import train
 

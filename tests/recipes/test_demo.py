@@ -31,7 +31,7 @@ def test_demo_writes_table_rows_per_family_plus_average(demo_result):
         assert res["table"]["average"][run] == pytest.approx(sum(fam_values) / 2)
         assert all(0.0 <= v <= 1.0 for v in fam_values)
         # the table is what the evaluation reports say
-        report = json.loads((demo_result.output_dir / "eval" / run / "eval.json").read_text())
+        report = json.loads((demo_result.output_dir / "eval" / run / "eval-test.json").read_text())
         assert res["table"]["small"][run] == pytest.approx(report["results"]["small"]["ndcg@10"])
     md = demo_result.results_md.read_text().splitlines()
     header = md.index("| family | base | uniform | learned | learned - uniform |")
@@ -75,6 +75,15 @@ def test_demo_outputs_models_and_no_checkpoints(demo_result):
         assert steps[-1] == 2
     assert json.loads((demo_result.output_dir / "demo.json").read_text())["status"] == "done"
     assert (demo_result.output_dir / "data" / "beir" / "small" / "qrels" / "test.tsv").exists()
+    # drmix demo ends with one report.html: both runs' curves, the results table, links to every file
+    from drmix.cli.report import after_run
+
+    after_run(demo_result.output_dir, None, pipeline=True)
+    html = (demo_result.output_dir / "report.html").read_text(encoding="utf-8")
+    for mixture in ("uniform", "learned"):
+        rel = demo_result.run_dirs[mixture].relative_to(demo_result.output_dir).as_posix()
+        assert f"{rel}/report.html" in html
+    assert "results.md" in html and "<svg" in html
 
 
 def test_demo_refuses_foreign_or_previous_output(tmp_path):

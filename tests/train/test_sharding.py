@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_trainer import config, make_collections
+from train_helpers import config, make_collections
 from tiny_decoder import build_tiny_decoder
 
 import drmix.train.trainer as trainer_mod

@@ -223,8 +223,9 @@ def search_command(
     allocation: str = typer.Option("equal", "--allocation", help="With --corpus: how the top-k budget is split: "
                                    + search_policy_usage() + ". Default equal (k/n from each corpus): it needs "
                                    "no labels; naive merging lost 8-10 points of per-corpus Recall@10 to it where "
-                                   "one corpus is much larger, and it stayed within 2.7 points of the best fixed "
-                                   "fraction on every shared benchmark (docs/multicorpus.md)."),
+                                   "one corpus is much larger, and no label-free policy was as good on every "
+                                   "benchmark measured; it loses to naive when most queries' answers lie in one "
+                                   "corpus (docs/multicorpus.md)."),
     depth: int = typer.Option(100, "--depth", min=1, help="With --corpus: candidates fetched per corpus."),
     query: Optional[list[str]] = typer.Option(None, "--query", "-q", help="A query text; repeat for several."),
     queries: Optional[Path] = typer.Option(None, "--queries", help="Query file: .jsonl with _id and text, or "

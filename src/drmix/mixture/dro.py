@@ -88,6 +88,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from drmix.data.batch import Batch
 from drmix.device import all_reduce
 from drmix.mixture.base import StepContext, Strategy
+from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
 
 log = logging.getLogger(__name__)
 
@@ -483,17 +484,18 @@ def build_dro_strategy(strategy: str, config: DROConfig | None = None) -> DROStr
 
 
 def dro_strategy_from_options(strategy: str, options: dict | DROConfig | None = None) -> DROStrategy:
-    """Build from ``TrainConfig.tdro`` (a free-form mapping validated here); errors become ConfigError."""
-    from pydantic import ValidationError
+    """Build from ``TrainConfig.tdro`` (a mapping validated by :class:`DROConfig`); errors become ConfigError."""
+    return build_dro_strategy(strategy, parse_options(_SPECS["tdro"], options))
 
-    from drmix.errors import ConfigError
 
-    if isinstance(options, DROConfig) or options is None:
-        return build_dro_strategy(strategy, options)
-    try:
-        cfg = DROConfig.model_validate(options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"invalid tdro option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
-                          fix=f"valid options: {', '.join(DROConfig.model_fields)}.") from None
-    return build_dro_strategy(strategy, cfg)
+def _build(config, options: DROConfig | None, names: list[str], weights: list) -> DROStrategy:
+    return build_dro_strategy(config.strategy.lower(), options)
+
+
+_SPECS = {name: register_strategy(StrategySpec(
+    name=name, build=_build, options=DROConfig, options_field="tdro", family="dro", help=text,
+    needs_reference=STRATEGY_MEASUREMENT[name] != "raw", learns_weights=True, requires_mixed_batches=True,
+    docs="docs/mixture.md"))
+    for name, text in (("tdro", "tDRO: learn collection weights from the proxy/reference loss ratio (options: --tdro)."),
+                       ("doremi", "DoReMi: learn collection weights from the excess loss over a reference (--tdro)."),
+                       ("groupdro", "GroupDRO: learn collection weights from the raw loss (--tdro)."))}

@@ -54,8 +54,10 @@ from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
 from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy_batching, warn_small_collections
 from drmix.train.reference import ReferenceScorer
+from drmix.train.reporting import CollectionLosses, RunReporting
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
+from drmix.train.tracking import HFCallbacks, split_callbacks
 
 __all__ = ["JsonlLog", "TrainResult", "Trainer", "train"]
 
@@ -81,15 +83,21 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, strategy: Strategy | None = None,
                  callbacks: Sequence[Callable[[StepContext], None]] = (), collections: list[Collection] | None = None,
                  model: Any = None, builder: Any = None,
-                 loss_fn: Callable[..., torch.Tensor] | None = None) -> None:
+                 loss_fn: Callable[..., torch.Tensor] | None = None, card: dict[str, Any] | None = None) -> None:
         """``builder`` (turns sampled ``(collection, row)`` pairs into a :class:`Batch`; has ``state_dict``)
         and ``loss_fn`` (``loss_fn(query_emb, doc_emb, gather=bool) -> per-example losses``, used instead of
-        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining."""
+        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining; ``card``
+        overrides fields of the model card's :class:`~drmix.report.card.CardInfo` (e.g. ``kind``, ``loss``).
+
+        ``callbacks`` are plain callables (called with the :class:`StepContext` after every step) or
+        ``transformers.TrainerCallback`` objects (see :mod:`drmix.train.tracking`)."""
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
         self.config = config
-        self.callbacks = list(callbacks)
+        self.callbacks, hf_callbacks = split_callbacks(callbacks)
+        # built before the Accelerator: TrainingArguments resets accelerate's process state
+        hf = HFCallbacks(hf_callbacks, config) if hf_callbacks else None
         check_device(config.device)
         # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
@@ -111,6 +119,10 @@ class Trainer:
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.batch_size)
+        from drmix.model.encoder import resolve_model_path
+
+        # config.yaml, checkpoints and the card record the model actually used (not `model: null`)
+        config = self.config = config.model_copy(update={"model": resolve_model_path(config.model)})
         backbone = BackboneOptions.from_config(config)
         self.model = model if model is not None else load_retriever(
             config.model, backbone, device=str(self.device), trust_remote_code=config.trust_remote_code)
@@ -136,8 +148,10 @@ class Trainer:
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
+        tokens = (self.encoder.token_ids(self.collections, num_proc=config.tokenize_num_proc)
+                  if config.pretokenize and builder is None else None)
         self.builder = builder if builder is not None else BatchBuilder(self.collections, config.num_negatives,
-                                                                         seed=config.seed)
+                                                                         seed=config.seed, tokens=tokens)
         self.loss_fn = loss_fn
         self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs, prefetch=config.input_prefetch,
                                     workers=config.input_workers, threadable=self.encoder.threadable)
@@ -161,6 +175,12 @@ class Trainer:
                            if config.grad_cache_chunk else None)
         self.output = RunOutput(self.out, is_main=self.is_main)
         self.metrics = self.output.metrics
+        self.reporting = RunReporting(config, self.out, names=self.names, sizes=self.sizes,
+                                      hf=hf if self.is_main else None, enabled=self.is_main, card=card)
+        self.stop_hooks = bool(hf_callbacks)  # same on every rank: a callback's stop is agreed on by all
+        self.output.metrics.listeners.append(self.reporting.record)
+        self.output.trajectory.listeners.append(self.reporting.record)
+        self.collection_losses = CollectionLosses(self.names, self.device)
         self.evaluator = None
         if config.eval_data:
             from drmix.evaluation.evaluate import DevEvaluator
@@ -278,13 +298,17 @@ class Trainer:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
                             keep=self.config.keep_checkpoints)
+            self.reporting.saved()
         self.accelerator.wait_for_everyone()
 
     # -- the loop ----------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
         """Train under the output directory's lock (one writer per directory; see drmix.train.lock)."""
         with run_lock(self.out, enabled=self.is_main):
-            return self._train()
+            try:
+                return self._train()
+            finally:
+                self.reporting.close()  # trackers flushed even when training stops with an error
 
     def _train(self) -> TrainResult:
         cfg = self.config
@@ -294,6 +318,7 @@ class Trainer:
         if self.step >= cfg.max_steps and self.output.finished:
             log.info("run in %s is already complete (%d steps)", self.out, self.step)
             return self.output.result(self.step, None)
+        self.reporting.start(self.step, self.model)
         ctx = self.context()
         last_loss = None
         from tqdm.auto import tqdm
@@ -323,6 +348,7 @@ class Trainer:
                     self.guard.observe_loss(loss)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
                 step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
+                self.collection_losses.add(losses, local.collection_ids)
             self.precision.unscale_(self.optimizer)
             grad_norm = None
             if cfg.max_grad_norm > 0:
@@ -349,6 +375,7 @@ class Trainer:
                                      "lr": lr, "samples_per_s": window_n / max(window_seconds, 1e-9),
                                      "train_seconds": window_seconds, "strategy_seconds": self.lookahead_seconds,
                                      "collection_counts": dict(zip(self.names, counts.tolist())),
+                                     "collection_losses": self.collection_losses.read(self._sum_across),
                                      **self.guard.sync()})  # reads the skip counters; raises after too many
                 window_seconds, window_n = 0.0, 0
                 counts[:] = 0
@@ -356,16 +383,33 @@ class Trainer:
                 self._evaluate()
             for cb in self.callbacks:
                 cb(ctx)
-            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
+            stop = self._callbacks_stop()
+            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or stop:
                 self._save()
             if logging_step:
                 bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
             bar.update(1)
+            if stop:
+                log.info("a callback stopped training at step %d", self.step)
+                break
         bar.close()
         self.inputs.close()
         if self.evaluator is not None and (not cfg.eval_every or cfg.max_steps % cfg.eval_every):
             self._evaluate()
         return self._finish(last_loss)
+
+    def _callbacks_stop(self) -> bool:
+        """Whether a ``TrainerCallback`` asked to stop (main process), agreed on by every process."""
+        if not self.stop_hooks:
+            return False
+        stop = self.reporting.step_end(self.step, self.model)
+        if self.world == 1:
+            return stop
+        flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
+
+    def _sum_across(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.world == 1 else self.accelerator.reduce(t, reduction="sum")
 
     def _mean_across(self, value: float) -> float:
         if self.world == 1:
@@ -407,7 +451,9 @@ class Trainer:
             # the training collections' instructions and the evaluation ones become named prompts of the folder
             record_prompts(model, {**{c.name: c.instruction for c in self.collections if c.instruction},
                                    **self.config.query_instructions})
-        self.output.save_final(model, self.strategy.final_weights(), getattr(self.strategy, "weight_names", self.names))
+        weights = self.strategy.final_weights()
+        self.output.save_final(model, weights, getattr(self.strategy, "weight_names", self.names))
+        self.reporting.finish(model, weights)  # model/README.md, report.html (main process)
         self.accelerator.wait_for_everyone()
         return self.output.result(self.step, last_loss)
 

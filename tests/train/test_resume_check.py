@@ -9,7 +9,7 @@ import yaml
 from drmix.train.resume_check import ResumeMismatchError, training_changes
 from drmix.train.trainer import train
 
-from test_trainer import config, make_collections
+from train_helpers import config, make_collections
 
 
 def test_training_changes_ignores_bookkeeping_fields():
@@ -18,6 +18,15 @@ def test_training_changes_ignores_bookkeeping_fields():
              "new_field": 3}
     assert training_changes(before, after) == {"learning_rate": {"before": 1e-3, "after": 2e-3},
                                                "tdro": {"before": {"eta": 0.1}, "after": {"eta": 0.2}}}
+
+
+def test_a_checkpoint_recorded_before_model_paths_were_resolved():
+    """Runs recorded `model: null` (the bundled default) before config.yaml held the resolved path."""
+    from drmix.model.encoder import default_model_path
+
+    assert training_changes({"model": None}, {"model": default_model_path()}) == {}
+    assert training_changes({"model": None}, {"model": "/elsewhere/model"}) == \
+        {"model": {"before": default_model_path(), "after": "/elsewhere/model"}}
 
 
 def test_resume_with_other_hyperparameters(tiny_model_path, tmp_path):
