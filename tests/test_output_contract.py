@@ -94,6 +94,8 @@ COMMANDS = {
     "analyze shift": (lambda w, o: ["analyze", "shift", "--source", w["coll"], "--target", w["data"],
                                     "--output-dir", o], "dir", "data", _own_file("shift.json", {})),
     "multicorpus build": (lambda w, o: ["multicorpus", "build", w["src"], o], "dir", "src", None),
+    "multicorpus sweep": (lambda w, o: ["multicorpus", "sweep", "--corpus", f"a={w['data']}", "--output", o],
+                          "dir", "data", _own_file("results.json", [{"setting": "s"}])),
     "localdocs build": (lambda w, o: ["localdocs", "build", o, "--family", "stdlib"], "dir", None, None),
     "demo": (lambda w, o: ["demo", "--output", o], "dir", None, _own_file("demo.json", {})),
 }

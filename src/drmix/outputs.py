@@ -54,6 +54,14 @@ def _metrics_run(folder: Path) -> bool:
         return False
 
 
+def _sweep_results(path: Path) -> bool:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, list) and all(isinstance(r, dict) and "setting" in r for r in obj)
+
+
 @dataclass(frozen=True)
 class OutputKind:
     """What a command writes and how an existing one is treated (see the module docstring)."""
@@ -105,6 +113,9 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("shift", "an analysis written by drmix analyze shift (shift.json, shift.md, plots)", "files",
                "overwrite", lambda d: (d / "shift.json").is_file(),
                ("shift.json", "shift.md", "query_types.png", "jaccard.png")),
+    OutputKind("sweep", "a sweep written by drmix multicorpus sweep (table.md, results.json, plots)", "files",
+               "overwrite", lambda d: _sweep_results(d / "results.json"),
+               ("table.md", "results.json", "recall_vs_k-*.png")),
     OutputKind("file", "a file", "file", "overwrite"),
 )}
 
