@@ -52,17 +52,24 @@ PRESETS = {
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float]:
-    from scipy import stats
+    """Mean and 95% Student-t interval over seeds (:func:`drmix.evaluation.significance.t_interval`)."""
+    from drmix.evaluation.significance import t_interval as mean_half
 
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2:
-        return float(v.mean()), float("nan"), float("nan")
-    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
-    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+    m, half = mean_half(values)
+    return m, m - half, m + half
+
+
+def scores_of(model, test: list[str], p: dict, cache_dir: Path) -> dict:
+    """``{dataset: {query: nDCG@10}}`` of one model, cached in ``cache_dir/eval-test.json``."""
+    from drmix.evaluation.suite import evaluate_suite
+
+    return evaluate_suite({"model": model}, test, cache_dirs={"model": cache_dir}, max_queries=p["test"]["max_queries"],
+                          max_docs=p["test"]["max_docs"], seed=0, max_length=p["test"]["max_length"]).scores()["model"]
 
 
 def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     from drmix.config import TrainConfig
+    from drmix.outputs import run_finished
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
     from drmix.train.trainer import train
 
@@ -71,7 +78,7 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     times = {}
     t0 = time.perf_counter()
     coco_dir = out / "coco"
-    if not (coco_dir / "model" / "modules.json").exists():
+    if not run_finished(coco_dir):
         pretrain_coco(CocoConfig(corpus=corpora, output_dir=str(coco_dir), seed=seed, show_progress=False,
                                  resume=True, save_every=10_000, log_every=5, **p["coco"]))
     times["coco"] = time.perf_counter() - t0
@@ -82,7 +89,7 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     for label, (start, strategy) in runs.items():
         t0 = time.perf_counter()
         d = out / label
-        if not (d / "model" / "modules.json").exists():
+        if not run_finished(d):
             train(TrainConfig(model=start, data=data, output_dir=str(d), seed=seed, strategy=strategy,
                               idro=p["idro"] if strategy == "idro" else {}, show_progress=False, resume=True,
                               save_every=10_000, log_every=5, num_negatives=1, **p["finetune"]))
@@ -117,12 +124,9 @@ def main(argv: list[str] | None = None) -> int:
 
         build_all(args.data, collections, seed=0, max_per_collection=1000, max_words=120, localdocs=False)
 
-    from drmix.recipes.coco import per_query_scores
-
     t_start = time.perf_counter()
     test = [str(args.data / t) for t in TARGETS]
-    zero = per_query_scores(None, test, max_queries=p["test"]["max_queries"], max_docs=p["test"]["max_docs"], seed=0,
-                            max_length=p["test"]["max_length"], cache=args.out / "zero-shot-scores.json")
+    zero = scores_of(None, test, p, args.out / "zero-shot")
     scores: dict[str, list[dict]] = {}
     coco_models = []
     done = []
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.report_only:
             d = args.out / f"seed{seed}"
             labels = ("coco", "base-uniform", "coco-uniform", "coco-idro")
-            if not all((d / lb / "scores-test.json").exists() for lb in labels[1:]):
+            if not all((d / lb / "eval-test.json").exists() for lb in labels[1:]):
                 log.info("seed %d: not finished, left out of the report", seed)
                 continue
             models = {lb: d / lb / "model" for lb in labels}
@@ -138,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             models = run_seed(args, p, collections, seed)
         coco_models.append(models["coco"])
         for label in ("base-uniform", "coco-uniform", "coco-idro"):
-            scores.setdefault(label, []).append(per_query_scores(
-                models[label], test, max_queries=p["test"]["max_queries"], max_docs=p["test"]["max_docs"], seed=0,
-                max_length=p["test"]["max_length"], cache=models[label].parent / "scores-test.json"))
+            scores.setdefault(label, []).append(scores_of(models[label], test, p, models[label].parent))
         log.info("seed %d: %s", seed, {k: round(float(np.mean([np.mean(list(s.values())) for s in v[-1].values()])), 4)
                                        for k, v in scores.items()})
         done.append(seed)

@@ -28,13 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402,F401  (offline environment)
 
 PRESETS = {
     "cpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=250, test_max_queries=35, max_per_doc=1,
@@ -68,7 +66,7 @@ def augment(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]:
     from drmix.augment.crop import crop_queries
     from drmix.augment.examples import mine_examples, write_collection
     from drmix.data.beir import doc_text
-    from drmix.recipes.drama import _sample
+    from drmix.augment.steps import sample_ids
 
     files, info = [], {}
     for name, ds in sets.items():
@@ -78,7 +76,7 @@ def augment(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]:
             continue
         t0 = time.perf_counter()
         qs = crop_queries(ds.corpus, max_per_doc=p["max_per_doc"], seed=0)
-        keep = [int(i) for i in _sample([str(i) for i in range(len(qs))], p["max_queries"], 0)]
+        keep = [int(i) for i in sample_ids([str(i) for i in range(len(qs))], p["max_queries"], 0)]
         rows = [{"query": qs[i].query, "augment": "crop", "source_doc": qs[i].doc_id, "sentence": qs[i].sentence}
                 for i in keep]
         mined, counts = mine_examples(rows, {d: doc_text(x) for d, x in ds.corpus.items()}, teacher,
@@ -123,9 +121,10 @@ def generated(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]
 
 def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, p: dict) -> str:
     from drmix.config import TrainConfig
+    from drmix.outputs import run_finished
     from drmix.train.trainer import train
 
-    if (out / "model" / "modules.json").exists():
+    if run_finished(out):
         return str(out / "model")
     cfg = TrainConfig(model=init, data=files, output_dir=str(out), max_steps=p["steps"], batch_size=p["batch_size"],
                       learning_rate=lr, num_negatives=p["num_negatives"], query_max_length=p["query_max_length"],
@@ -137,21 +136,17 @@ def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, 
     return str(out / "model")
 
 
-def per_query(model_path: str | None, sets: dict, p: dict, cache: Path) -> dict:
-    """{dataset: {query_id: {metric: value}}} with nDCG@10 at full size and each dim; cached."""
-    from drmix.evaluation.matryoshka import evaluate_dims
-    from drmix.model.encoder import load_encoder
+def per_query(model_path: str | None, root: Path, p: dict, cache_dir: Path) -> dict:
+    """{dataset: {query_id: {metric: value}}} with nDCG@10 at full size and each dim; cached in
+    ``cache_dir/eval-test.json`` (:func:`drmix.evaluation.suite.evaluate_suite`)."""
+    from drmix.evaluation.suite import evaluate_suite
 
-    if cache.exists():
-        return json.loads(cache.read_text())
-    model = load_encoder(model_path, device=p["device"])
     t0 = time.perf_counter()
-    res = {n: evaluate_dims(model, ds.corpus, ds.queries, ds.qrels, p["dims"], metrics=("ndcg@10",),
-                            max_length=p["doc_max_length"], per_query=True) for n, ds in sets.items()}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(res))
-    log(f"evaluated {cache.stem} in {time.perf_counter() - t0:.0f}s")
-    return res
+    suite = evaluate_suite({"model": model_path}, [root / n for n in p["datasets"]], cache_dirs={"model": cache_dir},
+                           max_queries=p["test_max_queries"], max_docs=p["test_max_docs"], seed=0,
+                           max_length=p["doc_max_length"], metrics=("ndcg@10",), dims=p["dims"], device=p["device"])
+    log(f"evaluated {cache_dir.name} in {time.perf_counter() - t0:.0f}s")
+    return suite.per_query["model"]
 
 
 def paired(base: dict, runs: list[dict], metric: str) -> dict:
@@ -159,13 +154,15 @@ def paired(base: dict, runs: list[dict], metric: str) -> dict:
     import numpy as np
     from scipy import stats
 
+    from drmix.evaluation.significance import t_interval
+
     qids = sorted(base)
     b = np.array([base[q][metric] for q in qids])
     per_seed = np.array([[r[q][metric] for q in qids] for r in runs])
     avg = per_seed.mean(axis=0)
     d = avg - b
     n = len(d)
-    half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
+    half = t_interval(d)[1]
     nz = d[np.abs(d) > 1e-12]
     return {"base": float(b.mean()), "mean": float(avg.mean()), "seed_means": [float(x) for x in per_seed.mean(axis=1)],
             "seed_sd": float(per_seed.mean(axis=1).std(ddof=1)) if len(runs) > 1 else 0.0,
@@ -262,7 +259,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     from drmix.model.encoder import default_model_path, load_encoder
+    from drmix.evaluation.suite import cache_file
     from drmix.model.prune import prune_to_sentence_transformer
+    from drmix.outputs import model_saved
 
     sets = load_sets(args.data, p)
     log("test sets: " + ", ".join(f"{n}: {len(d.corpus)} docs, {len(d.queries)} queries" for n, d in sets.items()))
@@ -270,10 +269,10 @@ def main() -> None:
     teacher.max_seq_length = p["doc_max_length"]
     files, aug_info = augment(sets, teacher, p, out / "augment")
     pruned = out / "pruned-smollm2"
-    if not (pruned / "modules.json").exists():
+    if not model_saved(pruned):
         prune_to_sentence_transformer(None, pruned, keep_layers=p["keep_layers"], max_seq_length=p["doc_max_length"])
     prune_info = json.loads((pruned / "drmix_prune.json").read_text())
-    teacher_pq = per_query(None, sets, p, out / "eval" / "teacher.json")
+    teacher_pq = per_query(None, args.data, p, out / "eval" / "teacher")
     wanted = args.arms.split(",")
     arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], "pruned-untuned", "pruned", files),
             "(b) MiniLM": (default_model_path(), p["lr_minilm"], "teacher", "minilm", files)}
@@ -289,14 +288,14 @@ def main() -> None:
     for ds, pq in [*teacher_pq.items(), ("both (pooled queries)", pool(teacher_pq))]:
         results["teacher"][ds] = {m: mean_of(pq, m) for m in metrics if m in next(iter(pq.values()))}
     for arm, (init, lr, base_name, tag, arm_files) in arms.items():
-        base_pq = per_query(None if base_name == "teacher" else init, sets, p, out / "eval" / f"{base_name}.json")
+        base_pq = per_query(None if base_name == "teacher" else init, args.data, p, out / "eval" / base_name)
         runs = []
         for s in seeds:
-            cache = out / "eval" / f"{tag}-s{s}.json"
-            if args.collect_only and not cache.exists():
+            cache = out / "eval" / f"{tag}-s{s}"
+            if args.collect_only and not cache_file(cache, "test").exists():
                 continue
             model = train_student(init, arm_files, out / f"train-{tag}-s{s}", s, lr, p)
-            runs.append(per_query(model, sets, p, cache))
+            runs.append(per_query(model, args.data, p, cache))
         if not runs:
             continue
         results.setdefault("seeds_done", {})[arm] = len(runs)

@@ -24,15 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402  (sets the offline environment)
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -99,19 +97,18 @@ def main() -> None:
                     help="rank against the judged documents plus this many others (default: the full corpus)")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     args = ap.parse_args()
-    for k, v in PRESETS.get(args.preset or "", {}).items():
-        setattr(args, k, v)
+    _common.apply_preset(args, PRESETS)
 
     import torch
 
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.index import _token_lengths, encode_texts, length_order
+    from drmix.retrieval.index import token_lengths, encode_texts, length_order
 
     model = load_encoder(args.model, device=args.device, max_seq_length=args.max_length)
     texts = load_passages(args.data, args.n)
 
     t0 = time.perf_counter()
-    tok_lengths = _token_lengths(model, texts, "", args.max_length)
+    tok_lengths = token_lengths(model, texts, "", args.max_length)
     t_len = time.perf_counter() - t0
     char_order = np.argsort([-len(t) for t in texts], kind="stable")
     real = int(tok_lengths.sum())
@@ -174,7 +171,7 @@ def main() -> None:
     for name, p in pads.items():
         print(f"pad tokens, {name}: {p} ({100 * p / real:.2f}% of {real} real tokens)")
     if args.ndcg:
-        from drmix.evaluation.compare import randomization_test, t_test
+        from drmix.evaluation.significance import randomization_test, t_test
 
         corpus = "full corpus" if args.ndcg_docs is None else f"judged documents + {args.ndcg_docs} others"
         base, t_base = scifact_ndcg(model, args.data, "fp32", args.batch_size, args.max_length, args.ndcg_docs)

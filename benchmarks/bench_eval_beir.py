@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402,F401  (offline environment)
 REPO = Path(__file__).resolve().parents[1]
 
 # nDCG@10 of sentence-transformers/all-MiniLM-L6-v2 on the BEIR test splits (MTEB retrieval results).

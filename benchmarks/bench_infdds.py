@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import random
 import sys
 import time
@@ -29,12 +28,10 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from _common import DEFAULT_DATA  # noqa: E402  (and the offline environment)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 log = logging.getLogger("bench_infdds")
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 # --------------------------------------------------------------------------------------------- data

@@ -62,17 +62,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402,F401  (offline environment)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build_collections import DEFAULT_DATA, build_all  # noqa: E402
+
+from drmix.outputs import run_finished  # noqa: E402
 
 log = logging.getLogger("bench_mixture")
 TARGETS = ("scifact", "nfcorpus")
@@ -203,7 +203,7 @@ def train_arm(args, arm: str, data: list[str], root: Path, seed: int, target: st
     from drmix.train.trainer import train
 
     out = root / f"{arm.replace(':', '-')}-s{seed}"
-    if (out / "model" / "modules.json").exists():
+    if run_finished(out):
         return out / "model"
     if arm == "uniform" and reference is not None and seed == args.seeds[0]:
         return reference
@@ -228,7 +228,7 @@ def learn_weights(args, data: list[str], root: Path, strategy: str, reference: P
     from drmix.mixture.optimize import optimize_weights, stage1_config
 
     out = root / f"stage1-{strategy}"
-    if (out / "weights.json").exists() and (out / "model" / "modules.json").exists():
+    if (out / "weights.json").exists() and run_finished(out):
         return out / "weights.json"
     base = TrainConfig.model_validate(base_values(args, data, out, args.seeds[0]))
     cfg = stage1_config(base, strategy=strategy, reference=None if strategy == "groupdro" else str(reference),
@@ -271,7 +271,7 @@ def prepare_target(args, collections: Path, target: str, results: dict) -> dict:
              len(test.corpus))
     tr = results.setdefault(target, {"arms": {}, "weights": {}, "seconds": {}})
     ref_out = root / f"uniform-s{args.seeds[0]}"
-    if not (ref_out / "model" / "modules.json").exists():
+    if not run_finished(ref_out):
         v = base_values(args, data, ref_out, args.seeds[0])
         v.update(batching="homogeneous", mixture="uniform", strategy="static")
         t0 = time.perf_counter()
@@ -307,14 +307,9 @@ def run_arms(args, target: str, prep: dict, seed: int, results: dict, save) -> N
 
 def _mean_ci(values: list[float]) -> tuple[float, float]:
     """Mean and half-width of the 95% Student-t interval over seeds."""
-    from scipy import stats
+    from drmix.evaluation.significance import t_interval
 
-    n = len(values)
-    m = sum(values) / n
-    if n < 2:
-        return m, float("nan")
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
-    return m, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return t_interval(values)
 
 
 def seed_averaged(results: dict, arm: str, seeds: dict[str, list[str]]) -> dict:

@@ -36,8 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402,F401  (offline environment)
 
 from drmix.data.entity_matching import build_entity_matching, read_manifest  # noqa: E402
 from drmix.evaluation.multi_metrics import (  # noqa: E402
@@ -222,13 +221,11 @@ def simplex_specs(specs: list[str], n: int, step: float = 0.1) -> list[str]:
 
 
 def t_interval(values) -> tuple[float, float]:
-    """Mean and 95% t half-width over seeds (0 with one seed)."""
-    from scipy import stats
+    """Mean and 95% t half-width over seeds (0 with one seed); :func:`drmix.evaluation.significance.t_interval`."""
+    from drmix.evaluation.significance import t_interval as mean_half
 
-    v = np.asarray(values, dtype=np.float64)
-    if v.size < 2:
-        return float(v.mean()), 0.0
-    return float(v.mean()), float(stats.t.ppf(0.975, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    mean, half = mean_half(values)
+    return mean, (half if np.size(values) > 1 else 0.0)
 
 
 def wilcoxon_p(diffs) -> float | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -24,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402,F401  (offline environment)
 
 
 def write_collection(path: Path, rows: int, chunk: int = 1_000_000) -> None:

@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import _common  # noqa: E402  (sets the offline environment)
 
 
 def scifact_pairs(data: Path, out: Path, n: int | None = None) -> Path:
@@ -160,8 +158,7 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true", help="also time the bare step on one pre-tokenised batch")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     args = ap.parse_args()
-    for k, v in PRESETS.get(args.preset or "", {}).items():
-        setattr(args, k, v)
+    _common.apply_preset(args, PRESETS)
     import logging
 
     logging.disable(logging.WARNING)

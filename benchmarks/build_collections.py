@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from _common import DEFAULT_DATA  # noqa: E402  (and the offline environment)
+
 log = logging.getLogger("build_collections")
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 
 
 def cut(text: str, max_words: int) -> str:

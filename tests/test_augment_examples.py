@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import drmix.augment.examples as ex
+from drmix.augment.rerank import rerank_examples
 from drmix.data.collections import load_jsonl_collection
 from drmix.errors import DataError
 
@@ -55,7 +56,7 @@ def test_rerank_examples_use_the_llm_order(tmp_path):
     row = {"query": "q", "augment": "generate+mine", "positives": ["x"], "negatives": [],
            "teacher": {"candidates": [[f"d{i:02d}", 0.5] for i in range(12)]}}
     answer = " > ".join(f"[{i}]" for i in [12, 11, 3])   # the rest appended in teacher order
-    out, stats = ex.rerank_examples([row], CORPUS, FakeBackend(lambda m: answer), k=12, negatives="10:12")
+    out, stats = rerank_examples([row], CORPUS, FakeBackend(lambda m: answer), k=12, negatives="10:12")
     order = out[0]["llm_rerank"]["order"]
     assert order[:4] == ["d11", "d10", "d02", "d00"]
     assert out[0]["positives"] == ["document text 11"]
@@ -63,7 +64,7 @@ def test_rerank_examples_use_the_llm_order(tmp_path):
     assert out[0]["llm_rerank"]["repairs"] == {"invalid": 0, "duplicates": 0, "missing": 9}
     assert out[0]["augment"] == "generate+mine+rerank"
     with pytest.raises(DataError, match="no teacher candidates"):
-        ex.rerank_examples([{"query": "q"}], CORPUS, FakeBackend(lambda m: answer), path="in.jsonl")
+        rerank_examples([{"query": "q"}], CORPUS, FakeBackend(lambda m: answer), path="in.jsonl")
 
 
 def test_empty_output_is_refused(tmp_path):

@@ -60,7 +60,7 @@ def test_matryoshka_larger_than_embedding_and_missing_gpu(tiny_model_path, tmp_p
     from drmix.device import check_device
     from drmix.train.trainer import Trainer
 
-    from test_trainer import config, make_collections
+    from train_helpers import config, make_collections
 
     data = make_collections(tmp_path / "data", n=4)
     with pytest.raises(ConfigError) as e:
@@ -169,7 +169,7 @@ def test_resume_after_a_collection_changed_size(tiny_model_path, tmp_path):
     from drmix.train.resume_check import ResumeMismatchError
     from drmix.train.trainer import train
 
-    from test_trainer import config, make_collections
+    from train_helpers import config, make_collections
 
     data = make_collections(tmp_path / "data", n=8)
     out = tmp_path / "run"

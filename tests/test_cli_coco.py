@@ -81,3 +81,11 @@ def test_pipeline_end_to_end_and_rerun_skips(tiny_model_path, tmp_path):
     again = run_coco_pipeline(cfg)
     assert again.table == res.table
     assert (tmp_path / "p" / "coco" / "model" / "modules.json").stat().st_mtime == mtime
+    # what the CLI adds at the end: one report for the pipeline, a section per stage that trained
+    from drmix.cli.report import after_run
+
+    after_run(tmp_path / "p", cfg, pipeline=True)
+    html = (tmp_path / "p" / "report.html").read_text(encoding="utf-8")
+    stages = [p.name for p in (tmp_path / "p").iterdir() if (p / "metrics.jsonl").is_file()]
+    assert len(stages) >= 2 and all(f"{name}/report.html" in html for name in stages)
+    assert "summary.md" in html and html.count("<svg") >= len(stages)

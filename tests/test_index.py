@@ -9,7 +9,7 @@ import torch
 
 from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
 from drmix.model.features import TextBatcher
-from drmix.retrieval.index import (DenseIndex, _token_lengths, encode_texts, index_corpus,
+from drmix.retrieval.index import (DenseIndex, token_lengths, encode_texts, index_corpus,
                                    length_order, search_queries)
 
 TEXTS = ["a short one", "a much longer text that has quite a few more words in it than the others", "mid size text",
@@ -36,11 +36,11 @@ def test_length_order_is_longest_first_and_stable():
     assert length_order(np.array([3, 5, 5, 1])).tolist() == [1, 2, 0, 3]
 
 
-def test_token_lengths_count_prompt_special_tokens_and_truncation(tiny):
+def testtoken_lengths_count_prompt_special_tokens_and_truncation(tiny):
     # [CLS] hello world [SEP] = 4; the prompt "query:" adds "query" and ":" = 6; max_length caps.
-    assert _token_lengths(tiny, ["hello world"], "", None).tolist() == [4]
-    assert _token_lengths(tiny, ["hello world"], "query: ", None).tolist() == [6]
-    assert _token_lengths(tiny, ["hello world"], "query: ", 3).tolist() == [3]
+    assert token_lengths(tiny, ["hello world"], "", None).tolist() == [4]
+    assert token_lengths(tiny, ["hello world"], "query: ", None).tolist() == [6]
+    assert token_lengths(tiny, ["hello world"], "query: ", 3).tolist() == [3]
 
 
 def test_encode_texts_restores_input_order(minilm):
@@ -55,7 +55,7 @@ def test_pretokenised_batches_match_preprocess_or_fall_back(minilm):
     texts = TEXTS * 3
     batcher = TextBatcher(minilm, "query: ", 16)
     ids = batcher.tokenize(texts[:4])
-    assert [len(x) for x in ids] == _token_lengths(minilm, texts[:4], "query: ", 16).tolist()
+    assert [len(x) for x in ids] == token_lengths(minilm, texts[:4], "query: ", 16).tolist()
     reference = minilm.preprocess(texts[:4], prompt="query: ",
                                   processing_kwargs={"text": {"max_length": 16, "truncation": True}})
     first = batcher.features(texts[:4], ids)

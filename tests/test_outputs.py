@@ -105,3 +105,17 @@ def test_atomic_dir_refuses_file_and_permission_errors_are_one_line(tmp_path, mo
     with pytest.raises(ConfigError) as e:
         atomic_write_text(tmp_path / "x.json", "{}")
     assert "no permission" in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_run_finished_and_model_saved(tmp_path):
+    from drmix.outputs import model_saved, run_finished
+
+    run = tmp_path / "run"
+    assert not run_finished(run)
+    (run / "model").mkdir(parents=True)
+    assert not run_finished(run) and not model_saved(run / "model")
+    (run / "model" / "modules.json").write_text("[]")
+    assert run_finished(run) and model_saved(run / "model")
+    (run / "model" / "modules.json").unlink()
+    (run / "model" / "modules.json").mkdir()                 # not a file: not saved
+    assert not run_finished(run)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from drmix.errors import ConfigError
 
@@ -43,7 +43,7 @@ class TrainConfig(BaseModel):
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps with linear warm-up.")
     scheduler: Literal["linear", "cosine", "constant"] = Field("linear", description="Decay after warm-up.")
     max_grad_norm: float = Field(1.0, ge=0, description="Gradient clipping norm (0 = off).")
-    temperature: float = Field(0.05, gt=0, description="InfoNCE temperature (scores are divided by it).")
+    temperature: float = Field(0.05, gt=0, description="InfoNCE temperature (scores are divided by it; the tDRO paper uses 0.002 on normalised last-token embeddings).")
     num_negatives: int = Field(1, ge=0, description="Hard negatives per query taken from the data (0 = none).")
     in_batch_negatives: bool = Field(True, description="Use the other examples' documents as negatives.")
     cross_device_negatives: bool = Field(True, description="Gather documents from all processes as negatives (DDP).")
@@ -57,11 +57,13 @@ class TrainConfig(BaseModel):
     mixture_temperature: float = Field(2.0, gt=0, description="tau for mixture='temperature'.")
     weights_file: str | None = Field(None, description="weights.json (from a strategy run) or a {name: weight} JSON/YAML file.")
     transfer: str | None = Field(None, description="How learned weights are used: top:K (e.g. top:0.7), reweight, or loss.")
-    strategy: str = Field("static", description="static | tdro | doremi | groupdro | infdds | multidds | idro.")
+    strategy: str = Field("static", description="A registered strategy: static | tdro | doremi | groupdro | infdds | "
+                                                "multidds | idro (docs/mixture.md); checked when the config is read.")
     reference_model: str | None = Field(None, description="Frozen reference model for tDRO/DoReMi.")
     dev: list[str] = Field(default_factory=list, description="BEIR directories whose dev split strategies use (Inf-DDS).")
     dev_split: str = Field("dev", description="Qrels split of the --dev directories.")
     eval_data: list[str] = Field(default_factory=list, description="BEIR directories evaluated every eval_every steps.")
+    query_instructions: dict[str, str] = Field(default_factory=dict, description="Query instruction per evaluation dataset (dataset name -> text), used by every evaluation and saved in the model folder's prompts (see docs/llm.md).")
     eval_every: int = Field(0, ge=0, description="Evaluate on eval_data every N steps (0 = only at the end if eval_data).")
     eval_split: str = Field("dev", description="Qrels split used by the periodic evaluation.")
     eval_max_queries: int | None = Field(None, ge=1, description="Cap on queries per periodic evaluation set.")
@@ -76,25 +78,54 @@ class TrainConfig(BaseModel):
     mixed_precision: Literal["auto", "no", "fp16", "bf16"] = Field(
         "auto", description="auto: bf16 on GPUs that support it, else fp16 with loss scaling; fp32 (no) on CPU.")
     grad_cache_chunk: int = Field(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
-    lora_r: int = Field(0, ge=0, description="LoRA rank (0 = train all weights); saves model/ merged and adapter/.")
+    lora_r: int | None = Field(None, ge=0, description="LoRA rank (0 = train all weights); saves model/ merged and adapter/. Default: 8 (tDRO) for a decoder LM, 0 otherwise.")
     lora_alpha: float = Field(32.0, gt=0, description="LoRA scaling alpha (update scaled by alpha / r).")
     lora_dropout: float = Field(0.1, ge=0, lt=1, description="Dropout on the LoRA branch.")
     lora_targets: list[str] = Field(default_factory=list, description="Module names to adapt (default: peft's choice for the architecture).")
     input_prefetch: int = Field(2, ge=0, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
     input_workers: int = Field(1, ge=0, description="Threads preparing batches ahead (0 = tokenise in the loop).")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")
+    # The backbone (drmix.model.backbone; docs/llm.md): decoder LMs as the tDRO and DRAMA papers train them.
+    pooling: Literal["lasttoken", "mean", "cls"] | None = Field(
+        None, description="Pooling of token states: lasttoken | mean | cls. Default: the model folder's Pooling; lasttoken for a bare decoder LM, mean for a bare encoder.")
+    append_eos: bool | None = Field(None, description="Make the tokenizer append EOS to every text (once). Default: on for last-token pooling.")
+    normalize: bool = Field(True, description="L2-normalise embeddings (adds a Normalize module): training and the saved folder both score cosines; off: both score dot products.")
+    bidirectional: bool = Field(False, description="Run a Llama-family decoder with bidirectional attention (DRAMA; rewritten exactly as Gemma).")
+    torch_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(None, description="dtype the weights are loaded in (bf16 halves memory). Default: transformers' choice for the folder.")
+    attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] | None = Field(None, description="Attention kernel. Default: transformers' choice (sdpa).")
+    gradient_checkpointing: bool = Field(False, description="Activation checkpointing on the backbone (recompute layers in backward; less memory).")
     trust_remote_code: bool = Field(False, description="Allow custom model code from the model folder / hub.")
     device: str | None = Field(None, description="Device override (default: cuda if available, else cpu).")
     max_collection_size: int | None = Field(None, ge=1, description="Cap each collection at this many examples (seeded).")
-    # Strategy sub-configurations (set by their modules' config models; free-form here and validated there).
+    report_to: list[str] = Field(default_factory=list, description="Also send the logged scalars to tensorboard "
+                                 "(event files in output_dir/tensorboard) and/or wandb (offline unless WANDB_MODE "
+                                 "says otherwise); repeat for several; none = only metrics.jsonl.")
+    push_to_hub: str | None = Field(None, description="After the run, upload model/, its card and report.html to "
+                                    "this Hugging Face Hub repository (USER/NAME); see drmix push.")
+    # Strategy options: mappings checked, when the config is read, by the options model each strategy registers
+    # (drmix.mixture.registry); written as given, so config.yaml and resume checks see what the user wrote.
     tdro: dict[str, Any] = Field(default_factory=dict, description="Options of the DRO strategies (see docs/mixture.md).")
     infdds: dict[str, Any] = Field(default_factory=dict, description="Options of Inf-DDS / MultiDDS (see docs/influence.md).")
     idro: dict[str, Any] = Field(default_factory=dict, description="Options of iDRO (see docs/coco.md).")
+    strategy_options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of a registered strategy that has no field of its own (docs/mixture.md).")
 
     @field_validator("data", mode="before")
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return [v] if isinstance(v, (str, dict)) else v
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _trackers(cls, v: Any) -> Any:
+        from drmix.train.tracking import TRACKERS
+
+        values = [v] if isinstance(v, str) else list(v or [])
+        names = [n.strip().lower() for x in values for n in str(x).split(",") if n.strip()]
+        bad = [n for n in names if n not in TRACKERS]
+        if bad:
+            raise ValueError(f"unknown tracker {bad[0]!r}; use {', '.join(TRACKERS)}")
+        return [n for n in dict.fromkeys(names) if n != "none"]
 
     @field_validator("mixed_precision", mode="before")
     @classmethod
@@ -109,6 +140,12 @@ class TrainConfig(BaseModel):
             raise ValueError(f"dimensions must be positive, got {bad}")
         return v
 
+    @model_validator(mode="after")
+    def _check_strategy(self) -> "TrainConfig":
+        from drmix.mixture.registry import check_config
+
+        check_config(self)  # the strategy exists and its options are valid, before any model or data loads
+        return self
 
     def dump_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
@@ -172,3 +209,7 @@ def load_config(model_cls: type[BaseModel], path: str | Path | None = None, over
     except ValidationError as e:
         raise ConfigError(f"invalid configuration: {_format_validation(e)}.", path=path,
                           fix="see `drmix train --help` or docs/training.md for the fields.") from None
+    except ConfigError as e:  # the strategy registry's check: name the config file it came from
+        if e.path is None and path is not None:
+            raise ConfigError(e.message, path=path, fix=e.fix) from None
+        raise

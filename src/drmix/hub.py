@@ -54,6 +54,18 @@ def model_folder_of(folder: str | Path) -> tuple[Path, Path | None]:
                       fix="pass a finished run folder, a pipeline folder or a SentenceTransformer folder.")
 
 
+def check_can_push(repo_id: str, folder: str | Path | None = None) -> None:
+    """Fail before a run starts when its ``--push-to-hub`` could not succeed (a bad id, offline mode)."""
+    from huggingface_hub import constants
+
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ConfigError(f"{repo_id!r} is not a Hub repository id.", fix="write it as USER/NAME or ORG/NAME.")
+    if constants.is_offline_mode():
+        raise HubError("--push-to-hub was given but the Hugging Face Hub is switched off here (HF_HUB_OFFLINE or "
+                       "TRANSFORMERS_OFFLINE is set).", path=folder,
+                       fix="unset them, or run without --push-to-hub and upload later with drmix push.")
+
+
 def _operations(model_dir: Path, run_dir: Path | None, repo_id: str) -> list:
     from huggingface_hub import CommitOperationAdd
 

@@ -47,6 +47,17 @@ MARKERS: dict[str, tuple[Callable[[Path], bool], str]] = {
 }
 
 
+def model_saved(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a saved SentenceTransformer model (its ``modules.json`` is written last)."""
+    return (Path(folder) / "modules.json").is_file()
+
+
+def run_finished(run_dir: str | Path) -> bool:
+    """Whether the training run in ``run_dir`` (``drmix train``, ``drmix pretrain``, a recipe's stage) finished:
+    its final model is saved in ``run_dir/model``."""
+    return model_saved(Path(run_dir) / "model")
+
+
 def is_output_of(folder: str | Path, kind: str) -> bool:
     """Whether ``folder`` holds drmix's own output of ``kind`` (see :data:`MARKERS`)."""
     return MARKERS[kind][0](Path(folder))

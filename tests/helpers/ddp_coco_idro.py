@@ -1,4 +1,4 @@
-"""Run by tests/test_ddp_coco_idro.py under torchrun (or directly for one process): a few steps of COCO or iDRO."""
+"""Run by tests/train/test_ddp_coco_idro.py under torchrun (or directly for one process): a few steps of COCO or iDRO."""
 import json
 import sys
 

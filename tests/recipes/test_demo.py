@@ -31,7 +31,7 @@ def test_demo_writes_table_rows_per_family_plus_average(demo_result):
         assert res["table"]["average"][run] == pytest.approx(sum(fam_values) / 2)
         assert all(0.0 <= v <= 1.0 for v in fam_values)
         # the table is what the evaluation reports say
-        report = json.loads((demo_result.output_dir / "eval" / run / "eval.json").read_text())
+        report = json.loads((demo_result.output_dir / "eval" / run / "eval-test.json").read_text())
         assert res["table"]["small"][run] == pytest.approx(report["results"]["small"]["ndcg@10"])
     md = demo_result.results_md.read_text().splitlines()
     header = md.index("| family | base | uniform | learned | learned - uniform |")

@@ -48,7 +48,8 @@ def test_generation_samples_documents_across_the_corpus(tmp_path, monkeypatch):
     """The LLM sees a seeded sample spread over the corpus, not the first ``generate_max_docs`` ids."""
     import drmix.augment.examples as examples
     import drmix.augment.generate as generate
-    from drmix.recipes.drama import augment_corpus, generation_ids
+    from drmix.augment.generate import generation_ids
+    from drmix.recipes.drama import augment_corpus
 
     ids = [f"d{i:04d}" for i in range(1000)]
     picked = generation_ids(ids, 100, seed=3)

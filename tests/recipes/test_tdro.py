@@ -114,7 +114,7 @@ def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
 
     # A rerun skips every finished stage and reuses cached evaluations.
     stamp = (s1 / "weights.json").stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="drmix.recipes.tdro"):
+    with caplog.at_level(logging.INFO, logger="drmix.recipes"):
         again = run_tdro_pipeline(pipeline_config)
     assert (s1 / "weights.json").stat().st_mtime_ns == stamp
     assert sum("finished earlier" in r.message for r in caplog.records) == 4

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from pydantic import BaseModel, Field
 
+from drmix.augment.steps import AugmentStep, StepContext, register_step, sample_ids
 from drmix.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -82,3 +84,27 @@ def crop_queries(corpus: Mapping[str, Mapping[str, str] | str], *, min_words: in
                         fix="check the corpus has a 'text' field with prose, or lower --min-words.")
     log.info("cropped %d sentence queries from %d documents", len(out), len(corpus))
     return out
+
+
+# -- the recipe step -----------------------------------------------------------------------------------------
+class CropStepOptions(BaseModel):
+    """Options of the ``crop`` step (fields of ``drmix pipeline drama`` of the same names)."""
+
+    min_words: int = Field(4, ge=1, description="Shortest sentence kept as a cropped query, in words.")
+    max_per_doc: int | None = Field(2, ge=1, description="Cropped queries per document at most (seeded sample).")
+    max_queries: int | None = Field(None, ge=1, description="Cropped queries per corpus at most (seeded sample).")
+
+
+def crop_step(ctx: StepContext, opts: CropStepOptions) -> tuple[list[dict], dict]:
+    """Sentences of the sampled documents as queries, mined by the teacher (DRAMA Sec. 3.1)."""
+    queries = crop_queries({d: ctx.corpus[d] for d in ctx.ids}, min_words=opts.min_words,
+                           max_per_doc=opts.max_per_doc, seed=ctx.seed)
+    keep = sample_ids([str(i) for i in range(len(queries))], opts.max_queries, ctx.seed)
+    rows = [{"query": q.query, "augment": "crop", "source_doc": q.doc_id, "sentence": q.sentence}
+            for q in (queries[int(i)] for i in keep)]
+    mined, counts = ctx.mine(rows)
+    return mined, dict(counts)
+
+
+register_step(AugmentStep("crop", CropStepOptions, crop_step, order=10,
+                          help="Cropped-sentence queries mined by the teacher."))

@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 
 POSITIVES = RankWindow(1, 10)
 NEGATIVES = RankWindow(30, 50)
-RERANK_NEGATIVES = RankWindow(10, 20)
 
 
 def write_collection(path: str | Path, rows: Sequence[dict[str, Any]], *, why: str | None = None) -> None:
@@ -102,40 +101,3 @@ def mine_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], mod
         counts["kept"] += 1
     log.info("mined %d of %d queries (%s)", counts["kept"], len(rows), dict(counts))
     return out, counts
-
-
-def rerank_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], backend: Any, *, k: int = 20,
-                    negatives: RankWindow | str = RERANK_NEGATIVES, template: Any = None,
-                    max_words: int = 192, path: str | Path = "", stats: Any = None) -> tuple[list[dict[str, Any]], Any]:
-    """Rerank each mined row's top-``k`` teacher candidates with the LLM: positive = reranked top-1,
-    negatives = reranked ranks in ``negatives``. Rows without ``teacher.candidates`` raise :class:`DataError`."""
-    from drmix.augment.rerank import rerank_candidates
-
-    negatives = RankWindow.parse(negatives)
-    items, cand_ids = [], []
-    for i, row in enumerate(rows, start=1):
-        cands = (row.get("teacher") or {}).get("candidates")
-        if not cands:
-            raise DataError("line has no teacher candidates to rerank.", path=path, line=i,
-                            fix="rerank the output of `drmix augment mine`, which records them.")
-        missing = [c[0] for c in cands[:k] if c[0] not in corpus]
-        if missing:
-            raise DataError(f"candidate {missing[0]!r} is not in the corpus.", path=path, line=i,
-                            fix="pass the corpus the queries were mined from.")
-        ids = [c[0] for c in cands[:k]]
-        cand_ids.append(ids)
-        items.append((row["query"], [corpus[d] for d in ids]))
-    rankings, stats = rerank_candidates(items, backend, template=template, max_words=max_words, stats=stats)
-    out = []
-    for row, ids, r in zip(rows, cand_ids, rankings):
-        if r is None:
-            continue
-        order = [ids[j] for j in r.order]
-        line = {kk: v for kk, v in row.items() if kk not in ("positives", "negatives")}
-        line.update({"positives": [corpus[order[0]]], "negatives": [corpus[d] for d in negatives.take(order)],
-                     "augment": str(row.get("augment", "query")) + "+rerank",
-                     "llm_rerank": {**backend.describe(), "order": order, "negative_ranks": str(negatives),
-                                    "repairs": {"invalid": r.invalid, "duplicates": r.duplicates,
-                                                "missing": r.missing}}})
-        out.append(line)
-    return out, stats

@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field
+
+from drmix.augment.steps import AugmentStep, StepContext, register_step, sample_ids
 from drmix.augment.templates import read_template
 from drmix.errors import DataError
 from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
@@ -167,3 +170,40 @@ def document_texts(corpus: Mapping[str, Mapping[str, str]], ids: Sequence[str] |
     from drmix.data.beir import doc_text
 
     return {d: doc_text(corpus[d]) for d in (ids if ids is not None else corpus)}
+
+
+# -- the recipe step -----------------------------------------------------------------------------------------
+def generation_ids(ids: list[str], n: int, seed: int) -> list[str]:
+    """The documents given to the LLM: a seeded sample of ``n`` spread over all of ``ids`` (not its head).
+
+    ``ids`` is already a sorted sample of the corpus, so its first ``n`` would be the documents with the
+    smallest ids; a second seeded draw (its own stream) spreads the generated queries over the corpus.
+    """
+    return sample_ids(ids, n, seed + 7907)
+
+
+class GenerateStepOptions(BaseModel):
+    """Options of the ``generate`` step (fields of ``drmix pipeline drama`` of the same names)."""
+
+    generate_max_docs: int = Field(100, ge=1, description="Documents per corpus given to the LLM.")
+
+
+def generate_step(ctx: StepContext, opts: GenerateStepOptions) -> tuple[list[dict], dict]:
+    """One LLM-generated query per sampled document, mined by the teacher (DRAMA Sec. 3.2)."""
+    from drmix.llm.runstats import failure_line, llm_stats
+
+    gen_ids = generation_ids(ctx.ids, opts.generate_max_docs, ctx.seed)
+    stats = GenerationStats()
+    with llm_stats(ctx.stats_file("generate"), stats) as stats_path:  # written on every exit path
+        rows, _ = generate_queries(document_texts(ctx.corpus, gen_ids), ctx.backend, stats=stats)
+    rows = [{"query": r["query"], "augment": "generate", "source_doc": r["doc_id"], "llm": ctx.backend.describe()}
+            for r in rows]
+    mined, counts = ctx.mine(rows)
+    ctx.why["generate"] = (failure_line(stats, stats_path) + f"; outcomes {dict(stats.outcomes)}, mining "
+                           f"{dict(counts)}. Check the endpoint or llm.timeout")
+    return mined, stats.as_dict()
+
+
+register_step(AugmentStep("generate", GenerateStepOptions, generate_step, order=20, needs_llm=True,
+                          enabled_by="generate",
+                          help="LLM-generated queries (one per document), mined by the teacher."))

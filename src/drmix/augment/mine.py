@@ -153,7 +153,8 @@ class MineStats:
 def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, window: RankWindow | str = "1:30",
                     num_negatives: int = 1, sampling: Literal["top", "random"] = "top",
                     max_score_ratio: float | None = 0.95, keep_negatives: bool = False, seed: int = 42,
-                    batch_size: int = 64, model_name: str | None = None) -> MineStats:
+                    batch_size: int = 64, model_name: str | None = None,
+                    query_prompt: str | None = None) -> MineStats:
     """Mine hard negatives for one collection JSONL file into ``out_path`` (written atomically).
 
     The pool is every distinct positive and negative text of the file. For each line the candidates are the
@@ -184,7 +185,7 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
     ids = [str(i) for i in range(len(pool))]
     queries = [ex["query"] for _, _, ex in rows]  # as written: a YAML instruction applies at training time
     pos_ids = [[pool_index[t] for t in ex["positives"]] for _, _, ex in rows]
-    q_emb, d_emb = embed(model, queries, pool, batch_size=batch_size)
+    q_emb, d_emb = embed(model, queries, pool, batch_size=batch_size, query_prompt=query_prompt)
     ranked = rank(q_emb, d_emb, ids, top_n=window.end, exclude=[{ids[j] for j in p} for p in pos_ids])
     # the positive-aware filter's reference: each query's lowest cosine to one of its own positives
     pos_scores = np.array([float((d_emb[p] @ q_emb[r]).min()) for r, p in enumerate(pos_ids)])

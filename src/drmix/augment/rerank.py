@@ -23,11 +23,15 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from drmix.augment.mine import RankWindow
+from drmix.augment.steps import AugmentStep, StepContext, register_step
 from drmix.augment.templates import read_template
 from drmix.errors import DataError
 from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
@@ -177,3 +181,62 @@ def rerank_candidates(items: Sequence[tuple[str, Sequence[str]]], backend: LLMBa
         log.warning("%d of %d LLM requests failed (%s)", sum(stats.failures.values()), len(items),
                     describe_failures(stats.failures))
     return out, stats
+
+
+RERANK_NEGATIVES = RankWindow(10, 20)
+
+
+def rerank_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], backend: Any, *, k: int = 20,
+                    negatives: RankWindow | str = RERANK_NEGATIVES, template: Any = None,
+                    max_words: int = 192, path: str | Path = "", stats: Any = None) -> tuple[list[dict[str, Any]], Any]:
+    """Rerank each mined row's top-``k`` teacher candidates with the LLM: positive = reranked top-1,
+    negatives = reranked ranks in ``negatives``. Rows without ``teacher.candidates`` raise :class:`DataError`."""
+    negatives = RankWindow.parse(negatives)
+    items, cand_ids = [], []
+    for i, row in enumerate(rows, start=1):
+        cands = (row.get("teacher") or {}).get("candidates")
+        if not cands:
+            raise DataError("line has no teacher candidates to rerank.", path=path, line=i,
+                            fix="rerank the output of `drmix augment mine`, which records them.")
+        missing = [c[0] for c in cands[:k] if c[0] not in corpus]
+        if missing:
+            raise DataError(f"candidate {missing[0]!r} is not in the corpus.", path=path, line=i,
+                            fix="pass the corpus the queries were mined from.")
+        ids = [c[0] for c in cands[:k]]
+        cand_ids.append(ids)
+        items.append((row["query"], [corpus[d] for d in ids]))
+    rankings, stats = rerank_candidates(items, backend, template=template, max_words=max_words, stats=stats)
+    out = []
+    for row, ids, r in zip(rows, cand_ids, rankings):
+        if r is None:
+            continue
+        order = [ids[j] for j in r.order]
+        line = {kk: v for kk, v in row.items() if kk not in ("positives", "negatives")}
+        line.update({"positives": [corpus[order[0]]], "negatives": [corpus[d] for d in negatives.take(order)],
+                     "augment": str(row.get("augment", "query")) + "+rerank",
+                     "llm_rerank": {**backend.describe(), "order": order, "negative_ranks": str(negatives),
+                                    "repairs": {"invalid": r.invalid, "duplicates": r.duplicates,
+                                                "missing": r.missing}}})
+        out.append(line)
+    return out, stats
+
+
+# -- the recipe step -----------------------------------------------------------------------------------------
+class RerankStepOptions(BaseModel):
+    """The ``rerank`` step has no options of its own (the window and template are the paper's)."""
+
+
+def rerank_step(ctx: StepContext, opts: RerankStepOptions) -> tuple[list[dict], dict]:
+    """The LLM's listwise rerank of the generated queries' teacher top-20 (DRAMA Sec. 3.3)."""
+    from drmix.llm.runstats import failure_line, llm_stats
+
+    stats = RerankStats()
+    with llm_stats(ctx.stats_file("rerank"), stats) as stats_path:
+        rows, _ = rerank_examples(ctx.rows_of("generate"), ctx.texts, ctx.backend, stats=stats)
+    ctx.why["rerank"] = failure_line(stats, stats_path) + f"; outcomes {dict(stats.outcomes)}"
+    return rows, stats.as_dict()
+
+
+register_step(AugmentStep("rerank", RerankStepOptions, rerank_step, order=30, needs_llm=True,
+                          enabled_by="rerank",
+                          reads=("generate",), help="LLM listwise rerank of the generated queries' top-20."))

@@ -50,12 +50,6 @@ def _why_empty(stats: Any, stats_path: Path) -> str:
             "--timeout, or the prompt template")
 
 
-def _sample_ids(ids: list[str], n: int | None, seed: int) -> list[str]:
-    from drmix.recipes.drama import _sample
-
-    return _sample(ids, n, seed)
-
-
 # -- LLM options shared by generate and rerank ------------------------------------------------------------
 def _llm_params() -> list[inspect.Parameter]:
     from drmix.llm.factory import LLMConfig
@@ -129,10 +123,11 @@ def crop_command(
     """Cropped-sentence queries: every sentence of a document is a query, its document the positive."""
     from drmix.augment.crop import crop_queries
     from drmix.augment.examples import crop_rows, write_collection
+    from drmix.augment.steps import sample_ids
     from drmix.data.beir import doc_text
 
     docs = _load_corpus(corpus)
-    ids = _sample_ids(list(docs), max_docs, seed)
+    ids = sample_ids(list(docs), max_docs, seed)
     queries = crop_queries({d: docs[d] for d in ids}, min_words=min_words, max_per_doc=max_per_doc,
                            language=language, seed=seed, include_title=include_title)
     rows = crop_rows(queries, {d: doc_text(docs[d]) for d in ids})
@@ -186,11 +181,12 @@ def generate_command(
     """LLM-generated queries: one per document, parsed from the Task/Query/Language answer."""
     from drmix.augment.generate import GenerationStats, QGenTemplate, document_texts, generate_queries
     from drmix.augment.examples import write_collection
+    from drmix.augment.steps import sample_ids
     from drmix.llm.base import GenerationParams
     from drmix.llm.runstats import failure_line, llm_stats
 
     docs = _load_corpus(corpus)
-    ids = _sample_ids(list(docs), max_docs, seed)
+    ids = sample_ids(list(docs), max_docs, seed)
     qgen = QGenTemplate.load(template)
     backend = _backend(output, llm)
     texts = document_texts(docs, ids)
@@ -222,8 +218,8 @@ def rerank_command(
     llm: dict = None,  # type: ignore[assignment]
 ) -> None:
     """LLM listwise rerank of the teacher's top-k: top-1 becomes the positive, ranks 10-20 hard negatives."""
-    from drmix.augment.examples import read_query_rows, rerank_examples, write_collection
-    from drmix.augment.rerank import RerankStats, RerankTemplate
+    from drmix.augment.examples import read_query_rows, write_collection
+    from drmix.augment.rerank import RerankStats, RerankTemplate, rerank_examples
     from drmix.data.beir import doc_text
     from drmix.llm.runstats import llm_stats
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.options import ATTN_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 
 
@@ -29,6 +30,10 @@ def mine_command(
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
     seed: int = typer.Option(42, "--seed", help="Seed of --sampling random."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files."),
+    query_instruction: Optional[str] = typer.Option(None, "--query-instruction", help="Instruction prepended to "
+                                                    "every query when ranking (default: the model's query prompt)."),
+    torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
+    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
 ) -> None:
     """Mine hard negatives for training collections with a retriever over each collection's own documents."""
     from drmix.augment.mine import RankWindow, mine_collection
@@ -63,11 +68,14 @@ def mine_command(
                               fix="write the mined collection to another path.")
         if dst.exists() and not overwrite:
             raise ConfigError("output file exists.", path=dst, fix="pass --overwrite to replace it, or another --output.")
-    encoder = load_encoder(model)
+    from drmix.model.instructions import query_prompt_for
+
+    encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
+    qp = None if query_instruction is None else query_prompt_for(encoder, None, explicit=query_instruction)
     for src, dst in pairs:
         stats = mine_collection(src, dst, encoder, window=window, num_negatives=num_negatives, sampling=sampling,
                                 max_score_ratio=max_score_ratio or None, keep_negatives=keep_negatives, seed=seed,
-                                batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2")
+                                batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2", query_prompt=qp)
         console.print(f"{src.name}: {stats.queries} queries, pool {stats.pool} documents, {stats.negatives} "
                       f"negatives mined (ranks {window}; {stats.filtered} filtered as likely positives; "
                       f"{stats.short} queries short) -> {dst}", soft_wrap=True)

@@ -18,7 +18,7 @@ same inputs; the strategy turns per-collection losses into weights: tdro = proxy
 doremi = excess loss, groupdro = raw loss (no reference needed). Writes weights.json (final, mean, EMA,
 top-K% selections), weights.jsonl (trajectory) and weights.png into --output-dir. Transfer the weights
 with `drmix train --weights-file RUN/weights.json --transfer top:0.7|reweight|loss`.
-Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, smoothing, output, ema, reference_guard, min_relative_reference,
+Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, max_grad_norm, absent, accumulation, smoothing, output, ema, reference_guard, min_relative_reference,
 measurement, top_percents); see docs/mixture.md.
 """
 

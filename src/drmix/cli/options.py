@@ -117,3 +117,19 @@ def config_command(model_cls: type[BaseModel], run: Callable[..., Any], *, extra
 
     command.__signature__ = inspect.Signature([cfg_param, *extra, *params])  # type: ignore[attr-defined]
     return command
+
+
+# -- options every encoding command shares (drmix.model.backbone / drmix.model.instructions; docs/llm.md) --------
+TORCH_DTYPE_HELP = "dtype the model's weights are loaded in: bf16, fp16 or fp32 (default: transformers' choice)."
+ATTN_HELP = "Attention kernel: sdpa, flash_attention_2 or eager (default: transformers' choice)."
+QUERY_INSTRUCTION_HELP = ("Instruction prepended to every query (a space is added unless it ends in one); "
+                          "overrides --prompts and the model folder's prompts.")
+PROMPTS_HELP = ("YAML/JSON file mapping dataset name -> query instruction (default: the model folder's prompt "
+                "named after the dataset, else its query prompt).")
+
+
+def model_kwargs(torch_dtype: str | None, attn_implementation: str | None) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments of --torch-dtype / --attn-implementation (checked)."""
+    from drmix.model.backbone import BackboneOptions
+
+    return BackboneOptions(torch_dtype=torch_dtype, attn_implementation=attn_implementation).model_kwargs()

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from drmix.cli.options import config_command, paragraphs
+from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
 
 TDRO_HELP = """Run the tDRO recipe end to end: stage 0 (uniform reference, unless --reference-model),
@@ -48,9 +49,11 @@ def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.recipes.tdro import PipelineConfig, run_tdro_pipeline
 
     config = load_config(PipelineConfig, config_path, overrides)
+    before_run(config)
     result = run_tdro_pipeline(config)
     console.print(result.table, highlight=False, soft_wrap=True)
     console.print(f"summary: {result.output_dir / 'summary.md'}")
+    after_run(result.output_dir, config, pipeline=True)
 
 
 def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None:
@@ -58,19 +61,24 @@ def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None
     from drmix.recipes.coco import CocoPipelineConfig, run_coco_pipeline
 
     config = load_config(CocoPipelineConfig, config_path, overrides)
+    before_run(config)
     result = run_coco_pipeline(config)
     console.print(result.table, highlight=False, soft_wrap=True)
     console.print(f"summary: {result.output_dir / 'summary.md'}")
+    after_run(result.output_dir, config, pipeline=True)
 
 
 def run_drama(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.cli import console
     from drmix.recipes.drama import load_drama_config, run_drama_pipeline
 
-    summary = run_drama_pipeline(load_drama_config(config_path, overrides))
+    config = load_drama_config(config_path, overrides)
+    before_run(config)
+    summary = run_drama_pipeline(config)
     if "table" in summary:
         console.print(summary["table"], highlight=False, soft_wrap=True)
-    console.print("summary: " + str(Path(load_drama_config(config_path, overrides).output_dir) / "summary.json"))
+    console.print("summary: " + str(Path(config.output_dir) / "summary.json"))
+    after_run(config.output_dir, config, pipeline=True)
 
 
 def register(app: typer.Typer) -> None:

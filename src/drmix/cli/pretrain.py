@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from drmix.cli.options import config_command, paragraphs
+from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
 
 COCO_HELP = """Continuous contrastive pretraining (COCO) on target corpora, no labels needed.
@@ -21,8 +22,8 @@ metrics.jsonl and checkpoints/; --resume continues a killed run exactly. See doc
 """
 
 #: training fields that mean nothing for COCO (no labelled data, no strategy, spans set the lengths)
-COCO_SKIP = {"data", "strategy", "transfer", "weights_file", "reference_model", "dev", "dev_split", "tdro", "infdds",
-             "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives",
+COCO_SKIP = {"data", "strategy", "strategy_options", "transfer", "weights_file", "reference_model", "dev", "dev_split",
+             "tdro", "infdds", "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives",
              "mixture_temperature", "max_collection_size"}
 
 
@@ -31,10 +32,12 @@ def run_coco(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
 
     config = load_config(CocoConfig, config_path, overrides)
+    before_run(config)
     result = pretrain_coco(config)
     for s in getattr(result, "span_stats", []):
         console.print(s.describe(), highlight=False)
     console.print(f"[green]pretrained[/green] {result.steps} steps; model: {result.model_dir}")
+    after_run(result.output_dir, config)
 
 
 def register(app: typer.Typer) -> None:

@@ -59,6 +59,30 @@ def push_command(
     console.print(f"pushed {len(result.files)} files to {result.url}")
 
 
+def before_run(config) -> None:
+    """What a training command checks first: a ``--push-to-hub`` that cannot succeed fails before training."""
+    if getattr(config, "push_to_hub", None):
+        from drmix.hub import check_can_push
+
+        check_can_push(config.push_to_hub, config.output_dir)
+
+
+def after_run(output_dir: str | Path, config, *, pipeline: bool = False) -> None:
+    """A pipeline's ``report.html`` (runs write their own) and the ``--push-to-hub`` upload."""
+    from drmix.cli import console
+
+    if pipeline:
+        from drmix.report.html import check_report_target, write_report
+
+        check_report_target(output_dir)
+        console.print(f"report: {write_report(output_dir)}")
+    if getattr(config, "push_to_hub", None):
+        from drmix.hub import push_to_hub
+
+        result = push_to_hub(output_dir, config.push_to_hub)
+        console.print(f"pushed {len(result.files)} files to {result.url}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("report", help=REPORT_HELP)(report_command)
     app.command("push", help=PUSH_HELP)(push_command)

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 
+from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi.registry import search_policy_usage
 
@@ -70,13 +71,31 @@ def read_query_file(path: Path) -> dict[str, str]:
     return queries
 
 
+def _search_prompt(model: Any, instruction: str | None, prompt_name: str | None) -> str | None:
+    """The query prompt of drmix search: the model's query prompt + --query-instruction, else the folder's
+    --prompt-name, else None (the model's query prompt)."""
+    from drmix.model.instructions import query_prompt_for
+
+    if instruction is not None and prompt_name is not None:
+        raise ConfigError("give --query-instruction or --prompt-name, not both.", fix="drop one of them.")
+    if instruction is not None:
+        return query_prompt_for(model, None, explicit=instruction)
+    if prompt_name is not None:
+        prompts = getattr(model, "prompts", None) or {}
+        if prompt_name not in prompts:
+            raise ConfigError(f"the model has no prompt named {prompt_name!r}.",
+                              fix=f"use one of {sorted(prompts) or '(none saved)'}, or --query-instruction TEXT.")
+        return prompts[prompt_name]
+    return None
+
+
 def search_results(model: Any, index: Any, queries: dict[str, str], k: int, *, batch_size: int = 64,
-                   with_text: bool = True, precision: str = "auto") -> list[dict[str, Any]]:
+                   with_text: bool = True, precision: str = "auto", prompt: str | None = None) -> list[dict[str, Any]]:
     """Search and shape the hits: ``[{"query_id", "query", "hits": [{"rank", "doc_id", "score", ...}]}]``."""
     from drmix.data.beir import doc_text
     from drmix.retrieval.index import search_queries
 
-    run = search_queries(model, index, queries, k=k, batch_size=batch_size, precision=precision)
+    run = search_queries(model, index, queries, k=k, batch_size=batch_size, precision=precision, prompt=prompt)
     rows = []
     for qid, docs in run.items():
         hits = []
@@ -144,6 +163,8 @@ def index_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --output folder that is not "
                                                              "an index (its contents are deleted)."),
     precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
+    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
 ) -> None:
     """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query."""
     from drmix.data.beir import read_corpus
@@ -154,7 +175,7 @@ def index_command(
     check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
     corpus_file = resolve_corpus_file(corpus)
     docs = read_corpus(corpus_file)
-    encoder = load_encoder(model)
+    encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
     params: dict[str, Any] = {}
     if kind is IndexKind.hnsw:
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
@@ -216,6 +237,11 @@ def search_command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of tables."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Queries per encoding batch."),
     precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    query_instruction: Optional[str] = typer.Option(None, "--query-instruction", help=QUERY_INSTRUCTION_HELP),
+    prompt_name: Optional[str] = typer.Option(None, "--prompt-name", help="Use the model folder's prompt of this "
+                                              "name (e.g. a dataset's instruction saved by drmix train)."),
+    torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
+    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
 ) -> None:
     """Answer queries from the command line or a file with ids, scores and text."""
     from drmix.io import write_jsonl_atomic
@@ -232,15 +258,30 @@ def search_command(
         raise ConfigError("--output is a folder; search writes one JSONL file.", path=output,
                           fix="name a file, e.g. --output run.jsonl.")
     texts = read_query_file(queries) if queries is not None else {str(i): q for i, q in enumerate(query, 1)}
+    kwargs = model_kwargs(torch_dtype, attn_implementation)
+    index = None if corpus else DenseIndex.load(index_dir)
+    encoder = load_encoder(model or (index_model(index.metadata.get("model"), index_dir) if index is not None
+                                     else None), model_kwargs=kwargs)
+    prompt = _search_prompt(encoder, query_instruction, prompt_name)
     if corpus:
         from drmix.retrieval.multi import multi_search, parse_corpus_args
 
-        rows = multi_search(load_encoder(model), parse_corpus_args(corpus), texts, k=k, allocation=allocation,
+        from drmix.model.encoder import query_prompt
+
+        shown = texts
+        if prompt is not None:  # the searchers add the model's query prompt; the instruction goes after it
+            base = query_prompt(encoder)
+            if not prompt.startswith(base):
+                raise ConfigError("this prompt cannot be combined with --corpus.",
+                                  fix="use --query-instruction, or search one --index.")
+            texts = {q: prompt[len(base):] + t for q, t in texts.items()}
+        rows = multi_search(encoder, parse_corpus_args(corpus), texts, k=k, allocation=allocation,
                             depth=depth, batch_size=batch_size)
+        for r in rows:
+            r["query"] = shown.get(r["query_id"], r["query"])
     else:
-        index = DenseIndex.load(index_dir)
-        encoder = load_encoder(model or index_model(index.metadata.get("model"), index_dir))
-        rows = search_results(encoder, index, texts, k, batch_size=batch_size, precision=precision.value)
+        rows = search_results(encoder, index, texts, k, batch_size=batch_size, precision=precision.value,
+                              prompt=prompt)
     if output is not None:
         write_jsonl_atomic(output, [{**r, "hits": [{k2: v for k2, v in h.items() if k2 != "text"}
                                                     for h in r["hits"]]} for r in rows])
@@ -267,6 +308,10 @@ def eval_command(
     dims: Optional[str] = typer.Option(None, "--dims", help="Matryoshka sizes, e.g. 64,128,256: every metric is "
                                                            "also reported on embeddings truncated to each size "
                                                            "and re-normalised (as ndcg@10@64d)."),
+    query_instruction: Optional[str] = typer.Option(None, "--query-instruction", help=QUERY_INSTRUCTION_HELP),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help=PROMPTS_HELP),
+    torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
+    attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
     max_queries: Optional[int] = typer.Option(None, "--max-queries", min=1, help="Evaluate a seeded sample of at "
                                               "most this many judged queries per dataset (default: all)."),
     max_docs: Optional[int] = typer.Option(None, "--max-docs", min=1, help="Cap each corpus at this many "
@@ -281,9 +326,15 @@ def eval_command(
     if output is not None and output.exists() and not output.is_dir():
         raise ConfigError("--output is a file; eval writes eval.json and eval.md into a folder.", path=output,
                           fix="name a folder (it is created).")
+    from drmix.model.instructions import read_prompts_file
+
+    instructions = read_prompts_file(prompts) if prompts is not None else {}
+    if query_instruction is not None:  # every dataset, over the prompts file
+        instructions.update({Path(d).expanduser().name: query_instruction for d in data})
     report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
                             metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
-                            precision=precision.value, dims=parse_dims(dims), max_queries=max_queries,
+                            precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
+                            model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
                             max_docs=max_docs, seed=seed)
     print_report(report)
     if output is not None:

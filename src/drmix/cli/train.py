@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from drmix.cli.options import config_command
+from drmix.cli.report import after_run, before_run
 from drmix.config import TrainConfig, load_config
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.train.trainer import train
 
     config = load_config(TrainConfig, config_path, overrides)
+    before_run(config)
     try:
         result = train(config)
     except KeyboardInterrupt:
@@ -34,6 +36,7 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
     console.print(f"[green]trained[/green] {result.steps} steps; model: {result.model_dir}")
     console.print(f"config: {result.output_dir / 'config.yaml'}  metrics: {result.metrics_path}"
                   + (f"  weights: {result.weights_path}" if result.weights_path else ""))
+    after_run(result.output_dir, config)
 
 
 def _interrupted(out: Path) -> int:

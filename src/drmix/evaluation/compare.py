@@ -9,19 +9,14 @@ Inputs are the per-query scores that ``drmix eval`` writes into ``eval.json`` (`
   reports for each row the queries evaluated for the baseline, for the model, shared, and dropped;
 * a 95% interval of that mean from Student's t over the paired differences
   (``mean ± t_{0.975, n-1} · sd / sqrt(n)``);
-* two paired tests over queries: Student's paired t-test (``scipy.stats.ttest_rel``) and Fisher's
-  randomisation test (two-sided; each query's difference keeps or flips its sign with probability 1/2;
-  ``p = (1 + #{|mean of flipped| >= |observed mean|}) / (1 + permutations)``, with a fixed seed; when
-  ``2^n <= permutations`` every sign pattern is enumerated and ``p`` is exact).
+* two paired tests over queries: Student's paired t-test and Fisher's randomisation (sign-flip) test,
+  two-sided, through scipy's ``stats.permutation_test`` (exact when ``2^n <= permutations``, otherwise
+  seeded random sign patterns); the formulas are in :mod:`drmix.evaluation.significance`.
 
 The **average** row is the unweighted mean over datasets (each dataset counts once, as in BEIR's tables):
 its delta is ``sum_d mean_q(delta_dq) / D``, and the tests run on the per-query differences weighted by
 ``1 / (D n_d)`` (the randomisation test flips them; the t-test and interval use ``N · w_q · d_q``, whose
 mean is the same delta).
-
-The randomisation test is written here (a dozen numpy lines) because the library that offers it with
-these conventions, ``ranx``, depends on numba, ir-datasets, seaborn and fastparquet, far more than one
-test needs; the t-test is scipy's.
 """
 from __future__ import annotations
 
@@ -35,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from drmix.errors import DataError
+from drmix.evaluation.significance import randomization_test, t_test
 
 log = logging.getLogger(__name__)
 
@@ -113,50 +109,6 @@ class Comparison:
 
 def _p(p: float) -> str:
     return "" if not math.isfinite(p) else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
-
-
-# ---------------------------------------------------------------------------------------------- statistics
-
-def randomization_test(diffs: np.ndarray, weights: np.ndarray | None = None, *, permutations: int = 10000,
-                       seed: int = 0) -> float:
-    """Two-sided Fisher randomisation (sign-flip) p-value of ``sum_i w_i d_i`` (w = 1/n by default)."""
-    d = np.asarray(diffs, dtype=np.float64)
-    n = len(d)
-    if n == 0:
-        return float("nan")
-    w = np.full(n, 1.0 / n) if weights is None else np.asarray(weights, dtype=np.float64)
-    wd = w * d
-    observed = abs(wd.sum())
-    tol = 1e-12 * max(1.0, observed)
-    if n <= 30 and 2 ** n <= permutations:            # every sign pattern: the exact p-value
-        patterns = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
-        stats = np.abs(patterns @ wd)
-        return float((stats >= observed - tol).mean())
-    rng = np.random.default_rng(seed)
-    hits, done = 0, 0
-    while done < permutations:
-        m = min(2000, permutations - done)
-        signs = rng.integers(0, 2, size=(m, n), dtype=np.int8) * 2 - 1
-        hits += int((np.abs(signs @ wd) >= observed - tol).sum())
-        done += m
-    return (hits + 1) / (permutations + 1)
-
-
-def t_test(values: np.ndarray) -> tuple[float, float, float]:
-    """``(p, low, high)``: paired t-test of ``mean(values) = 0`` (two-sided) and its 95% interval."""
-    from scipy import stats
-
-    x = np.asarray(values, dtype=np.float64)
-    n = len(x)
-    mean = float(x.mean()) if n else float("nan")
-    if n < 2:
-        return float("nan"), mean, mean
-    sd = float(x.std(ddof=1))
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    if sd == 0:
-        return (1.0 if mean == 0 else 0.0), mean, mean
-    p = float(stats.ttest_1samp(x, 0.0).pvalue)
-    return p, mean - half, mean + half
 
 
 def query_sets(base: dict[str, Any], model: dict[str, Any], dataset: str, labels: tuple[str, str] = ("baseline",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,12 +89,13 @@ def dataset_names(data_dirs: Sequence[str | Path]) -> list[str]:
     return [f"{p.parent.name}/{p.name}" if base.count(p.name) > 1 else p.name for p in paths]
 
 
-def _resolve_model(model: Any, max_length: int | None) -> tuple[Any, str]:
+def _resolve_model(model: Any, max_length: int | None, model_kwargs: dict | None = None) -> tuple[Any, str]:
     if model is None or isinstance(model, (str, Path)):
         from drmix.model.encoder import load_encoder
 
         name = "default" if model is None else str(model)
-        return load_encoder(None if model is None else str(model), max_seq_length=max_length), name
+        return load_encoder(None if model is None else str(model), max_seq_length=max_length,
+                            model_kwargs=model_kwargs), name
     return model, model_name(model)
 
 
@@ -109,13 +110,22 @@ def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size:
                      metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
                      max_length: int | None = None, show_progress: bool = False,
                      precision: str | None = "auto", dims: Sequence[int] = (),
-                     per_query: dict | None = None) -> dict[str, float]:
+                     per_query: dict | None = None,
+                     query_instructions: Mapping[str, str] | None = None) -> dict[str, float]:
     """Index ``data.corpus``, retrieve for ``data.queries`` and score against ``data.qrels``.
+
+    The query prompt is ``query_prompt`` (verbatim), else the dataset's instruction from
+    ``query_instructions`` or the model folder's prompt named after the dataset (``data.name``), else the
+    model's query prompt (:func:`drmix.model.instructions.query_prompt_for`).
 
     Returns the mean of each metric; with ``dims`` each metric is also reported at those truncated,
     re-normalised sizes (:mod:`drmix.evaluation.matryoshka`); when ``per_query`` is a dict it is filled with
     ``{query_id: {metric: value}}`` (what ``drmix compare`` pairs across models).
     """
+    from drmix.model.instructions import query_prompt_for
+
+    if query_prompt is None:
+        query_prompt = query_prompt_for(model, data.name, instructions=query_instructions)
     if dims:
         from drmix.evaluation.matryoshka import evaluate_dims
 
@@ -138,7 +148,8 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
                    batch_size: int = 64, metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
                    show_progress: bool = True, model_name: str = "", max_length: int | None = None,
                    precision: str | None = "auto", dims: Sequence[int] = (), max_queries: int | None = None,
-                   max_docs: int | None = None, seed: int = 0) -> EvalReport:
+                   max_docs: int | None = None, seed: int = 0,
+                   query_instructions: Mapping[str, str] | None = None, model_kwargs: dict | None = None) -> EvalReport:
     """Evaluate ``model`` (a loaded SentenceTransformer, a path/hub id, or ``None`` for the default) on
     each BEIR directory; returns an :class:`EvalReport`. ``max_queries`` / ``max_docs`` evaluate a seeded
     subsample (judged documents of the kept queries always stay; see :func:`subsample`)."""
@@ -148,7 +159,7 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
         raise ConfigError("no dataset given.", fix="pass at least one --data DIR (a BEIR directory).")
     metrics = tuple(metrics)
     _check_k(k, metrics)
-    model, resolved_name = _resolve_model(model, max_length)
+    model, resolved_name = _resolve_model(model, max_length, model_kwargs)
     results: dict[str, dict[str, float]] = {}
     info: dict[str, dict[str, Any]] = {}
     per_query: dict[str, dict[str, dict[str, float]]] = {}
@@ -165,7 +176,8 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
         results[name] = evaluate_dataset(model, data, k=k, batch_size=batch_size, metrics=metrics,
                                          query_prompt=query_prompt, max_length=max_length,
                                          show_progress=show_progress, precision=precision, dims=dims,
-                                         per_query=per_query.setdefault(name, {}))
+                                         per_query=per_query.setdefault(name, {}),
+                                         query_instructions=query_instructions)
         info[name] = {"queries": len(data.queries), "documents": len(data.corpus),
                       "seconds": round(time.perf_counter() - t0, 2), "path": str(root)}
         if (len(data.queries), len(data.corpus)) != full:
@@ -210,8 +222,10 @@ class DevEvaluator:
 
     def __init__(self, data_dirs: Sequence[str | Path], split: str = "dev", *, k: int = 100, batch_size: int = 64,
                  max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
-                 metrics: Sequence[str] = DEFAULT_METRICS, max_length: int | None = None) -> None:
+                 metrics: Sequence[str] = DEFAULT_METRICS, max_length: int | None = None,
+                 query_instructions: Mapping[str, str] | None = None) -> None:
         self.k = k
+        self.query_instructions = dict(query_instructions or {})
         self.batch_size = batch_size
         self.metrics = tuple(metrics)
         self.max_length = max_length
@@ -230,7 +244,7 @@ class DevEvaluator:
         out: dict[str, float] = {}
         for name, data in self.datasets.items():
             scores = evaluate_dataset(model, data, k=self.k, batch_size=self.batch_size, metrics=self.metrics,
-                                      max_length=self.max_length)
+                                      max_length=self.max_length, query_instructions=self.query_instructions)
             out.update({f"{name}/{m}": v for m, v in scores.items()})
         for m in self.metrics:
             values = [out[f"{name}/{m}"] for name in self.datasets]

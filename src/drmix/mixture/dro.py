@@ -12,27 +12,29 @@ frozen reference model is forwarded on the same inputs. Per step (the paper's or
 1. measure each collection present in the batch from the per-example proxy losses ``l_i`` and
    reference losses ``r_i`` (``B`` examples, ``G_g`` those of collection ``g``):
 
-   * ``ratio`` (tDRO, Eq. 5 as the authors implement it): the reference loss is normalised over the
-     batch, ``r~_i = r_i / mean_j r_j``, and ``M_g = mean_{i in G_g} l_i / r~_i``.
-     The authors normalise by the L1 norm (``r_i / sum_j r_j``); dividing by the mean instead only
-     scales every ``M_g`` by the batch size ``B``, which the unit-norm rescaling below removes, and keeps
-     ``M_g`` on the scale of a loss in the logs. The guard on tiny reference losses is the authors'
-     (``reference_guard: sum``, default): an example with ``r_i / sum_j r_j < min_relative_reference``
-     (default 1e-4) has its normaliser replaced by 1, i.e. its term is ``l_i`` on their scale, ``l_i / B``
-     on ours. It is relative to the batch *sum*, so at batch 96 an example is guarded only when its
-     reference loss is under ~1% of the batch mean. ``reference_guard: mean`` keeps the earlier rule
-     (examples under ``min_relative_reference`` = 0.2 of the batch *mean* contribute 0 but still count),
-     which at small batches zeroes most examples of easy collections. ``min_relative_reference: 0``
-     divides every example (zero reference losses are then left out).
+   * ``ratio`` (tDRO, Eq. 5 as the authors implement it, ``modeling_group_dro_v2.py``,
+     ``DROModelv2.compute_group_dro_loss``): the reference loss is L1-normalised over the (global) batch,
+     ``r~_i = r_i / sum_j r_j``, and ``M_g = mean_{i in G_g} max(l_i / r~_i, 0)``. The guard on tiny reference
+     losses is the authors' (``reference_guard: sum``, default): an example with ``r~_i <
+     min_relative_reference`` (default 1e-4) has its normaliser replaced by 1 (its term is ``l_i``). It is
+     relative to the batch *sum*, so at batch 96 an example is guarded only when its reference loss is under
+     ~1% of the batch mean. ``reference_guard: mean`` keeps the earlier rule (examples under
+     ``min_relative_reference`` = 0.2 of the batch *mean* contribute 0 but still count), which at small
+     batches zeroes most examples of easy collections. ``min_relative_reference: 0`` divides every example
+     (zero reference losses are then left out).
    * ``difference`` (DoReMi, and the paper's "minus" ablation): ``M_g = mean_{i in G_g} max(l_i - r_i, 0)``.
    * ``raw`` (GroupDRO, the paper's "proxy loss only" ablation): ``M_g = mean_{i in G_g} l_i``.
 
 2. update the log-weights by exponentiated-gradient ascent (Eq. 4 in log space):
-   ``g = M`` (0 for absent collections); with ``normalize_gradient`` ``g <- g / ||g||_2`` (tDRO's
-   gradient normalisation, so lr 2e-2 moves every log-weight by at most 0.02 per step);
-   ``log alpha_g <- log alpha_g + lr * g_g``; re-normalise (softmax). DoReMi then smooths with the uniform
-   distribution, ``alpha <- (1 - c) alpha + c / k`` (c = 1e-3), and GroupDRO is the plain
-   ``q <- q * exp(eta * loss)`` (eta = 0.01). tDRO keeps no floor on the weights.
+   ``g = M`` (0 for absent collections); with ``normalize_gradient`` ``g`` is clipped at L2 norm
+   ``max_grad_norm`` = 1.0 as the authors' ``torch.nn.utils.clip_grad_norm_`` does it
+   (``g <- g * min(1, 1 / (||g|| + 1e-6))``; the ratio measurement's norm is far above 1, so in practice a
+   rescaling to unit norm, and lr 2e-2 moves every log-weight by at most 0.02 per step);
+   ``log alpha_g <- log alpha_g + lr * g_g``; re-normalise (softmax over all collections: an absent one keeps
+   its log-weight but shares the renormalisation, as in the authors' SGD step and GroupDRO's
+   ``q <- q exp(eta * loss) / Z``). DoReMi then smooths with the uniform distribution,
+   ``alpha <- (1 - c) alpha + c / k`` (c = 1e-3), and GroupDRO is the plain ``q <- q * exp(eta * loss)``
+   (eta = 0.01). tDRO keeps no floor on the weights.
 
 3. return the loss to back-propagate, weighted by the *just-updated* weights (Eq. 6 as implemented by the
    authors): ``L = sum_i alpha_{g(i)} l_i / sum_i alpha_{g(i)}``. With equal shares this equals
@@ -44,10 +46,12 @@ Output (``weights.json``): the final weights, their mean over steps (DoReMi's ou
 
 Departures, and why:
 
-* A collection absent from a batch (possible when the batch is smaller than the number of
-  collections, or under weighted mixed sampling) keeps its weight exactly: the renormalisation runs
-  over the collections present, which keep their total mass. With every collection present (the tDRO
-  setting) this is the paper's update unchanged.
+* ``absent: keep`` (the default for DoReMi's ``difference``): a collection absent from a batch keeps its
+  weight exactly -- the renormalisation runs over the collections present, which keep their total mass.
+  DoReMi's own code instead reuses the domain's previous score (``perdomain_scores``), initialised to the log
+  of an LM's vocabulary size, which has no counterpart for retrieval losses. ``absent: renormalise`` (the
+  default for ``ratio`` and ``raw``) is the authors' rule of tDRO and GroupDRO. With every collection present
+  (mixed batches of at least one example each) the two are the same update.
 * Non-finite losses (a bad batch) or an all-zero reference loss skip the weight update for that step
   with a warning; log-weights are stored re-normalised (log-softmax) and clamped at log(1e-300)
   (a numerical guard against float underflow, not an algorithmic floor), so they stay finite and
@@ -57,11 +61,15 @@ Departures, and why:
   default) keeps no optimiser state, and float64 makes the trajectory exactly reproducible on resume.
 * Under DDP the per-collection sums and counts (and the batch's reference normaliser) are all-reduced,
   so every rank measures the global batch and makes the same update.
-* Gradient accumulation: the per-example losses of the micro-batches of one optimiser step are kept and
-  measured together at the last micro-batch, so the weights take one step per optimiser step and end
-  exactly where one batch of the same examples would take them (the authors accumulate the measurement
-  the same way). Each micro-batch's loss is weighted by the weights current when it is processed: the
-  previous step's for all but the last, the just-updated ones for the last.
+* Gradient accumulation, ``accumulation: micro`` (the default for ``ratio``; tDRO's ``DROTrainer.
+  training_step_for_dromodelv2``): each micro-batch is measured on its own (its own reference normaliser and
+  guard), its ``M`` is added into the weights' gradient, and at the last micro-batch the gradient is divided
+  by the number of accumulation steps, clipped, and the weights step once. ``accumulation: joined`` (the
+  default for ``difference`` and ``raw``, as DoReMi's trainer concatenates the micro-batches' scores) keeps
+  the per-example losses of the micro-batches and measures them together at the last one, so the weights
+  end where one batch of the same examples would take them. Either way each micro-batch's loss is weighted
+  by the weights current when it is processed: the previous step's for all but the last, the just-updated
+  ones for the last.
 * A micro-batch whose proxy losses are not all finite is never back-propagated: :meth:`DROStrategy.loss`
   returns a zero loss that reaches no model parameter (and the weight update of that step is skipped),
   so one bad batch cannot corrupt the proxy.
@@ -80,6 +88,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from drmix.data.batch import Batch
 from drmix.device import all_reduce
 from drmix.mixture.base import StepContext, Strategy
+from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +98,7 @@ Measurement = Literal["ratio", "difference", "raw"]
 STRATEGY_MEASUREMENT: dict[str, Measurement] = {"tdro": "ratio", "doremi": "difference", "groupdro": "raw"}
 #: defaults that depend on the measurement: (lr, normalize_gradient, smoothing, output)
 _DEFAULTS: dict[str, tuple[float, bool, float, str]] = {
-    "ratio": (2e-2, True, 0.0, "final"),        # tDRO: lr 2e-2, unit-norm gradient, final weights
+    "ratio": (2e-2, True, 0.0, "final"),        # tDRO: lr 2e-2, gradient clipped at norm 1, final weights
     "difference": (1.0, False, 1e-3, "mean"),   # DoReMi: eta 1.0, smoothing c=1e-3, average over steps
     "raw": (1e-2, False, 0.0, "final"),         # GroupDRO: eta 0.01
 }
@@ -105,13 +114,21 @@ class DROConfig(BaseModel):
         None, description="ratio (tDRO), difference (DoReMi) or raw (GroupDRO); None = from the strategy name.")
     lr: float | None = Field(None, gt=0, description="Weight learning rate: 2e-2 ratio, 1.0 difference, 0.01 raw.")
     normalize_gradient: bool | None = Field(
-        None, description="Rescale the measurement vector to unit L2 norm before the step (True for ratio).")
+        None, description="Clip the measurement vector at L2 norm max_grad_norm before the step (True for ratio).")
     smoothing: float | None = Field(
         None, ge=0, lt=1, description="Mix with uniform after each update: 1e-3 for difference, else 0.")
     output: Literal["final", "mean", "ema"] | None = Field(
         None, description="Which weights go to weights.json 'weights' and the top-K lists: "
                           "mean for difference, else final.")
     ema: float = Field(0.1, gt=0, le=1, description="EMA factor of the tracked weights (authors' code: 0.1).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Clip norm of the measurement vector when normalize_gradient "
+                                                         "(authors' clip_grad_norm_ at 1.0).")
+    absent: Literal["renormalise", "keep"] | None = Field(
+        None, description="A collection absent from the batch: renormalise = zero gradient, softmax over all "
+                          "(tDRO, GroupDRO); keep = its weight unchanged (None: keep for difference, else renormalise).")
+    accumulation: Literal["micro", "joined"] | None = Field(
+        None, description="Under gradient accumulation: micro = measure each micro-batch, average the gradients "
+                          "(tDRO's DROTrainer); joined = measure all micro-batches together (None: micro for ratio).")
     reference_guard: Literal["sum", "mean"] = Field(
         "sum", description="ratio only: sum = the authors' guard (r_i / sum_j r_j below min_relative_reference: "
                            "normaliser 1); mean = the earlier rule (r_i / mean_j r_j below it: contributes 0).")
@@ -130,6 +147,8 @@ class DROConfig(BaseModel):
             "normalize_gradient": self.normalize_gradient if self.normalize_gradient is not None else norm,
             "smoothing": self.smoothing if self.smoothing is not None else smooth,
             "output": self.output or out,
+            "absent": self.absent or ("keep" if m == "difference" else "renormalise"),
+            "accumulation": self.accumulation or ("micro" if m == "ratio" else "joined"),
             "min_relative_reference": (self.min_relative_reference if self.min_relative_reference is not None
                                        else (1e-4 if self.reference_guard == "sum" else 0.2)),
         })
@@ -172,15 +191,15 @@ def measure(proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.
         ref_mean = s[0] / s[1] if s[1] > 0 else 0.0
         bad = s[2]
         if ref_mean > 0 and bad == 0:
-            rel = r / ref_mean                                   # r~_i = B * r_i / sum_j r_j
+            norm = r / (ref_mean * s[1])                         # r~_i = r_i / sum_j r_j (the authors' L1 norm)
             if reference_guard == "sum":
-                n_batch = s[1]
-                use = rel / n_batch >= max(min_relative_reference, 1e-300)
-                guarded = p / n_batch if min_relative_reference > 0 else np.zeros_like(p)
-                per_example = np.where(use, p / np.where(use, rel, 1.0), guarded)
+                use = norm >= max(min_relative_reference, 1e-300)
+                guarded = p if min_relative_reference > 0 else np.zeros_like(p)
+                per_example = np.where(use, p / np.where(use, norm, 1.0), guarded)
             else:
-                use = rel >= max(min_relative_reference, 1e-300)
-                per_example = np.where(use, p / np.where(use, rel, 1.0), 0.0)
+                use = norm * s[1] >= max(min_relative_reference, 1e-300)
+                per_example = np.where(use, p / np.where(use, norm, 1.0), 0.0)
+            per_example = np.maximum(per_example, 0.0)           # the authors clamp at 0
             if min_relative_reference <= 0:   # plain ratio: leave zero-reference examples out entirely
                 counted = use
             else:                              # authors: below-threshold examples count
@@ -228,11 +247,13 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def update_log_weights(log_weights: np.ndarray, measurement: np.ndarray, present: np.ndarray, *,
-                       lr: float, normalize_gradient: bool, smoothing: float) -> np.ndarray:
+                       lr: float, normalize_gradient: bool, smoothing: float, max_grad_norm: float = 1.0) -> np.ndarray:
     """One exponentiated-gradient ascent step on normalised log-weights (returns new log-weights).
 
-    Only the collections in ``present`` move; they are re-normalised to keep their total mass, so an absent
-    collection keeps its weight (with every collection present this is the plain softmax update).
+    With ``normalize_gradient`` the gradient is clipped at ``max_grad_norm`` as ``clip_grad_norm_`` does
+    (factor ``max_grad_norm / (norm + 1e-6)`` when below 1). Only the collections in ``present`` move; they are
+    re-normalised to keep their total mass, so an absent collection keeps its weight (pass every collection as
+    present, with gradient 0 where absent, for the authors' softmax over all).
     """
     lw = np.asarray(log_weights, dtype=np.float64)
     present = np.asarray(present, dtype=bool)
@@ -243,7 +264,9 @@ def update_log_weights(log_weights: np.ndarray, measurement: np.ndarray, present
         norm = float(np.linalg.norm(g))
         if not norm > 0 or not math.isfinite(norm):
             return lw.copy()
-        g = g / norm
+        coef = max_grad_norm / (norm + 1e-6)
+        if coef < 1.0:
+            g = g * coef
     idx = np.flatnonzero(present)
     old = lw[idx]
     mass = old.max() + math.log(np.exp(old - old.max()).sum())          # log of the present mass
@@ -254,6 +277,26 @@ def update_log_weights(log_weights: np.ndarray, measurement: np.ndarray, present
     out[idx] = new + mass
     out = log_softmax(np.maximum(out, _MIN_LOG_WEIGHT + out.max()))
     return np.maximum(out, _MIN_LOG_WEIGHT)
+
+
+def _combine(parts: list[Measured], accumulation_steps: int) -> Measured:
+    """The micro-batches' measurements of one optimiser step: ``M`` summed and divided by the accumulation
+    steps (tDRO's gradient accumulation), counts summed, mean losses weighted by counts; unusable if any is."""
+    counts = sum(p.counts for p in parts)
+
+    def mean_of(field: str) -> np.ndarray:
+        tot = sum(np.nan_to_num(getattr(p, field)) * p.counts for p in parts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, tot / np.maximum(counts, 1.0), np.nan)
+
+    bad = [p.reason for p in parts if not p.ok]
+    k = len(counts)
+    if bad:
+        return Measured(np.zeros(k), np.zeros(k, bool), mean_of("proxy_loss"), mean_of("reference_loss"), counts,
+                        False, bad[0])
+    return Measured(sum(p.measurement for p in parts) / accumulation_steps,
+                    np.logical_or.reduce([p.present for p in parts]), mean_of("proxy_loss"),
+                    mean_of("reference_loss"), counts, True)
 
 
 def top_k_selection(names: list[str], weights: np.ndarray, percent: float) -> list[str]:
@@ -269,6 +312,9 @@ class DROStrategy(Strategy):
     Sampling stays uniform (stage 1 uses mixed batches with an equal share of every collection); the
     learned weights act on the loss and are what :meth:`final_weights` writes for transfer.
     """
+
+    #: the measurement compares collections within a batch (see drmix.train.preflight.check_strategy_batching)
+    needs_mixed_batches = True
 
     def __init__(self, config: DROConfig | None = None, *, strategy: str = "tdro") -> None:
         self.strategy_name = strategy
@@ -311,7 +357,15 @@ class DROStrategy(Strategy):
         ids = np.asarray(batch.collection_ids)
         accum = max(int(ctx.accumulation_steps), 1)
         micro = int(ctx.micro_step)
-        if accum > 1:
+        if accum > 1 and self.config.accumulation == "micro":
+            # tDRO's DROTrainer: each micro-batch's measurement is added into the weights' gradient
+            if micro == 0:
+                self._pending = []
+            self._pending.append(self._measure(proxy, ref, ids))
+            if micro == accum - 1:
+                parts, self._pending = self._pending, []
+                self._apply(_combine(parts, accum))
+        elif accum > 1:
             if micro == 0:
                 self._pending = []
             self._pending.append((proxy, ref, ids))
@@ -328,15 +382,23 @@ class DROStrategy(Strategy):
             return torch.zeros((), dtype=losses.dtype, device=losses.device, requires_grad=True)
         return self.weighted_loss(losses, ids, world_size=ctx.world_size)
 
+    def _measure(self, proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray) -> Measured:
+        cfg = self.config
+        return measure(proxy, reference, collection_ids, len(self.collection_names), cfg.measurement,
+                       min_relative_reference=cfg.min_relative_reference, reference_guard=cfg.reference_guard)
+
     def step_weights(self, proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray) -> Measured:
         """Measure and update the weights from per-example losses (the weight half of :meth:`loss`)."""
+        return self._apply(self._measure(proxy, reference, collection_ids))
+
+    def _apply(self, m: Measured) -> Measured:
+        """One step of the weights from a measurement (skipped, with a warning, when it is not usable)."""
         cfg = self.config
-        k = len(self.collection_names)
-        m = measure(proxy, reference, collection_ids, k, cfg.measurement,
-                    min_relative_reference=cfg.min_relative_reference, reference_guard=cfg.reference_guard)
         if m.ok:
-            self.log_weights = update_log_weights(self.log_weights, m.measurement, m.present, lr=cfg.lr,
-                                                  normalize_gradient=cfg.normalize_gradient, smoothing=cfg.smoothing)
+            present = m.present if cfg.absent == "keep" else np.ones_like(m.present)
+            self.log_weights = update_log_weights(self.log_weights, m.measurement, present, lr=cfg.lr,
+                                                  normalize_gradient=cfg.normalize_gradient, smoothing=cfg.smoothing,
+                                                  max_grad_norm=cfg.max_grad_norm)
         else:
             self.n_skipped += 1
             log.warning("%s: skipped the weight update at step %d (%s); weights unchanged.",
@@ -422,17 +484,18 @@ def build_dro_strategy(strategy: str, config: DROConfig | None = None) -> DROStr
 
 
 def dro_strategy_from_options(strategy: str, options: dict | DROConfig | None = None) -> DROStrategy:
-    """Build from ``TrainConfig.tdro`` (a free-form mapping validated here); errors become ConfigError."""
-    from pydantic import ValidationError
+    """Build from ``TrainConfig.tdro`` (a mapping validated by :class:`DROConfig`); errors become ConfigError."""
+    return build_dro_strategy(strategy, parse_options(_SPECS["tdro"], options))
 
-    from drmix.errors import ConfigError
 
-    if isinstance(options, DROConfig) or options is None:
-        return build_dro_strategy(strategy, options)
-    try:
-        cfg = DROConfig.model_validate(options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"invalid tdro option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
-                          fix=f"valid options: {', '.join(DROConfig.model_fields)}.") from None
-    return build_dro_strategy(strategy, cfg)
+def _build(config, options: DROConfig | None, names: list[str], weights: list) -> DROStrategy:
+    return build_dro_strategy(config.strategy.lower(), options)
+
+
+_SPECS = {name: register_strategy(StrategySpec(
+    name=name, build=_build, options=DROConfig, options_field="tdro", family="dro", help=text,
+    needs_reference=STRATEGY_MEASUREMENT[name] != "raw", learns_weights=True, requires_mixed_batches=True,
+    docs="docs/mixture.md"))
+    for name, text in (("tdro", "tDRO: learn collection weights from the proxy/reference loss ratio (options: --tdro)."),
+                       ("doremi", "DoReMi: learn collection weights from the excess loss over a reference (--tdro)."),
+                       ("groupdro", "GroupDRO: learn collection weights from the raw loss (--tdro)."))}

@@ -60,6 +60,7 @@ from drmix.data.batch import Batch
 from drmix.device import broadcast
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
+from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
 
 log = logging.getLogger(__name__)
 
@@ -311,13 +312,12 @@ class IDROStrategy(Strategy):
         self.refreshes = int(state["refreshes"])
 
 
-def build_idro_strategy(options: dict[str, Any], seed: int) -> IDROStrategy:
-    from pydantic import ValidationError
+def build_idro_strategy(options: dict[str, Any] | IDROConfig | None, seed: int) -> IDROStrategy:
+    """iDRO from ``TrainConfig.idro`` (a mapping validated by :class:`IDROConfig`); errors become ConfigError."""
+    return IDROStrategy(parse_options(SPEC, options), seed=seed)
 
-    try:
-        cfg = IDROConfig.model_validate(options or {})
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"invalid --idro option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
-                          fix="see docs/coco.md for the iDRO options.") from None
-    return IDROStrategy(cfg, seed=seed)
+
+SPEC = register_strategy(StrategySpec(
+    name="idro", build=lambda config, options, names, weights: IDROStrategy(options, seed=config.seed), options=IDROConfig,
+    options_field="idro", help="iDRO (COCO-DR): reweight the loss over k-means query clusters (options: --idro).",
+    docs="docs/coco.md"))

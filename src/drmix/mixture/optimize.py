@@ -1,6 +1,7 @@
 """Stage 1 of tDRO on its own (``drmix mixture optimize``): learn collection weights with a DRO strategy.
 
-Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"): a proxy model trained on
+Specification: tDRO ("Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval",
+Ma et al., AAAI 2025, arXiv:2408.10613; Fig. 1 and "Settings"): a proxy model trained on
 *mixed* batches (every collection, equal share) with hard-negative-only InfoNCE while the frozen reference
 model is forwarded on the same inputs; the strategy (:mod:`drmix.mixture.dro`: ``tdro``, ``doremi``,
 ``groupdro``) turns per-collection losses into weights. The whole recipe (reference, weights, transfer,
@@ -23,9 +24,6 @@ from drmix.config import TrainConfig
 from drmix.errors import ConfigError
 
 log = logging.getLogger(__name__)
-
-DRO_STRATEGIES = ("tdro", "doremi", "groupdro")
-
 
 def fill_missing_negatives(collections: list, num_negatives: int, *, seed: int = 0) -> list:
     """Give examples without hard negatives ``num_negatives`` positives of other examples of their collection.
@@ -74,12 +72,14 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     paper's stage-1 settings from a fine-tuning config.
     """
     from drmix.data.collections import load_collections
-    from drmix.mixture.dro import STRATEGY_MEASUREMENT, dro_strategy_from_options
+    from drmix.mixture.dro import dro_strategy_from_options
+    from drmix.mixture.registry import strategy_names
     from drmix.train.trainer import train
 
     name = (strategy or config.strategy).lower()
-    if name not in STRATEGY_MEASUREMENT:
-        raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(DRO_STRATEGIES)}.")
+    dro_strategies = strategy_names(family="dro")
+    if name not in dro_strategies:
+        raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(dro_strategies)}.")
     strat = dro_strategy_from_options(name, config.tdro)
     if strat.config.measurement != "raw" and not config.reference_model:
         raise ConfigError(f"strategy '{name}' needs a frozen reference model.",

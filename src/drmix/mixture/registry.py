@@ -1,50 +1,177 @@
-"""Build the Strategy a TrainConfig asks for (static, DRO family, influence family, transfer)."""
+"""The strategy registry: every mixture strategy registers itself, with its options model and its flags.
+
+A strategy module ends with one call (peft's ``register_peft_method`` is the model)::
+
+    register_strategy(StrategySpec(
+        name="mystrategy", build=_build, options=MyOptions, help="one line for --help and docs",
+        learns_weights=True))
+
+``build(config, options, names, weights) -> Strategy`` is the one builder signature: ``config`` is the
+:class:`~drmix.config.TrainConfig`, ``options`` the validated instance of the spec's pydantic ``options``
+model (or None when the strategy takes none), ``names`` the training collections' names and ``weights``
+their ``weight:`` keys (None where a collection has none). Options are written under the strategy's own key of the
+config (``tdro:``, ``infdds:``, ``idro:``: ``options_field``) or, for a strategy without one, under
+``strategy_options:``; on the command line ``--tdro KEY=VALUE`` / ``--strategy-options KEY=VALUE``.
+:class:`~drmix.config.TrainConfig` asks this registry to check the strategy name and its options when it
+is loaded, before any model or collection is read.
+
+Discovery: the modules of the :mod:`drmix.mixture` package are imported once, on the first lookup, so a
+new module in that package registers itself without a list to edit; a strategy of another package
+registers through the ``drmix.strategies`` entry-point group (each entry point names a module to import).
+"""
 from __future__ import annotations
 
+import importlib
 import logging
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from drmix.config import TrainConfig
+from pydantic import BaseModel, ValidationError
+
 from drmix.errors import ConfigError
-from drmix.mixture.base import Strategy
-from drmix.mixture.static import StaticStrategy, file_mixture_weights
+
+if TYPE_CHECKING:  # the config imports this module lazily, from its validator
+    from drmix.config import TrainConfig
+    from drmix.mixture.base import Strategy
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("static", "tdro", "doremi", "groupdro", "infdds", "multidds", "idro")
+ENTRY_POINT_GROUP = "drmix.strategies"
+#: TrainConfig field that holds the options of strategies that have no field of their own
+GENERIC_OPTIONS_FIELD = "strategy_options"
 
 
-def build_strategy(config: TrainConfig, collection_names: list[str],
-                   collection_weights: list[float | None] | None = None) -> Strategy:
-    """The strategy for ``config.strategy`` (``transfer`` + ``weights_file`` wrap learned weights;
-    ``collection_weights``: the collections' ``weight:`` keys, used by ``--mixture file`` without a file)."""
-    name = config.strategy.lower()
-    if config.transfer:
-        if name != "static":
-            raise ConfigError(f"--transfer applies learned weights to static training, not to strategy '{name}'.",
-                              fix="drop --strategy or --transfer.")
-        if not config.weights_file:
-            raise ConfigError("--transfer needs --weights-file (a weights.json from `drmix mixture optimize`).",
-                              fix="add --weights-file RUN/weights.json.")
-        from drmix.mixture.transfer import build_transfer_strategy
+@dataclass(frozen=True)
+class StrategySpec:
+    """One registered strategy.
 
-        return build_transfer_strategy(config.weights_file, config.transfer, collection_names)
-    if name == "static":
-        if config.mixture == "file":
-            return StaticStrategy(file_mixture_weights(config.weights_file, collection_names, collection_weights))
-        if any(w is not None for w in collection_weights or ()):
-            log.warning("the collections' weight: keys are used only with --mixture file; mixing %s instead",
-                        config.mixture)
-        return StaticStrategy(scheme=config.mixture, temperature=config.mixture_temperature)
-    if name in ("tdro", "doremi", "groupdro"):
-        from drmix.mixture.dro import dro_strategy_from_options
+    Attributes:
+        name: the value of ``--strategy`` (lower case).
+        build: ``build(config, options, names, weights) -> Strategy``.
+        help: one line for ``--help`` and the docs.
+        options: the pydantic model of the strategy's options (``extra="forbid"``), or None.
+        options_field: the TrainConfig field holding the options (default: ``strategy_options``).
+        family: strategies that share a module and an options model (``dro``, ``influence``).
+        needs_reference: needs ``reference_model`` (a frozen reference's losses).
+        learns_weights: learns collection weights that ``weights.json`` records for ``--transfer``.
+        needs_dev: needs dev sets (``--dev``).
+        requires_mixed_batches: measures every collection in each batch (``--batching mixed``).
+        docs: where the options are documented.
+    """
 
-        return dro_strategy_from_options(name, config.tdro)
-    if name in ("infdds", "multidds"):
-        from drmix.mixture.influence import build_influence_strategy
+    name: str
+    build: Callable[["TrainConfig", BaseModel | None, list[str], list[float | None]], "Strategy"]
+    help: str
+    options: type[BaseModel] | None = None
+    options_field: str | None = None
+    family: str = ""
+    needs_reference: bool = False
+    learns_weights: bool = False
+    needs_dev: bool = False
+    requires_mixed_batches: bool = False
+    docs: str = "docs/mixture.md"
 
-        return build_influence_strategy(name, config.infdds, config.seed, batch_size=config.batch_size)
-    if name == "idro":
-        from drmix.mixture.idro import build_idro_strategy
+    @property
+    def field(self) -> str:
+        return self.options_field or GENERIC_OPTIONS_FIELD
 
-        return build_idro_strategy(config.idro, config.seed)
-    raise ConfigError(f"unknown strategy '{config.strategy}'.", fix=f"use one of: {', '.join(STRATEGIES)}.")
+
+_REGISTRY: dict[str, StrategySpec] = {}
+_discovered = False
+
+
+def register_strategy(spec: StrategySpec) -> StrategySpec:
+    """Add ``spec`` to the registry (called at import time by the strategy's module); returns it."""
+    name = spec.name.lower()
+    old = _REGISTRY.get(name)
+    if old is not None and old.build is not spec.build:
+        raise ValueError(f"strategy {name!r} is already registered by {old.build.__module__}")
+    _REGISTRY[name] = spec
+    return spec
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    import drmix.mixture as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name not in ("base", "registry"):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            importlib.import_module(ep.value.split(":")[0])
+        except Exception as e:  # a broken plug-in must not break the built-in strategies
+            log.warning("strategy plug-in %s could not be imported: %s", ep.name, e)
+
+
+def registered_strategies() -> dict[str, StrategySpec]:
+    """Every registered strategy by name, in name order."""
+    _discover()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def strategy_names(**flags: Any) -> tuple[str, ...]:
+    """Names of the registered strategies whose attributes equal ``flags`` (e.g. ``family="dro"``)."""
+    return tuple(n for n, s in registered_strategies().items() if all(getattr(s, k) == v for k, v in flags.items()))
+
+
+def get_strategy(name: str) -> StrategySpec:
+    """The spec of ``name`` (case-insensitive); a ConfigError listing the registered names otherwise."""
+    specs = registered_strategies()
+    spec = specs.get(str(name).lower())
+    if spec is None:
+        raise ConfigError(f"unknown strategy '{name}'.", fix=f"use one of: {', '.join(specs)}.")
+    return spec
+
+
+def option_fields() -> set[str]:
+    """The TrainConfig fields that hold strategy options."""
+    return {s.field for s in registered_strategies().values()} | {GENERIC_OPTIONS_FIELD}
+
+
+def parse_options(spec: StrategySpec, values: dict[str, Any] | BaseModel | None) -> BaseModel | None:
+    """``values`` validated by the spec's options model; a ConfigError naming the option otherwise."""
+    if spec.options is None:
+        if values:
+            raise ConfigError(f"strategy '{spec.name}' takes no options, got {', '.join(map(str, values))}.",
+                              fix=f"remove the `{spec.field}:` entries.")
+        return None
+    if isinstance(values, spec.options):
+        return values
+    try:
+        return spec.options.model_validate(values or {})
+    except ValidationError as e:
+        msg = "; ".join(f"{'.'.join(map(str, err['loc'])) or spec.field}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"invalid {spec.field} option for strategy '{spec.name}': {msg}.",
+                          fix=f"valid options: {', '.join(spec.options.model_fields)} (see {spec.docs}).") from None
+
+
+def check_config(config: "TrainConfig") -> None:
+    """Check the strategy name and its options (called when a TrainConfig is built)."""
+    spec = get_strategy(config.strategy)
+    parse_options(spec, getattr(config, spec.field))
+    for other in option_fields() - {spec.field}:  # options given to a strategy family not selected: still checked
+        values = getattr(config, other, None)
+        owners = [s for s in registered_strategies().values() if s.field == other and s.options is not None]
+        if values and owners:
+            parse_options(owners[0], values)
+
+
+def build_strategy(config: "TrainConfig", collection_names: list[str],
+                   collection_weights: list[float | None] | None = None) -> "Strategy":
+    """The strategy ``config.strategy`` names, built by its registered builder with its validated options
+    (``collection_weights``: the collections' ``weight:`` keys, used by ``--mixture file`` without a file)."""
+    spec = get_strategy(config.strategy)
+    if config.transfer and spec.name != "static":
+        raise ConfigError(f"--transfer applies learned weights to static training, not to strategy '{spec.name}'.",
+                          fix="drop --strategy or --transfer.")
+    names = list(collection_names)
+    weights = list(collection_weights) if collection_weights is not None else [None] * len(names)
+    return spec.build(config, parse_options(spec, getattr(config, spec.field)), names, weights)

@@ -7,6 +7,9 @@
 * file: weights read from a ``weights.json`` written by a strategy run (its ``weights`` entry) or a plain
   ``{name: weight}`` JSON or YAML mapping -- or, without a weights file, the collections' own ``weight:``
   keys; every training collection needs a weight (0 drops it).
+
+With ``--transfer`` (and ``--weights-file``) the static strategy applies learned weights as
+:mod:`drmix.mixture.transfer` describes (top-K selection, sample reweighting or loss reweighting).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import numpy as np
 
 from drmix.errors import ConfigError
 from drmix.mixture.base import Strategy
+from drmix.mixture.registry import StrategySpec, register_strategy
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +98,27 @@ class StaticStrategy(Strategy):
 
     def final_weights(self) -> dict:
         return {"strategy": self.name, "collections": self.collection_names, "weights": self.weights.tolist()}
+
+
+def build_static_strategy(config, options: None, names: list[str],
+                          weights: list[float | None] | None = None) -> Strategy:
+    """``--strategy static``: the ``--mixture`` weights (``weights``: the collections' ``weight:`` keys, used by
+    ``--mixture file`` without a file), or learned weights applied by ``--transfer``."""
+    if config.transfer:
+        if not config.weights_file:
+            raise ConfigError("--transfer needs --weights-file (a weights.json from `drmix mixture optimize`).",
+                              fix="add --weights-file RUN/weights.json.")
+        from drmix.mixture.transfer import build_transfer_strategy
+
+        return build_transfer_strategy(config.weights_file, config.transfer, names)
+    if config.mixture == "file":
+        return StaticStrategy(file_mixture_weights(config.weights_file, names, weights))
+    if any(w is not None for w in weights or ()):
+        log.warning("the collections' weight: keys are used only with --mixture file; mixing %s instead",
+                    config.mixture)
+    return StaticStrategy(scheme=config.mixture, temperature=config.mixture_temperature)
+
+
+register_strategy(StrategySpec(
+    name="static", build=build_static_strategy,
+    help="fixed weights (--mixture uniform|size|temperature|file), or learned ones applied by --transfer."))

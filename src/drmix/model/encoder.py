@@ -6,8 +6,10 @@ A drmix training output directory (which holds the model under ``model/``) is ac
 """
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 from drmix.errors import ModelError
 
@@ -46,13 +48,30 @@ def resolve_model_path(name_or_path: str | None) -> str:
 
 
 def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
-                 trust_remote_code: bool = False, max_seq_length: int | None = None):
-    """Load a SentenceTransformer; raises :class:`ModelError` with a fix when it cannot be loaded."""
+                 trust_remote_code: bool = False, max_seq_length: int | None = None,
+                 model_kwargs: dict | None = None):
+    """Load a SentenceTransformer; raises :class:`ModelError` with a fix when it cannot be loaded.
+
+    ``model_kwargs`` go to ``from_pretrained`` (``dtype``, ``attn_implementation``). A local bare decoder LM
+    (a folder without ``modules.json``, or a ``.gguf`` file) is built by
+    :func:`drmix.model.backbone.load_retriever` with its defaults (last-token pooling, EOS, normalised), as
+    the LLM-retrieval papers pool; a SentenceTransformer folder is loaded exactly as saved."""
     from sentence_transformers import SentenceTransformer
 
     path = resolve_model_path(name_or_path)
+    local = Path(path).expanduser()
+    if path.endswith(".gguf") or (local.is_dir() and not (local / "modules.json").exists()
+                                  and _is_decoder_folder(local)):
+        # a bare decoder LM: pooled as the LLM-retrieval papers do (last token + EOS, normalised)
+        from drmix.model.backbone import BackboneOptions, load_retriever
+
+        opts = BackboneOptions(torch_dtype=_dtype_name((model_kwargs or {}).get("dtype")),
+                               attn_implementation=(model_kwargs or {}).get("attn_implementation"))
+        return load_retriever(path, opts, device=device, trust_remote_code=trust_remote_code,
+                              max_seq_length=max_seq_length)
     try:
-        model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code)
+        model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code,
+                                    model_kwargs=model_kwargs or None)
     except Exception as e:  # noqa: BLE001 - turn any loading failure into one clear message
         hint = ("the Hugging Face Hub is not reachable or the id is wrong; pass a local folder"
                 if not Path(path).exists() else "check that the folder holds a SentenceTransformer or transformers model")
@@ -64,6 +83,22 @@ def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     return model
+
+
+def _is_decoder_folder(folder: Path) -> bool:
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    from drmix.model.backbone import is_decoder_config
+
+    return is_decoder_config(SimpleNamespace(**config))
+
+
+def _dtype_name(dtype) -> str | None:
+    import torch
+
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}.get(dtype)
 
 
 def query_prompt(model) -> str:

@@ -30,6 +30,10 @@ denominator summing over both spans of the pair; the code (followed here) uses a
 
 Departures, and why:
 
+* Chunking follows ``COCO/helper/create_train_co_short.py`` (``encode_one``; tested side by side), except that
+  sentences are split by ``pysbd`` instead of nltk's punkt (which downloads data at run time), and the
+  authors' extra drop of a document whose *first* chunk has at most 2 tokens is not applied (such documents
+  are kept when they have 2 chunks).
 * Eq. 4 scores with a raw inner product (temperature 1) of unnormalised [CLS] vectors; drmix models
   usually L2-normalise, so scores are cosines divided by ``temperature`` (default 0.05, as in
   fine-tuning); with a non-normalising model set ``temperature: 1`` for the paper's form.

@@ -55,10 +55,24 @@ class CocoConfig(TrainConfig):
                                              "in eval mode in the COCO forward, as the authors do.")
 
 
+def _card(config: CocoConfig, names: list[str]) -> dict:
+    """What the model card says about a COCO-pretrained model (drmix.report.card.CardInfo fields)."""
+    return {"kind": "COCO-pretrained", "papers": ["coco"],
+            "tags": ["drmix", "dense-retrieval", "coco-pretraining"],
+            "summary": (f"Continuously pretrained with COCO (COCO-DR, Sec. 4.1) on the target corpora {', '.join(names)}: "
+                        "two spans of one document are a positive pair. It is a starting point for fine-tuning, not "
+                        "a finished retriever."),
+            "loss": "COCO contrastive loss between two spans of one document (in-batch negatives)",
+            "loss_config": {"temperature": config.temperature, "span_max_tokens": config.span_max_tokens,
+                            "dropout": config.dropout},
+            "weights_how": "every corpus pooled into one collection" if config.mixture == "pooled"
+            else f"{config.mixture} over the corpora"}
+
+
 def pretrain_coco(config: CocoConfig, *, callbacks=()):
     """Run COCO; returns the trainer's TrainResult (``model_dir`` is the pretrained SentenceTransformer)."""
     from drmix.data.collections import Collection
-    from drmix.model.encoder import load_encoder
+    from drmix.model.backbone import BackboneOptions, load_retriever
     from drmix.pretrain.coco import SpanBuilder, build_spans, coco_loss_fn, corpus_name
     from drmix.train.trainer import Trainer
 
@@ -74,7 +88,8 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
         raise ConfigError(f"two corpora have the same name ({', '.join(names)}).",
                           fix="put each corpus in a directory of its own name.")
     out = Path(config.output_dir)
-    model = load_encoder(config.model, device=config.device, trust_remote_code=config.trust_remote_code)
+    model = load_retriever(config.model, BackboneOptions.from_config(config), device=config.device,
+                           trust_remote_code=config.trust_remote_code)
     collections, all_stats = [], []
     for i, (path, name) in enumerate(zip(config.corpus, names)):
         ds, stats = build_spans(path, out / "spans", model.tokenizer, corpus_index=i, seed=config.seed,
@@ -98,7 +113,8 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
         "mixture": "uniform" if pooled else config.mixture, "num_negatives": 0, "query_max_length": config.span_max_length,
         "doc_max_length": config.span_max_length, "in_batch_negatives": True})
     trainer = Trainer(train_cfg, collections=collections, model=model,
-                      builder=SpanBuilder(collections, seed=config.seed), loss_fn=coco_loss_fn(config.temperature), callbacks=callbacks)
+                      builder=SpanBuilder(collections, seed=config.seed), loss_fn=coco_loss_fn(config.temperature),
+                      callbacks=callbacks, card=_card(config, names))
     trainer.encoder.q_prompt = trainer.encoder.d_prompt  # both sides are document spans
     trainer.dropout = config.dropout
     if trainer.is_main:

@@ -12,11 +12,12 @@ Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec
    paired t-test over queries (every query of every dataset, COCO vs no COCO).
 
 Each stage writes a subdirectory of ``output_dir``; rerunning the command skips finished stages and
-resumes an interrupted one. The table is written to ``summary.md`` / ``summary.json``.
+resumes an interrupted one. Evaluations are cached in each fine-tuning folder's ``eval-<split>.json``
+(:mod:`drmix.evaluation.suite`; ``drmix compare OUTPUT_DIR`` reads them). The table is written to
+``summary.md`` / ``summary.json``.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,9 @@ from pydantic import Field, ValidationError
 
 from drmix.config import PipelineBaseConfig, TrainConfig
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text
+from drmix.evaluation.significance import paired_summary
+from drmix.evaluation.suite import evaluate_suite
+from drmix.recipes.stages import run_stage, train_stage, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -76,48 +79,10 @@ def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) ->
     return TrainConfig.model_validate(values)
 
 
-def per_query_scores(model_dir: str | Path, test_data: list[str], *, split: str = "test",
-                     max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
-                     metric: str = "ndcg@10", max_length: int | None = None,
-                     cache: Path | None = None) -> dict[str, dict[str, float]]:
-    """``{dataset: {query_id: metric}}`` of a model on BEIR test sets (cached in ``cache`` when given)."""
-    from drmix.data.beir import load_beir
-    from drmix.evaluation.evaluate import dataset_names, subsample
-    from drmix.evaluation.metrics import evaluate_run
-    from drmix.model.encoder import load_encoder
-    from drmix.retrieval.index import index_corpus, search_queries
-
-    key = {"data": [str(Path(d).resolve()) for d in test_data], "split": split, "max_queries": max_queries,
-           "max_docs": max_docs, "seed": seed, "metric": metric, "max_length": max_length}
-    if cache is not None and cache.exists():
-        got = json.loads(cache.read_text(encoding="utf-8"))
-        if got.get("key") == key:
-            return got["scores"]
-    model = load_encoder(str(model_dir) if model_dir else None)
-    out: dict[str, dict[str, float]] = {}
-    for name, root in zip(dataset_names(test_data), test_data):
-        data = subsample(load_beir(root, split), max_queries=max_queries, max_docs=max_docs, seed=seed)
-        index = index_corpus(model, data.corpus, show_progress=False, store_texts=False, max_length=max_length)
-        run = search_queries(model, index, data.queries, k=100, max_length=max_length)
-        out[name] = {q: v[metric] for q, v in evaluate_run(data.qrels, run, [metric], per_query=True).items()}
-    if cache is not None:
-        atomic_write_json(cache, {"key": key, "model": str(model_dir), "scores": out})
-    return out
-
-
 def paired_test(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Paired t-test over every query of every dataset (``b - a``): mean difference, 95% interval, p."""
-    from scipy import stats
-
-    diffs = np.array([b[d][q] - a[d][q] for d in a for q in a[d] if q in b.get(d, {})])
-    if len(diffs) < 2:
-        return {"n": int(len(diffs)), "mean": float(diffs.mean()) if len(diffs) else float("nan"),
-                "low": float("nan"), "high": float("nan"), "p": float("nan")}
-    sd = diffs.std(ddof=1)
-    half = stats.t.ppf(0.975, len(diffs) - 1) * sd / np.sqrt(len(diffs))
-    p = float(stats.ttest_1samp(diffs, 0.0).pvalue) if sd > 0 else (1.0 if diffs.mean() == 0 else 0.0)
-    return {"n": int(len(diffs)), "mean": float(diffs.mean()), "low": float(diffs.mean() - half),
-            "high": float(diffs.mean() + half), "p": p}
+    """Paired t-test over every query of every dataset (``b - a``): mean difference, 95% interval, p
+    (:func:`drmix.evaluation.significance.paired_summary`)."""
+    return paired_summary([b[d][q] - a[d][q] for d in a for q in a[d] if q in b.get(d, {})])
 
 
 def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, other: str,
@@ -142,7 +107,6 @@ def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, 
 def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
     """Run every stage (skipping finished ones) and write ``summary.md`` / ``summary.json``."""
     from drmix.pretrain.runner import pretrain_coco
-    from drmix.train.trainer import train
 
     if not config.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR (repeatable).")
@@ -153,26 +117,19 @@ def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
     root = Path(config.output_dir)
     coco_cfg = coco_stage_config(config)
     coco_out = Path(coco_cfg.output_dir)
-    if (coco_out / "model" / "modules.json").exists():
-        log.info("COCO: finished earlier in %s", coco_out)
-    else:
-        pretrain_coco(coco_cfg)
+    run_stage("COCO", coco_out, lambda: pretrain_coco(coco_cfg))
     models: dict[str, Path] = {}
     strat = "uniform" if config.strategy == "static" else config.strategy
     for label, start in ((f"no COCO + {strat}", config.model), (f"COCO + {strat}", str(coco_out / "model"))):
         out = root / f"finetune-{'coco' if start != config.model else 'base'}-{strat}"
-        if not (out / "model" / "modules.json").exists():
-            train(finetune_config(config, start, out))
-        models[label] = out / "model"
+        models[label] = train_stage(f"fine-tuning ({label})", finetune_config(config, start, out)).model_dir
     result = CocoPipelineResult(root, models)
-    for label, path in models.items():
-        result.scores[label] = per_query_scores(path, config.test_data, split=config.test_split,
-                                                max_queries=config.test_max_queries, max_docs=config.test_max_docs,
-                                                seed=config.seed, cache=path.parent / f"scores-{config.test_split}.json")
+    result.scores = evaluate_suite(models, config.test_data, split=config.test_split,
+                                   max_queries=config.test_max_queries, max_docs=config.test_max_docs,
+                                   seed=config.seed).scores("ndcg@10")
     base, other = list(models)
     result.table = comparison_table(result.scores, base, other)
-    atomic_write_text(root / "summary.md", "# COCO-DR pipeline\n\n" + result.table)
-    atomic_write_json(root / "summary.json", {
+    write_summary(root, "# COCO-DR pipeline\n\n" + result.table, {
         "models": {k: str(v) for k, v in models.items()},
         "ndcg@10": {k: {d: float(np.mean(list(s.values()))) for d, s in v.items()} for k, v in result.scores.items()},
         "paired": paired_test(result.scores[base], result.scores[other])})

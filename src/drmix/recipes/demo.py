@@ -179,13 +179,13 @@ def explanation(weights: dict[str, dict[str, float]], losses: dict[str, float], 
 
 
 def _evaluate(model: Any, data: LocalDocsData, name: str, out: Path, opts: DemoOptions) -> dict[str, float]:
-    from drmix.evaluation.evaluate import evaluate_model
+    """Every metric of ``model`` on each family's test split, cached in ``eval/<name>/eval-test.json``."""
+    from drmix.evaluation.suite import evaluate_suite
 
     dirs = [data.beir_dirs[f] for f in data.families]
-    report = evaluate_model(model, dirs, split="test", max_length=opts.eval_max_length,
-                            show_progress=opts.show_progress, model_name=name)
-    report.write(out / "eval" / name)
-    scores = {fam: report.results[d.name][METRIC] for fam, d in zip(data.families, dirs)}
+    suite = evaluate_suite({name: model}, dirs, cache_dirs={name: out / "eval" / name}, split="test",
+                           max_length=opts.eval_max_length, show_progress=opts.show_progress)
+    scores = {fam: suite.results[name][d.name][METRIC] for fam, d in zip(data.families, dirs)}
     log.info("%s: average %s = %.4f", name, METRIC, sum(scores.values()) / len(scores))
     return scores
 
@@ -244,12 +244,8 @@ def run_demo(output_dir: str | Path = "demo-output", *, options: DemoOptions | N
     seconds["data"] = time.perf_counter() - t0
     log.info("documentation collections in %s:\n%s", data.root, stats_table(data))
 
-    from drmix.model.encoder import load_encoder
-
     t0 = time.perf_counter()
-    base = load_encoder(opts.model)
-    scores = {"base": _evaluate(base, data, "base", out, opts)}
-    del base
+    scores = {"base": _evaluate(opts.model, data, "base", out, opts)}
     seconds["eval_base"] = time.perf_counter() - t0
 
     from drmix.train.trainer import train

@@ -1,13 +1,14 @@
 """The tDRO recipe (``drmix pipeline tdro``) as a library function: reference, learned weights, transfer, evaluation.
 
-Specification: tDRO (seeds/000_fda684ee5cbf4c3b.txt, Fig. 1 and "Settings"), stages as in the paper:
+Specification: tDRO ("Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval",
+Ma et al., AAAI 2025, arXiv:2408.10613; Fig. 1 and "Settings"), stages as in the paper:
 
 * **stage 0** -- the reference model: fine-tuning with uniform weights and task-homogeneous batches
   (``drmix train`` with ``mixture: uniform``); skipped when the config names ``reference_model``. It is
   also the uniform baseline of the final table (GroupDRO uses it only as that: it needs no reference).
-* **stage 1** -- learned weights (:func:`drmix.mixture.optimize.optimize_weights`): a proxy model trained on *mixed* batches
-  (every collection, equal share) with hard-negative-only InfoNCE, the frozen reference forwarded on the
-  same inputs, and a DRO strategy (``tdro`` by default; ``doremi``/``groupdro`` for the baselines;
+* **stage 1** -- learned weights (:func:`drmix.mixture.optimize.optimize_weights`): a proxy model trained on
+  *mixed* batches (every collection, equal share) with hard-negative-only InfoNCE, the frozen reference
+  forwarded on the same inputs, and a DRO strategy (``tdro`` by default; ``doremi``/``groupdro`` for the baselines;
   GroupDRO needs no reference). Writes ``weights.json``, ``weights.jsonl`` and ``weights.png``.
 * **stage 2** -- fine-tuning with each configured transfer (default ``top:0.7`` and ``reweight``; see
   :mod:`drmix.mixture.transfer`), task-homogeneous batches.
@@ -33,7 +34,8 @@ fine-tuning recipe). When the config supplies ``reference_model``, no stage 0 ru
 trained as stage 2 with uniform weights. Each stage writes to its own subdirectory of ``output_dir``
 (``stage0-reference``, ``stage1-<strategy>``, ``stage2-<strategy>-<transfer>``, ``stage2-uniform``), so
 several strategies can share one root and one reference; a rerun skips finished stages and resumes an
-interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json``.
+interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json`` (selection:
+``select-<split>.json``) next to each model (:mod:`drmix.evaluation.suite`).
 
 Collections without hard negatives: with hard-negative-only InfoNCE their loss is identically 0 (the
 positive is the only candidate), so no measurement is possible. The tDRO authors mine negatives for such
@@ -55,8 +57,10 @@ from pydantic import Field, ValidationError
 
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text
+from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.mixture.optimize import optimize_weights, stage1_config
+from drmix.outputs import run_finished
+from drmix.recipes.stages import record_config, train_stage, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +87,6 @@ class PipelineConfig(PipelineBaseConfig):
     select_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per selection dataset.")
     default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
                                                           "uniform (the benchmark's evidence) or a transfer.")
-
-
-@dataclass
-class StageOutput:
-    name: str
-    output_dir: Path
-    model_dir: Path
-    skipped: bool
 
 
 @dataclass
@@ -125,94 +121,6 @@ def _stage_config(base: PipelineConfig, overrides: dict[str, Any], **fixed: Any)
                           fix="check the stage0/stage1/stage2 overrides.") from None
 
 
-def _finished(out: Path) -> bool:
-    return (out / "model" / "modules.json").exists()
-
-
-def _run_stage(name: str, config: TrainConfig, *, strategy=None, collections=None) -> StageOutput:
-    from drmix.train.trainer import train
-
-    out = Path(config.output_dir)
-    if _finished(out):
-        log.info("%s: finished earlier in %s, skipping", name, out)
-        return StageOutput(name, out, out / "model", True)
-    log.info("%s: training into %s", name, out)
-    kwargs = {"collections": collections} if collections is not None else {}
-    result = train(config, strategy=strategy, **kwargs)
-    return StageOutput(name, out, result.model_dir, False)
-
-
-def evaluate_models(models: dict[str, Path], test_data: list[str], *, split: str = "test",
-                    max_queries: int | None = None, max_docs: int | None = None, seed: int = 0,
-                    max_length: int | None = None, metrics: tuple[str, ...] | None = None,
-                    cache_name: str | None = None,
-                    per_query: dict | None = None) -> dict[str, dict[str, dict[str, float]]]:
-    """``{label: {dataset: {metric: value}}}`` for each model folder; cached next to the model.
-
-    When ``per_query`` is a dict it receives ``{label: {dataset: {query_id: {metric: value}}}}``.
-    """
-    from drmix.data.beir import load_beir
-    from drmix.evaluation.evaluate import dataset_names, evaluate_dataset, subsample
-    from drmix.evaluation.metrics import DEFAULT_METRICS
-    from drmix.model.encoder import load_encoder
-
-    metrics = tuple(metrics or DEFAULT_METRICS)
-    key = {"split": split, "data": [str(Path(d).resolve()) for d in test_data], "max_queries": max_queries,
-           "max_docs": max_docs, "seed": seed, "max_length": max_length, "metrics": list(metrics)}
-    cache_name = cache_name or f"eval-{split}.json"
-    datasets = None
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    for label, model_dir in models.items():
-        cache = Path(model_dir).parent / cache_name
-        if cache.exists():
-            cached = json.loads(cache.read_text(encoding="utf-8"))
-            if cached.get("key") == key and cached.get("per_query"):
-                results[label] = cached["results"]
-                if per_query is not None:
-                    per_query[label] = cached["per_query"]
-                continue
-        if datasets is None:
-            datasets = {n: subsample(load_beir(d, split), max_queries=max_queries, max_docs=max_docs, seed=seed)
-                        for n, d in zip(dataset_names(test_data), test_data)}
-        model = load_encoder(str(model_dir))
-        pq: dict[str, dict] = {n: {} for n in datasets}
-        results[label] = {n: evaluate_dataset(model, data, metrics=metrics, max_length=max_length, per_query=pq[n])
-                          for n, data in datasets.items()}
-        if per_query is not None:
-            per_query[label] = pq
-        atomic_write_json(cache, {"key": key, "model": str(model_dir), "split": split, "results": results[label],
-                                  "per_query": pq})
-        log.info("%s: %s", label, {n: round(r.get("ndcg@10", float("nan")), 4) for n, r in results[label].items()})
-    return results
-
-
-def results_table(results: dict[str, dict[str, dict[str, float]]], metric: str = "ndcg@10") -> str:
-    """Markdown: one row per dataset (+ average), one column per model label; deltas vs the first column."""
-    labels = list(results)
-    datasets = list(dict.fromkeys(d for r in results.values() for d in r))
-    base = labels[0]
-
-    def cell(label: str, value: float | None, ref: float | None) -> str:
-        if value is None:
-            return ""
-        if label == base or ref is None:
-            return f"{value:.4f}"
-        return f"{value:.4f} ({value - ref:+.4f})"
-
-    lines = [f"| {metric} | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
-    avgs: dict[str, float | None] = {}
-    for label in labels:
-        vals = [results[label][d][metric] for d in datasets if metric in results[label].get(d, {})]
-        avgs[label] = sum(vals) / len(vals) if len(vals) == len(datasets) and vals else None
-    for d in datasets:
-        ref = results[base].get(d, {}).get(metric)
-        row = [cell(lb, results[lb].get(d, {}).get(metric), ref) for lb in labels]
-        lines.append(f"| {d} | " + " | ".join(row) + " |")
-    if len(datasets) > 1:
-        lines.append("| average | " + " | ".join(cell(lb, avgs[lb], avgs[base]) for lb in labels) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | None = None) -> str:
     """Markdown: collections sorted by learned weight, with which transfers keep them."""
     names = weights_json["collections"]
@@ -233,14 +141,13 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
 
     strat = validate_pipeline(config)
     root = Path(config.output_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(root / "pipeline.yaml", config.dump_yaml())
+    record_config(root, "pipeline.yaml", config)
     models: dict[str, Path] = {}
 
     # Stage 0: the uniform baseline, and the reference of the ratio / difference measurements.
     reference = config.reference_model
     if reference is None:
-        s0 = _run_stage("stage 0", _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform",
+        s0 = train_stage("stage 0", _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform",
                                                  strategy="static", transfer=None, weights_file=None,
                                                  reference_model=None, output_dir=str(root / "stage0-reference")))
         models[BASELINE] = s0.model_dir
@@ -251,7 +158,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
                            output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
     s1_out = Path(s1_cfg.output_dir)
-    if _finished(s1_out) and (s1_out / "weights.json").exists():
+    if run_finished(s1_out) and (s1_out / "weights.json").exists():
         log.info("stage 1: finished earlier in %s, skipping", s1_out)
     else:
         optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives)
@@ -272,7 +179,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
         if strategy is not None and "kept" in strategy.info:
             kept[label] = strategy.info["kept"]
-        out = _run_stage(f"stage 2 ({label})", cfg, strategy=strategy)
+        out = train_stage(f"stage 2 ({label})", cfg, strategy=strategy)
         models[label] = out.model_dir
 
     result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
@@ -283,14 +190,14 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         result.selected = config.default_selection
         _link_model(result.output_dir, result.models[result.selected])
     if config.test_data:
-        per_query: dict = {}
-        result.results = evaluate_models(models, config.test_data, split=config.test_split,
-                                         max_queries=config.test_max_queries, max_docs=config.test_max_docs,
-                                         seed=config.seed, max_length=config.doc_max_length, per_query=per_query)
+        suite = evaluate_suite(models, config.test_data, split=config.test_split,
+                               max_queries=config.test_max_queries, max_docs=config.test_max_docs,
+                               seed=config.seed, max_length=config.doc_max_length)
+        result.results = suite.results
         if len(models) > 1:
             from drmix.evaluation.compare import Scored, compare
 
-            result.comparison = compare([Scored(lb, per_query[lb]) for lb in models], baseline=BASELINE,
+            result.comparison = compare([Scored(lb, suite.per_query[lb]) for lb in models], baseline=BASELINE,
                                         metric="ndcg@10", seed=config.seed)
     result.table = _summary(config, result, learned, kept)
     return result
@@ -363,10 +270,9 @@ def select_models(config: PipelineConfig, result: PipelineResult) -> str:
     Only ``qrels/<select_split>.tsv`` of the ``select_on`` directories is read. Ties go to uniform. A transfer
     below uniform on dev is logged as a warning. Links ``output_dir/model`` to the selected model.
     """
-    scores = evaluate_models(result.models, config.select_on, split=config.select_split,
-                             max_queries=config.select_max_queries, max_docs=config.select_max_docs,
-                             seed=config.seed, max_length=config.doc_max_length, metrics=("ndcg@10",),
-                             cache_name=f"select-{config.select_split}.json")
+    scores = evaluate_suite(result.models, config.select_on, kind="select", split=config.select_split,
+                            max_queries=config.select_max_queries, max_docs=config.select_max_docs,
+                            seed=config.seed, max_length=config.doc_max_length, metrics=("ndcg@10",)).results
     avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in scores.items()}
     best = BASELINE if BASELINE in avg else next(iter(avg))
     for lb, v in avg.items():
@@ -423,8 +329,7 @@ def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept
               weights_table(learned, kept=kept), "",
               "Models: " + ", ".join(f"{k}: `{v}`" for k, v in result.models.items()), ""]
     text = "\n".join(parts)
-    atomic_write_text(result.output_dir / "summary.md", text)
-    atomic_write_json(result.output_dir / "summary.json", {
+    write_summary(result.output_dir, text, {
         "strategy": config.strategy, "reference": result.reference, "weights_file": str(result.weights_path),
         "weights": result.weights, "kept": kept, "models": {k: str(v) for k, v in result.models.items()},
         "results": result.results, "selected": result.selected, "selection": result.selection,

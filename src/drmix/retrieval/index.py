@@ -79,7 +79,7 @@ def model_normalizes(model: Any) -> bool:
     return name == "cosine"
 
 
-def _token_lengths(model: Any, texts: Sequence[str], prompt: str, max_length: int | None) -> np.ndarray:
+def token_lengths(model: Any, texts: Sequence[str], prompt: str, max_length: int | None) -> np.ndarray:
     """Token count of each (prompted, truncated) text; character count when the model has no tokenizer."""
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None or not callable(tokenizer):
@@ -169,7 +169,7 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
                 nxt = texts[chunk_start + _SORT_CHUNK:chunk_start + 2 * _SORT_CHUNK]
                 pending = pool.submit(ahead.tokenize, nxt) if pool is not None and nxt and batcher.fast is not False else None
                 lengths = (np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(chunk)) if ids is not None
-                           else _token_lengths(model, chunk, prompt, max_length))
+                           else token_lengths(model, chunk, prompt, max_length))
                 order = length_order(lengths)
                 embs = []
                 for start in range(0, len(chunk), batch_size):

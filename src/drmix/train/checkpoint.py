@@ -1,7 +1,13 @@
 """Checkpoints: written atomically, resumed exactly.
 
-A checkpoint is a directory ``checkpoints/step-N`` holding the model weights (safetensors), the
-optimiser and LR-scheduler states, the RNG states, the sampler cursors and the strategy state. It is
+A checkpoint is a directory ``checkpoints/step-N`` that is itself a SentenceTransformer folder (so
+``drmix eval --model runs/x/checkpoints/step-400`` and ``SentenceTransformer(path)`` load it; with LoRA it is
+the base model plus the adapter, which sentence-transformers loads through peft) plus the training
+state: the optimiser and LR-scheduler states, the RNG states, the sampler cursors and the strategy state
+(``optimizer.pt``, ``strategy.pt``, ``trainer_state.json``). With LoRA the exact weights are also kept
+in ``training_model.safetensors`` (the adapter-wrapped module's state); without, resuming reloads the
+SentenceTransformer folder (safetensors: bit-exact). Checkpoints of earlier versions (one
+``model.safetensors`` of the whole module, no ``modules.json``) still resume. It is
 assembled under a temporary name and renamed into place, then ``checkpoints/latest`` (a one-line file)
 is replaced atomically, so a run killed at any moment resumes from its last complete checkpoint and
 loses only the steps since then. Optimiser/strategy states use ``torch.save`` and are loaded with
@@ -67,14 +73,48 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module, optimizer, scheduler,
-                    trainer_state: dict[str, Any], strategy_state: dict[str, Any], keep: int = 2) -> Path:
+TRAINING_MODEL = "training_model.safetensors"
+
+
+def _has_adapters(model: torch.nn.Module) -> bool:
+    from drmix.train.lora import peft_model_of
+
+    return peft_model_of(model) is not None
+
+
+def save_model_folder(model: torch.nn.Module, folder: Path) -> None:
+    """``model`` as a SentenceTransformer folder in ``folder`` (and, with adapters, its exact state)."""
     from safetensors.torch import save_model
 
+    if hasattr(model, "save"):
+        model.save(str(folder), create_model_card=False)
+    if not hasattr(model, "save") or _has_adapters(model):
+        save_model(model, str(folder / TRAINING_MODEL))
+
+
+def load_model_folder(model: torch.nn.Module, folder: Path) -> None:
+    """Restore ``model``'s weights from a checkpoint folder written by :func:`save_model_folder` (or by an
+    earlier version: ``model.safetensors`` of the whole module)."""
+    from safetensors.torch import load_model
+
+    folder = Path(folder)
+    if (folder / TRAINING_MODEL).is_file():
+        load_model(model, str(folder / TRAINING_MODEL))
+    elif not (folder / "modules.json").is_file():  # an earlier checkpoint format
+        load_model(model, str(folder / "model.safetensors"))
+    else:
+        from sentence_transformers import SentenceTransformer
+
+        saved = SentenceTransformer(str(folder), device="cpu")
+        model.load_state_dict(saved.state_dict(), strict=True)
+
+
+def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module, optimizer, scheduler,
+                    trainer_state: dict[str, Any], strategy_state: dict[str, Any], keep: int = 2) -> Path:
     ckpt_root = Path(run_dir) / "checkpoints"
     target = ckpt_root / f"step-{step}"
     with atomic_dir(target) as tmp:
-        save_model(model, str(tmp / "model.safetensors"))
+        save_model_folder(model, tmp)
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "rng": to_saveable(rng_state())}, tmp / "optimizer.pt")
         torch.save(to_saveable(strategy_state), tmp / "strategy.pt")
@@ -102,11 +142,10 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer, scheduler) -> tuple[dict, dict]:
     """Restore model, optimiser, scheduler and RNG; return ``(trainer_state, strategy_state)``."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_model
 
     path = Path(path)
     try:
-        load_model(model, str(path / "model.safetensors"))
+        load_model_folder(model, path)
         opt = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
         optimizer.load_state_dict(opt["optimizer"])
         scheduler.load_state_dict(opt["scheduler"])

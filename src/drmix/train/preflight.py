@@ -47,3 +47,20 @@ def warn_small_collections(names: list[str], sizes: list[int], batch_size: int, 
                     "(repeated positives are in-batch false negatives): %s. Use a smaller --batch-size or "
                     "--batching mixed.", batch_size, ", ".join(small))
     return small
+
+
+def check_strategy_batching(strategy, names: list[str], batching: str) -> None:
+    """Refuse a strategy that learns from several collections per batch under one-collection batches.
+
+    tDRO, DoReMi and GroupDRO compare the collections *within* a batch; with ``--batching homogeneous`` every
+    batch holds one collection, so their weights could never learn anything (they would stay uniform, or
+    drift with the sampling order) -- refused before training rather than run silently.
+    """
+    if batching != "homogeneous" or len(names) < 2 or not getattr(strategy, "needs_mixed_batches", False):
+        return
+    name = getattr(strategy, "name", "this strategy")
+    raise ConfigError(f"--strategy {name} compares the collections within each batch, but --batching homogeneous "
+                      "puts one collection in every batch: the learned weights could never move.",
+                      fix="add --batching mixed (as tDRO's stage 1 does; `drmix mixture optimize` sets it), "
+                          "or train with --strategy static.")
+

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from drmix.data.batch import Batch
-from drmix.model.encoder import load_encoder
 from drmix.train.encoding import BatchEncoder, Inputs
 
 log = logging.getLogger(__name__)
@@ -38,8 +37,12 @@ class ReferenceScorer:
 
     @classmethod
     def load(cls, name: str, encoder: BatchEncoder, losses: Callable[..., torch.Tensor], *, gather: bool,
-             trust_remote_code: bool = False) -> "ReferenceScorer":
-        model = load_encoder(name, device=str(encoder.device), trust_remote_code=trust_remote_code)
+             trust_remote_code: bool = False, backbone: Any = None) -> "ReferenceScorer":
+        """``backbone`` (:class:`drmix.model.backbone.BackboneOptions`): build the reference as the proxy is
+        built (pooling, EOS, normalisation, bidirectional attention, dtype)."""
+        from drmix.model.backbone import load_retriever
+
+        model = load_retriever(name, backbone, device=str(encoder.device), trust_remote_code=trust_remote_code)
         return cls(model, encoder, losses, gather=gather)
 
     def set_live(self, batch: Batch, q: dict, d: dict, mask: torch.Tensor) -> None:

@@ -23,6 +23,7 @@ from drmix.errors import ConfigError
 OPERATIONAL = frozenset({
     "output_dir", "resume", "resume_with_changes", "show_progress", "save_every", "keep_checkpoints", "log_every",
     "eval_data", "eval_every", "eval_split", "eval_max_queries", "device", "max_nonfinite_steps",
+    "report_to", "push_to_hub",
 })
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text, dumps_json
+from drmix.outputs import run_finished
 from drmix.train.checkpoint import latest_checkpoint
 from drmix.train.lock import clean_stale_temporaries
 from drmix.train.lora import save_model
@@ -38,6 +39,8 @@ class JsonlLog:
     def __init__(self, path: Path, enabled: bool = True) -> None:
         self.path = path
         self.enabled = enabled
+        #: called with every appended record (the run's trackers and callbacks listen here)
+        self.listeners: list[Any] = []
 
     def append(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -45,6 +48,8 @@ class JsonlLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(dumps_json(record) + "\n")  # strict JSON: NaN/inf become null
+        for listener in self.listeners:
+            listener(record)
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (and a torn last line), atomically."""
@@ -73,7 +78,7 @@ class RunOutput:
     @property
     def finished(self) -> bool:
         """True when the run saved its final model."""
-        return (self.dir / "model" / "modules.json").exists()
+        return run_finished(self.dir)
 
     def prepare(self, config: TrainConfig, names: list[str], sizes: list[int]) -> Path | None:
         """Refuse a directory holding a run unless resuming (and check the resume); write ``config.yaml``;

@@ -208,7 +208,9 @@ class HFCallbacks:
         return bool(self.control.should_training_stop)
 
     def logged(self, record: dict[str, Any]) -> None:
-        logs = {k: v for k, v in scalars_of(record).items()}
+        if "step" in record:
+            self.state.global_step = int(record["step"])
+        logs = scalars_of(record)
         self.state.log_history.append({**logs, "step": self.state.global_step})
         if "eval" in record:
             self._call("on_evaluate", metrics={f"eval_{k[5:]}": v for k, v in logs.items() if k.startswith("eval/")})

@@ -21,6 +21,7 @@ Strategies see the run only through :class:`~drmix.mixture.base.StepContext`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +38,8 @@ from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
-from drmix.model.encoder import load_encoder
+from drmix.model.backbone import BackboneOptions, default_lora_r, load_retriever
+from drmix.model.instructions import record_prompts
 from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import load_checkpoint, save_checkpoint
 from drmix.train.encoding import BatchEncoder
@@ -48,10 +50,14 @@ from drmix.train.lock import run_lock
 from drmix.train.lora import apply_lora
 from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
-from drmix.train.preflight import check_batch_fits, check_model_fit, warn_small_collections
+from drmix.train.sharding import backward as sharding_backward
+from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
+from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy_batching, warn_small_collections
 from drmix.train.reference import ReferenceScorer
+from drmix.train.reporting import CollectionLosses, RunReporting
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
+from drmix.train.tracking import HFCallbacks, split_callbacks
 
 __all__ = ["JsonlLog", "TrainResult", "Trainer", "train"]
 
@@ -77,15 +83,21 @@ class Trainer:
     def __init__(self, config: TrainConfig, *, strategy: Strategy | None = None,
                  callbacks: Sequence[Callable[[StepContext], None]] = (), collections: list[Collection] | None = None,
                  model: Any = None, builder: Any = None,
-                 loss_fn: Callable[..., torch.Tensor] | None = None) -> None:
+                 loss_fn: Callable[..., torch.Tensor] | None = None, card: dict[str, Any] | None = None) -> None:
         """``builder`` (turns sampled ``(collection, row)`` pairs into a :class:`Batch`; has ``state_dict``)
         and ``loss_fn`` (``loss_fn(query_emb, doc_emb, gather=bool) -> per-example losses``, used instead of
-        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining."""
+        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining; ``card``
+        overrides fields of the model card's :class:`~drmix.report.card.CardInfo` (e.g. ``kind``, ``loss``).
+
+        ``callbacks`` are plain callables (called with the :class:`StepContext` after every step) or
+        ``transformers.TrainerCallback`` objects (see :mod:`drmix.train.tracking`)."""
         from accelerate import Accelerator
         from accelerate.utils import DistributedDataParallelKwargs, set_seed
 
         self.config = config
-        self.callbacks = list(callbacks)
+        self.callbacks, hf_callbacks = split_callbacks(callbacks)
+        # built before the Accelerator: TrainingArguments resets accelerate's process state
+        hf = HFCallbacks(hf_callbacks, config) if hf_callbacks else None
         check_device(config.device)
         # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
@@ -107,11 +119,20 @@ class Trainer:
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.batch_size)
-        self.model = model if model is not None else load_encoder(
-            config.model, device=str(self.device), trust_remote_code=config.trust_remote_code)
+        from drmix.model.encoder import resolve_model_path
+
+        # config.yaml, checkpoints and the card record the model actually used (not `model: null`)
+        config = self.config = config.model_copy(update={"model": resolve_model_path(config.model)})
+        backbone = BackboneOptions.from_config(config)
+        self.model = model if model is not None else load_retriever(
+            config.model, backbone, device=str(self.device), trust_remote_code=config.trust_remote_code)
         self.model.to(self.device)
-        if config.lora_r:
-            apply_lora(self.model, r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
+        self.lora_r = default_lora_r(config.lora_r, self.model)
+        if self.lora_r:
+            if config.lora_r is None:
+                log.info("decoder backbone: LoRA r=%d alpha=%s dropout=%s (the tDRO paper's setting; --lora-r 0 "
+                         "trains all weights)", self.lora_r, config.lora_alpha, config.lora_dropout)
+            apply_lora(self.model, r=self.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
                        targets=config.lora_targets)
         check_model_fit(config, self.model)
         warn_small_collections(self.names, self.sizes, config.batch_size, config.batching)
@@ -123,6 +144,7 @@ class Trainer:
 
             strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
+        check_strategy_batching(strategy, self.names, config.batching)
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
@@ -136,22 +158,34 @@ class Trainer:
                                         [load_beir_collection(d, split=config.dev_split) for d in config.dev],
                                         num_negatives=config.num_negatives, seed=config.seed)
         self.reference = (ReferenceScorer.load(config.reference_model, self.encoder, self._losses_from_embeddings,
-                                               gather=self.world > 1, trust_remote_code=config.trust_remote_code)
+                                               gather=self.world > 1, trust_remote_code=config.trust_remote_code,
+                                               backbone=dataclasses.replace(backbone, gradient_checkpointing=False))
                           if config.reference_model else None)
 
         self.optimizer, self.scheduler = build_optimizer(self.model, config)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
+        self.sharding = sharding_kind(self.accelerator)  # "fsdp" | "deepspeed" | None
+        if self.sharding is not None:
+            log.warning("sharded with %s: no intermediate checkpoints are written, so a killed run starts over "
+                        "(docs/llm.md)", self.sharding)
         self.grad_cache = (GradCache(self.wrapped, config.grad_cache_chunk, backward=self._backward,
                                      no_sync=lambda: self.accelerator.no_sync(self.wrapped))
                            if config.grad_cache_chunk else None)
         self.output = RunOutput(self.out, is_main=self.is_main)
         self.metrics = self.output.metrics
+        self.reporting = RunReporting(config, self.out, names=self.names, sizes=self.sizes,
+                                      hf=hf if self.is_main else None, enabled=self.is_main, card=card)
+        self.stop_hooks = bool(hf_callbacks)  # same on every rank: a callback's stop is agreed on by all
+        self.output.metrics.listeners.append(self.reporting.record)
+        self.output.trajectory.listeners.append(self.reporting.record)
+        self.collection_losses = CollectionLosses(self.names, self.device)
         self.evaluator = None
         if config.eval_data:
             from drmix.evaluation.evaluate import DevEvaluator
 
             self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
-                                          max_queries=config.eval_max_queries, seed=config.seed)
+                                          max_queries=config.eval_max_queries, seed=config.seed,
+                                          query_instructions=config.query_instructions)
         self.step = 0
         #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
         self.dropout = True
@@ -200,7 +234,8 @@ class Trainer:
         return loss, kept["losses"]
 
     def _backward(self, loss: torch.Tensor) -> None:
-        self.precision.backward(loss / self.config.gradient_accumulation_steps)
+        # through the accelerator: DeepSpeed's engine runs its own backward (drmix.train.sharding)
+        sharding_backward(self.accelerator, loss / self.config.gradient_accumulation_steps, self.precision)
 
     def compute_losses(self, batch: Batch, *, model=None) -> torch.Tensor:
         """Per-example losses of ``batch`` on one process (no cross-device gathering), with gradient."""
@@ -255,17 +290,23 @@ class Trainer:
         log.info("resumed from %s at step %d", path, self.step)
 
     def _save(self) -> None:
+        if self.sharding is not None:  # sharded optimiser state: no resumable checkpoint (drmix.train.sharding)
+            return
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
                             keep=self.config.keep_checkpoints)
+            self.reporting.saved()
         self.accelerator.wait_for_everyone()
 
     # -- the loop ----------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
         """Train under the output directory's lock (one writer per directory; see drmix.train.lock)."""
         with run_lock(self.out, enabled=self.is_main):
-            return self._train()
+            try:
+                return self._train()
+            finally:
+                self.reporting.close()  # trackers flushed even when training stops with an error
 
     def _train(self) -> TrainResult:
         cfg = self.config
@@ -275,6 +316,7 @@ class Trainer:
         if self.step >= cfg.max_steps and self.output.finished:
             log.info("run in %s is already complete (%d steps)", self.out, self.step)
             return self.output.result(self.step, None)
+        self.reporting.start(self.step, self.model)
         ctx = self.context()
         last_loss = None
         from tqdm.auto import tqdm
@@ -304,6 +346,7 @@ class Trainer:
                     self.guard.observe_loss(loss)
                 step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
                 step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
+                self.collection_losses.add(losses, local.collection_ids)
             self.precision.unscale_(self.optimizer)
             grad_norm = None
             if cfg.max_grad_norm > 0:
@@ -330,6 +373,7 @@ class Trainer:
                                      "lr": lr, "samples_per_s": window_n / max(window_seconds, 1e-9),
                                      "train_seconds": window_seconds, "strategy_seconds": self.lookahead_seconds,
                                      "collection_counts": dict(zip(self.names, counts.tolist())),
+                                     "collection_losses": self.collection_losses.read(self._sum_across),
                                      **self.guard.sync()})  # reads the skip counters; raises after too many
                 window_seconds, window_n = 0.0, 0
                 counts[:] = 0
@@ -337,16 +381,33 @@ class Trainer:
                 self._evaluate()
             for cb in self.callbacks:
                 cb(ctx)
-            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps:
+            stop = self._callbacks_stop()
+            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or stop:
                 self._save()
             if logging_step:
                 bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
             bar.update(1)
+            if stop:
+                log.info("a callback stopped training at step %d", self.step)
+                break
         bar.close()
         self.inputs.close()
         if self.evaluator is not None and (not cfg.eval_every or cfg.max_steps % cfg.eval_every):
             self._evaluate()
         return self._finish(last_loss)
+
+    def _callbacks_stop(self) -> bool:
+        """Whether a ``TrainerCallback`` asked to stop (main process), agreed on by every process."""
+        if not self.stop_hooks:
+            return False
+        stop = self.reporting.step_end(self.step, self.model)
+        if self.world == 1:
+            return stop
+        flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
+        return bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
+
+    def _sum_across(self, t: torch.Tensor) -> torch.Tensor:
+        return t if self.world == 1 else self.accelerator.reduce(t, reduction="sum")
 
     def _mean_across(self, value: float) -> float:
         if self.world == 1:
@@ -361,9 +422,36 @@ class Trainer:
             log.info("step %d eval: %s", self.step, scores)
         self.accelerator.wait_for_everyone()
 
+    def _model_for_saving(self) -> Any:
+        """The model to save: ours, or under FSDP/ZeRO one rebuilt on the main process from the gathered full
+        state dict (a collective: every process calls it; ``None`` on the others)."""
+        if self.sharding is None:
+            return self.model
+        state = full_state_dict(self.accelerator, self.wrapped)
+        if not self.is_main:
+            return None
+
+        def build() -> Any:
+            opts = dataclasses.replace(BackboneOptions.from_config(self.config), gradient_checkpointing=False)
+            model = load_retriever(self.config.model, opts, device="cpu",
+                                   trust_remote_code=self.config.trust_remote_code)
+            if self.lora_r:
+                apply_lora(model, r=self.lora_r, alpha=self.config.lora_alpha, dropout=self.config.lora_dropout,
+                           targets=self.config.lora_targets)
+            return model
+
+        log.info("%s: saving the full weights gathered from every process", self.sharding)
+        return rebuild_with_state(build, state)
+
     def _finish(self, last_loss: float | None) -> TrainResult:
-        self.output.save_final(self.model, self.strategy.final_weights(),
-                               getattr(self.strategy, "weight_names", self.names))
+        model = self._model_for_saving()
+        if self.is_main:
+            # the training collections' instructions and the evaluation ones become named prompts of the folder
+            record_prompts(model, {**{c.name: c.instruction for c in self.collections if c.instruction},
+                                   **self.config.query_instructions})
+        weights = self.strategy.final_weights()
+        self.output.save_final(model, weights, getattr(self.strategy, "weight_names", self.names))
+        self.reporting.finish(model, weights)  # model/README.md, report.html (main process)
         self.accelerator.wait_for_everyone()
         return self.output.result(self.step, last_loss)
 

@@ -9,7 +9,7 @@ import yaml
 from drmix.train.resume_check import ResumeMismatchError, training_changes
 from drmix.train.trainer import train
 
-from test_trainer import config, make_collections
+from train_helpers import config, make_collections
 
 
 def test_training_changes_ignores_bookkeeping_fields():

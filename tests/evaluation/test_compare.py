@@ -2,44 +2,13 @@
 from __future__ import annotations
 
 import json
-import math
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from drmix.cli import app, main
 from drmix.errors import DataError
-from drmix.evaluation.compare import Scored, compare, load_scored, randomization_test, t_test
-
-
-def test_randomization_exact_enumeration_by_hand():
-    # d = [1, 2, 3, 4]: observed mean 2.5; among the 16 sign patterns only all-plus and all-minus reach
-    # |mean| >= 2.5 -> p = 2/16. With d = [1, 1, 1, -1]: |mean| >= 0.5 for every pattern whose sum is
-    # +-2 or +-4: sums are (+-1 +-1 +-1 +-1): 4 ones -> counts of +2 or -2: C(4,1)+C(4,3) = 8, +-4: 2 -> 10/16.
-    assert randomization_test(np.array([1.0, 2, 3, 4])) == pytest.approx(2 / 16)
-    assert randomization_test(np.array([1.0, 1, 1, -1])) == pytest.approx(10 / 16)
-
-
-def test_randomization_sampled_matches_exact_and_is_seeded():
-    d = np.array([0.3, -0.1, 0.5, 0.2, 0.4, 0.1, -0.2, 0.6, 0.3, 0.2, 0.1, 0.05])  # 4096 patterns
-    exact = randomization_test(d, permutations=5000)        # 4096 <= 5000: enumerated
-    sampled = randomization_test(d, permutations=4000, seed=1)
-    assert sampled == randomization_test(d, permutations=4000, seed=1)
-    assert abs(sampled - exact) < 0.01
-    # exact count: patterns with |sum of +-d| >= sum(d) = 2.45
-    signs = ((np.arange(4096)[:, None] >> np.arange(12)) & 1) * 2 - 1
-    assert exact == pytest.approx(float((np.abs(signs @ d) >= d.sum() - 1e-12).mean()))
-
-
-def test_t_test_by_hand():
-    # d = [1, 2, 3, 4]: mean 2.5, sd = sqrt(5/3), se = sd/2, t = 2.5 / se = 3.8730; df 3.
-    # Two-sided p for t = 3.873 with 3 df = 0.030466 (t distribution); 95% half-width = 3.18245 * se.
-    p, low, high = t_test(np.array([1.0, 2, 3, 4]))
-    se = math.sqrt(5 / 3) / 2
-    assert p == pytest.approx(0.030466, abs=2e-6)
-    assert low == pytest.approx(2.5 - 3.182446 * se, abs=1e-5)
-    assert high == pytest.approx(2.5 + 3.182446 * se, abs=1e-5)
+from drmix.evaluation.compare import Scored, compare, load_scored
 
 
 def _pq(values: dict[str, float]) -> dict:

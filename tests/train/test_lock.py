@@ -55,7 +55,7 @@ def test_output_dir_that_is_a_file(tmp_path):
 def test_trainer_refuses_a_locked_directory(tiny_model_path, tmp_path):
     from drmix.train.trainer import Trainer
 
-    from test_trainer import config, make_collections
+    from train_helpers import config, make_collections
 
     data = make_collections(tmp_path / "data", n=8)
     out = tmp_path / "run"

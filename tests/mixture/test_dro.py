@@ -38,18 +38,16 @@ def batch_of(ids: np.ndarray) -> Batch:
 
 
 def test_tdro_one_step_matches_hand_computation():
-    # Reference normalised over the batch: mean(REF) = 7/6, r~ = REF * 6/7.
-    # Per-example ratio l_i / r~_i = PROXY * 7 / (6 * REF):
-    #   a: 1*7/6 = 7/6, 3*7/6 = 21/6 -> M_a = 14/6 = 7/3
-    #   b: 2*7/12 = 7/6 (twice)     -> M_b = 7/6
-    #   c: 1*7/3 = 7/3, 0.5*7/3 = 7/6 -> M_c = 7/4
-    # M = 7/12 * [4, 2, 3]; unit norm -> g = [4, 2, 3] / sqrt(29).
+    # Reference L1-normalised over the batch (the authors'): sum(REF) = 7, r~ = REF / 7.
+    # Per-example ratio l_i / r~_i = PROXY * 7 / REF:
+    #   a: 7, 21 -> M_a = 14;  b: 7, 7 -> M_b = 7;  c: 14, 7 -> M_c = 10.5
+    # M = 3.5 * [4, 2, 3]; clipped at norm 1 (norm 3.5 sqrt(29) >> 1) -> g = [4, 2, 3] / sqrt(29) (to 1e-7).
     # log w = log(1/3) + 0.02 * g, softmax: w_i = exp(0.02 c_i / sqrt(29)) / sum_j exp(0.02 c_j / sqrt(29))
     #   exp = [1.0149663, 1.0074552, 1.0112037] -> w = [0.334572, 0.332096, 0.333332]
     s = make("tdro")
     losses = torch.tensor(PROXY, dtype=torch.float64)
     out = s.loss(losses, batch_of(IDS), ctx_for(REF))
-    np.testing.assert_allclose(s.last.measurement, [7 / 3, 7 / 6, 7 / 4], rtol=1e-12)
+    np.testing.assert_allclose(s.last.measurement, [14, 7, 10.5], rtol=1e-12)
     np.testing.assert_allclose(s.weights, [0.334572, 0.332096, 0.333332], atol=1e-6)
     # Weighted loss with the JUST-updated weights: sum_i w_g(i) l_i / sum_i w_g(i)
     #   = (w_a * (1+3) + w_b * (2+2) + w_c * (1+0.5)) / (2 * (w_a + w_b + w_c)) = 1.583335
@@ -57,34 +55,34 @@ def test_tdro_one_step_matches_hand_computation():
 
 
 def test_tdro_mean_guard_below_relative_reference_contributes_zero():
-    # reference_guard="mean" (the earlier rule): REF2 = [0.01, 1, 1, 1] -> mean 0.7525,
-    # r~ = [0.0133, 1.329, 1.329, 1.329]; the first example is under 0.2 of the batch mean: it counts for
-    # collection a but contributes 0, so M_a = (0 + 1/1.329)/2.
+    # reference_guard="mean" (the earlier rule): REF2 = [0.01, 1, 1, 1] -> mean 0.7525, sum 3.01,
+    # r_i / mean = [0.0133, 1.329, 1.329, 1.329]; the first example is under 0.2 of the batch mean: it counts
+    # for collection a but contributes 0, so M_a = (0 + 1/(1/3.01))/2 (terms on the authors' L1 scale).
     ids = np.array([0, 0, 1, 1])
     proxy, ref = np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.01, 1.0, 1.0, 1.0])
     m = measure(proxy, ref, ids, 2, "ratio", min_relative_reference=0.2, reference_guard="mean")
-    mean = 3.01 / 4
-    np.testing.assert_allclose(m.measurement, [0.5 * mean, mean], rtol=1e-12)
-    # Plain ratio (guard off): a = mean(1/(0.01/mean), 1/(1/mean)) = mean * (100 + 1) / 2
+    total = 3.01
+    np.testing.assert_allclose(m.measurement, [0.5 * total, total], rtol=1e-12)
+    # Plain ratio (guard off): a = mean(1/(0.01/sum), 1/(1/sum)) = sum * (100 + 1) / 2
     m = measure(proxy, ref, ids, 2, "ratio", min_relative_reference=0.0)
-    np.testing.assert_allclose(m.measurement, [mean * 101 / 2, mean], rtol=1e-12)
+    np.testing.assert_allclose(m.measurement, [total * 101 / 2, total], rtol=1e-12)
 
 
 def test_tdro_sum_guard_is_relative_to_the_batch_sum_at_two_batch_sizes():
-    # The authors' guard: r_i / sum_j r_j < 1e-4 -> normaliser 1, i.e. the term l_i (their scale) = l_i / B (ours).
+    # The authors' guard: r_i / sum_j r_j < 1e-4 -> normaliser 1, i.e. the term is l_i.
     # Batch 4, REF = [0.01, 1, 1, 1]: 0.01 / 3.01 = 3.3e-3 >= 1e-4 -> NOT guarded (the mean rule guarded it):
-    #   M_a = mean(1 / (0.01/mean), 1 / (1/mean)) = mean * 101 / 2 with mean = 3.01 / 4.
+    #   M_a = mean(1 / (0.01/sum), 1 / (1/sum)) = sum * 101 / 2 with sum = 3.01.
     ids = np.array([0, 0, 1, 1])
     m = measure(np.ones(4), np.array([0.01, 1.0, 1.0, 1.0]), ids, 2, "ratio")
-    mean = 3.01 / 4
-    np.testing.assert_allclose(m.measurement, [mean * 101 / 2, mean], rtol=1e-12)
-    # Batch 4, REF = [1e-5, 1, 1, 1]: 1e-5 / 3.00001 = 3.3e-6 < 1e-4 -> guarded: term = l / B = 2 / 4.
-    #   M_a = (2/4 + 1 / (1/mean)) / 2, mean = 3.00001 / 4; M_b = mean.
+    total = 3.01
+    np.testing.assert_allclose(m.measurement, [total * 101 / 2, total], rtol=1e-12)
+    # Batch 4, REF = [1e-5, 1, 1, 1]: 1e-5 / 3.00001 = 3.3e-6 < 1e-4 -> guarded: term = l = 2.
+    #   M_a = (2 + 1 / (1/sum)) / 2, sum = 3.00001; M_b = sum.
     m = measure(np.array([2.0, 1.0, 1.0, 1.0]), np.array([1e-5, 1.0, 1.0, 1.0]), ids, 2, "ratio")
-    mean = 3.00001 / 4
-    np.testing.assert_allclose(m.measurement, [(0.5 + mean) / 2, mean], rtol=1e-12)
+    total = 3.00001
+    np.testing.assert_allclose(m.measurement, [(2 + total) / 2, total], rtol=1e-12)
     # Batch 5000 (the rule scales with B): 4999 examples of reference 1 (1 / 4999.3 = 2e-4: kept) and one
-    # of 0.3 (a): 0.3 / 4999.3 = 6e-5 < 1e-4 -> guarded although it is 0.3 of the batch mean: M_a = 3 / 5000.
+    # of 0.3 (a): 0.3 / 4999.3 = 6e-5 < 1e-4 -> guarded although it is 0.3 of the batch mean: M_a = 3.
     n = 5000
     ref = np.ones(n)
     ref[0] = 0.3
@@ -93,8 +91,8 @@ def test_tdro_sum_guard_is_relative_to_the_batch_sum_at_two_batch_sizes():
     ids = np.ones(n, dtype=np.int64)
     ids[0] = 0
     m = measure(proxy, ref, ids, 2, "ratio")
-    np.testing.assert_allclose(m.measurement[0], 3.0 / n, rtol=1e-12)
-    np.testing.assert_allclose(m.measurement[1], (n - 0.7) / n, rtol=1e-12)   # 1 / (1 / mean), mean = 4999.3/n
+    np.testing.assert_allclose(m.measurement[0], 3.0, rtol=1e-12)
+    np.testing.assert_allclose(m.measurement[1], n - 0.7, rtol=1e-12)   # 1 / (1 / sum), sum = 4999.3
 
 
 def test_tdro_default_guard_is_the_authors():
@@ -103,30 +101,50 @@ def test_tdro_default_guard_is_the_authors():
     assert DROConfig(reference_guard="mean").resolved("tdro").min_relative_reference == 0.2
 
 
-def test_accumulation_gives_the_weights_of_one_big_batch():
-    # 2 micro-batches of 6 under accumulation vs one batch of 12 with the same examples: identical weights
-    # (the batch normaliser of the reference covers all 12 examples, and the weights step once).
+def test_accumulation_measures_each_micro_batch_as_the_authors():
+    # tDRO (DROTrainer.training_step_for_dromodelv2): 2 micro-batches of 6, each with its own reference
+    # normaliser; their M are added, divided by 2 and clipped at norm 1 -- by hand for one step:
     rng = np.random.default_rng(3)
     proxy, ref = rng.exponential(1.0, 12), rng.exponential(1.0, 12) + 0.1
     ids = np.tile(IDS, 2)
-    big, acc = make("tdro"), make("tdro")
-    for step in range(3):
-        big.loss(torch.tensor(proxy * (step + 1)), batch_of(ids), ctx_for(ref))
-        for micro in range(2):
-            sl = slice(6 * micro, 6 * micro + 6)
-            c = ctx_for(ref[sl])
-            c.micro_step, c.accumulation_steps = micro, 2
-            acc.loss(torch.tensor(proxy[sl] * (step + 1)), batch_of(ids[sl]), c)
-    assert acc.n_steps == big.n_steps == 3
-    np.testing.assert_allclose(acc.weights, big.weights, rtol=1e-12)
-    assert not np.allclose(acc.weights, 1 / 3)
-    # One update per micro-batch (the old behaviour) would have taken 6 steps and ended elsewhere.
-    per_micro = make("tdro")
-    for step in range(3):
-        for micro in range(2):
-            sl = slice(6 * micro, 6 * micro + 6)
-            per_micro.loss(torch.tensor(proxy[sl] * (step + 1)), batch_of(ids[sl]), ctx_for(ref[sl]))
-    assert not np.allclose(per_micro.weights, big.weights, rtol=1e-6)
+    acc = make("tdro")
+    for micro in range(2):
+        sl = slice(6 * micro, 6 * micro + 6)
+        c = ctx_for(ref[sl])
+        c.micro_step, c.accumulation_steps = micro, 2
+        acc.loss(torch.tensor(proxy[sl]), batch_of(ids[sl]), c)
+    grad = np.zeros(3)
+    for sl in (slice(0, 6), slice(6, 12)):
+        ratio = proxy[sl] / (ref[sl] / ref[sl].sum())
+        grad += np.array([ratio[ids[sl] == g].mean() for g in range(3)])
+    grad = grad / 2
+    grad = grad / (np.linalg.norm(grad) + 1e-6)
+    e = np.exp(0.02 * grad)
+    assert acc.n_steps == 1
+    np.testing.assert_allclose(acc.weights, e / e.sum(), rtol=1e-9)    # losses pass through float32
+    # ... which is not where one batch of the 12 examples (one normaliser) takes them
+    big = make("tdro")
+    big.loss(torch.tensor(proxy), batch_of(ids), ctx_for(ref))
+    assert not np.allclose(acc.weights, big.weights, rtol=1e-9)
+
+
+def test_joined_accumulation_gives_the_weights_of_one_big_batch():
+    # accumulation: joined (DoReMi's trainer; an option for tDRO): the micro-batches are measured together.
+    rng = np.random.default_rng(3)
+    proxy, ref = rng.exponential(1.0, 12), rng.exponential(1.0, 12) + 0.1
+    ids = np.tile(IDS, 2)
+    for strategy, kw in (("tdro", {"accumulation": "joined"}), ("doremi", {})):
+        big, acc = make(strategy, **kw), make(strategy, **kw)
+        for step in range(3):
+            big.loss(torch.tensor(proxy * (step + 1)), batch_of(ids), ctx_for(ref))
+            for micro in range(2):
+                sl = slice(6 * micro, 6 * micro + 6)
+                c = ctx_for(ref[sl])
+                c.micro_step, c.accumulation_steps = micro, 2
+                acc.loss(torch.tensor(proxy[sl] * (step + 1)), batch_of(ids[sl]), c)
+        assert acc.n_steps == big.n_steps == 3
+        np.testing.assert_allclose(acc.weights, big.weights, rtol=1e-12)
+        assert not np.allclose(acc.weights, 1 / 3)
 
 
 def test_nan_batch_is_not_back_propagated():
@@ -204,14 +222,22 @@ def test_weights_after_two_steps_match_hand_computation():
 
 
 def test_absent_collection_keeps_its_weight():
-    # Start from weights [0.5, 0.3, 0.2]; a batch with only a and b: c stays 0.2 exactly, a and b share 0.8.
+    # absent: keep (DoReMi's default, an option for the others). Start from weights [0.5, 0.3, 0.2]; a batch
+    # with only a and b: c stays 0.2 exactly, a and b share 0.8.
     # GroupDRO losses a = 2, b = 1: a, b ∝ 0.5 e^0.02, 0.3 e^0.01, scaled to total 0.8.
-    s = make("groupdro")
+    s = make("groupdro", absent="keep")
     s.log_weights = np.log(np.array([0.5, 0.3, 0.2]))
     s.step_weights(np.array([2.0, 1.0]), None, np.array([0, 1]))
     ea, eb = 0.5 * math.exp(0.02), 0.3 * math.exp(0.01)
     np.testing.assert_allclose(s.weights, [0.8 * ea / (ea + eb), 0.8 * eb / (ea + eb), 0.2], rtol=1e-12)
     assert s.trajectory_record(1)["measurement"]["c"] is None
+    # absent: renormalise (GroupDRO's and tDRO's own rule, their default): q * exp(eta * loss) / Z over all,
+    # with loss 0 for c.
+    r = make("groupdro")
+    r.log_weights = np.log(np.array([0.5, 0.3, 0.2]))
+    r.step_weights(np.array([2.0, 1.0]), None, np.array([0, 1]))
+    q = np.array([0.5 * math.exp(0.02), 0.3 * math.exp(0.01), 0.2])
+    np.testing.assert_allclose(r.weights, q / q.sum(), rtol=1e-12)
 
 
 def test_nan_and_zero_reference_skip_the_update(caplog):
@@ -242,13 +268,18 @@ def test_huge_losses_keep_weights_finite_and_positive():
 
 
 def test_update_rule_unit_norm_and_no_floor():
-    # Exponentiated gradient with lr 2e-2 on a unit-norm gradient [0.6, 0.8]: many steps push b up and a down
-    # without any floor: after 1000 steps log(w_a / w_b) = 1000 * 0.02 * (0.6 - 0.8) = -4.
+    # Exponentiated gradient with lr 2e-2 on a gradient clipped at norm 1 ([3, 4] / (5 + 1e-6), the factor of
+    # clip_grad_norm_): many steps push b up and a down without any floor: after 1000 steps
+    # log(w_a / w_b) = 1000 * 0.02 * (3 - 4) / (5 + 1e-6).
     lw = np.log([0.5, 0.5])
     for _ in range(1000):
         lw = update_log_weights(lw, np.array([3.0, 4.0]), np.array([True, True]), lr=0.02,
                                 normalize_gradient=True, smoothing=0.0)
-    assert lw[0] - lw[1] == pytest.approx(-4.0, abs=1e-9)
+    assert lw[0] - lw[1] == pytest.approx(-20.0 / (5 + 1e-6), abs=1e-9)
+    # a gradient already under norm 1 is not rescaled (clipping, not normalisation)
+    lw = update_log_weights(np.log([0.5, 0.5]), np.array([0.3, 0.4]), np.array([True, True]), lr=0.02,
+                            normalize_gradient=True, smoothing=0.0)
+    assert lw[0] - lw[1] == pytest.approx(0.02 * (0.3 - 0.4), abs=1e-12)
 
 
 def test_final_weights_and_top_k():

@@ -3,7 +3,7 @@ import torch
 
 from drmix.device import inference_autocast, resolve_precision
 from drmix.train.precision import Precision
-from test_trainer import config, make_collections, read_metrics
+from train_helpers import config, make_collections, read_metrics
 
 
 def test_auto_resolves_to_fp32_on_cpu_and_explicit_choices_are_kept():

@@ -11,7 +11,7 @@ from drmix.train.guard import NonFiniteError, NonFiniteGuard, supports_found_inf
 from drmix.train.lock import LOCK_NAME
 from drmix.train.trainer import Trainer
 
-from test_trainer import config, make_collections, params
+from train_helpers import config, make_collections, params
 
 
 class PoisonedStrategy(Strategy):

@@ -11,7 +11,7 @@ import yaml
 
 from drmix.evaluation.multi_metrics import LABEL_FREE_ROW, SweepResult
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_multicorpus as bm  # noqa: E402
 
 

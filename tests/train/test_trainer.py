@@ -1,6 +1,5 @@
 """The trainer on a tiny random BERT: learning, outputs, exact resume, accumulation, homogeneous batches."""
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -12,37 +11,7 @@ from drmix.config import TrainConfig
 from drmix.errors import ConfigError
 from drmix.train.trainer import Trainer, train
 
-WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau "
-         "upsilon phi chi psi omega").split()
-
-
-def make_collections(folder: Path, n: int = 40, seed: int = 0) -> Path:
-    """Two collections where the positive repeats the query's words (learnable), negatives do not."""
-    rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("greek", "letters"):
-        with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as f:
-            for _ in range(n):
-                q = rng.sample(WORDS, 3)
-                rest = [w for w in WORDS if w not in q]
-                f.write(json.dumps({"query": " ".join(q), "positive": " ".join(q + rng.sample(rest, 3)),
-                                    "negatives": [" ".join(rng.sample(rest, 6))]}) + "\n")
-    return folder
-
-
-def config(model, data, out, **kw):
-    base = dict(model=model, data=[str(data)], output_dir=str(out), batch_size=8, learning_rate=1e-3,
-                warmup_ratio=0.0, log_every=1, save_every=1000, show_progress=False, device="cpu", seed=0)
-    base.update(kw)
-    return TrainConfig(**base)
-
-
-def read_metrics(out):
-    return [json.loads(line) for line in open(Path(out) / "metrics.jsonl") if '"loss"' in line]
-
-
-def params(model):
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
+from train_helpers import WORDS, config, make_collections, params, read_metrics
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +81,7 @@ def test_gradient_accumulation_matches_the_big_batch_without_in_batch_negatives(
 
 def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
     """gloo DDP with cross-device negatives: same losses and same weights as one process on the global batch."""
-    helper = Path(__file__).parent / "helpers" / "ddp_train.py"
+    helper = Path(__file__).parent.parent / "helpers" / "ddp_train.py"
     data_file = str(data / "greek.jsonl")
     one = subprocess.run([sys.executable, str(helper), tiny_model_path, data_file, str(tmp_path / "one"), "2"],
                          capture_output=True, text=True)
@@ -162,3 +131,14 @@ def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_mo
     fresh = trainer.reference_losses(batch)
     assert calls and calls[-1] is reference.model      # this one did tokenise
     torch.testing.assert_close(reused, fresh, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["tdro", "doremi", "groupdro"])
+def test_dro_under_homogeneous_batching_is_refused_before_training(tiny_model_path, data, tmp_path, strategy):
+    """One collection per batch: the DRO weights could never move -- refused with the fix, nothing written."""
+    ref = None if strategy == "groupdro" else tiny_model_path
+    with pytest.raises(ConfigError, match="batching mixed") as err:
+        Trainer(config(tiny_model_path, data, tmp_path / "run", max_steps=2, strategy=strategy,
+                       reference_model=ref, batching="homogeneous"))
+    assert "could never move" in str(err.value)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-HELPER = Path(__file__).parent / "helpers" / "ddp_coco_idro.py"
+HELPER = Path(__file__).parent.parent / "helpers" / "ddp_coco_idro.py"
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from drmix.augment import mine as mine_mod
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_mixture as bm  # noqa: E402
 
 # texts -> hand-made unit vectors, so every cosine is known exactly

@@ -61,7 +61,7 @@ def test_gradients_equal_the_uncached_batch_with_hard_and_in_batch_negatives(tin
 
 
 def test_trainer_grad_cache_matches_plain_step(tiny_model_path, tmp_path):
-    from test_trainer import config, make_collections
+    from train_helpers import config, make_collections
 
     from drmix.train.trainer import Trainer
 

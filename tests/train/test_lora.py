@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 import torch
-from test_trainer import config, make_collections
+from train_helpers import config, make_collections
 
 from drmix.train.trainer import Trainer
 
@@ -30,3 +30,8 @@ def test_lora_trains_adapters_and_saves_a_loadable_merged_model(tiny_model_path,
     assert torch.equal(m[k], b[k])  # a layer without an adapter is unchanged
     texts = ["alpha beta", "gamma delta epsilon"]
     np.testing.assert_allclose(merged.encode(texts), trainer.model.encode(texts), atol=1e-5)
+    # the merged model's card says it is a LoRA merge and cites LoRA; the last checkpoint loads as a model
+    card = (result.model_dir / "README.md").read_text(encoding="utf-8")
+    assert "LoRA-merged" in card and "- `lora_r`: 4" in card and "eprint = {2106.09685}" in card
+    ckpt = SentenceTransformer(str(tmp_path / "run" / "checkpoints" / "step-3"), device="cpu")
+    np.testing.assert_allclose(ckpt.encode(texts), merged.encode(texts), atol=1e-5)

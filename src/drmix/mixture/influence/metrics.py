@@ -1,0 +1,79 @@
+"""Measurements on a model: the dev metric ``M`` of Inf-DDS (negative dev loss or in-batch nDCG@k, section 3.2)
+and MultiDDS's train/dev gradient cosines. See :mod:`drmix.mixture.influence`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from drmix.data.batch import Batch
+from drmix.device import all_reduce
+
+
+def _with_eval(model: torch.nn.Module):
+    class _Eval:
+        def __enter__(self):
+            self.was_training = model.training
+            model.eval()
+
+        def __exit__(self, *exc):
+            model.train(self.was_training)
+    return _Eval()
+
+
+def dev_loss_metric(compute_losses, model: torch.nn.Module, batch: Batch) -> float:
+    """M = negative mean per-example training loss of a dev batch (eval mode, no gradient)."""
+    with torch.no_grad(), _with_eval(model):
+        losses = compute_losses(batch)
+    return -float(losses.detach().double().mean())
+
+
+def batch_ndcg(q: torch.Tensor, docs: torch.Tensor, relevant: Sequence[int], k: int) -> float:
+    """Mean nDCG@k of queries ``q`` [B,d] ranking ``docs`` [D,d] with one relevant document each.
+
+    With a single relevant document the ideal DCG is 1, so nDCG = 1/log2(1 + rank) when rank <= k.
+    Written by hand: a few tensor operations, where a general evaluator would cost far more per call.
+    """
+    scores = q @ docs.T
+    rel = torch.as_tensor(list(relevant), dtype=torch.long)
+    target = scores.gather(1, rel[:, None])
+    rank = 1 + (scores > target).sum(dim=1)
+    gain = torch.where(rank <= k, 1.0 / torch.log2(rank.double() + 1.0), torch.zeros_like(rank, dtype=torch.float64))
+    return float(gain.mean())
+
+
+def dev_ndcg_metric(model, batch: Batch, k: int) -> float:
+    """M = nDCG@k of the dev batch's queries over the pool of its positives and negatives."""
+    from drmix.model.encoder import document_prompt, query_prompt
+
+    docs = list(batch.positives)
+    for negs in batch.negatives:
+        docs.extend(negs)
+    with torch.no_grad(), _with_eval(model):
+        q = model.encode([query_prompt(model) + t for t in batch.queries], convert_to_tensor=True,
+                         normalize_embeddings=True, show_progress_bar=False)
+        d = model.encode([document_prompt(model) + t for t in docs], convert_to_tensor=True,
+                         normalize_embeddings=True, show_progress_bar=False)
+    return batch_ndcg(q.double().cpu(), d.double().cpu(), range(len(batch)), k)
+
+
+def flat_grad(compute_losses, params: Sequence[torch.Tensor], batch: Batch, world_size: int = 1) -> torch.Tensor:
+    """Gradient of the mean loss of a batch, flattened over ``params`` (zeros where unused)."""
+    loss = compute_losses(batch).mean()
+    grads = torch.autograd.grad(loss, list(params), allow_unused=True)
+    flat = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params)])
+    if world_size > 1:
+        all_reduce(flat, "mean")
+    return flat
+
+
+def gradcos_rewards(compute_losses, params: Sequence[torch.Tensor], train_batches: Sequence[Batch],
+                    dev_grads: Sequence[torch.Tensor], world_size: int = 1) -> list[float]:
+    """MultiDDS reward ``r_i = mean_j cos(g_train_i, g_dev_j)`` for each training batch."""
+    rewards = []
+    for batch in train_batches:
+        g = flat_grad(compute_losses, params, batch, world_size)
+        rewards.append(float(np.mean([torch.nn.functional.cosine_similarity(g, d, dim=0).item() for d in dev_grads])))
+    return rewards

@@ -1,0 +1,74 @@
+"""drmix.evaluation.suite: one cached many-model evaluation and one results table."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from drmix.evaluation.suite import cache_file, evaluate_suite, results_table
+
+
+def _beir(root: Path) -> Path:
+    d = root / "toy"
+    (d / "qrels").mkdir(parents=True)
+    words = ["cat", "dog", "bread", "rice", "hammer", "saw"]
+    (d / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"the {w} is here"}) + "\n"
+                                            for i, w in enumerate(words)))
+    (d / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": w}) + "\n" for i, w in enumerate(words)))
+    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(6)))
+    return d
+
+
+def test_suite_caches_per_model_and_recomputes_when_the_key_changes(tmp_path, tiny_model_path, monkeypatch):
+    import drmix.evaluation.evaluate as ev
+
+    data = _beir(tmp_path)
+    calls = []
+    real = ev.evaluate_dataset
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(ev, "evaluate_dataset", counting)
+    folder = tmp_path / "run"
+    first = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",))
+    assert len(calls) == 1 and first.cache_files["m"] == cache_file(folder, "test") == folder / "eval-test.json"
+    saved = json.loads((folder / "eval-test.json").read_text())
+    assert saved["results"] == first.results["m"] and set(saved["per_query"]["toy"]) == {f"q{i}" for i in range(6)}
+    # the mean of the per-query values is the reported mean
+    pq = first.per_query["m"]["toy"]
+    assert first.results["m"]["toy"]["ndcg@10"] == pytest.approx(sum(v["ndcg@10"] for v in pq.values()) / 6)
+    again = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",))
+    assert len(calls) == 1 and again.results == first.results                 # cache hit
+    evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",), max_queries=3)
+    assert len(calls) == 2                                                     # another key: recomputed
+    assert json.loads((folder / "eval-test.json").read_text())["key"]["max_queries"] == 3
+    assert first.scores()["m"]["toy"] == {q: v["ndcg@10"] for q, v in pq.items()}
+
+
+def test_suite_cache_is_what_compare_reads(tmp_path, tiny_model_path):
+    from drmix.evaluation.compare import load_scored
+
+    data = _beir(tmp_path)
+    res = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": tmp_path / "run"})
+    [scored] = load_scored(tmp_path / "run")
+    assert scored.per_query == res.per_query["m"]
+
+
+def test_results_table_single_metric_with_deltas_and_average():
+    table = results_table({"uniform": {"a": {"ndcg@10": 0.5}, "b": {"ndcg@10": 0.3}},
+                           "top": {"a": {"ndcg@10": 0.6}, "b": {"ndcg@10": 0.2}}})
+    assert table.splitlines() == ["| ndcg@10 | uniform | top |", "|---|---:|---:|",
+                                  "| a | 0.5000 | 0.6000 (+0.1000) |", "| b | 0.3000 | 0.2000 (-0.1000) |",
+                                  "| average | 0.4000 | 0.4000 (+0.0000) |"]
+
+
+def test_results_table_per_metric_with_share_and_no_average():
+    res = {"teacher": {"a": {"ndcg@10": 0.5, "r": 0.8}, "b": {"ndcg@10": 0.4}},
+           "student": {"a": {"ndcg@10": 0.45, "r": 0.4}, "b": {"ndcg@10": 0.1}}}
+    lines = results_table(res, ["ndcg@10", "r"], deltas=False, average=False, share=("student", "teacher")).splitlines()
+    assert lines[0] == "| dataset | metric | teacher | student | student / teacher |"
+    assert lines[2:] == ["| a | ndcg@10 | 0.5000 | 0.4500 | 90.0% |", "| a | r | 0.8000 | 0.4000 | 50.0% |",
+                         "| b | ndcg@10 | 0.4000 | 0.1000 | 25.0% |"]          # b has no r: no row
