@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 log = logging.getLogger("bench_coco")
+from _lease import estimate_line  # noqa: E402
 TARGETS = ("scifact", "nfcorpus")
 SOURCES = ("altlex", "msrp", "sick", "xquad", "walmart_amazon", "amazon_google")
 
@@ -41,14 +42,39 @@ PRESETS = {
                 idro=dict(clusters=8, refresh_every=3, max_queries=600),
                 test=dict(max_queries=100, max_docs=200, max_length=96),
                 shift=dict(max_docs=1000, max_pairs=100, max_uniformity_docs=100)),
-    "gpu": dict(coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, max_documents=None, span_max_length=128,
+    # the first CPU read where models move: a 2-layer MiniLM (benchmarks/_models.py), COCO 100 steps of 32 span
+    # pairs per seed, fine-tuning 300 steps at batch 32 with short lengths and in-batch negatives; no iDRO arm
+    "medium": dict(coco=dict(max_steps=100, batch_size=32, learning_rate=5e-5, max_documents=300, span_max_length=24),
+                   finetune=dict(max_steps=300, batch_size=32, learning_rate=5e-5, query_max_length=8,
+                                 doc_max_length=24, max_collection_size=1500, num_negatives=0),
+                   idro=None, model_layers=2,
+                   test=dict(max_queries=100, max_docs=800, max_length=24),
+                   shift=dict(max_docs=300, max_pairs=50, max_uniformity_docs=50)),
+    # sized to one 10-minute GPU command per seed (--seeds 0, then 1, then 2; --report-only merges them)
+    "gpu": dict(coco=dict(max_steps=1000, batch_size=128, learning_rate=1e-4, max_documents=None, span_max_length=128,
                           mixed_precision="bf16"),
-                finetune=dict(max_steps=2000, batch_size=64, learning_rate=2e-5, doc_max_length=256,
+                finetune=dict(max_steps=1000, batch_size=64, learning_rate=2e-5, doc_max_length=256,
                               max_collection_size=None, mixed_precision="bf16"),
                 idro=dict(clusters=50, refresh_every=500, max_queries=None),
                 test=dict(max_queries=None, max_docs=None, max_length=256),
                 shift=dict(max_docs=None, max_pairs=1000, max_uniformity_docs=1000)),
 }
+
+
+def estimate(p: dict, seeds: list[int]):
+    """Device time (:mod:`_lease`): per seed COCO (a span pair counted as half an example) and the
+    fine-tunings; every fine-tuned model and the zero-shot one scored on both test sets."""
+    from _lease import Estimate
+
+    est = Estimate()
+    docs = (p["test"]["max_docs"] or 5183) + (p["test"]["max_docs"] or 3633)
+    runs = 2 + (p["idro"] is not None)
+    est.encode(docs)
+    for _ in seeds:
+        est.train("coco", p["coco"]["max_steps"] * p["coco"]["batch_size"] / 2)
+        est.train("fine-tuning", p["finetune"]["max_steps"] * p["finetune"]["batch_size"] * runs, runs=runs)
+        est.encode(docs * runs)
+    return est
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float]:
@@ -76,15 +102,18 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     out = args.out / f"seed{seed}"
     corpora = [str(args.data / t) for t in TARGETS]
     times = {}
+    model = getattr(args, "model", None)
     t0 = time.perf_counter()
     coco_dir = out / "coco"
     if not run_finished(coco_dir):
-        pretrain_coco(CocoConfig(corpus=corpora, output_dir=str(coco_dir), seed=seed, show_progress=False,
+        pretrain_coco(CocoConfig(corpus=corpora, output_dir=str(coco_dir), seed=seed, show_progress=False, model=model,
                                  resume=True, save_every=10_000, log_every=5, **p["coco"]))
     times["coco"] = time.perf_counter() - t0
     data = [str(collections / f"{s}.jsonl") for s in SOURCES]
-    runs = {"base-uniform": (None, "static"), "coco-uniform": (str(coco_dir / "model"), "static"),
+    runs = {"base-uniform": (model, "static"), "coco-uniform": (str(coco_dir / "model"), "static"),
             "coco-idro": (str(coco_dir / "model"), "idro")}
+    if p["idro"] is None:
+        del runs["coco-idro"]
     models = {"coco": coco_dir / "model"}
     for label, (start, strategy) in runs.items():
         t0 = time.perf_counter()
@@ -92,7 +121,7 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
         if not run_finished(d):
             train(TrainConfig(model=start, data=data, output_dir=str(d), seed=seed, strategy=strategy,
                               idro=p["idro"] if strategy == "idro" else {}, show_progress=False, resume=True,
-                              save_every=10_000, log_every=5, num_negatives=1, **p["finetune"]))
+                              save_every=10_000, log_every=5, **{"num_negatives": 1, **p["finetune"]}))
         times[label] = time.perf_counter() - t0
         models[label] = d / "model"
     log.info("seed %d training seconds: %s", seed, {k: round(v) for k, v in times.items()})
@@ -107,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collections", type=Path, default=None, help="built collections (default: OUT/collections)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=None,
+                    help="optimiser steps of COCO and of each fine-tuning (default: the preset's)")
+    ap.add_argument("--model-layers", type=int, default=None,
+                    help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 2; others: all 6)")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     ap.add_argument("--report-only", action="store_true",
                     help="train nothing: report the seeds whose evaluations are already in --out")
     args = ap.parse_args(argv)
@@ -116,7 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     import datasets
 
     datasets.disable_progress_bars()
-    p = PRESETS[args.preset]
+    import copy
+
+    p = copy.deepcopy(PRESETS[args.preset])
+    if args.steps is not None:
+        p["coco"]["max_steps"] = p["finetune"]["max_steps"] = args.steps
+    if args.estimate or (args.preset == "gpu" and not args.report_only):
+        print(estimate_line(estimate(p, args.seeds), "this command"), flush=True)
+        if args.estimate:
+            return 0
     args.data = args.data.resolve()
     collections = args.collections or args.out / "collections"
     if not all((collections / f"{s}.jsonl").exists() for s in SOURCES):
@@ -124,35 +166,39 @@ def main(argv: list[str] | None = None) -> int:
 
         build_all(args.data, collections, seed=0, max_per_collection=1000, max_words=120, localdocs=False)
 
+    from _models import truncated_minilm
+
+    args.model = truncated_minilm(args.model_layers or p.get("model_layers"), args.out)
+    labels = ("base-uniform", "coco-uniform") + (("coco-idro",) if p["idro"] is not None else ())
+
     t_start = time.perf_counter()
     test = [str(args.data / t) for t in TARGETS]
-    zero = scores_of(None, test, p, args.out / "zero-shot")
+    zero = scores_of(args.model, test, p, args.out / "zero-shot")
     scores: dict[str, list[dict]] = {}
     coco_models = []
     done = []
     for seed in args.seeds:
         if args.report_only:
             d = args.out / f"seed{seed}"
-            labels = ("coco", "base-uniform", "coco-uniform", "coco-idro")
-            if not all((d / lb / "eval-test.json").exists() for lb in labels[1:]):
+            if not all((d / lb / "eval-test.json").exists() for lb in labels):
                 log.info("seed %d: not finished, left out of the report", seed)
                 continue
-            models = {lb: d / lb / "model" for lb in labels}
+            models = {lb: d / lb / "model" for lb in ("coco",) + labels}
         else:
             models = run_seed(args, p, collections, seed)
         coco_models.append(models["coco"])
-        for label in ("base-uniform", "coco-uniform", "coco-idro"):
+        for label in labels:
             scores.setdefault(label, []).append(scores_of(models[label], test, p, models[label].parent))
         log.info("seed %d: %s", seed, {k: round(float(np.mean([np.mean(list(s.values())) for s in v[-1].values()])), 4)
                                        for k, v in scores.items()})
         done.append(seed)
         if len(done) == 1:
-            shift = shift_tables(args, p, collections, test, coco_models[0])
+            shift = shift_tables(args, p, collections, test, coco_models[0], args.model)
         report(args, p, done, scores, zero, shift, t_start)
     return 0
 
 
-def shift_tables(args, p, collections, test, coco_model) -> dict:
+def shift_tables(args, p, collections, test, coco_model, model=None) -> dict:
     """The shift report (training collections vs targets) and alignment/uniformity before and after COCO."""
     from drmix.analysis.shift import load_report, shift_report, write_shift_report
 
@@ -163,8 +209,8 @@ def shift_tables(args, p, collections, test, coco_model) -> dict:
     rep = shift_report(src, test, model=None, max_docs=p["shift"]["max_docs"], seed=0)
     write_shift_report(rep, args.out / "shift")
     au = {}
-    for label, model in (("MiniLM", _default_model()), ("MiniLM + COCO (seed 0)", str(coco_model))):
-        r = shift_report([test[0]], [test[1]], model=model, max_docs=p["shift"]["max_docs"],
+    for label, m in (("MiniLM", model or _default_model()), ("MiniLM + COCO (first seed)", str(coco_model))):
+        r = shift_report([test[0]], [test[1]], model=m, max_docs=p["shift"]["max_docs"],
                          max_pairs=p["shift"]["max_pairs"], max_uniformity_docs=p["shift"]["max_uniformity_docs"])
         au[label] = {"alignment": r.alignment, "uniformity": r.uniformity}
     cached.write_text(json.dumps(au))
@@ -205,6 +251,8 @@ def report(args, p, seeds, scores, zero, shift, t_start) -> None:
     for name, a, b in (("COCO vs no COCO (uniform fine-tuning)", "base-uniform", "coco-uniform"),
                        ("iDRO vs uniform (both after COCO)", "coco-uniform", "coco-idro"),
                        ("COCO + iDRO vs no COCO, uniform", "base-uniform", "coco-idro")):
+        if a not in scores or b not in scores:
+            continue
         t = paired_test(seed_mean(scores[a]), seed_mean(scores[b]))
         tests[name] = t
         lines.append(f"| {name} | {t['n']} | {t['mean']:+.4f} | [{t['low']:+.4f}, {t['high']:+.4f}] | {t['p']:.3g} |")

@@ -29,10 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import _common  # noqa: E402,F401  (offline environment)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _lease import estimate_line  # noqa: E402
 
 PRESETS = {
     "cpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=250, test_max_queries=35, max_per_doc=1,
@@ -44,7 +47,7 @@ PRESETS = {
                   lr_minilm=3e-5, lr_pruned=1e-4, dims=[64], gen_docs=2, gen_train_docs=4, gen_new_tokens=32, rerank_queries=1,
                   rerank_k=5, rerank_words=16, device="cpu"),
     "gpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=None, test_max_queries=None, max_per_doc=None,
-                max_queries=20000, steps=2000, batch_size=128, num_negatives=7, query_max_length=64,
+                max_queries=20000, steps=500, batch_size=64, num_negatives=7, query_max_length=64,
                 doc_max_length=256, keep_layers=10, lr_minilm=3e-5, lr_pruned=1e-4, dims=[64, 128, 256],
                 gen_docs=500, gen_train_docs=2000, gen_new_tokens=256, rerank_queries=200, rerank_k=20, rerank_words=192, device="cuda"),
 }
@@ -234,6 +237,30 @@ def mean_of(pq: dict, metric: str) -> float:
     return statistics.fmean(v[metric] for v in pq.values())
 
 
+PRUNED_COST = 4.0  # a pruned SmolLM2-135M student (10 layers, 576 wide) vs MiniLM-L6 per example (estimate)
+LLM_SECONDS = 120.0  # part (c): SmolLM2-135M generation and rerank on gen_docs documents (estimate)
+
+
+def estimate(p: dict, args):
+    """Device time (benchmarks/_lease.py): per seed and trained arm, steps x batch examples of one query and
+    1 + num_negatives documents (counted against the 1 + 2 documents of the reference example), the pruned
+    student at ``PRUNED_COST``; the teacher's mining and every model's evaluation as passages."""
+    from _lease import Estimate
+
+    est = Estimate()
+    per = p["steps"] * p["batch_size"] * (p["query_max_length"] + (1 + p["num_negatives"]) * p["doc_max_length"]) / 576
+    seeds = [s for s in args.seeds.split(",") if s.strip()]
+    docs = 2 * ((p["test_max_docs"] or 4400) + p["max_queries"])
+    est.encode(docs)
+    for arm in args.arms.split(","):
+        for _ in seeds:
+            est.train(arm, per * (PRUNED_COST if arm == "pruned" else 1.0))
+            est.encode(docs)
+    if not args.skip_llm:
+        est.train("llm", LLM_SECONDS * 1000.0, runs=0)  # expressed in examples at the assumed rate
+    return est
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=True, help="folder holding scifact/ and nfcorpus/")
@@ -248,7 +275,12 @@ def main() -> None:
                                                             "(MiniLM on SmolLM2-generated queries; several processes may share "
                                                             "--out, one arm each; a last run with all arms "
                                                             "collects the cached results)")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     args = ap.parse_args()
+    if args.estimate or args.preset == "gpu":
+        print(estimate_line(estimate(PRESETS[args.preset], args), "this command"), flush=True)
+        if args.estimate:
+            return
     import torch
 
     if args.threads:

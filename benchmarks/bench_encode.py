@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -96,8 +97,19 @@ def main() -> None:
     ap.add_argument("--ndcg-docs", type=int, default=None,
                     help="rank against the judged documents plus this many others (default: the full corpus)")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     args = ap.parse_args()
     _common.apply_preset(args, PRESETS)
+    if args.estimate or args.preset == "gpu":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _lease import Estimate, estimate_line
+
+        est = Estimate()  # drmix and sentence-transformers, each round twice, per precision; SciFact twice
+        n_prec = len([p for p in str(args.precision).split(",") if p.strip()])
+        est.encode(2 * 2 * args.rounds * args.n * (1 + n_prec) + (2 * 5483 if args.ndcg else 0))
+        print(estimate_line(est, "this command"), flush=True)
+        if args.estimate:
+            return
 
     import torch
 

@@ -11,7 +11,11 @@ Arms (all fine-tune all-MiniLM-L6-v2 with task-homogeneous batches and in-batch 
 * ``tdro:top:0.7``, ``tdro:reweight``, ``tdro:loss`` -- tDRO stage-1 weights transferred three ways;
 * ``doremi:reweight``, ``groupdro:reweight`` -- the DRO baselines' weights;
 * ``infdds``, ``multidds`` -- online policies rewarded on the target's *dev* split (NFCorpus dev; for
-  SciFact, which has no dev split, its train queries, which no training collection of that target uses).
+  SciFact, which has no dev split, its train queries, which no training collection of that target uses);
+* ``tdro:dev`` -- tDRO with the transfer chosen on that dev split: top-70% and reweight are trained with
+  ``--stage1-seed``, scored on the dev split, and the better one is trained with the other seeds;
+* ``coco`` (only when named) -- COCO pretraining on the target's corpus (no labels), then the ``uniform``
+  fine-tuning: COCO -> fine-tune vs fine-tune; ``idro`` (only when named) -- iDRO fine-tuning vs uniform.
 
 Seeds: every arm is trained with each seed of ``--seeds`` (stage 0 and stage 2 and the online policies).
 Stage 1 (learning the tDRO / DoReMi / GroupDRO weights) runs once per target with the first seed and its
@@ -32,9 +36,18 @@ Presets (``--preset``; explicit options override them):
   20 queries (NFCorpus) with every judged document plus random others up to 150. At this scale the
   models move little from the pretrained one: it checks the
   machinery and bounds effects, it cannot show the paper's.
-* ``gpu`` -- the scale of the H100 measurement in docs/benchmarks.md: 600 steps at batch 64 (64/256
-  tokens), stage 1 300 steps at batch 96, the Inf-DDS paper's schedule (warm-up 50, update every 50),
-  full test sets.
+* ``medium`` -- the first CPU read where models move: all-MiniLM-L6-v2 cut to its first layer
+  (benchmarks/_models.py), 300 steps at batch 32, query/document 8/16 tokens, in-batch negatives, LOO
+  NFCorpus only (it has a dev split), arms uniform, tDRO top-70% / reweight / dev-selected, Inf-DDS, COCO ->
+  fine-tune; stage 1 100 steps at batch 33; test 150 queries with every judged document plus random others up to
+  1,000. Sized for 60 minutes on two idle cores with several processes sharing one ``loo-<target>``.
+* ``gpu`` -- one 10-minute command per slice of arms (docs/benchmarks.md, "effect suite"): 500 steps at batch 64
+  (64/256 tokens), stage 1 300 steps at batch 96, the Inf-DDS paper's schedule (warm-up 50, update every 50),
+  full test sets. It prints its estimated device time first; ``--estimate`` prints only that.
+
+Several processes may share one target's models: give each its own ``--work`` whose ``loo-<target>`` is a link
+to the first's; a model another live process is training (``<model dir>.lock``) is skipped and picked up when
+it is done, so N processes split the arms and seeds between them; ``--report-only --merge`` joins their results.
 
     for t in scifact nfcorpus; do OMP_NUM_THREADS=1 PYTHONPATH=src nohup nice -n 5 python \\
         benchmarks/bench_mixture.py --preset cpu --data ../shared/data --targets $t --work /tmp/mix-$t \\
@@ -79,17 +92,39 @@ TARGETS = ("scifact", "nfcorpus")
 STAGE1 = ("tdro", "doremi", "groupdro")
 TRANSFER_ARMS = [("tdro", "top:0.7"), ("tdro", "reweight"), ("tdro", "loss"), ("doremi", "reweight"),
                  ("groupdro", "reweight")]
-ARMS = (["uniform", "size", "temperature"] + [f"{s}:{t}" for s, t in TRANSFER_ARMS] + ["infdds", "multidds"])
+ARMS = (["uniform", "size", "temperature"] + [f"{s}:{t}" for s, t in TRANSFER_ARMS] + ["tdro:dev", "infdds",
+                                                                                       "multidds"])
+EXTRA_ARMS = ["coco", "idro"]  # run only when named (--arms or the preset)
+DOCS = {"scifact": 5183, "nfcorpus": 3633}  # full test corpora (device-time estimates)
+INFLUENCE_FACTOR = 1.5  # Inf-DDS/MultiDDS: the look-ahead gradients of each update, over the run (estimate)
 
 PRESETS = {
     "cpu": dict(steps=8, batch_size=4, stage1_steps=4, stage1_batch_size=11, lr=1e-4, query_len=24, doc_len=48,
                 test_queries={"scifact": 50, "nfcorpus": 20}, test_docs=150, max_per_collection=1500,
                 infdds={"warmup_steps": 2, "update_every": 3, "subset_size": 3, "dev_batch_size": 8},
                 seeds=[42, 43, 44]),
-    "gpu": dict(steps=600, batch_size=64, stage1_steps=300, stage1_batch_size=96, lr=2e-5, query_len=64,
+    # the first read where models move on CPU: 300 steps at batch 32 of a 1-layer MiniLM, short lengths,
+    # in-batch negatives, one target with a dev split (NFCorpus), tDRO's transfer chosen on that dev split
+    "medium": dict(steps=300, batch_size=32, stage1_steps=100, stage1_batch_size=33, lr=5e-5, query_len=8,
+                   doc_len=16, test_queries={"nfcorpus": 150}, test_docs=1000, max_per_collection=1500,
+                   infdds={"warmup_steps": 50, "update_every": 50, "subset_size": 4, "dev_batch_size": 16},
+                   seeds=[42, 43, 44], negatives_per_query=0, model_layers=1, targets=["nfcorpus"],
+                   arms=["uniform", "tdro:top:0.7", "tdro:reweight", "infdds", "coco", "tdro:dev"],
+                   dev_queries=100, dev_docs=800,
+                   coco=dict(max_steps=100, batch_size=32, learning_rate=5e-5, max_documents=300,
+                             span_max_length=16)),
+    "gpu": dict(steps=500, batch_size=64, stage1_steps=300, stage1_batch_size=96, lr=2e-5, query_len=64,
                 doc_len=256, test_queries={}, test_docs=None, max_per_collection=20000,
-                infdds={"warmup_steps": 50, "update_every": 50}, seeds=[42, 43, 44]),
+                infdds={"warmup_steps": 50, "update_every": 50}, seeds=[42, 43, 44],
+                coco=dict(max_steps=500, batch_size=64, learning_rate=1e-4, span_max_length=128,
+                          mixed_precision="bf16"),
+                idro=dict(clusters=50, refresh_every=100)),
 }
+# options a preset may leave out (their defaults)
+OPTIONAL = dict(negatives_per_query=1, model_layers=None, targets=list(TARGETS), arms=None, dev_queries=200,
+                dev_docs=1500, coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, span_max_length=128),
+                idro=dict(clusters=8, refresh_every=3))
+TDRO_TRANSFERS = ("top:0.7", "reweight")     # the candidates of the dev-selected arm ``tdro:dev``
 
 
 def dev_dir(args, target: str) -> tuple[Path, str]:
@@ -191,116 +226,284 @@ def mined_collections(collections: Path, names: list[str], cache: Path, load_mod
 
 
 def base_values(args, data: list[str], out: Path, seed: int) -> dict:
-    return dict(model=None, data=data, output_dir=str(out), max_steps=args.steps, batch_size=args.batch_size,
+    return dict(model=args.model, data=data, output_dir=str(out), max_steps=args.steps, batch_size=args.batch_size,
                 learning_rate=args.lr, warmup_ratio=0.1, query_max_length=args.query_len,
-                doc_max_length=args.doc_len, num_negatives=1, seed=seed, log_every=5, save_every=100000,
-                show_progress=False, device=args.device, resume=True)
+                doc_max_length=args.doc_len, num_negatives=args.negatives_per_query, seed=seed, log_every=5, save_every=100000,
+                show_progress=False, device=args.device, resume=True,
+                tokenize_num_proc=min(8, os.cpu_count() or 1))
 
 
-def train_arm(args, arm: str, data: list[str], root: Path, seed: int, target: str,
-              weights: dict[str, Path], reference: Path | None) -> Path:
+class Busy(Exception):
+    """Another live process is training this model (its ``<dir>.lock``); come back to it later."""
+
+
+class _Locked:
+    """``with _Locked(out):`` holds ``<out>.lock`` (our pid) or raises :class:`Busy` (see :func:`_take_lock`)."""
+
+    def __init__(self, out: Path) -> None:
+        self.lock = out.parent / f"{out.name}.lock"
+
+    def __enter__(self):
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        if not _take_lock(self.lock):
+            raise Busy(str(self.lock))
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.unlink(missing_ok=True)
+
+
+def _trained(out: Path) -> bool:
+    return run_finished(out)
+
+
+def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
+    """Train (or reuse) ``arm`` with ``seed``; :class:`Busy` while another process trains the same model."""
     from drmix.config import TrainConfig
     from drmix.train.trainer import train
 
-    out = root / f"{arm.replace(':', '-')}-s{seed}"
-    if run_finished(out):
+    if arm == "uniform" and seed == args.stage1_seed:
+        return prep.reference()
+    out = prep.root / f"{arm.replace(':', '-')}-s{seed}"
+    if _trained(out):
         return out / "model"
-    if arm == "uniform" and reference is not None and seed == args.seeds[0]:
-        return reference
-    v = base_values(args, data, out, seed)
+    v = base_values(args, prep.data, out, seed)
     v.update(batching="homogeneous", mixture="uniform", strategy="static")
     if arm in ("size", "temperature"):
         v.update(mixture=arm, mixture_temperature=2.0)
     elif arm in ("infdds", "multidds"):
         d, split = dev_dir(args, target)
         v.update(strategy=arm, dev=[str(d)], dev_split=split, infdds=dict(args.infdds))
+    elif arm == "coco":
+        v.update(model=str(coco_model(args, prep, seed, target)))
+    elif arm == "idro":
+        v.update(strategy="idro", idro=dict(args.idro))
     elif ":" in arm:
         strat, transfer = arm.split(":", 1)
-        v.update(transfer=transfer, weights_file=str(weights[strat]))
-    t0 = time.perf_counter()
-    result = train(TrainConfig.model_validate(v))
-    log.info("%s %s seed %d trained in %.0f s", target, arm, seed, time.perf_counter() - t0)
-    return result.model_dir
+        v.update(transfer=transfer, weights_file=str(prep.weights(strat)))
+    with _Locked(out):
+        if not _trained(out):
+            t0 = time.perf_counter()
+            train(TrainConfig.model_validate(v))
+            log.info("%s %s seed %d trained in %.0f s", target, arm, seed, time.perf_counter() - t0)
+    return out / "model"
 
 
-def learn_weights(args, data: list[str], root: Path, strategy: str, reference: Path) -> Path:
-    from drmix.config import TrainConfig
-    from drmix.mixture.optimize import optimize_weights, stage1_config
+def coco_model(args, prep: "Prep", seed: int, target: str) -> Path:
+    """COCO (continuous contrastive pretraining on the target's corpus, no labels; Yu et al., EMNLP 2022,
+    arXiv:2210.15212) from the starting model with ``seed``: the start of the ``coco`` arm, which is then
+    fine-tuned exactly like ``uniform`` (so ``coco`` vs ``uniform`` is COCO -> fine-tune vs fine-tune)."""
+    from drmix.pretrain.runner import CocoConfig, pretrain_coco
 
-    out = root / f"stage1-{strategy}"
-    if (out / "weights.json").exists() and run_finished(out):
-        return out / "weights.json"
-    base = TrainConfig.model_validate(base_values(args, data, out, args.seeds[0]))
-    cfg = stage1_config(base, strategy=strategy, reference=None if strategy == "groupdro" else str(reference),
-                        output_dir=out, overrides={"max_steps": args.stage1_steps,
-                                                   "batch_size": args.stage1_batch_size})
-    t0 = time.perf_counter()
-    optimize_weights(cfg)
-    log.info("stage 1 %s in %.0f s", strategy, time.perf_counter() - t0)
-    return out / "weights.json"
+    out = prep.root / f"coco-pretrain-s{seed}"
+    if not _trained(out):
+        with _Locked(out):
+            if not _trained(out):
+                t0 = time.perf_counter()
+                pretrain_coco(CocoConfig(corpus=[str(args.data / target)], output_dir=str(out), seed=seed,
+                                         model=args.model, show_progress=False, resume=True, save_every=100000,
+                                         log_every=5, device=args.device,
+                                         num_proc=min(8, os.cpu_count() or 1), **args.coco))
+                log.info("%s COCO seed %d in %.0f s", target, seed, time.perf_counter() - t0)
+    return out / "model"
+
+
+def estimate(args):
+    """Device time of this command (:mod:`_lease`), assuming nothing is trained yet in ``--work``."""
+    from _lease import Estimate
+
+    est = Estimate()
+    sample = args.steps * args.batch_size
+    for target in args.targets:
+        docs = args.test_docs or DOCS.get(target, 5000)
+        needs_ref = (any(":" in a and not a.startswith("groupdro") for a in args.arms)
+                     or ("uniform" in args.arms and args.stage1_seed in args.seeds))
+        if needs_ref:
+            est.train(f"{target} stage 0", sample)
+        strategies = {a.split(":", 1)[0] for a in args.arms if ":" in a} | ({"tdro"} if "tdro:dev" in args.arms else set())
+        for strat in sorted(s for s in strategies if s in STAGE1):
+            est.train(f"{target} stage 1 {strat}", args.stage1_steps * args.stage1_batch_size * 4 / 3)  # + reference forward
+        trained: set[tuple[str, int]] = set()
+        encoded: set[tuple[str, int]] = set()
+        for seed in args.seeds:
+            for arm in args.arms:
+                if arm == "uniform" and seed == args.stage1_seed:
+                    est.encode(docs)
+                    continue
+                if arm == "tdro:dev":
+                    wanted = [f"tdro:{t}" for t in TDRO_TRANSFERS] if seed == args.stage1_seed else ["tdro:top:0.7"]
+                    if seed == args.stage1_seed:
+                        est.encode(2 * DOCS.get(target, 5000))  # the dev evaluations
+                else:
+                    wanted = [arm]
+                for w in wanted:
+                    if (w, seed) in trained:
+                        continue
+                    trained.add((w, seed))
+                    factor = INFLUENCE_FACTOR if w in ("infdds", "multidds") else 1.0
+                    if w == "coco":
+                        est.train(f"{target} coco pretraining", args.coco["max_steps"] * args.coco["batch_size"] / 2)
+                    est.train(f"{target} {w}", sample * factor)
+                scored = wanted[0] if arm == "tdro:dev" else arm  # test scores are cached per model
+                if (scored, seed) not in encoded:
+                    encoded.add((scored, seed))
+                    est.encode(docs)
+    return est
 
 
 def evaluate(args, model_dir: Path, dataset, cache: Path) -> dict[str, float]:
-    """Per-query nDCG@10 of a model on the (subsampled) test set, cached next to the model."""
+    """Per-query nDCG@10 of a model on ``dataset`` (the subsampled test or dev set), cached next to the model."""
     from drmix.evaluation.evaluate import evaluate_dataset
+    from drmix.io import atomic_write_json
     from drmix.model.encoder import load_encoder
 
     if cache.exists():
         return json.loads(cache.read_text())
-    model = load_encoder(str(model_dir))
-    per_query: dict = {}
-    evaluate_dataset(model, dataset, metrics=("ndcg@10",), max_length=args.doc_len, per_query=per_query)
-    scores = {q: v["ndcg@10"] for q, v in per_query.items()}
-    cache.write_text(json.dumps(scores))
+    with _Locked(cache):
+        if cache.exists():
+            return json.loads(cache.read_text())
+        model = load_encoder(str(model_dir))
+        per_query: dict = {}
+        evaluate_dataset(model, dataset, metrics=("ndcg@10",), max_length=args.doc_len, per_query=per_query)
+        scores = {q: v["ndcg@10"] for q, v in per_query.items()}
+        atomic_write_json(cache, scores, indent=None)
     return scores
 
 
-def prepare_target(args, collections: Path, target: str, results: dict) -> dict:
-    """Stage 0 (first seed: the uniform arm's first model and the frozen reference) and stage 1, once."""
-    from drmix.config import TrainConfig
+class Prep:
+    """One target's shared inputs: training collections, test set, and -- built on first use, once, by
+    whichever process gets there first -- stage 0 (the uniform model of ``--stage1-seed``, the frozen
+    reference) and stage 1's learned weights."""
+
+    def __init__(self, args, collections: Path, target: str, results: dict) -> None:
+        from drmix.data.beir import load_beir
+        from drmix.evaluation.evaluate import subsample
+
+        self.args, self.target = args, target
+        self.root = args.work / f"loo-{target}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.data = sorted(str(p) for p in collections.glob("*.jsonl") if p.stem != target)
+        self.test = subsample(load_beir(args.data / target, "test"), max_queries=args.test_queries.get(target),
+                              max_docs=args.test_docs, seed=0)
+        log.info("%s: %d training collections; test %d queries, %d documents", target, len(self.data),
+                 len(self.test.queries), len(self.test.corpus))
+        self.tr = results.setdefault(target, {"arms": {}, "weights": {}, "seconds": {}})
+
+    def reference(self) -> Path:
+        from drmix.config import TrainConfig
+        from drmix.train.trainer import train
+
+        out = self.root / f"uniform-s{self.args.stage1_seed}"
+        if not _trained(out):
+            with _Locked(out):
+                if not _trained(out):
+                    v = base_values(self.args, self.data, out, self.args.stage1_seed)
+                    v.update(batching="homogeneous", mixture="uniform", strategy="static")
+                    t0 = time.perf_counter()
+                    train(TrainConfig.model_validate(v))
+                    self.tr["seconds"]["stage0"] = round(time.perf_counter() - t0, 1)
+        return out / "model"
+
+    def weights(self, strategy: str) -> Path:
+        from drmix.config import TrainConfig
+        from drmix.mixture.optimize import optimize_weights, stage1_config
+
+        args = self.args
+        out = self.root / f"stage1-{strategy}"
+        if not ((out / "weights.json").exists() and _trained(out)):
+            reference = None if strategy == "groupdro" else str(self.reference())
+            with _Locked(out):
+                if not ((out / "weights.json").exists() and _trained(out)):
+                    base = TrainConfig.model_validate(base_values(args, self.data, out, args.stage1_seed))
+                    cfg = stage1_config(base, strategy=strategy, reference=reference, output_dir=out,
+                                        overrides={"max_steps": args.stage1_steps,
+                                                   "batch_size": args.stage1_batch_size})
+                    t0 = time.perf_counter()
+                    optimize_weights(cfg)
+                    self.tr["seconds"][f"stage1-{strategy}"] = round(time.perf_counter() - t0, 1)
+                    log.info("stage 1 %s in %.0f s", strategy, time.perf_counter() - t0)
+        learned = json.loads((out / "weights.json").read_text())
+        self.tr["weights"][strategy] = {"weights": dict(zip(learned["collections"], learned["weights"])),
+                                        "top70": learned.get("top", {}).get("70", [])}
+        return out / "weights.json"
+
+
+def prepare_target(args, collections: Path, target: str, results: dict) -> Prep:
+    return Prep(args, collections, target, results)
+
+
+def select_tdro(args, target: str, prep: Prep, results: dict) -> str:
+    """The dev-selected tDRO transfer: each of ``TDRO_TRANSFERS`` trained with ``--stage1-seed`` and scored on
+    the target's dev split (:func:`dev_dir`, subsampled to ``dev_queries``/``dev_docs``); the better mean
+    nDCG@10 wins (ties: the first). Test scores are never looked at. Recorded in
+    ``results[target]["selection"]`` and in ``loo-<target>/tdro-selection.json`` (shared by processes)."""
     from drmix.data.beir import load_beir
     from drmix.evaluation.evaluate import subsample
-    from drmix.train.trainer import train
+    from drmix.io import atomic_write_json
 
-    root = args.work / f"loo-{target}"
-    root.mkdir(parents=True, exist_ok=True)
-    data = sorted(str(p) for p in collections.glob("*.jsonl") if p.stem != target)
-    test = subsample(load_beir(args.data / target, "test"), max_queries=args.test_queries.get(target),
-                     max_docs=args.test_docs, seed=0)
-    log.info("%s: %d training collections; test %d queries, %d documents", target, len(data), len(test.queries),
-             len(test.corpus))
-    tr = results.setdefault(target, {"arms": {}, "weights": {}, "seconds": {}})
-    ref_out = root / f"uniform-s{args.seeds[0]}"
-    if not run_finished(ref_out):
-        v = base_values(args, data, ref_out, args.seeds[0])
-        v.update(batching="homogeneous", mixture="uniform", strategy="static")
-        t0 = time.perf_counter()
-        train(TrainConfig.model_validate(v))
-        tr["seconds"]["stage0"] = round(time.perf_counter() - t0, 1)
-    reference = ref_out / "model"
-    weights = {}
-    for strategy in STAGE1:
-        t0 = time.perf_counter()
-        weights[strategy] = learn_weights(args, data, root, strategy, reference)
-        tr["seconds"].setdefault(f"stage1-{strategy}", round(time.perf_counter() - t0, 1))
-        learned = json.loads(weights[strategy].read_text())
-        tr["weights"][strategy] = {"weights": dict(zip(learned["collections"], learned["weights"])),
-                                   "top70": learned.get("top", {}).get("70", [])}
-    return {"root": root, "data": data, "test": test, "weights": weights, "reference": reference}
-
-
-def run_arms(args, target: str, prep: dict, seed: int, results: dict, save) -> None:
     tr = results[target]
-    for arm in args.arms:
-        if arm in tr["arms"] and str(seed) in tr["arms"][arm]:
-            continue
-        t0 = time.perf_counter()
-        model_dir = train_arm(args, arm, prep["data"], prep["root"], seed, target, prep["weights"], prep["reference"])
-        scores = evaluate(args, model_dir, prep["test"], model_dir.parent / f"test-{target}.json")
-        tr["arms"].setdefault(arm, {})[str(seed)] = scores
-        tr["seconds"][f"{arm}-s{seed}"] = round(time.perf_counter() - t0, 1)
-        log.info("%s %s seed %d: nDCG@10 %.4f", target, arm, seed, sum(scores.values()) / len(scores))
-        save()
+    shared = prep.root / "tdro-selection.json"
+    if "selection" not in tr and shared.exists():
+        tr["selection"] = json.loads(shared.read_text())
+    if "selection" in tr:
+        return tr["selection"]["chosen"]
+    src, split = dev_dir(args, target)
+    dev = subsample(load_beir(src, split), max_queries=args.dev_queries, max_docs=args.dev_docs, seed=0)
+    dev_means = {}
+    for transfer in TDRO_TRANSFERS:
+        arm = f"tdro:{transfer}"
+        model_dir = train_arm(args, arm, prep, args.stage1_seed, target)
+        scores = evaluate(args, model_dir, dev, model_dir.parent / f"{split}-{target}.json")
+        dev_means[transfer] = sum(scores.values()) / len(scores)
+    chosen = max(TDRO_TRANSFERS, key=lambda t: dev_means[t])
+    tr["selection"] = {"chosen": chosen, "split": split, "dev_ndcg@10": dev_means, "queries": len(dev.queries),
+                       "seed": args.stage1_seed}
+    atomic_write_json(shared, tr["selection"])
+    log.info("%s: tDRO transfer chosen on %s: %s (%s)", target, split, chosen, dev_means)
+    return chosen
+
+
+def run_arm(args, target: str, prep: Prep, seed: int, arm: str, results: dict) -> None:
+    """Train and score one (arm, seed); :class:`Busy` when another process holds a model it needs."""
+    tr = results[target]
+    t0 = time.perf_counter()
+    trained = f"tdro:{select_tdro(args, target, prep, results)}" if arm == "tdro:dev" else arm
+    model_dir = train_arm(args, trained, prep, seed, target)
+    scores = evaluate(args, model_dir, prep.test, model_dir.parent / f"test-{target}.json")
+    tr["arms"].setdefault(arm, {})[str(seed)] = scores
+    tr["seconds"].setdefault(f"{arm}-s{seed}", round(time.perf_counter() - t0, 1))
+    log.info("%s %s seed %d: nDCG@10 %.4f", target, arm, seed, sum(scores.values()) / len(scores))
+
+
+def run_all(args, preps: dict, results: dict, save, *, poll_s: float = 10.0) -> None:
+    """Every (seed, target, arm), seed-major (a cut-short run still has every target). Processes sharing a
+    ``loo-<target>`` folder (``--work`` folders whose ``loo-<target>`` links to one) split the models: one
+    that another live process is training is skipped and taken up again once it is done."""
+    todo = [(seed, t, arm) for seed in args.seeds for t in args.targets for arm in args.arms]
+    if args.order == "reverse":
+        todo = todo[::-1]
+    failed: list = []
+    while todo:
+        waiting = []
+        for seed, target, arm in todo:
+            if arm in results[target]["arms"] and str(seed) in results[target]["arms"][arm]:
+                continue
+            try:
+                run_arm(args, target, preps[target], seed, arm, results)
+            except Busy as e:
+                log.info("%s %s seed %d: waiting for another process (%s)", target, arm, seed, e)
+                waiting.append((seed, target, arm))
+                continue
+            except Exception:  # noqa: BLE001 - one failed arm must not stop the others; reported at the end
+                log.exception("%s %s seed %d failed", target, arm, seed)
+                failed.append((seed, target, arm))
+                continue
+            save()
+        if waiting and len(waiting) == len(todo):
+            time.sleep(poll_s)
+        todo = waiting
+    if failed:
+        raise SystemExit(f"failed: {failed} (see the log); the other runs are in results.json")
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -501,17 +704,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu", help="scale (see the module docstring)")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data directory (read-only)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/drmix-bench-mix"), help="work directory")
-    ap.add_argument("--targets", nargs="+", default=list(TARGETS), help="leave-one-out targets")
+    ap.add_argument("--targets", nargs="+", default=None, help="leave-one-out targets (preset: scifact nfcorpus; "
+                                                                "medium: nfcorpus)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of every arm (preset: 42 43 44)")
     ap.add_argument("--steps", type=int, default=None, help="stage 0/2 optimiser steps")
+    ap.add_argument("--test-queries", type=int, default=None,
+                    help="test queries per target (seeded subsample; default: the preset's)")
+    ap.add_argument("--test-docs", type=int, default=None,
+                    help="test corpus size per target: judged documents plus random others (default: the preset's)")
+    ap.add_argument("--dev-queries", type=int, default=None,
+                    help="dev queries for the tdro:dev selection (seeded subsample; default: the preset's)")
+    ap.add_argument("--dev-docs", type=int, default=None, help="dev corpus size for the tdro:dev selection")
+    ap.add_argument("--coco-documents", type=int, default=None,
+                    help="coco arm: at most this many target documents for COCO's spans (default: all)")
+    ap.add_argument("--stage1-seed", type=int, default=None,
+                    help="seed of stage 0 (the reference) and stage 1 (default: the first of --seeds)")
+    ap.add_argument("--order", choices=("seeds", "reverse"), default="seeds",
+                    help="order of the (seed, target, arm) runs: seed-major, or its reverse (a second process "
+                         "sharing loo-<target> with the first)")
+    ap.add_argument("--batch-size", type=int, default=None, help="stage 0/2 batch (default: the preset's)")
+    ap.add_argument("--stage1-batch-size", type=int, default=None, help="stage 1 batch (default: the preset's)")
+    ap.add_argument("--stage1-steps", type=int, default=None, help="stage 1 optimiser steps (default: the preset's)")
     ap.add_argument("--arms", nargs="+", default=None, help=f"subset of {' '.join(ARMS)}")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    ap.add_argument("--model", default=None,
+                    help="starting model folder (default: the bundled all-MiniLM-L6-v2; on a GPU machine without "
+                         "it, /tmp/drmix-model from ../shared/tools/gpu-pack.sh)")
+    ap.add_argument("--model-layers", type=int, default=None,
+                    help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 2; others: all 6)")
     ap.add_argument("--negatives", choices=("tfidf", "mined"), default="tfidf",
                     help="training collections' hard negatives: the TF-IDF ones of build_collections.py, or "
                          "mined by `drmix mine`'s defaults (reference model over each collection's documents)")
     ap.add_argument("--mined-dir", type=Path, default=None,
                     help="cache of mined collections, shareable between processes (default: WORK/collections-mined)")
     ap.add_argument("--report-only", action="store_true", help="rebuild the report from results.json")
+    ap.add_argument("--estimate", action="store_true",
+                    help="print the estimated device time of this command (arms, seeds, targets) and exit")
     ap.add_argument("--versus", type=Path, nargs="+", default=[],
                     help="with --report-only: also compare each arm with the same arm of these work directories "
                          "(merged; e.g. mined vs TF-IDF negatives), written to versus.md / versus.json")
@@ -519,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --report-only: also read the results.json of these work directories "
                          "(one process per target)")
     args = ap.parse_args(argv)
-    for k, v in PRESETS[args.preset].items():
+    for k, v in {**OPTIONAL, **PRESETS[args.preset]}.items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     args.data = args.data.resolve()
@@ -528,6 +756,18 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("datasets", "sentence_transformers", "transformers", "httpx", "filelock", "drmix.train.trainer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args.arms = list(args.arms or ARMS)
+    if args.coco_documents is not None:
+        args.coco = {**args.coco, "max_documents": args.coco_documents}
+    if isinstance(args.test_queries, int):
+        args.test_queries = {t: args.test_queries for t in args.targets}
+    if args.stage1_seed is None:
+        args.stage1_seed = args.seeds[0]
+    if args.estimate or (args.preset == "gpu" and not args.report_only):
+        from _lease import estimate_line
+
+        print(estimate_line(estimate(args), "this command"), flush=True)
+        if args.estimate:
+            return 0
     res_path = args.work / "results.json"
     stored = load_results(args.work, args.negatives) if res_path.exists() else {}
     results = stored.get("results", {})
@@ -543,6 +783,9 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+        from _models import truncated_minilm
+
+        args.model = args.model or truncated_minilm(args.model_layers, args.work)
         collections = args.work / "collections"
         sizes = build_all(args.data, collections, seed=0, max_per_collection=args.max_per_collection)
         log.info("collections: %s", sizes)
@@ -554,10 +797,7 @@ def main(argv: list[str] | None = None) -> int:
             collections = args.mined_dir or args.work / "collections-mined"
         preps = {t: prepare_target(args, collections, t, results) for t in args.targets}
         save()
-        for seed in args.seeds:                  # seed-major: a cut-short run still has every target
-            for target in args.targets:
-                run_arms(args, target, preps[target], seed, results, save)
-            print(report(summarise(results, args.arms), results), flush=True)
+        run_all(args, preps, results, save)
     summary = summarise(results, args.arms)
     text = report(summary, results)
     if args.versus:

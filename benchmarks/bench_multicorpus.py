@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -92,6 +93,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--known", default=None, help="only these known sides, comma-separated (default: both)")
     ap.add_argument("--k", type=int, default=10, help="retrieval budget of the table")
     ap.add_argument("--depth", type=int, default=100, help="candidates fetched per corpus")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     for key, val in PRESETS["cpu"].items():
         ap.add_argument("--" + key.replace("_", "-"), type=type(val), default=None,
                         help=f"override the preset (cpu: {val}, gpu: {PRESETS['gpu'][key]})")
@@ -221,11 +223,11 @@ def simplex_specs(specs: list[str], n: int, step: float = 0.1) -> list[str]:
 
 
 def t_interval(values) -> tuple[float, float]:
-    """Mean and 95% t half-width over seeds (0 with one seed); :func:`drmix.evaluation.significance.t_interval`."""
-    from drmix.evaluation.significance import t_interval as mean_half
+    """Mean and 95% t half-width over seeds (:func:`drmix.evaluation.significance.t_interval`; 0 with one seed)."""
+    from drmix.evaluation.significance import t_interval as shared
 
-    mean, half = mean_half(values)
-    return mean, (half if np.size(values) > 1 else 0.0)
+    mean, half = shared(values)
+    return mean, 0.0 if math.isnan(half) else half
 
 
 def wilcoxon_p(diffs) -> float | None:
@@ -315,8 +317,38 @@ def format_summary(summary: dict[str, dict]) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
+PASSAGES = {"walmart-amazon": 24628, "amazon-google": 4589, "three": 29217}  # corpora encoded per model
+
+
+def estimate(args):
+    """Device time (benchmarks/_lease.py): every fine-tuning (steps x batch examples, counted by their tokens
+    against the 64/256/256-token reference example) and every model encoding the benchmark's corpora."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _lease import Estimate
+
+    est = Estimate()
+    per = args.steps * args.batch_size * (args.query_max_length + 2 * args.doc_max_length) / 576
+    for bench in args.benchmarks.split(","):
+        knowns = 3 if bench == THREE else 2
+        if args.known:
+            knowns = len(args.known.split(","))
+        if "base" in args.models:
+            est.encode(PASSAGES.get(bench, 30000))
+        if "finetuned" in args.models:
+            n = knowns * len(args.seed_list)
+            est.train(bench, per * n, runs=n)
+            est.encode(PASSAGES.get(bench, 30000) * n)
+    return est
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.estimate or args.preset == "gpu":
+        from _lease import estimate_line
+
+        print(estimate_line(estimate(args), "this command"), flush=True)
+        if args.estimate:
+            return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import torch
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -157,8 +158,20 @@ def main() -> None:
                     help="training precision of both trainers")
     ap.add_argument("--floor", action="store_true", help="also time the bare step on one pre-tokenised batch")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
+    ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     args = ap.parse_args()
     _common.apply_preset(args, PRESETS)
+    if args.estimate or args.preset == "gpu":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _lease import Estimate, estimate_line
+
+        est = Estimate()  # both trainers, every round, plus the floor's steps; sentence-transformers' own speed
+        est.train("trainers", 2 * args.rounds * args.steps * args.batch_size, runs=2 * args.rounds)
+        if args.floor:
+            est.train("floor", 20 * args.batch_size)
+        print(estimate_line(est, "this command"), flush=True)
+        if args.estimate:
+            return
     import logging
 
     logging.disable(logging.WARNING)

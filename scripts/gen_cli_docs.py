@@ -17,7 +17,8 @@ Generated from the CLI by `scripts/gen_cli_docs.py`; `drmix COMMAND --help` show
 [mixtures](mixture.md), [influence-guided sampling](influence.md), [multi-corpus retrieval](multicorpus.md),
 [demo](demo.md), [model cards, reports, tracking and Hub upload](reports.md). Mining hard negatives: [data formats](data.md#mining-hard-negatives-drmix-mine).
 
-Every `drmix train` field can also come from a YAML config file (flags override it). Errors caused by input
+Every `drmix train` field can also come from a YAML config file (flags override it). What each command
+writes and refuses to overwrite: [outputs](outputs.md). Errors caused by input
 (files, options, models) print one line naming the file, line and fix, and exit with code 2.
 
 """

@@ -87,7 +87,7 @@ def test_search_and_eval_output_of_the_wrong_type(tmp_path):
     assert isinstance(r.exception, ConfigError) and "is a folder" in str(r.exception)
     f = tmp_path / "f.txt"
     f.write_text("x")
-    r = CliRunner().invoke(app, ["eval", "--data", str(tmp_path), "--output", str(f)])
+    r = CliRunner().invoke(app, ["eval", "--data", str(tmp_path / "data"), "--output", str(f)])
     assert isinstance(r.exception, ConfigError) and "is a file" in str(r.exception)
     assert logging.getLogger("faiss.loader").getEffectiveLevel() >= logging.WARNING  # set by the CLI callback
 
@@ -235,8 +235,9 @@ def test_interrupt_says_where_to_resume(monkeypatch, tmp_path, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer_mod, "train", interrupted)
+    (tmp_path / "data").mkdir()
     with pytest.raises(typer.Exit) as e:
-        run_train(None, {"data": [str(tmp_path)], "output_dir": str(tmp_path / "run")})
+        run_train(None, {"data": [str(tmp_path / "data")], "output_dir": str(tmp_path / "run")})
     assert e.value.exit_code == 130
     assert "run the same command" in " ".join(capsys.readouterr().err.split())
 

@@ -65,7 +65,10 @@ def test_augment_chain_writes_loadable_collections(corpus, tmp_path, tiny_model_
         assert [r["query"] for r in rows] == [f"facts about {t}" for t in TOPICS]
         assert rows[0]["llm"]["model"] == "served" and rows[0]["positive"] == CORPUS["d0"]["text"]
         calls = len(server.bodies)
-        code, _, _ = run(["augment", "generate", "--corpus", str(corpus), "--output", str(gen), *llm], capsys)
+        code, _, err = run(["augment", "generate", "--corpus", str(corpus), "--output", str(gen), *llm], capsys)
+        assert code == 2 and "--overwrite" in err                  # an existing output needs --overwrite
+        code, _, _ = run(["augment", "generate", "--corpus", str(corpus), "--output", str(gen), "--overwrite", *llm],
+                         capsys)
         assert code == 0 and len(server.bodies) == calls          # the rerun is served from the cache
 
         gmined = tmp_path / "gen-mined.jsonl"

@@ -84,6 +84,11 @@ class TrainConfig(BaseModel):
     lora_targets: list[str] = Field(default_factory=list, description="Module names to adapt (default: peft's choice for the architecture).")
     input_prefetch: int = Field(2, ge=0, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
     input_workers: int = Field(1, ge=0, description="Threads preparing batches ahead (0 = tokenise in the loop).")
+    pretokenize: bool = Field(True, description="Tokenise each collection once into stored token ids (cached under "
+                              "DRMIX_CACHE/tokenized, keyed by tokenizer, lengths, prompts and content) so a step "
+                              "only pads; models whose preprocessing is not plain tokenisation train from text.")
+    tokenize_num_proc: int | None = Field(None, ge=1, description="Processes that tokenise a collection for "
+                                                                   "--pretokenize (default: one).")
     matryoshka_dims: list[int] = Field(default_factory=list, description="Also train truncated embeddings of these sizes.")
     # The backbone (drmix.model.backbone; docs/llm.md): decoder LMs as the tDRO and DRAMA papers train them.
     pooling: Literal["lasttoken", "mean", "cls"] | None = Field(

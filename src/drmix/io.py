@@ -110,7 +110,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory that replaces ``path`` only when the block succeeds.
 
     A file at ``path`` is refused (never renamed or replaced); callers that replace a folder given by
-    the user check it first with :func:`drmix.outputs.check_output_dir`.
+    the user check it first with :func:`drmix.outputs.claim_output`. Nothing beside ``path`` is touched.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -123,11 +123,15 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         if path.exists():
-            old = path.with_name(f".{path.name}.old")
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(path, old)
-            os.replace(tmp, path)
+            # a fresh, unique name for the previous folder: nothing already beside it (a user's ``.NAME.old``)
+            # is renamed over or deleted; only the folder being replaced is removed
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old)            # onto the new empty folder (POSIX rename)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                os.replace(old, path)
+                raise
             shutil.rmtree(old)
         else:
             os.replace(tmp, path)

@@ -122,3 +122,28 @@ def test_merge_keeps_existing_seeds_and_load_refuses_other_negatives(tmp_path):
     assert bm.load_results(tmp_path, "tfidf")["negatives"] == "tfidf"
     with pytest.raises(SystemExit, match="tfidf negatives"):
         bm.load_results(tmp_path, "mined")
+
+
+def test_device_time_estimate_counts_each_model_once(capsys, tmp_path):
+    """Hand count: seeds 42/43, steps 10 x batch 4 = 40 examples a model; stage 0 (the seed-42 uniform model,
+    also tDRO's reference) once; stage 1 tdro 5 x 6 examples x 4/3 (reference forward); tdro:dev trains both
+    transfers with seed 42 and one with seed 43; uniform seed 43; every scored model encodes the 3,633-document
+    NFCorpus test corpus, plus two dev scorings (the dev corpus is the same 3,633 documents)."""
+    import argparse
+
+    from _lease import ENCODE_PASSAGES_PER_S, RUN_OVERHEAD_S, START_S
+
+    args = argparse.Namespace(targets=["nfcorpus"], arms=["uniform", "tdro:dev"], seeds=[42, 43], stage1_seed=42,
+                              steps=10, batch_size=4, stage1_steps=5, stage1_batch_size=6, test_docs=None,
+                              coco={"max_steps": 1, "batch_size": 1})
+    est = bm.estimate(args)
+    samples = 40 + 5 * 6 * 4 / 3 + 40 * 3 + 40
+    assert est.samples == pytest.approx(samples)
+    assert est.runs == 6  # stage 0, stage 1, top:0.7 s42, reweight s42, top:0.7 s43, uniform s43
+    assert est.passages == 3633 * 4 + 2 * 3633  # uniform s42, s43, the chosen tdro s42, s43; two dev scorings
+    assert est.seconds(1000.0) == pytest.approx(START_S + samples / 1000 + est.passages / ENCODE_PASSAGES_PER_S
+                                                + 6 * RUN_OVERHEAD_S)
+    assert bm.main(["--preset", "gpu", "--estimate", "--targets", "nfcorpus", "--arms", "uniform",
+                    "--work", str(tmp_path)]) == 0
+    assert "estimated device time" in capsys.readouterr().out
+    assert not (tmp_path / "results.json").exists()

@@ -110,7 +110,24 @@ def test_library_load_reports_only_with_verbose(beir, tiny_model_path, tmp_path,
     weights = load_file(noisy / "model.safetensors")
     weights["cls.predictions.bias"] = torch.zeros(3)
     save_file(weights, noisy / "model.safetensors", metadata={"format": "pt"})
-    quiet = _run_main(["eval", "--data", str(beir), "--model", str(noisy)], capsys)
-    assert "LOAD REPORT" not in quiet.err and "ndcg@10" in quiet.out
-    loud = _run_main(["-v", "eval", "--data", str(beir), "--model", str(noisy)], capsys)
-    assert "LOAD REPORT" in loud.err
+    import logging
+
+    class Collect(logging.Handler):  # transformers' own handler may write to an earlier test's stderr
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    collect = Collect()
+    logger = logging.getLogger("transformers")
+    logger.addHandler(collect)
+    try:
+        quiet = _run_main(["eval", "--data", str(beir), "--model", str(noisy)], capsys)
+        assert not any("LOAD REPORT" in m for m in collect.messages) and "ndcg@10" in quiet.out
+        assert "LOAD REPORT" not in quiet.err
+        _run_main(["-v", "eval", "--data", str(beir), "--model", str(noisy)], capsys)
+        assert any("LOAD REPORT" in m for m in collect.messages)
+    finally:
+        logger.removeHandler(collect)

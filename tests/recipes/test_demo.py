@@ -75,6 +75,15 @@ def test_demo_outputs_models_and_no_checkpoints(demo_result):
         assert steps[-1] == 2
     assert json.loads((demo_result.output_dir / "demo.json").read_text())["status"] == "done"
     assert (demo_result.output_dir / "data" / "beir" / "small" / "qrels" / "test.tsv").exists()
+    # drmix demo ends with one report.html: both runs' curves, the results table, links to every file
+    from drmix.cli.report import after_run
+
+    after_run(demo_result.output_dir, None, pipeline=True)
+    html = (demo_result.output_dir / "report.html").read_text(encoding="utf-8")
+    for mixture in ("uniform", "learned"):
+        rel = demo_result.run_dirs[mixture].relative_to(demo_result.output_dir).as_posix()
+        assert f"{rel}/report.html" in html
+    assert "results.md" in html and "<svg" in html
 
 
 def test_demo_refuses_foreign_or_previous_output(tmp_path):

@@ -20,6 +20,15 @@ def test_training_changes_ignores_bookkeeping_fields():
                                                "tdro": {"before": {"eta": 0.1}, "after": {"eta": 0.2}}}
 
 
+def test_a_checkpoint_recorded_before_model_paths_were_resolved():
+    """Runs recorded `model: null` (the bundled default) before config.yaml held the resolved path."""
+    from drmix.model.encoder import default_model_path
+
+    assert training_changes({"model": None}, {"model": default_model_path()}) == {}
+    assert training_changes({"model": None}, {"model": "/elsewhere/model"}) == \
+        {"model": {"before": default_model_path(), "after": "/elsewhere/model"}}
+
+
 def test_resume_with_other_hyperparameters(tiny_model_path, tmp_path):
     data = make_collections(tmp_path / "data", n=8)
     out = tmp_path / "run"

@@ -24,10 +24,14 @@ def shift(
     max_pairs: int = typer.Option(1000, "--max-pairs", min=1, help="Positive pairs used for alignment."),
     max_uniformity_docs: int = typer.Option(1000, "--max-uniformity-docs", min=2, help="Documents used for uniformity."),
     seed: int = typer.Option(0, "--seed", help="Seed of every sample."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the files of an earlier drmix analyze "
+                                                             "shift in --output-dir."),
 ) -> None:
     from drmix.analysis.shift import shift_report, write_shift_report
     from drmix.cli import console
+    from drmix.outputs import claim_output
 
+    claim_output(output_dir, "shift", overwrite=overwrite, inputs=[*source, *target])
     report = shift_report(source, target, model=model, split=split, max_docs=max_docs, max_queries=max_queries,
                           max_pairs=max_pairs, max_uniformity_docs=max_uniformity_docs, seed=seed)
     write_shift_report(report, output_dir)

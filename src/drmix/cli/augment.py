@@ -34,6 +34,13 @@ def _stats_path(output: Path) -> Path:
     return output.with_name(output.name + ".stats.json")
 
 
+def _claim(output: Path, overwrite: bool, inputs: list[Path | None]) -> None:
+    """The output contract (drmix.outputs) before any work: the collection file and its .stats.json."""
+    from drmix.outputs import claim_output
+
+    claim_output(output, "file", overwrite=overwrite, inputs=inputs, sidecars=[_stats_path(output)])
+
+
 def _write_stats(output: Path, stats: dict[str, Any]) -> Path:
     from drmix.io import atomic_write_json
 
@@ -119,6 +126,8 @@ def crop_command(
     language: str = typer.Option("en", "--language", help="Sentence rules (pysbd language code)."),
     include_title: bool = typer.Option(False, "--include-title", help="Treat the title as a sentence too."),
     seed: int = typer.Option(42, "--seed", help="Seed of the samples."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file (and its "
+                                                             ".stats.json)."),
 ) -> None:
     """Cropped-sentence queries: every sentence of a document is a query, its document the positive."""
     from drmix.augment.crop import crop_queries
@@ -126,6 +135,7 @@ def crop_command(
     from drmix.augment.steps import sample_ids
     from drmix.data.beir import doc_text
 
+    _claim(output, overwrite, [corpus])
     docs = _load_corpus(corpus)
     ids = sample_ids(list(docs), max_docs, seed)
     queries = crop_queries({d: docs[d] for d in ids}, min_words=min_words, max_per_doc=max_per_doc,
@@ -147,12 +157,15 @@ def mine_command(
     negatives: str = typer.Option("30:50", "--negatives", help="Teacher ranks that become hard negatives."),
     keep_candidates: int = typer.Option(20, "--keep-candidates", min=1, help="Top candidates recorded for rerank."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file (and its "
+                                                             ".stats.json)."),
 ) -> None:
     """Teacher mining (DRAMA): ranks 1-10 of the teacher become positives, ranks 30-50 hard negatives."""
     from drmix.augment.examples import mine_examples, read_query_rows, write_collection
     from drmix.data.beir import doc_text
     from drmix.model.encoder import load_encoder
 
+    _claim(output, overwrite, [queries, corpus])
     rows = read_query_rows(queries)
     docs = _load_corpus(corpus)
     model = load_encoder(teacher)
@@ -176,6 +189,8 @@ def generate_command(
     top_p: float = typer.Option(0.9, "--top-p", min=0.0, max=1.0, help="Nucleus sampling mass."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1, help="Tokens generated per document."),
     seed: int = typer.Option(42, "--seed", help="Seed of the document sample and of sampling."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file (and its "
+                                                             ".stats.json)."),
     llm: dict = None,  # type: ignore[assignment]
 ) -> None:
     """LLM-generated queries: one per document, parsed from the Task/Query/Language answer."""
@@ -183,8 +198,9 @@ def generate_command(
     from drmix.augment.examples import write_collection
     from drmix.augment.steps import sample_ids
     from drmix.llm.base import GenerationParams
-    from drmix.llm.runstats import failure_line, llm_stats
+    from drmix.llm.runstats import llm_stats
 
+    _claim(output, overwrite, [corpus, template])
     docs = _load_corpus(corpus)
     ids = sample_ids(list(docs), max_docs, seed)
     qgen = QGenTemplate.load(template)
@@ -215,6 +231,8 @@ def rerank_command(
     negatives: str = typer.Option("10:20", "--negatives", help="Reranked ranks that become hard negatives."),
     max_words: int = typer.Option(192, "--max-words", min=1, help="Words kept per passage in the prompt."),
     template: Optional[Path] = typer.Option(None, "--template", help="Prompt template JSON (system, user, passage)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file (and its "
+                                                             ".stats.json)."),
     llm: dict = None,  # type: ignore[assignment]
 ) -> None:
     """LLM listwise rerank of the teacher's top-k: top-1 becomes the positive, ranks 10-20 hard negatives."""
@@ -223,6 +241,7 @@ def rerank_command(
     from drmix.data.beir import doc_text
     from drmix.llm.runstats import llm_stats
 
+    _claim(output, overwrite, [input, corpus, template])
     rows = read_query_rows(input)
     docs = _load_corpus(corpus)
     rtemplate = RerankTemplate.load(template)

@@ -27,6 +27,8 @@ def compare_command(
     intersect: bool = typer.Option(False, "--intersect", help="Accept evaluations over different queries of a "
                                    "dataset: compare the shared ones and count the dropped (default: refuse)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for compare.md and compare.json."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the compare.md and compare.json of an "
+                                                             "earlier drmix compare in --output."),
 ) -> None:
     """Deltas vs a baseline with 95% intervals and paired significance tests."""
     from rich.table import Table
@@ -35,7 +37,10 @@ def compare_command(
     from drmix.errors import ConfigError
     from drmix.evaluation.compare import compare, load_scored
     from drmix.io import atomic_write_json, atomic_write_text
+    from drmix.outputs import claim_output
 
+    if output is not None:
+        claim_output(output, "compare", overwrite=overwrite, inputs=inputs)
     scored = []
     for path in inputs:
         scored.extend(load_scored(path))
@@ -68,8 +73,6 @@ def compare_command(
                                         "for only one model were dropped (--intersect): n = compared, n base / "
                                         "n model = evaluated for each.", highlight=False, soft_wrap=True)
     if output is not None:
-        if output.exists() and not output.is_dir():
-            raise ConfigError("--output is a file, not a folder.", path=output, fix="pass a folder path.")
         atomic_write_text(output / "compare.md", comp.to_markdown())
         atomic_write_json(output / "compare.json", json.loads(json.dumps(comp.to_json())))
         make_console().print(f"wrote {output / 'compare.md'} and {output / 'compare.json'}")

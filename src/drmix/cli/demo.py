@@ -44,6 +44,9 @@ def _print_demo(result) -> None:
                   f"(and {result.results_json.name}); data: {result.data.root}; "
                   f"models: {', '.join(str(d / 'model') for d in result.run_dirs.values())}; "
                   f"evaluations: {result.output_dir / 'eval'}")
+    from drmix.cli.report import after_run
+
+    after_run(result.output_dir, None, pipeline=True)  # report.html: both runs, results.md, every file
 
 
 def demo_command(

@@ -62,12 +62,10 @@ def mine_command(
         pairs = [(data, output)]
     else:
         raise DataError("collection path not found.", path=data, fix="check the path.")
-    for src, dst in pairs:
-        if dst.resolve() == src.resolve():
-            raise ConfigError("--output would overwrite the input collection.", path=dst,
-                              fix="write the mined collection to another path.")
-        if dst.exists() and not overwrite:
-            raise ConfigError("output file exists.", path=dst, fix="pass --overwrite to replace it, or another --output.")
+    from drmix.outputs import claim_output
+
+    for src, dst in pairs:                       # the output contract (drmix.outputs), before the model loads
+        claim_output(dst, "file", overwrite=overwrite, inputs=[data, src])
     from drmix.model.instructions import query_prompt_for
 
     encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))

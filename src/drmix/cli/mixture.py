@@ -9,6 +9,7 @@ import typer
 
 from drmix.cli.options import config_command, paragraphs
 from drmix.config import TrainConfig, load_config
+from drmix.outputs import claim_run
 
 OPTIMIZE_HELP = """Learn collection weights (stage 1 of tDRO; DoReMi and GroupDRO as baselines).
 
@@ -35,6 +36,7 @@ def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_sett
         resume = config.resume           # stage1_config turns resume on; keep the user's choice here
         config = stage1_config(config, strategy=config.strategy, reference=config.reference_model,
                                output_dir=config.output_dir).model_copy(update={"resume": resume})
+    claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     result = optimize_weights(config)
     weights = result.weights_path
     console.print(f"[green]learned weights[/green] over {result.steps} steps: {weights}")

@@ -118,6 +118,8 @@ def sweep_command(
                                                      "optimises the same credit."),
     output: Path = typer.Option(Path("multicorpus-sweep"), "--output", "-o", help="Directory for table.md, "
                                                                                    "results.json and plots."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the table.md, results.json and plots of an "
+                                                             "earlier sweep in --output."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show encoding progress bars."),
 ) -> None:
@@ -138,6 +140,9 @@ def sweep_command(
     except ValueError:
         raise ConfigError(f"--ks {ks!r} is not a list of integers.", fix="write --ks 1,5,10,50.") from None
     dirs = _corpus_dirs(layout, corpus)
+    from drmix.outputs import claim_output
+
+    claim_output(output, "sweep", overwrite=overwrite, inputs=[layout, *dirs.values()])
     specs = expand_policy_specs(policy or default_policy_specs(), n_corpora=len(dirs))
     for s in specs:  # fail on a bad spec before encoding anything
         parse_policy(s)

@@ -13,6 +13,7 @@ import typer
 from drmix.cli.options import config_command, paragraphs
 from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
+from drmix.outputs import claim_run
 
 TDRO_HELP = """Run the tDRO recipe end to end: stage 0 (uniform reference, unless --reference-model),
 stage 1 (learned weights), stage 2 (fine-tuning with each --transfers entry) and evaluation of the uniform
@@ -49,6 +50,7 @@ def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.recipes.tdro import PipelineConfig, run_tdro_pipeline
 
     config = load_config(PipelineConfig, config_path, overrides)
+    claim_run(config, "recipe")         # the output contract (drmix.outputs), before any stage
     before_run(config)
     result = run_tdro_pipeline(config)
     console.print(result.table, highlight=False, soft_wrap=True)
@@ -61,6 +63,7 @@ def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None
     from drmix.recipes.coco import CocoPipelineConfig, run_coco_pipeline
 
     config = load_config(CocoPipelineConfig, config_path, overrides)
+    claim_run(config, "recipe")
     before_run(config)
     result = run_coco_pipeline(config)
     console.print(result.table, highlight=False, soft_wrap=True)
@@ -73,6 +76,7 @@ def run_drama(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.recipes.drama import load_drama_config, run_drama_pipeline
 
     config = load_drama_config(config_path, overrides)
+    claim_run(config, "recipe")
     before_run(config)
     summary = run_drama_pipeline(config)
     if "table" in summary:

@@ -9,6 +9,7 @@ import typer
 from drmix.cli.options import config_command, paragraphs
 from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
+from drmix.outputs import claim_run
 
 COCO_HELP = """Continuous contrastive pretraining (COCO) on target corpora, no labels needed.
 
@@ -32,6 +33,7 @@ def run_coco(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
 
     config = load_config(CocoConfig, config_path, overrides)
+    claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     before_run(config)
     result = pretrain_coco(config)
     for s in getattr(result, "span_stats", []):

@@ -18,16 +18,20 @@ def prune_command(
     causal: bool = typer.Option(False, "--causal", help="Keep causal attention (default: bidirectional)."),
     max_seq_length: int = typer.Option(512, "--max-seq-length", min=8, help="Token cap of the saved encoder."),
     query_prompt: str = typer.Option("Query: ", "--query-prompt", help="Prompt prepended to queries."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier drmix prune output, or a "
+                                                             "non-empty folder (its contents are deleted)."),
 ) -> None:
     """Turn a decoder LM into a retriever backbone: chosen layers, bidirectional attention, mean pooling."""
     from drmix.cli import console
     from drmix.model.prune import prune_to_sentence_transformer
+    from drmix.outputs import claim_output
 
+    claim_output(output, "model", overwrite=overwrite, inputs=[model])
     info = prune_to_sentence_transformer(model, output, layers=layers, keep_layers=keep_layers, mlp_keep=mlp_keep,
                                          bidirectional=not causal, max_seq_length=max_seq_length,
                                          query_prompt=query_prompt)
     console.print(f"kept layers {info['layers']} of {info['source_layers']}; "
-                     f"{info['parameters'] / 1e6:.1f}M parameters; saved {output}")
+                  f"{info['parameters'] / 1e6:.1f}M parameters; saved {output}")
 
 
 def register(app: typer.Typer) -> None:

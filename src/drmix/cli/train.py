@@ -10,6 +10,7 @@ import typer
 from drmix.cli.options import config_command
 from drmix.cli.report import after_run, before_run
 from drmix.config import TrainConfig, load_config
+from drmix.outputs import claim_run
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.train.trainer import train
 
     config = load_config(TrainConfig, config_path, overrides)
+    claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     before_run(config)
     try:
         result = train(config)

@@ -6,6 +6,7 @@ by every :class:`~drmix.mixture.base.Strategy`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,10 +19,12 @@ class Batch:
     positives: list[str]
     negatives: list[list[str]]
     collection_ids: np.ndarray  # int64 [B], index into the trainer's collection list
+    tokens: Any = None  # drmix.data.tokenized.BatchTokens: the stored ids of the same examples, when pre-tokenised
 
     def __len__(self) -> int:
         return len(self.queries)
 
     def slice(self, start: int, stop: int) -> "Batch":
         return Batch(self.queries[start:stop], self.positives[start:stop], self.negatives[start:stop],
-                     self.collection_ids[start:stop])
+                     self.collection_ids[start:stop],
+                     None if self.tokens is None else self.tokens.slice(start, stop))

@@ -115,15 +115,37 @@ class BatchBuilder:
 
     Every ``release_every`` batches the memory-mapped Arrow pages the reads brought into the process are
     released (:mod:`drmix.data.pages`), so resident memory stays flat however large the collections.
+
+    ``tokens`` (one :class:`~drmix.data.tokenized.TokenIds` per collection, all for one tokenizer and one
+    pair of lengths): the batch also carries the stored ids of its queries, positives and negatives
+    (:class:`~drmix.data.tokenized.BatchTokens`), and its texts are read from Arrow only if something asks
+    for them (a strategy that encodes texts, a fallback). The random choices (which positive, which
+    negatives) are made from the stored counts with the same generator calls, so both paths draw the same
+    examples and leave the generator in the same state.
     """
 
-    def __init__(self, collections: list, num_negatives: int, *, seed: int = 0, release_every: int = 16) -> None:
+    def __init__(self, collections: list, num_negatives: int, *, seed: int = 0, release_every: int = 16,
+                 tokens: list | None = None) -> None:
         self.collections = collections
         self.num_negatives = num_negatives
         self.rng = np.random.default_rng([seed, 104729])
         self.pages = PageReleaser([c.dataset for c in collections], every=release_every)
+        if tokens is not None and (len(tokens) != len(collections) or any(t is None for t in tokens)):
+            tokens = None
+        self.tokens = tokens
+
+    def _choose(self, n_pos: int, n_neg: int) -> tuple[int, list[int]]:
+        """Index of the positive and of the negatives of one example (the generator calls of both paths)."""
+        j = int(self.rng.integers(n_pos)) if n_pos > 1 else 0
+        if self.num_negatives and n_neg:
+            k = min(self.num_negatives, n_neg)
+            idx = self.rng.choice(n_neg, size=k, replace=False) if n_neg > k else range(k)
+            return j, [int(i) for i in idx]
+        return j, []
 
     def build(self, pairs: list[tuple[int, int]]) -> Batch:
+        if self.tokens is not None:
+            return self._build_tokens(pairs)
         by_coll: dict[int, list[int]] = {}
         for c, r in pairs:
             by_coll.setdefault(c, []).append(r)
@@ -139,15 +161,41 @@ class BatchBuilder:
             ex = fetched[(c, r)]
             queries.append(self.collections[c].format_query(ex["query"]))
             pos = ex["positives"]
-            positives.append(pos[int(self.rng.integers(len(pos)))] if len(pos) > 1 else pos[0])
             negs = ex["negatives"] or []
-            if self.num_negatives and negs:
-                k = min(self.num_negatives, len(negs))
-                idx = self.rng.choice(len(negs), size=k, replace=False) if len(negs) > k else range(k)
-                negatives.append([negs[i] for i in idx])
-            else:
-                negatives.append([])
+            j, idx = self._choose(len(pos), len(negs))
+            positives.append(pos[j])
+            negatives.append([negs[i] for i in idx])
         return Batch(queries, positives, negatives, np.array([c for c, _ in pairs], dtype=np.int64))
+
+    def _build_tokens(self, pairs: list[tuple[int, int]]) -> Batch:
+        from drmix.data.tokenized import BatchTokens, LazyTexts
+
+        q_ids, p_ids, n_ids, choices = [], [], [], []
+        for c, r in pairs:
+            t = self.tokens[c]
+            j, idx = self._choose(int(t.positives.outer[r + 1] - t.positives.outer[r]),
+                                  int(t.negatives.outer[r + 1] - t.negatives.outer[r]))
+            q_ids.append(t.query(r))
+            p_ids.append(t.positives.get(r, j))
+            n_ids.append([t.negatives.get(r, i) for i in idx])
+            choices.append((c, r, j, idx))
+        cache: dict[str, list] = {}
+
+        def texts() -> dict[str, list]:  # read from Arrow only when asked for
+            if not cache:
+                queries, positives, negatives = [], [], []
+                for c, r, j, idx in choices:
+                    ex = self.collections[c].dataset[r]
+                    queries.append(self.collections[c].format_query(ex["query"]))
+                    positives.append(ex["positives"][j])
+                    negatives.append([ex["negatives"][i] for i in idx])
+                cache.update(queries=queries, positives=positives, negatives=negatives)
+            return cache
+
+        n = len(pairs)
+        return Batch(LazyTexts(n, lambda: texts()["queries"]), LazyTexts(n, lambda: texts()["positives"]),
+                     LazyTexts(n, lambda: texts()["negatives"]), np.array([c for c, _ in pairs], dtype=np.int64),
+                     tokens=BatchTokens(q_ids, p_ids, n_ids, self.tokens[0].key))
 
     def state_dict(self) -> dict[str, Any]:
         return {"rng": self.rng.bit_generator.state}

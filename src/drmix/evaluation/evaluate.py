@@ -106,6 +106,9 @@ def _check_k(k: int, metrics: Iterable[str]) -> None:
                     k, max(cutoffs))
 
 
+CACHE_IDS_MIN_DOCS = 2000  # corpora this large keep their token ids on disk (drmix.data.tokenized.corpus_ids)
+
+
 def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size: int = 64,
                      metrics: Sequence[str] = DEFAULT_METRICS, query_prompt: str | None = None,
                      max_length: int | None = None, show_progress: bool = False,
@@ -134,7 +137,8 @@ def evaluate_dataset(model: Any, data: BeirDataset, *, k: int = 100, batch_size:
                                show_progress=show_progress, precision=precision, per_query=True)
     else:
         index = index_corpus(model, data.corpus, batch_size=batch_size, max_length=max_length,
-                             show_progress=show_progress, store_texts=False, precision=precision)
+                             show_progress=show_progress, store_texts=False, precision=precision,
+                             cache_ids=len(data.corpus) >= CACHE_IDS_MIN_DOCS)
         run = search_queries(model, index, data.queries, k=k, batch_size=batch_size, prompt=query_prompt,
                              max_length=max_length, precision=precision)
         values = evaluate_run(data.qrels, run, metrics, per_query=True)

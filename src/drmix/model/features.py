@@ -65,12 +65,23 @@ class TextBatcher:
         width = -(-width // multiple) * multiple
         mask = np.arange(width)[None, :] < lengths[:, None]
         input_ids = np.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=np.int64)
-        input_ids[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        if len(ids) and isinstance(ids[0], np.ndarray):  # stored ids (drmix.data.tokenized): one concatenation
+            input_ids[mask] = np.concatenate(ids) if len(ids) > 1 else ids[0]
+        else:
+            input_ids[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64,
+                                          count=int(lengths.sum()))
         features: dict[str, Any] = {"input_ids": torch.from_numpy(input_ids),
                                     "attention_mask": torch.from_numpy(mask.astype(np.int64))}
         if "token_type_ids" in keys:
             features["token_type_ids"] = torch.zeros_like(features["input_ids"])
         return features
+
+    def padded(self, ids: Sequence[Any]) -> dict[str, Any]:
+        """Features of already-tokenised ids once the shortcut is verified (what :meth:`features` returns)."""
+        if not self.fast:
+            raise RuntimeError("padded() needs the shortcut verified against model.preprocess first")
+        return {**self._pad(list(ids), self.extras["_keys"], self.pad_multiple),
+                **{k: v for k, v in self.extras.items() if k != "_keys"}}
 
     def features(self, texts: Sequence[str], ids: list[list[int]] | None, *, verify: bool = False) -> dict[str, Any]:
         """Features of one batch; ``verify`` (or the first call) also checks the shortcut against preprocess."""

@@ -113,7 +113,7 @@ def _embedding_dim(model: Any) -> int:
 def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prompt: str = "",
                  max_length: int | None = None, show_progress: bool = False,
                  normalize: bool = False, precision: str | None = "auto",
-                 devices: Sequence[str] | None = None) -> np.ndarray:
+                 devices: Sequence[str] | None = None, cache_ids: bool = False) -> np.ndarray:
     """Embed ``texts`` with a SentenceTransformer; float32 ``[len(texts), dim]`` in input order.
 
     ``prompt`` is prepended to every text (and handed to the model so prompt-aware pooling works);
@@ -124,7 +124,10 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
     ``precision``: ``auto`` (fp16/bf16 on a GPU, fp32 on CPU) | ``fp32`` | ``fp16`` | ``bf16`` | ``int8``
     (CPU dynamic quantisation) | ``onnx`` | ``onnx-int8`` (CPU, ONNX Runtime), see :mod:`drmix.retrieval.accel`. ``devices``: encode shards on these
     devices in parallel (default: every visible GPU when the model is on a GPU and there are at least
-    ``SHARD_MIN_TEXTS`` texts).
+    ``SHARD_MIN_TEXTS`` texts). ``cache_ids``: tokenise the texts once and keep the ids on disk
+    (:func:`drmix.data.tokenized.corpus_ids`, keyed by the texts' content, the tokenizer, the prompt and the
+    length), so encoding the same corpus again (every model a benchmark evaluates) only pads; the ids are
+    checked against ``model.preprocess`` like freshly tokenised ones.
     """
     import copy
     from concurrent.futures import ThreadPoolExecutor
@@ -149,9 +152,14 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
     owner = model
     model, autocast = inference_setup(model, precision)
     batcher = TextBatcher(model, prompt, max_length)
+    stored = None
+    if cache_ids and batcher.tokenizer is not None and n:
+        from drmix.data.tokenized import corpus_ids
+
+        stored = corpus_ids(model, texts, prompt=prompt, max_length=batcher.limit)
     # a private tokenizer for the prefetch thread (a fast tokenizer must not be shared between threads)
     ahead = (TextBatcher(model, prompt, max_length, tokenizer=copy.deepcopy(batcher.tokenizer))
-             if batcher.tokenizer is not None and n > _SORT_CHUNK else None)
+             if batcher.tokenizer is not None and n > _SORT_CHUNK and stored is None else None)
     truncate_dim = getattr(model, "truncate_dim", None)
     device = getattr(model, "device", None)
     pin = device is not None and torch.device(device).type == "cuda"
@@ -165,7 +173,10 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
             pending = None
             for chunk_start in range(0, n, _SORT_CHUNK):
                 chunk = texts[chunk_start:chunk_start + _SORT_CHUNK]
-                ids = pending.result() if pending is not None else batcher.tokenize(chunk)
+                if stored is not None:
+                    ids = stored.rows(chunk_start, chunk_start + len(chunk)) if batcher.fast is not False else None
+                else:
+                    ids = pending.result() if pending is not None else batcher.tokenize(chunk)
                 nxt = texts[chunk_start + _SORT_CHUNK:chunk_start + 2 * _SORT_CHUNK]
                 pending = pool.submit(ahead.tokenize, nxt) if pool is not None and nxt and batcher.fast is not False else None
                 lengths = (np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(chunk)) if ids is not None
@@ -523,11 +534,12 @@ def model_name(model: Any) -> str:
 def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: str = "flat", batch_size: int = 64,
                  max_length: int | None = None, show_progress: bool = True, store_texts: bool = True,
                  metadata: dict[str, Any] | None = None, precision: str | None = "auto",
-                 **params: Any) -> DenseIndex:
+                 cache_ids: bool = False, **params: Any) -> DenseIndex:
     """Encode every document (``title + " " + text`` with the model's document prompt) into an index.
 
     ``metadata`` is merged into ``meta.json`` (drmix index records the model and corpus paths there);
-    ``store_texts`` keeps the texts so the saved index can show them.
+    ``store_texts`` keeps the texts so the saved index can show them; ``cache_ids`` keeps the corpus's
+    token ids on disk for the next model with the same tokenizer (:func:`encode_texts`).
     """
     from drmix.data.beir import doc_text
     from drmix.model.encoder import document_prompt
@@ -538,7 +550,8 @@ def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: s
     normalize = model_normalizes(model)
     prompt = document_prompt(model)
     emb = encode_texts(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size, prompt=prompt,
-                       max_length=max_length, show_progress=show_progress, normalize=normalize, precision=precision)
+                       max_length=max_length, show_progress=show_progress, normalize=normalize, precision=precision,
+                       cache_ids=cache_ids)
     meta = {"model": model_name(model), "normalized": normalize, "document_prompt": prompt, "precision": precision,
             "max_length": max_length or getattr(model, "max_seq_length", None)}
     meta.update(metadata or {})

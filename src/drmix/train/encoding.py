@@ -15,7 +15,7 @@ import torch
 from drmix.data.batch import Batch
 from drmix.device import pin_memory_available, to_device
 from drmix.model.encoder import document_prompt, query_prompt
-from drmix.train.inputs import Featurizer
+from drmix.train.inputs import Featurizer, host_inputs
 
 Inputs = tuple[dict, dict, torch.Tensor]  # query features, document features, hard-negative mask [B, H]
 
@@ -42,19 +42,31 @@ class BatchEncoder:
 
     def negatives_in(self, batch: Batch) -> int:
         """Hard negatives per example for this global batch (same on every process)."""
-        return min(self.num_negatives, max((len(n) for n in batch.negatives), default=0))
+        negatives = batch.tokens.negatives if batch.tokens is not None else batch.negatives  # no text read
+        return min(self.num_negatives, max((len(n) for n in negatives), default=0))
+
+    def token_ids(self, collections: list, *, num_proc: int | None = None) -> list | None:
+        """Stored ids of every collection for the trained model (:mod:`drmix.data.tokenized`), or ``None``
+        when its preprocessing cannot be stored or a length is unset (then batches are tokenised)."""
+        from drmix.data.tokenized import tokenize_collection
+
+        if self.query_max_length is None or self.doc_max_length is None:
+            return None
+        out = []
+        for c in collections:
+            t = tokenize_collection(c, self.model, query_max_length=self.query_max_length,
+                                    doc_max_length=self.doc_max_length, query_prompt=self.q_prompt,
+                                    doc_prompt=self.d_prompt, num_proc=num_proc)
+            if t is None:
+                return None
+            out.append(t)
+        return out
 
     def host_inputs(self, model: Any, batch: Batch, num_neg: int) -> Inputs:
-        """Tokenised (padded, pinned on CUDA) CPU tensors of a batch: queries, documents, negative mask."""
-        negs = [n[:num_neg] for n in batch.negatives]
-        mask = torch.zeros(len(batch), num_neg, dtype=torch.bool)
-        for i, n in enumerate(negs):
-            mask[i, :len(n)] = True
-        docs = [self.d_prompt + d for d in batch.positives] + [self.d_prompt + d for n in negs for d in n]
-        featurize = self.featurizer(model)
-        q = featurize([self.q_prompt + t for t in batch.queries], self.query_max_length)
-        d = featurize(docs, self.doc_max_length)
-        return q, d, mask
+        """Padded (pinned on CUDA) CPU tensors of a batch: queries, documents, negative mask; padded from the
+        batch's stored ids when it has ids made for ``model`` (:func:`drmix.train.inputs.host_inputs`)."""
+        return host_inputs(self.featurizer(model), batch, num_neg, query_max_length=self.query_max_length,
+                           doc_max_length=self.doc_max_length, query_prompt=self.q_prompt, doc_prompt=self.d_prompt)
 
     def to_device(self, inputs: Inputs) -> Inputs:
         q, d, mask = inputs

@@ -34,6 +34,7 @@ strategy moves during training; torch's DataLoader cannot redraw a batch it has 
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from drmix.data.batch import Batch
 from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.model.features import TextBatcher
 
+log = logging.getLogger(__name__)
 PAD_MULTIPLE = 8
 
 
@@ -65,6 +67,8 @@ class Featurizer:
         self._local = threading.local()
         self._fast: dict[int, bool] = {}  # max_length -> shortcut verified equal to model.preprocess
         self._extras: dict[int, dict[str, Any]] = {}
+        self._ids_ok: dict[int, bool] = {}  # max_length -> stored ids checked equal to the tokenizer's
+        self._fingerprint: str | None = None
 
     def _batcher(self, max_length: int, *, main: bool = False):
         cache = self._local.__dict__.setdefault("batchers", {})
@@ -99,10 +103,100 @@ class Featurizer:
         b = self._batcher(max_length, main=not self._fast[max_length])
         return self._finish(b.features(texts, b.tokenize(texts)))
 
+    def accepts(self, key: Any, query_max_length: int, doc_max_length: int, query_prompt: str,
+                doc_prompt: str) -> bool:
+        """True when stored ids made under ``key`` are this model's ids at these lengths and prompts."""
+        from drmix.data.tokenized import TokenKey, tokenizer_fingerprint
+
+        if key is None:
+            return False
+        if self._fingerprint is None:
+            self._fingerprint = tokenizer_fingerprint(self.model) or ""
+        return key == TokenKey(self._fingerprint, int(query_max_length), int(doc_max_length), query_prompt,
+                               doc_prompt)
+
+    def from_ids(self, texts: Any, ids: list[np.ndarray], max_length: int) -> dict[str, Any]:
+        """Features of a batch whose ids are stored (:mod:`drmix.data.tokenized`): a pad, no tokenisation.
+
+        The first call for a length builds the features from ``texts`` (checking the shortcut against
+        ``model.preprocess``) and also checks that the stored ids equal the tokenizer's ids of those texts;
+        if either differs, this length trains from text from then on (logged once).
+        """
+        ok = self._ids_ok.get(max_length)
+        if ok is None:
+            texts = list(texts)
+            feats = self.verify(texts, max_length) if max_length not in self._fast else self(texts, max_length)
+            ok = bool(self._fast[max_length])
+            if ok:
+                fresh = self._batcher(max_length, main=True).tokenize(texts)
+                ok = fresh is not None and len(fresh) == len(ids) and all(
+                    len(a) == len(b) and bool(np.array_equal(np.asarray(a), b)) for a, b in zip(fresh, ids))
+            if not ok:
+                log.warning("stored token ids differ from what the model's preprocessing gives at max length %d; "
+                            "tokenising on the fly", max_length)
+            self._ids_ok[max_length] = ok
+            return feats
+        if not ok:
+            return self(list(texts), max_length)
+        return self._finish(self._batcher(max_length, main=False).padded(ids))
+
     def _finish(self, feats: dict[str, Any]) -> dict[str, Any]:
         if not self.pin:
             return feats
         return {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in feats.items()}
+
+
+def host_inputs(featurize: Featurizer, batch: Batch, num_neg: int, *, query_max_length: int, doc_max_length: int,
+                query_prompt: str = "", doc_prompt: str = "") -> tuple[dict, dict, torch.Tensor]:
+    """A batch's padded (pinned on CUDA) CPU tensors: queries, documents (positives, then each example's
+    first ``num_neg`` negatives in order) and the ``[B, num_neg]`` mask of the negatives present.
+
+    When the batch carries stored ids made for this model, lengths and prompts (:mod:`drmix.data.tokenized`)
+    the features are padded from them; otherwise the texts are tokenised. Both give the same tensors
+    (:meth:`Featurizer.from_ids` checks it on the first batch).
+    """
+    tok = batch.tokens
+    if tok is not None and featurize.accepts(tok.key, query_max_length, doc_max_length, query_prompt, doc_prompt):
+        counts = [min(len(n), num_neg) for n in tok.negatives]
+        mask = torch.zeros(len(batch), num_neg, dtype=torch.bool)
+        for i, c in enumerate(counts):
+            mask[i, :c] = True
+        q_texts = _Prefixed(query_prompt, batch.queries)
+        d_texts = _Prefixed(doc_prompt, _DocTexts(batch, num_neg))
+        q = featurize.from_ids(q_texts, tok.queries, query_max_length)
+        d_ids = list(tok.positives) + [x for n in tok.negatives for x in n[:num_neg]]
+        d = featurize.from_ids(d_texts, d_ids, doc_max_length)
+        return q, d, mask
+    negs = [n[:num_neg] for n in batch.negatives]
+    mask = torch.zeros(len(batch), num_neg, dtype=torch.bool)
+    for i, n in enumerate(negs):
+        mask[i, :len(n)] = True
+    docs = [doc_prompt + d for d in batch.positives] + [doc_prompt + d for n in negs for d in n]
+    q = featurize([query_prompt + t for t in batch.queries], query_max_length)
+    d = featurize(docs, doc_max_length)
+    return q, d, mask
+
+
+class _Prefixed:
+    """``prefix + text`` for each text, built only when iterated (stored ids rarely need the texts)."""
+
+    def __init__(self, prefix: str, texts) -> None:
+        self.prefix, self.texts = prefix, texts
+
+    def __iter__(self):
+        return (self.prefix + t for t in self.texts)
+
+
+class _DocTexts:
+    """Positives then the first ``num_neg`` negatives of each example, read only when iterated."""
+
+    def __init__(self, batch: Batch, num_neg: int) -> None:
+        self.batch, self.num_neg = batch, num_neg
+
+    def __iter__(self):
+        yield from self.batch.positives
+        for n in self.batch.negatives:
+            yield from list(n)[:self.num_neg]
 
 
 @dataclass

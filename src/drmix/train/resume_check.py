@@ -52,6 +52,10 @@ def training_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
         if key not in before:  # a field added to drmix since the checkpoint: its default is what ran
             continue
         b, a = before.get(key), after.get(key)
+        if key == "model" and b is None and a is not None:  # runs before the resolved path was recorded
+            from drmix.model.encoder import resolve_model_path
+
+            b = resolve_model_path(None)
         if json.dumps(b, sort_keys=True, default=str) != json.dumps(a, sort_keys=True, default=str):
             changes[key] = {"before": b, "after": a}
     return changes

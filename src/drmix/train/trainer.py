@@ -148,8 +148,10 @@ class Trainer:
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
+        tokens = (self.encoder.token_ids(self.collections, num_proc=config.tokenize_num_proc)
+                  if config.pretokenize and builder is None else None)
         self.builder = builder if builder is not None else BatchBuilder(self.collections, config.num_negatives,
-                                                                         seed=config.seed)
+                                                                         seed=config.seed, tokens=tokens)
         self.loss_fn = loss_fn
         self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs, prefetch=config.input_prefetch,
                                     workers=config.input_workers, threadable=self.encoder.threadable)

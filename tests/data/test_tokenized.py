@@ -1,0 +1,122 @@
+"""Pre-tokenised collections: ids equal the model's own preprocessing, the cache key covers everything that
+changes ids, and the builder draws the same examples from ids as from text."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from drmix.data.collections import load_jsonl_collection
+from drmix.data.sampling import BatchBuilder
+from drmix.data.tokenized import LazyTexts, tokenize_collection, tokenizer_fingerprint
+
+ROWS = [
+    {"query": "what is a dense retriever", "positive": ["a retriever that embeds queries and documents " * 6,
+                                                         "second relevant passage"],
+     "negatives": ["a sparse method such as BM25", "an unrelated cooking recipe", "third negative text"]},
+    {"query": "bi-encoder training " * 20, "positive": "contrastive loss with in-batch negatives",
+     "negatives": ["hard negative one"]},
+    {"query": "short", "positive": "x", "negatives": []},
+    {"query": "unicode: naïve café ﬁve", "positive": "Ünïcödé normalisation matters", "negatives": ["z" * 300]},
+]
+
+
+@pytest.fixture()
+def model(tiny_model_path):
+    from drmix.model.encoder import load_encoder
+
+    return load_encoder(tiny_model_path)
+
+
+@pytest.fixture()
+def coll(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return load_jsonl_collection(path, instruction="Represent the question:")
+
+
+def preprocess_ids(model, texts, max_length):
+    """Per text, the ids ``model.preprocess`` feeds the model (padding removed by the attention mask)."""
+    f = model.preprocess(list(texts), processing_kwargs={"text": {"max_length": max_length, "truncation": True}})
+    return [ids[m.bool()].tolist() for ids, m in zip(f["input_ids"], f["attention_mask"])]
+
+
+def test_ids_equal_model_preprocess_for_queries_documents_prompts_and_truncation(model, coll, tmp_path):
+    t = tokenize_collection(coll, model, query_max_length=8, doc_max_length=12, query_prompt="query: ",
+                            doc_prompt="passage: ", cache_dir=tmp_path / "cache")
+    assert len(t) == len(ROWS)
+    queries = ["query: " + coll.format_query(r["query"]) for r in ROWS]
+    assert [t.query(i).tolist() for i in range(len(ROWS))] == preprocess_ids(model, queries, 8)
+    assert max(len(t.query(i)) for i in range(len(ROWS))) == 8  # truncation happened and matches
+    for i, r in enumerate(ROWS):
+        pos = r["positive"] if isinstance(r["positive"], list) else [r["positive"]]
+        assert [t.positives.get(i, j).tolist() for j in range(len(pos))] == preprocess_ids(
+            model, ["passage: " + p for p in pos], 12)
+        negs = r["negatives"]
+        assert int(t.negative_counts(np.array([i]))[0]) == len(negs)
+        if negs:
+            assert [t.negatives.get(i, j).tolist() for j in range(len(negs))] == preprocess_ids(
+                model, ["passage: " + n for n in negs], 12)
+    # the instruction is joined as the text path joins it (with a space)
+    assert coll.format_query("q") == "Represent the question: q"
+
+
+def test_cache_is_reused_and_invalidated_by_everything_that_changes_ids(model, coll, tmp_path):
+    cache = tmp_path / "cache"
+    kw = dict(query_max_length=8, doc_max_length=12, query_prompt="", doc_prompt="", cache_dir=cache)
+    first = tokenize_collection(coll, model, **kw)
+    again = tokenize_collection(coll, model, **kw)
+    assert again.path == first.path and len(list(cache.iterdir())) == 1
+    variants = [dict(kw, query_max_length=9), dict(kw, doc_max_length=13), dict(kw, query_prompt="q: "),
+                dict(kw, doc_prompt="d: ")]
+    paths = {first.path} | {tokenize_collection(coll, model, **v).path for v in variants}
+    assert len(paths) == 5
+    coll.instruction = "Other instruction:"
+    paths.add(tokenize_collection(coll, model, **kw).path)
+    assert len(paths) == 6
+    # content: one changed character in the file gives a new cache
+    src = coll.source
+    text = open(src).read().replace("cooking", "baking")
+    open(src, "w").write(text)
+    changed = load_jsonl_collection(src, instruction="Other instruction:")
+    paths.add(tokenize_collection(changed, model, **kw).path)
+    assert len(paths) == 7
+    # tokenizer: one vocabulary entry changed gives another fingerprint
+    fp = tokenizer_fingerprint(model)
+    model.tokenizer.add_tokens(["brandnewtoken"])
+    assert tokenizer_fingerprint(model) != fp
+    assert tokenize_collection(changed, model, **kw).path not in paths
+
+
+def test_no_stored_ids_for_left_padding_tokenizers(model, coll, tmp_path):
+    model.tokenizer.padding_side = "left"
+    assert tokenizer_fingerprint(model) is None
+    assert tokenize_collection(coll, model, query_max_length=8, doc_max_length=8, cache_dir=tmp_path) is None
+
+
+def test_builder_draws_the_same_examples_from_ids_as_from_text(model, coll, tmp_path):
+    t = tokenize_collection(coll, model, query_max_length=64, doc_max_length=64, cache_dir=tmp_path)
+    text = BatchBuilder([coll], 2, seed=3)
+    ids = BatchBuilder([coll], 2, seed=3, tokens=[t])
+    for _ in range(5):
+        pairs = [(0, int(r)) for r in np.random.default_rng(len(_ * "x")).integers(0, len(ROWS), size=6)]
+        a, b = text.build(pairs), ids.build(pairs)
+        assert isinstance(b.queries, LazyTexts) and a.tokens is None
+        assert list(b.queries) == a.queries and list(b.positives) == a.positives and list(b.negatives) == a.negatives
+        assert [q.tolist() for q in b.tokens.queries] == preprocess_ids(model, a.queries, 64)
+        assert [p.tolist() for p in b.tokens.positives] == preprocess_ids(model, a.positives, 64)
+        for negs_ids, negs in zip(b.tokens.negatives, a.negatives):
+            assert [n.tolist() for n in negs_ids] == (preprocess_ids(model, negs, 64) if negs else [])
+        assert text.state_dict() == ids.state_dict()
+    half = b.slice(1, 4)
+    assert len(half.queries) == 3 and list(half.queries) == a.queries[1:4]
+    assert [q.tolist() for q in half.tokens.queries] == [q.tolist() for q in b.tokens.queries[1:4]]
+
+
+def test_lazy_texts_read_only_when_used():
+    calls = []
+    lazy = LazyTexts(3, lambda: calls.append(1) or ["a", "b", "c"])
+    part = lazy[1:3]
+    assert len(lazy) == 3 and len(part) == 2 and not calls
+    assert list(part) == ["b", "c"] and lazy[0] == "a" and calls == [1]
