@@ -122,3 +122,14 @@ def test_an_endpoint_that_goes_away_stops_the_run_after_a_few_requests(server):
     with pytest.raises(LLMError, match="stopped answering: 3 requests in a row"):
         b.complete_many([_req(str(i)) for i in range(10)], on_result=lambda i, c: seen.append(c.cause))
     assert seen == ["connection", "connection"]           # the first two are counted, the third stops the run
+
+
+def test_works_from_inside_a_running_event_loop(server):
+    import asyncio
+
+    s = server(lambda body, n: (200, chat("ok")))
+
+    async def notebook_cell():  # e.g. Jupyter, where a loop already runs
+        return OpenAIBackend(s.url, "m").complete_many([_req("a"), _req("b")])
+
+    assert [c.text for c in asyncio.run(notebook_cell())] == ["ok", "ok"]

@@ -226,13 +226,27 @@ def build_spans(path: str | Path, cache_dir: str | Path, tokenizer: Any, *, corp
     Cached in ``cache_dir`` under a fingerprint of the file and the settings. ``max_documents`` keeps a
     seeded random sample of that many documents (before chunking).
     """
-    import datasets
+    from filelock import FileLock
 
     f = corpus_file(path)
     name = name or corpus_name(path)
     fp = _fingerprint(f, seed=seed, corpus=corpus_index, max_tokens=max_tokens, p=new_chunk_probability,
                       max_documents=max_documents, tok=getattr(tokenizer, "name_or_path", ""))
     root = Path(cache_dir) / f"{name}-{fp}"
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # Processes of one distributed run build the same spans at once: the first builds, the others wait and read
+    # (without the lock they race on the datasets cache's dataset_info.json and the saved folder).
+    with FileLock(str(root) + ".lock"):
+        return _build_spans_locked(f, root, tokenizer, name=name, seed=seed, corpus_index=corpus_index,
+                                   max_tokens=max_tokens, new_chunk_probability=new_chunk_probability,
+                                   max_documents=max_documents, num_proc=num_proc, cache_dir=Path(cache_dir))
+
+
+def _build_spans_locked(f: Path, root: Path, tokenizer: Any, *, name: str, seed: int, corpus_index: int,
+                        max_tokens: int, new_chunk_probability: float, max_documents: int | None,
+                        num_proc: int | None, cache_dir: Path):
+    import datasets
+
     stats_path = root / "stats.json"
     if stats_path.exists():
         stats = SpanStats(**json.loads(stats_path.read_text(encoding="utf-8")))
