@@ -8,7 +8,7 @@ import numpy as np
 
 from drmix.data.beir import BeirDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_llm_backbone as bb  # noqa: E402
 
 
