@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,12 @@ def scalars_of(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-class Tracker:
+class Tracker(ABC):
     """Receives scalars per step; ``close`` flushes."""
 
-    def log(self, scalars: dict[str, float], step: int) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def log(self, scalars: dict[str, float], step: int) -> None:
+        """Record ``scalars`` at optimiser step ``step``."""
 
     def close(self) -> None:
         pass
