@@ -132,3 +132,13 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert dom.count("<svg") == 4 and "<img" not in dom
     if os.environ.get("DRMIX_SCREENSHOT"):  # a copy for a person to look at
         shutil.copy(shot, os.environ["DRMIX_SCREENSHOT"])
+
+
+def test_weights_over_clusters_are_plotted_by_their_own_names(tmp_path):
+    # iDRO's trajectory holds cluster weights while weights.json names the collections: plot the clusters
+    run = make_run(tmp_path / "run", strategy=False)
+    _jsonl(run / "weights.jsonl", [{"step": s, "weights": {"cluster0": 0.01, "cluster1": 0.99}} for s in (1, 2)])
+    (run / "weights.json").write_text(json.dumps({"strategy": "idro", "collections": ["alpha", "beta"],
+                                                  "weights": [0.5, 0.5]}))
+    text = render_report(run)
+    assert "<!-- cluster1 -->" in text and "<!-- cluster0 -->" in text  # matplotlib writes each label as a comment

@@ -160,8 +160,13 @@ def _weights_figure(run: Path) -> str | None:
         return None
     from drmix.report.plots import plot_weights_figure
 
+    names = _weight_names(run)
+    first = next(iter(_records(traj)), {})
+    keys = first.get("weights") if isinstance(first, dict) else None
+    if names and isinstance(keys, dict) and not set(names) & set(keys):
+        names = None  # the trajectory is not over the collections (iDRO's holds cluster weights): plot its own keys
     try:
-        fig = plot_weights_figure(traj, names=_weight_names(run))
+        fig = plot_weights_figure(traj, names=names)
     except Exception as e:  # noqa: BLE001 - a report of the rest is better than none
         log.warning("cannot plot %s (%s)", traj, e)
         return None
