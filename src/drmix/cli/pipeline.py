@@ -45,44 +45,44 @@ DRAMA_HELP = ("Run the DRAMA recipe: augment --corpus (crop + teacher mining; LL
 
 
 
-def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
+def _run_recipe(config: Any, run: Any) -> Any:
+    """The output contract (drmix.outputs) and the run hooks around one recipe; returns the recipe's result."""
+    claim_run(config, "recipe")         # before any stage
+    before_run(config)
+    return run(config)
+
+
+def _finish(table: Any, summary: Path, output_dir: Any, config: Any) -> None:
     from drmix.cli import console
+
+    if table is not None:
+        console.print(table, highlight=False, soft_wrap=True)
+    console.print(f"summary: {summary}")
+    after_run(output_dir, config, pipeline=True)
+
+
+def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.recipes.tdro import PipelineConfig, run_tdro_pipeline
 
     config = load_config(PipelineConfig, config_path, overrides)
-    claim_run(config, "recipe")         # the output contract (drmix.outputs), before any stage
-    before_run(config)
-    result = run_tdro_pipeline(config)
-    console.print(result.table, highlight=False, soft_wrap=True)
-    console.print(f"summary: {result.output_dir / 'summary.md'}")
-    after_run(result.output_dir, config, pipeline=True)
+    result = _run_recipe(config, run_tdro_pipeline)
+    _finish(result.table, result.output_dir / "summary.md", result.output_dir, config)
 
 
 def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.cli import console
     from drmix.recipes.coco import CocoPipelineConfig, run_coco_pipeline
 
     config = load_config(CocoPipelineConfig, config_path, overrides)
-    claim_run(config, "recipe")
-    before_run(config)
-    result = run_coco_pipeline(config)
-    console.print(result.table, highlight=False, soft_wrap=True)
-    console.print(f"summary: {result.output_dir / 'summary.md'}")
-    after_run(result.output_dir, config, pipeline=True)
+    result = _run_recipe(config, run_coco_pipeline)
+    _finish(result.table, result.output_dir / "summary.md", result.output_dir, config)
 
 
 def run_drama(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.cli import console
     from drmix.recipes.drama import load_drama_config, run_drama_pipeline
 
     config = load_drama_config(config_path, overrides)
-    claim_run(config, "recipe")
-    before_run(config)
-    summary = run_drama_pipeline(config)
-    if "table" in summary:
-        console.print(summary["table"], highlight=False, soft_wrap=True)
-    console.print("summary: " + str(Path(config.output_dir) / "summary.json"))
-    after_run(config.output_dir, config, pipeline=True)
+    summary = _run_recipe(config, run_drama_pipeline)
+    _finish(summary.get("table"), Path(config.output_dir) / "summary.json", config.output_dir, config)
 
 
 def register(app: typer.Typer) -> None:
