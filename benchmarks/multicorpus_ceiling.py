@@ -1,23 +1,23 @@
-"""How far can a per-query allocation computed from the scores go? A ceiling measured on the dev split only.
+"""How far can a per-query allocation computed from the scores go? Measured on the dev split only.
 
 Per-corpus credit Recall@k is maximised, per query, by a greedy over every corpus's marginal gains
 ``P(the corpus's first relevant passage is at rank r | query)`` (the gains of a corpus sum to at most 1 and
 only the first relevant passage counts, so they are its rank distribution; kept decreasing, the greedy
 split is optimal for them). A label-free policy (``coverage``, ``calibrated``, ...) is such a greedy on an
-*estimate* of that curve made from the scores. This script measures what the best estimate from a given
-set of score features could reach by fitting the curve **with the dev labels** and evaluating it on the
-same dev queries (in-sample, so optimistic: an upper bound for any label-free estimate from those
-features, not a policy):
+*estimate* of that curve made from the scores. This script fits such curves **with the dev labels** and
+evaluates them on the same dev queries (in-sample, so optimistic for what they can see):
 
-* ``rank``: ``P_c(r)`` per corpus and rank only (the best split that does not look at the query: it
+* ``softmax T_c`` (two corpora only): ``coverage`` with one temperature per corpus, the pair chosen on the
+  dev labels from a grid -- the ceiling of ``coverage``'s family (any label-free way of setting its
+  temperatures per corpus is at most this on these queries);
+* ``fitted rank``: ``P_c(r)`` per corpus and rank only (the best split that does not look at the query: it
   matches the best fixed fraction);
-* ``rank+gap`` / ``rank+z`` / ``rank+gap+z``: per corpus, rank and the bin of the query's top-1 score gap
-  ``s_1 - s_2`` and/or of its top-1 score standardised against the corpus background (the features the
-  label-free policies read);
+* ``fitted rank+gap`` / ``rank+z`` / ``rank+gap+z``: per corpus, rank and the bin of the query's top-1 score
+  gap ``s_1 - s_2`` and/or of its top-1 score standardised against the corpus background -- supervised
+  calibration from coarse features; not a ceiling for policies that read the whole score list (``coverage``
+  can beat them);
 * ``best split per gap / z bin pair`` (two corpora only): the best ``(k_1, k - k_1)`` for each pair of
   the two corpora's bins (6 x 6 pairs), chosen on the same queries' labels;
-* ``softmax T_c`` (two corpora only): ``coverage`` with one temperature per corpus, the pair chosen on the
-  dev labels from a grid;
 * per corpus, the share of judged dev queries whose relevant passage is in the corpus's top 1 / 10 / 100
   against the mass ``coverage``'s posterior puts there (how far the label-free curve is from the truth).
 
