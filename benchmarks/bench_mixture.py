@@ -663,12 +663,14 @@ def report(summary: dict, results: dict) -> str:
         if "tdro" not in w:
             continue
         names = sorted(w["tdro"]["weights"], key=lambda n: -w["tdro"]["weights"][n])
-        lines += [f"LOO {t}:", "", "| collection | tDRO | DoReMi | GroupDRO |", "|---|---:|---:|---:|"]
+        learned = [(label, key) for label, key in (("tDRO", "tdro"), ("DoReMi", "doremi"), ("GroupDRO", "groupdro"))
+                   if key in w]  # a strategy whose stage 1 did not run gets no column (not a column of nan)
+        lines += [f"LOO {t}:", "", "| collection | " + " | ".join(label for label, _ in learned) + " |",
+                  "|---|" + "---:|" * len(learned)]
         for n in names:
             star = "*" if n in w["tdro"]["top70"] else ""
-            lines.append(f"| {n}{star} | {w['tdro']['weights'][n]:.4f} | "
-                         f"{w.get('doremi', {}).get('weights', {}).get(n, float('nan')):.4f} | "
-                         f"{w.get('groupdro', {}).get('weights', {}).get(n, float('nan')):.4f} |")
+            cells = [w[key]["weights"].get(n) for _, key in learned]
+            lines.append(f"| {n}{star} | " + " | ".join("–" if c is None else f"{c:.4f}" for c in cells) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -678,7 +680,11 @@ def load_results(work: Path, negatives: str | None) -> dict:
 
     Runs from before ``--negatives`` existed have no such field and used TF-IDF negatives.
     """
-    stored = json.loads((work / "results.json").read_text())
+    path = work / "results.json"
+    if not path.is_file():
+        raise SystemExit(f"{path} does not exist: {work} holds no finished run of bench_mixture (run it with "
+                         f"--work {work} first, or leave that folder out of --merge).")
+    stored = json.loads(path.read_text())
     stored.setdefault("negatives", "tfidf")
     if negatives is not None and stored["negatives"] != negatives:
         raise SystemExit(f"{work / 'results.json'} holds a run with {stored['negatives']} negatives, not "
