@@ -244,7 +244,7 @@ def report(args, p, seeds, scores, zero, shift, t_start) -> None:
         summary[label] = {"per_seed": [avg(r) for r in runs], "mean": m, "low": lo, "high": hi,
                           "per_dataset": {d: float(np.mean([per_dataset(r, d) for r in runs])) for d in TARGETS}}
         lines.append(f"| {label} | " + " | ".join(f"{summary[label]['per_dataset'][d]:.4f}" for d in TARGETS)
-                     + f" | {m:.4f} | [{lo:.4f}, {hi:.4f}] |")
+                     + f" | {m:.4f} | " + (f"[{lo:.4f}, {hi:.4f}]" if len(runs) > 1 else "– (one seed)") + " |")
     lines += ["", "| comparison | queries | mean difference | 95% interval | p (paired t over queries) |",
               "|---|---:|---:|---|---:|"]
     tests = {}
