@@ -12,6 +12,16 @@ uninterrupted one did at the same step (with ``dynamic=None`` torch would compil
 shape comes first, so a run resumed mid-way could run other kernels than the run it continues, and round
 differently).
 
+Exactness: inductor lowers some accumulations (the embedding's backward, an ``index_put`` with
+``accumulate``) to parallel kernels with atomic adds, whose float rounding depends on thread timing -- two
+uninterrupted compiled runs then differ at ~1e-7 from step 2 on, and a killed run cannot resume exactly. It
+keeps aten's deterministic kernels for them only when ``torch.are_deterministic_algorithms_enabled()`` at
+compile time, and compiled graphs are guarded on that flag; so :func:`compile_model` turns on
+``torch.use_deterministic_algorithms(True, warn_only=True)`` for the process (an op without a deterministic
+kernel warns instead of failing) and sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless it is set (cuBLAS's
+deterministic mode; effective when set before CUDA's first matmul). With it, a killed inductor run resumes
+bit-exactly (tests/train/test_compile.py, slow test).
+
 Backends: ``inductor`` (the default: generated C++/Triton kernels; needs a C/C++ compiler on CPU) and any
 other backend :func:`torch.compile` accepts (``aot_eager`` traces forward and backward but runs them with
 eager kernels: no toolchain needed, used by tests/train/test_compile.py). Inductor draws dropout masks with
@@ -47,6 +57,10 @@ def compile_model(model: Any, backend: str = "inductor") -> Any:
     if backend not in torch._dynamo.list_backends(exclude_tags=()):
         raise ConfigError(f"unknown torch.compile backend {backend!r}.",
                           fix="use inductor (default), aot_eager or another of torch._dynamo.list_backends().")
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)  # see the module docstring: exact resume
     for module in compile_targets(model):
         module.compile(backend=backend, dynamic=True)
     log.info("torch.compile(backend=%s) of the encoder's backbone: the first steps compile (slow), "
