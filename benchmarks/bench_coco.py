@@ -4,7 +4,10 @@ iDRO against uniform fine-tuning; plus the distribution-shift table.
 
 Per seed: ``coco`` (COCO on both target corpora), ``base-uniform`` (fine-tuning from the original model),
 ``coco-uniform`` (the same fine-tuning from the COCO model) and ``coco-idro`` (iDRO fine-tuning from the COCO
-model). Reported: per model the mean over seeds of the average nDCG@10 with a 95% t-interval over seeds, and
+model); with ``--control`` (on in the medium preset) also ``coco-source`` (the same COCO on as many passages of a
+*source* corpus, XQuAD's Wikipedia paragraphs from the fine-tuning data, instead of the targets) and
+``coco-source-uniform`` (the same fine-tuning from it): COCO-DR's question whether the gain comes from the target
+corpora or from contrastive pretraining as such. Reported: per model the mean over seeds of the average nDCG@10 with a 95% t-interval over seeds, and
 paired t-tests over queries (per-query nDCG@10 averaged over seeds) for COCO vs no COCO and iDRO vs uniform.
 
     python benchmarks/bench_coco.py --preset cpu --data ../shared/data --out /tmp/drmix-coco
@@ -47,7 +50,7 @@ PRESETS = {
     "medium": dict(coco=dict(max_steps=100, batch_size=32, learning_rate=5e-5, max_documents=300, span_max_length=24),
                    finetune=dict(max_steps=300, batch_size=32, learning_rate=5e-5, query_max_length=8,
                                  doc_max_length=24, max_collection_size=1500, num_negatives=0),
-                   idro=None, model_layers=2,
+                   idro=None, model_layers=2, control=True,
                    test=dict(max_queries=100, max_docs=800, max_length=24),
                    shift=dict(max_docs=300, max_pairs=50, max_uniformity_docs=50)),
     # sized to one 10-minute GPU command per seed (--seeds 0, then 1, then 2; --report-only merges them)
@@ -68,10 +71,11 @@ def estimate(p: dict, seeds: list[int]):
 
     est = Estimate()
     docs = (p["test"]["max_docs"] or 5183) + (p["test"]["max_docs"] or 3633)
-    runs = 2 + (p["idro"] is not None)
+    runs = 2 + (p["idro"] is not None) + bool(p.get("control"))
     est.encode(docs)
     for _ in seeds:
-        est.train("coco", p["coco"]["max_steps"] * p["coco"]["batch_size"] / 2)
+        for _ in range(1 + bool(p.get("control"))):
+            est.train("coco", p["coco"]["max_steps"] * p["coco"]["batch_size"] / 2)
         est.train("fine-tuning", p["finetune"]["max_steps"] * p["finetune"]["batch_size"] * runs, runs=runs)
         est.encode(docs * runs)
     return est
@@ -124,9 +128,42 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
                               save_every=10_000, log_every=5, **{"num_negatives": 1, **p["finetune"]}))
         times[label] = time.perf_counter() - t0
         models[label] = d / "model"
+    if p.get("control"):
+        source = source_corpus(collections, out.parent)
+        t0 = time.perf_counter()
+        ctrl_dir = out / "coco-source"
+        if not run_finished(ctrl_dir):
+            pretrain_coco(CocoConfig(corpus=[str(source)], output_dir=str(ctrl_dir), seed=seed, show_progress=False,
+                                     model=model, resume=True, save_every=10_000, log_every=5,
+                                     **{**p["coco"], "max_documents": p["coco"]["max_documents"] * len(TARGETS)}))
+        times["coco-source"] = time.perf_counter() - t0
+        models["coco-source"] = ctrl_dir / "model"
+        t0 = time.perf_counter()
+        d = out / "coco-source-uniform"
+        if not run_finished(d):
+            train(TrainConfig(model=str(ctrl_dir / "model"), data=data, output_dir=str(d), seed=seed,
+                              strategy="static", show_progress=False, resume=True, save_every=10_000, log_every=5,
+                              **{"num_negatives": 1, **p["finetune"]}))
+        times["coco-source-uniform"] = time.perf_counter() - t0
+        models["coco-source-uniform"] = d / "model"
     log.info("seed %d training seconds: %s", seed, {k: round(v) for k, v in times.items()})
     (out / "times.json").write_text(json.dumps(times))
     return models
+
+
+def source_corpus(collections: Path, out: Path) -> Path:
+    """``out/source-corpus.jsonl``: the distinct positive passages of XQuAD's collection (Wikipedia paragraphs,
+    part of the fine-tuning data, far from both targets: Jaccard 0.30 with their corpora), one ``text`` each."""
+    from drmix.io import atomic_write_text
+
+    path = out / "source-corpus.jsonl"
+    if not path.exists():
+        seen: dict[str, None] = {}
+        with open(collections / "xquad.jsonl", encoding="utf-8") as f:
+            for line in f:
+                seen.setdefault(json.loads(line)["positive"], None)
+        atomic_write_text(path, "".join(json.dumps({"text": t}) + "\n" for t in seen))
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="optimiser steps of COCO and of each fine-tuning (default: the preset's)")
     ap.add_argument("--model-layers", type=int, default=None,
                     help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 2; others: all 6)")
+    ap.add_argument("--control", action=argparse.BooleanOptionalAction, default=None,
+                    help="also COCO on a source corpus (XQuAD paragraphs) then the same fine-tuning: does the gain "
+                         "need the target corpora? (default: on in the medium preset, off in the others)")
     ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     ap.add_argument("--report-only", action="store_true",
                     help="train nothing: report the seeds whose evaluations are already in --out")
@@ -155,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     p = copy.deepcopy(PRESETS[args.preset])
     if args.steps is not None:
         p["coco"]["max_steps"] = p["finetune"]["max_steps"] = args.steps
+    if args.control is not None:
+        p["control"] = args.control
     if args.estimate or (args.preset == "gpu" and not args.report_only):
         print(estimate_line(estimate(p, args.seeds), "this command"), flush=True)
         if args.estimate:
@@ -169,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     from _models import truncated_minilm
 
     args.model = truncated_minilm(args.model_layers or p.get("model_layers"), args.out)
-    labels = ("base-uniform", "coco-uniform") + (("coco-idro",) if p["idro"] is not None else ())
+    labels = (("base-uniform", "coco-uniform") + (("coco-idro",) if p["idro"] is not None else ())
+              + (("coco-source-uniform",) if p.get("control") else ()))
 
     t_start = time.perf_counter()
     test = [str(args.data / t) for t in TARGETS]
@@ -244,13 +287,15 @@ def report(args, p, seeds, scores, zero, shift, t_start) -> None:
         summary[label] = {"per_seed": [avg(r) for r in runs], "mean": m, "low": lo, "high": hi,
                           "per_dataset": {d: float(np.mean([per_dataset(r, d) for r in runs])) for d in TARGETS}}
         lines.append(f"| {label} | " + " | ".join(f"{summary[label]['per_dataset'][d]:.4f}" for d in TARGETS)
-                     + f" | {m:.4f} | [{lo:.4f}, {hi:.4f}] |")
+                     + f" | {m:.4f} | " + (f"[{lo:.4f}, {hi:.4f}]" if len(runs) > 1 else "– (one seed)") + " |")
     lines += ["", "| comparison | queries | mean difference | 95% interval | p (paired t over queries) |",
               "|---|---:|---:|---|---:|"]
     tests = {}
     for name, a, b in (("COCO vs no COCO (uniform fine-tuning)", "base-uniform", "coco-uniform"),
                        ("iDRO vs uniform (both after COCO)", "coco-uniform", "coco-idro"),
-                       ("COCO + iDRO vs no COCO, uniform", "base-uniform", "coco-idro")):
+                       ("COCO + iDRO vs no COCO, uniform", "base-uniform", "coco-idro"),
+                       ("COCO on a source corpus vs no COCO", "base-uniform", "coco-source-uniform"),
+                       ("COCO on the targets vs COCO on a source corpus", "coco-source-uniform", "coco-uniform")):
         if a not in scores or b not in scores:
             continue
         t = paired_test(seed_mean(scores[a]), seed_mean(scores[b]))

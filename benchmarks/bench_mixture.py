@@ -608,7 +608,10 @@ def summarise(results: dict, arms: list[str] = ARMS) -> dict:
     """
     from drmix.evaluation.compare import Scored, compare
 
-    targets = [t for t in results if "uniform" in results[t]["arms"]]
+    # the table's columns: the targets with a uniform run; a run without one (an effect-suite slice such as
+    # `--arms size temperature doremi:reweight`) reports its arms without a Δ: merge it with the uniform slice
+    has_uniform = [t for t in results if "uniform" in results[t]["arms"]]
+    targets = has_uniform or list(results)
     out: dict = {"targets": targets, "arms": {}}
 
     def averaged(arm: str, seeds: dict[str, list[str]]) -> dict:
@@ -617,8 +620,9 @@ def summarise(results: dict, arms: list[str] = ARMS) -> dict:
     for arm in arms:
         if not all(arm in results[t]["arms"] for t in targets):
             continue
-        seeds = {t: sorted(s for s in results[t]["arms"][arm] if s in results[t]["arms"]["uniform"]) for t in targets}
-        if not all(seeds.values()):
+        seeds = {t: sorted(s for s in results[t]["arms"][arm]
+                           if not has_uniform or s in results[t]["arms"]["uniform"]) for t in targets}
+        if not targets or not all(seeds.values()):
             continue
         means = {t: [sum(r.values()) / len(r) for r in (results[t]["arms"][arm][s] for s in seeds[t])]
                  for t in targets}
@@ -630,7 +634,7 @@ def summarise(results: dict, arms: list[str] = ARMS) -> dict:
         avg_per_seed = [sum(means[t][i] for t in targets) / len(targets) for i in range(n_seeds)]
         m, h = _mean_ci(avg_per_seed)
         row["average"] = {"mean": m, "ci": h, "seeds": n_seeds}
-        if arm != "uniform":
+        if arm != "uniform" and has_uniform:
             comp = compare([Scored("uniform", averaged("uniform", seeds)), Scored(arm, averaged(arm, seeds))],
                            metric="ndcg@10", permutations=10000, seed=0)
             for d in comp.rows[arm]:

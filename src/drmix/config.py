@@ -99,6 +99,8 @@ class TrainConfig(BaseModel):
     torch_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(None, description="dtype the weights are loaded in (bf16 halves memory). Default: transformers' choice for the folder.")
     attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] | None = Field(None, description="Attention kernel. Default: transformers' choice (sdpa).")
     gradient_checkpointing: bool = Field(False, description="Activation checkpointing on the backbone (recompute layers in backward; less memory).")
+    compile: bool = Field(False, description="torch.compile the encoder's backbone for training (in place: checkpoints and the saved model keep plain parameter names). The first steps compile; see docs/benchmarks.md for the measured speed.")
+    compile_backend: str = Field("inductor", description="torch.compile backend of --compile: inductor (needs a C/C++ compiler on CPU) or another of torch._dynamo.list_backends(), e.g. aot_eager.")
     trust_remote_code: bool = Field(False, description="Allow custom model code from the model folder / hub.")
     device: str | None = Field(None, description="Device override (default: cuda if available, else cpu).")
     max_collection_size: int | None = Field(None, ge=1, description="Cap each collection at this many examples (seeded).")

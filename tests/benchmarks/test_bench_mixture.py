@@ -147,3 +147,20 @@ def test_device_time_estimate_counts_each_model_once(capsys, tmp_path):
                     "--work", str(tmp_path)]) == 0
     assert "estimated device time" in capsys.readouterr().out
     assert not (tmp_path / "results.json").exists()
+
+
+def test_a_slice_without_uniform_reports_its_arms_and_merges_into_deltas(tmp_path):
+    # an effect-suite slice such as `--arms size doremi:reweight` holds no uniform run: its table lists the arms
+    # (per-seed means 0.4 and 0.6 -> 0.5) without a delta; merged with the uniform slice the delta appears
+    size = {"t": {"arms": {"size": {"42": {"q1": 0.4, "q2": 0.4}, "43": {"q1": 0.6, "q2": 0.6}}},
+                  "weights": {}, "seconds": {}}}
+    alone = bm.summarise(size, ["uniform", "size"])
+    assert alone["targets"] == ["t"] and "uniform" not in alone["arms"]
+    assert alone["arms"]["size"]["t"]["mean"] == pytest.approx(0.5) and "delta" not in alone["arms"]["size"]["t"]
+    assert "| size | 0.5000" in bm.report(alone, size)
+    bm.merge_results(size, {"t": {"arms": {"uniform": {"42": {"q1": 0.3, "q2": 0.4}, "43": {"q1": 0.5, "q2": 0.6}}}}})
+    merged = bm.summarise(size, ["uniform", "size"])["arms"]["size"]["t"]
+    # seed-averaged per query: size 0.5, 0.5; uniform 0.4, 0.5 -> delta (0.1 + 0.0) / 2
+    assert merged["delta"] == pytest.approx(0.05)
+    with pytest.raises(SystemExit, match="holds no finished run"):
+        bm.load_results(tmp_path / "absent", None)

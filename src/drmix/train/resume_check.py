@@ -19,11 +19,12 @@ import yaml
 
 from drmix.errors import ConfigError
 
-#: Fields that do not change what is trained: logging, checkpointing, evaluation, device, the flags themselves.
+#: Fields that do not change what is trained: logging, checkpointing, evaluation, device, compilation, the flags
+#: themselves.
 OPERATIONAL = frozenset({
     "output_dir", "resume", "resume_with_changes", "show_progress", "save_every", "keep_checkpoints", "log_every",
     "eval_data", "eval_every", "eval_split", "eval_max_queries", "device", "max_nonfinite_steps",
-    "report_to", "push_to_hub",
+    "report_to", "push_to_hub", "compile", "compile_backend",
 })
 
 

@@ -167,6 +167,13 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(self.model, config)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
         self.sharding = sharding_kind(self.accelerator)  # "fsdp" | "deepspeed" | None
+        if config.compile:
+            if self.sharding is not None:
+                raise ConfigError(f"--compile is not supported with {self.sharding} sharding.",
+                                  fix="drop --compile, or train without FSDP/DeepSpeed.")
+            from drmix.train.compile import compile_model
+
+            compile_model(self.model, config.compile_backend)  # in place: parameter names unchanged
         if self.sharding is not None:
             log.warning("sharded with %s: no intermediate checkpoints are written, so a killed run starts over "
                         "(docs/llm.md)", self.sharding)
