@@ -727,6 +727,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dev-docs", type=int, default=None, help="dev corpus size for the tdro:dev selection")
     ap.add_argument("--coco-documents", type=int, default=None,
                     help="coco arm: at most this many target documents for COCO's spans (default: all)")
+    ap.add_argument("--coco-steps", type=int, default=None,
+                    help="coco arm: COCO optimiser steps (default: the preset's; --steps sets the fine-tuning's)")
+    ap.add_argument("--coco-batch-size", type=int, default=None,
+                    help="coco arm: COCO span pairs per step (default: the preset's)")
     ap.add_argument("--stage1-seed", type=int, default=None,
                     help="seed of stage 0 (the reference) and stage 1 (default: the first of --seeds)")
     ap.add_argument("--order", choices=("seeds", "reverse"), default="seeds",
@@ -766,8 +770,10 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("datasets", "sentence_transformers", "transformers", "httpx", "filelock", "drmix.train.trainer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args.arms = list(args.arms or ARMS)
-    if args.coco_documents is not None:
-        args.coco = {**args.coco, "max_documents": args.coco_documents}
+    for key, value in (("max_documents", args.coco_documents), ("max_steps", args.coco_steps),
+                       ("batch_size", args.coco_batch_size)):
+        if value is not None:
+            args.coco = {**args.coco, key: value}
     if isinstance(args.test_queries, int):
         args.test_queries = {t: args.test_queries for t in args.targets}
     if args.stage1_seed is None:
