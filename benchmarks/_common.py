@@ -23,3 +23,18 @@ def apply_preset(args: Any, presets: dict[str, dict[str, Any]]) -> Any:
     for k, v in presets.get(getattr(args, "preset", None) or "", {}).items():
         setattr(args, k, v)
     return args
+
+
+def scifact_passages(data: Path, n: int) -> list[str]:
+    """The first ``n`` SciFact corpus passages (title and text, as drmix indexes them) from ``data/scifact``."""
+    import json
+
+    from drmix.data.beir import doc_text
+
+    texts: list[str] = []
+    with open(data / "scifact" / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            texts.append(doc_text(json.loads(line)))
+            if len(texts) == n:
+                break
+    return texts

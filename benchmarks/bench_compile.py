@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 import sys
 import time
@@ -59,15 +58,7 @@ def pairs(data: Path, n: int) -> list[dict[str, str]]:
 
 
 def passages(data: Path, n: int) -> list[str]:
-    from drmix.data.beir import doc_text
-
-    out = []
-    with open(data / "scifact" / "corpus.jsonl", encoding="utf-8") as f:
-        for line in f:
-            out.append(doc_text(json.loads(line)))
-            if len(out) == n:
-                break
-    return out
+    return _common.scifact_passages(data, n)
 
 
 def _sync(device: str) -> None:

@@ -23,7 +23,6 @@ passages, batch 64) and ``--preset gpu`` (auto = fp16/bf16, 8,000 passages, batc
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -36,15 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def load_passages(data: Path, n: int) -> list[str]:
-    from drmix.data.beir import doc_text
-
-    texts = []
-    with open(data / "scifact" / "corpus.jsonl", encoding="utf-8") as f:
-        for line in f:
-            texts.append(doc_text(json.loads(line)))
-            if len(texts) == n:
-                break
-    return texts
+    return _common.scifact_passages(data, n)
 
 
 def pad_tokens(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> int:
