@@ -72,15 +72,14 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     paper's stage-1 settings from a fine-tuning config.
     """
     from drmix.data.collections import load_collections
-    from drmix.mixture.dro import dro_strategy_from_options
-    from drmix.mixture.registry import strategy_names
+    from drmix.mixture.registry import build_strategy, strategy_names
     from drmix.train.trainer import train
 
     name = (strategy or config.strategy).lower()
     dro_strategies = strategy_names(family="dro")
     if name not in dro_strategies:
         raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(dro_strategies)}.")
-    strat = dro_strategy_from_options(name, config.tdro)
+    strat = build_strategy(config.model_copy(update={"strategy": name}), [])
     if strat.config.measurement != "raw" and not config.reference_model:
         raise ConfigError(f"strategy '{name}' needs a frozen reference model.",
                           fix="set reference_model (a model trained with uniform weights), or run "
