@@ -172,6 +172,8 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     del teacher
     student0 = _student_init(cfg, root)
     train_dir = root / "train"
+    if cfg.format != "auto" or cfg.columns:  # --format / --columns describe the user's data, not drmix's own files
+        files = [{"path": f, "format": "drmix", "columns": {}} for f in files]
     train_stage("student", TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
                                                        "model": student0, "data": files + list(cfg.data),
                                                        "output_dir": str(train_dir), "resume": True}))
