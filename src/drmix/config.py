@@ -166,6 +166,9 @@ class PipelineBaseConfig(TrainConfig):
     test_split: str = Field("test", description="Qrels split of the final evaluation.")
     test_max_queries: int | None = Field(None, ge=1, description="Cap on test queries per dataset (seeded subsample).")
     test_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
+    overwrite: bool = Field(False, description="Re-run every stage, replacing the earlier run's outputs in output_dir "
+                                               "(without it a rerun reuses the stages made with the same settings and "
+                                               "refuses changed ones unless --resume-with-changes re-runs them).")
 
 
 def _format_validation(e: ValidationError) -> str:
