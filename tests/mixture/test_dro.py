@@ -172,17 +172,25 @@ def test_doremi_one_step_matches_hand_computation():
     s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
     np.testing.assert_allclose(s.last.measurement, [1.0, 0.0, 0.25])
     np.testing.assert_allclose(s.weights, [0.543196, 0.200041, 0.256763], atol=1e-6)
-    # Output is the average over steps: after one step it is the step's weights.
+    # Output is the average over steps as DoReMi's trainer keeps it (update_counter starts at 1, so the initial
+    # weights w0 are the average's first term): avg <- (avg * (c - 1) + w) / c with c = 2 after one step.
+    w0 = np.full(3, 1 / 3)
     fw = s.final_weights()
     assert fw["output"] == "mean"
-    np.testing.assert_allclose(fw["weights"], s.weights, rtol=1e-12)
-    # Second step with the same losses: w2 = 0.999 * softmax(log w1 + [1, 0, .25]) + 0.001/3; mean = (w1 + w2) / 2
+    np.testing.assert_allclose(fw["weights"], (w0 + s.weights) / 2, rtol=1e-12)
+    # Second step with the same losses: w2 = 0.999 * softmax(log w1 + [1, 0, .25]) + 0.001/3; mean = (w0+w1+w2)/3
     w1 = s.weights.copy()
     s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
     e = w1 * np.exp([1.0, 0.0, 0.25])
     w2 = 0.999 * e / e.sum() + 0.001 / 3
     np.testing.assert_allclose(s.weights, w2, rtol=1e-12)
-    np.testing.assert_allclose(s.final_weights()["weights"], (w1 + w2) / 2, rtol=1e-12)
+    np.testing.assert_allclose(s.final_weights()["weights"], (w0 + w1 + w2) / 3, rtol=1e-12)
+    # tDRO's train_domain_weights_mean starts at the first update (its counter starts at 0): after two steps
+    # the mean is (w1 + w2) / 2 -- and so is DoReMi's with mean_counts_initial off.
+    off = make("doremi", mean_counts_initial=False)
+    for _ in range(2):
+        off.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
+    np.testing.assert_allclose(off.mean_weights, (w1 + w2) / 2, rtol=1e-12)
 
 
 def test_groupdro_one_step_matches_hand_computation():

@@ -34,8 +34,9 @@ def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_sett
     config = load_config(TrainConfig, config_path, overrides)
     if paper_settings:
         resume = config.resume           # stage1_config turns resume on; keep the user's choice here
+        given = {k: overrides[k] for k in ("num_negatives", "temperature") if overrides.get(k) is not None}
         config = stage1_config(config, strategy=config.strategy, reference=config.reference_model,
-                               output_dir=config.output_dir).model_copy(update={"resume": resume})
+                               output_dir=config.output_dir, overrides=given).model_copy(update={"resume": resume})
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     result = optimize_weights(config)
     weights = result.weights_path
@@ -55,7 +56,9 @@ def register(app: typer.Typer) -> None:
         "paper_settings", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
         default=typer.Option(True, "--paper-settings/--as-given",
                              help="Use tDRO's stage-1 settings (mixed equal-share batches, hard-negative-only "
-                                  "InfoNCE, uniform sampling); --as-given keeps the config's batching and negatives."))
+                                  "InfoNCE with 7 negatives at temperature 0.002 unless --num-negatives / "
+                                  "--temperature are given, uniform sampling); --as-given keeps the config's "
+                                  "batching, negatives and temperature."))
     mixture.command("optimize", help=paragraphs(OPTIMIZE_HELP), no_args_is_help=True)(
         config_command(TrainConfig, run_optimize, extra=[paper]))
     app.add_typer(mixture, name="mixture")
