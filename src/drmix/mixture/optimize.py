@@ -49,8 +49,8 @@ def mine_missing_negatives(collections: list, num_negatives: int, *, model: Any 
                            window: str = "1:30", max_score_ratio: float | None = 0.95) -> dict[str, dict]:
     """Top every example up to ``num_negatives`` hard negatives with drmix's miner (in place); the counts per
     collection (``examples``, ``needed`` = examples that had fewer, ``mined`` = negatives added, ``short`` =
-    examples still below after mining). ``model``: the miner (default: ``drmix mine``'s, the bundled
-    all-MiniLM-L6-v2), loaded only when some example needs negatives."""
+    examples still below after mining). ``model``: the miner, an encoder or its path (default: ``drmix mine``'s,
+    the bundled all-MiniLM-L6-v2), loaded only when some example needs negatives."""
     from dataclasses import asdict
 
     from drmix.augment.mine import top_up_negatives
@@ -62,10 +62,10 @@ def mine_missing_negatives(collections: list, num_negatives: int, *, model: Any 
         if all(len(n) >= num_negatives for n in negs):
             report[c.name] = {"examples": len(ds), "needed": 0, "mined": 0, "short": 0}
             continue
-        if model is None:
+        if model is None or isinstance(model, (str, Path)):
             from drmix.model.encoder import load_encoder
 
-            model = load_encoder(None)
+            model = load_encoder(None if model is None else str(model))
         queries = [c.format_query(q) for q in ds["query"]]
         new, stats = top_up_negatives(queries, ds["positives"], negs, model, num_negatives=num_negatives,
                                       window=window, max_score_ratio=max_score_ratio)
@@ -128,7 +128,8 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     ``config`` is used as given except that ``strategy`` is set; call :func:`stage1_config` first to get the
     paper's stage-1 settings from a fine-tuning config. ``fill_negatives``: ``mine`` (default; ``True`` is the
     same), ``random`` or ``off`` (``False``) -- what happens to examples with fewer than ``num_negatives`` hard
-    negatives (module docstring); ``miner`` is the encoder that mines (default: ``drmix mine``'s model).
+    negatives (module docstring); ``miner`` is the encoder (or its path) that mines (default: ``drmix mine``'s
+    model).
     """
     from drmix.data.collections import load_collections
     from drmix.io import atomic_write_json

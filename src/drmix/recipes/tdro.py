@@ -91,6 +91,10 @@ class PipelineConfig(PipelineBaseConfig):
     default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
                                                           "uniform (the benchmark's evidence) or a transfer.")
 
+    stage1_miner: str | None = Field(None, description="Stage 1: the retriever that mines missing hard negatives "
+                                                        "(folder or hub id; default: drmix mine's, the bundled "
+                                                        "all-MiniLM-L6-v2; the tDRO authors used bge-base-en-v1.5).")
+
     @field_validator("stage1_fill_negatives", mode="before")
     @classmethod
     def _fill_from_bool(cls, v: Any) -> Any:
@@ -172,7 +176,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     if run_finished(s1_out) and (s1_out / "weights.json").exists():
         log.info("stage 1: finished earlier in %s, skipping", s1_out)
     else:
-        optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives)
+        optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives, miner=config.stage1_miner)
     weights_path = s1_out / "weights.json"
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
 
