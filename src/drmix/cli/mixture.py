@@ -19,8 +19,10 @@ same inputs; the strategy turns per-collection losses into weights: tdro = proxy
 doremi = excess loss, groupdro = raw loss (no reference needed). Writes weights.json (final, mean, EMA,
 top-K% selections), weights.jsonl (trajectory) and weights.png into --output-dir. Transfer the weights
 with `drmix train --weights-file RUN/weights.json --transfer top:0.7|reweight|loss`.
-Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, max_grad_norm, absent, accumulation, smoothing, output, ema, reference_guard, min_relative_reference,
-measurement, top_percents); see docs/mixture.md.
+Stage 1 is the authors' setting: 7 hard negatives per query (missing ones mined) at temperature 0.002.
+Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, max_grad_norm, absent, objective, mean_counts_initial,
+accumulation, smoothing, output, ema, reference_guard, min_relative_reference, measurement, top_percents);
+see docs/mixture.md.
 """
 
 def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_settings: bool = True) -> None:

@@ -91,9 +91,16 @@ def probe_gradcos_rewards(compute_losses, params: Sequence[torch.Tensor], train_
     params = list(params)
     saved = [p.detach().clone() for p in params]
     rewards = []
+    fixed = None                 # without a probe the dev gradients are the same for every batch: computed once
+    if probe_step == 0:
+        fixed = sum(flat_grad(compute_losses, params, b, world_size) for b in dev_batches)
     try:
         for batch in train_batches:
             g = flat_grad(compute_losses, params, batch, world_size)
+            if fixed is not None:
+                g64, d64 = g.double(), fixed.double()
+                rewards.append(float((g64 @ d64) / (torch.sqrt((g64 @ g64) * (d64 @ d64)) + 1e-10)))
+                continue
             with torch.no_grad():
                 offset = 0
                 for p in params:
