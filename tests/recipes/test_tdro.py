@@ -179,6 +179,36 @@ def test_groupdro_pipeline_forwards_no_reference(pipeline_config):
     assert all(r["reference_loss"][n] is None for r in traj for n in names)
 
 
+def test_a_rerun_with_a_changed_stage_setting_is_refused_or_reruns_that_stage(pipeline_config, caplog):
+    """A changed stage-1 setting: refused before anything is written (pipeline.yaml still names the earlier
+    settings); with --resume-with-changes stage 1 and the stage 2 built on its weights train again, and the
+    unchanged stage 0 is reused."""
+    from drmix.train.resume_check import ResumeMismatchError
+
+    cfg = pipeline_config.model_copy(update={"transfers": ["reweight"], "test_data": [], "max_steps": 2,
+                                             "stage1": {"max_steps": 2}})
+    run_tdro_pipeline(cfg)
+    root = Path(cfg.output_dir)
+    recorded = (root / "pipeline.yaml").read_bytes()
+    stamps = {d: (root / d / "model" / "modules.json").stat().st_mtime_ns
+              for d in ("stage0-reference", "stage1-tdro", "stage2-tdro-reweight")}
+    changed = cfg.model_copy(update={"stage1": {"max_steps": 3}})
+    with pytest.raises(ResumeMismatchError, match=r"stage 1: max_steps 2 -> 3") as e:
+        run_tdro_pipeline(changed)
+    assert "stage 0" not in str(e.value) and "--resume-with-changes" in str(e.value)
+    assert (root / "pipeline.yaml").read_bytes() == recorded
+    assert read_jsonl(root / "stage1-tdro" / "weights.jsonl")[-1]["step"] == 2
+
+    with caplog.at_level(logging.WARNING, logger="drmix.recipes"):
+        run_tdro_pipeline(changed.model_copy(update={"resume_with_changes": True}))
+    assert "stage 1: re-run with the changed settings (max_steps 2 -> 3)" in caplog.text
+    assert "stage 2 (reweight): re-run with the changed settings (it is built on stage 1)" in caplog.text
+    assert [r["step"] for r in read_jsonl(root / "stage1-tdro" / "weights.jsonl")] == [1, 2, 3]
+    assert (root / "stage0-reference" / "model" / "modules.json").stat().st_mtime_ns == stamps["stage0-reference"]
+    assert (root / "stage2-tdro-reweight" / "model" / "modules.json").stat().st_mtime_ns != stamps["stage2-tdro-reweight"]
+    assert yaml.safe_load((root / "pipeline.yaml").read_text())["stage1"] == {"max_steps": 3}
+
+
 def test_cli_optimize_learns_weights(tmp_path, tiny_model_path):
     from drmix.cli import main
 

@@ -131,7 +131,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     negatives (module docstring); ``miner`` is the encoder (or its path) that mines (default: ``drmix mine``'s
     model).
     """
-    from drmix.data.collections import load_collections
+    from drmix.data.collections import collections_for
     from drmix.io import atomic_write_json
     from drmix.mixture.dro import dro_strategy_from_options
     from drmix.mixture.registry import strategy_names
@@ -153,7 +153,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     if config.batching != "mixed":
         log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", config.batching)
     config = config.model_copy(update={"strategy": name})
-    collections = load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)
+    collections = collections_for(config)
     if not config.in_batch_negatives and config.num_negatives >= 1:
         if fill == "mine":
             report = mine_missing_negatives(collections, config.num_negatives, model=miner)

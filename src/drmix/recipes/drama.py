@@ -19,7 +19,10 @@ small student -> evaluate student vs teacher vs the untuned student, one table.
    at full size and at each of ``dims`` (cached in ``eval/<label>/eval-<split>.json``,
    :mod:`drmix.evaluation.suite`); ``summary.md`` / ``summary.json`` hold the table.
 
-Finished steps are skipped on a rerun (files present, training finished), so an interrupted run resumes.
+Finished steps are reused on a rerun (files present, training finished) when they were made with the same settings
+(the augmentation's and the pruning's fields as ``drama.yaml`` recorded them, the student's ``train/config.yaml``;
+:mod:`drmix.recipes.stages`): a changed step is refused, or re-run with ``--resume-with-changes``, and an
+interrupted run resumes.
 Departures: the paper's teacher is an 8B LLM retriever and its LLM a 70B instruct model; here they are
 whatever the user configures (the defaults, all-MiniLM-L6-v2 and SmolLM2-135M-Instruct, run on a laptop). The
 paper's student is pruned with learned masks and continued pretraining (25B tokens); ``prune_from`` drops layers
@@ -40,7 +43,7 @@ from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.io import atomic_write_json
 from drmix.outputs import model_saved
-from drmix.recipes.stages import record_config, train_stage, write_summary
+from drmix.recipes.stages import Stage, prepare_stages, record_config, train_stage, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,26 @@ class DramaConfig(PipelineBaseConfig):
         return v
 
 
+#: Fields of the pruned student's initialisation (``student-init/``).
+PRUNE_FIELDS = ("prune_from", "prune_layers", "prune_keep_layers", "prune_mlp_keep", "doc_max_length")
+
+
+def augment_fields() -> list[str]:
+    """Fields the augmentation files depend on: the recipe's own fields (every step's options among them) but
+    the evaluation's and the pruning's, plus the seed and how the teacher is loaded."""
+    from drmix.config import PipelineBaseConfig
+
+    evaluation = set(PipelineBaseConfig.model_fields) - set(TrainConfig.model_fields) | {"dims"}
+    own = [k for k in DramaConfig.model_fields if k not in TrainConfig.model_fields and k not in evaluation
+           and k not in PRUNE_FIELDS]
+    return own + ["seed", "torch_dtype", "attn_implementation", "trust_remote_code"]
+
+
+def _corpus_name(path: str) -> str:
+    p = Path(path).expanduser()
+    return p.name if p.is_dir() else p.stem
+
+
 def _corpus_of(path: str) -> tuple[str, dict[str, dict[str, str]]]:
     from drmix.data.beir import read_corpus
 
@@ -171,28 +194,41 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR (a BEIR directory or corpus.jsonl).")
     root = Path(cfg.output_dir)
     aug = root / "augment"
+    from drmix.augment.steps import enabled_steps, step_file
+
+    # Every step's settings first: the earlier run's files are reused only when made with these settings.
+    files = [str(step_file(aug, _corpus_name(path), step.name)) for path in cfg.corpus for step in enabled_steps(cfg)]
+    if cfg.format != "auto" or cfg.columns:  # --format / --columns describe the user's data, not drmix's own files
+        files = [{"path": f, "format": "drmix", "columns": {}} for f in files]
+    student0 = (str(root / "student-init") if cfg.prune_from is not None else cfg.model or "default")
+    train_cfg = TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
+                                            "model": student0, "data": files + list(cfg.data),
+                                            "output_dir": str(root / "train"), "resume": True})
+    values = cfg.model_dump(mode="json")
+    stages = [Stage("augment", {k: values[k] for k in augment_fields()}, output_dir=aug, record=root / "drama.yaml",
+                    outputs=[p for p in sorted(aug.glob("*")) if p.name != "llm-cache.jsonl"])]
+    if cfg.prune_from is not None:
+        stages.append(Stage("student-init", {k: values[k] for k in PRUNE_FIELDS}, output_dir=root / "student-init",
+                            record=root / "drama.yaml"))
+    stages.append(Stage("student", train_cfg))
+    prepare_stages(stages, allow_changes=cfg.resume_with_changes, overwrite=cfg.overwrite)
     aug.mkdir(parents=True, exist_ok=True)
     record_config(root, "drama.yaml", cfg)
     teacher = load_encoder(cfg.teacher, model_kwargs=BackboneOptions.from_config(cfg).model_kwargs())
     backend = None
-    from drmix.augment.steps import enabled_steps
 
     if any(step.needs_llm for step in enabled_steps(cfg)):
         from drmix.llm.factory import LLMConfig, build_backend
 
         backend = build_backend(LLMConfig.model_validate(cfg.llm), cache_path=aug / "llm-cache.jsonl")
     augment: dict[str, Any] = {}
-    files: list[str] = []
     for path in cfg.corpus:
         name, corpus = _corpus_of(path)
         augment[name] = augment_corpus(name, corpus, teacher, cfg, aug, backend)
-        files += augment[name]["files"]
     del teacher
-    student0 = _student_init(cfg, root)
+    _student_init(cfg, root)
+    train_stage("student", train_cfg)
     train_dir = root / "train"
-    train_stage("student", TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
-                                                       "model": student0, "data": files + list(cfg.data),
-                                                       "output_dir": str(train_dir), "resume": True}))
     models = {"teacher": cfg.teacher or "default", "untuned": student0, "student": str(train_dir / "model")}
     summary: dict[str, Any] = {"augment": augment, "models": models}
     if cfg.test_data:

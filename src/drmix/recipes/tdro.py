@@ -33,7 +33,8 @@ The uniform baseline is the stage-0 model (the paper's reference *is* a uniform 
 fine-tuning recipe). When the config supplies ``reference_model``, no stage 0 runs and the baseline is
 trained as stage 2 with uniform weights. Each stage writes to its own subdirectory of ``output_dir``
 (``stage0-reference``, ``stage1-<strategy>``, ``stage2-<strategy>-<transfer>``, ``stage2-uniform``), so
-several strategies can share one root and one reference; a rerun skips finished stages and resumes an
+several strategies can share one root and one reference; a rerun reuses the stages made with the same settings
+(:mod:`drmix.recipes.stages`: a changed one is refused, or re-run with ``--resume-with-changes``) and resumes an
 interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json`` (selection:
 ``select-<split>.json``) next to each model (:mod:`drmix.evaluation.suite`).
 
@@ -61,7 +62,7 @@ from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.mixture.optimize import optimize_weights, stage1_config
 from drmix.outputs import run_finished
-from drmix.recipes.stages import record_config, train_stage, write_summary
+from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -151,51 +152,56 @@ def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | 
 
 def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
-    from drmix.data.collections import load_collections
+    from drmix.data.collections import collections_for
     from drmix.mixture.transfer import build_transfer_strategy
 
     strat = validate_pipeline(config)
     root = Path(config.output_dir)
-    record_config(root, "pipeline.yaml", config)
     models: dict[str, Path] = {}
 
-    # Stage 0: the uniform baseline, and the reference of the ratio / difference measurements.
+    # Every stage's configuration first: the earlier run's stages are reused only when made with these settings.
     reference = config.reference_model
-    if reference is None:
-        s0 = train_stage("stage 0", _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform",
-                                                 strategy="static", transfer=None, weights_file=None,
-                                                 reference_model=None, output_dir=str(root / "stage0-reference")))
-        models[BASELINE] = s0.model_dir
+    s0_cfg = None
+    if reference is None:    # stage 0: the uniform baseline, and the reference of the ratio / difference measurements
+        s0_cfg = _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform", strategy="static",
+                               transfer=None, weights_file=None, reference_model=None,
+                               output_dir=str(root / "stage0-reference"))
         if strat.config.measurement != "raw":      # GroupDRO measures raw losses: no reference forward
-            reference = str(s0.model_dir)
-
-    # Stage 1: learned weights.
+            reference = str(Path(s0_cfg.output_dir) / "model")
     s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
                            output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
     s1_out = Path(s1_cfg.output_dir)
-    if run_finished(s1_out) and (s1_out / "weights.json").exists():
-        log.info("stage 1: finished earlier in %s, skipping", s1_out)
-    else:
-        optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives, miner=config.stage1_miner)
     weights_path = s1_out / "weights.json"
+    runs: list[tuple[str, str | None]] = ([] if s0_cfg is not None else [(BASELINE, None)])
+    runs += [(t, t) for t in config.transfers]
+    s2_cfgs = {label: _stage_config(config, config.stage2, batching="homogeneous", strategy="static",
+                                    reference_model=None, mixture="uniform", transfer=transfer,
+                                    weights_file=str(weights_path) if transfer else None,
+                                    output_dir=str(root / ("stage2-uniform" if transfer is None
+                                                           else f"stage2-{config.strategy}-{slug(transfer)}")))
+               for label, transfer in runs}
+    stages = ([Stage("stage 0", s0_cfg)] if s0_cfg is not None else []) + [Stage("stage 1", s1_cfg)]
+    stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
+    prepare_stages(stages, allow_changes=config.resume_with_changes, overwrite=config.overwrite)
+    record_config(root, "pipeline.yaml", config)
+
+    if s0_cfg is not None:
+        models[BASELINE] = train_stage("stage 0", s0_cfg).model_dir
+
+    # Stage 1: learned weights.
+    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives,
+                                                           miner=config.stage1_miner),
+              finished=lambda out: run_finished(out) and (out / "weights.json").exists())
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
 
     # Stage 2: each transfer (and the uniform baseline when stage 0 did not run).
-    names = [c.name for c in load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)]
-    runs: list[tuple[str, str | None]] = ([] if BASELINE in models else [(BASELINE, None)])
-    runs += [(t, t) for t in config.transfers]
+    names = [c.name for c in collections_for(config)]
     kept: dict[str, list[str]] = {}
     for label, transfer in runs:
-        fixed = dict(batching="homogeneous", strategy="static", reference_model=None,
-                     mixture="uniform", transfer=transfer, weights_file=str(weights_path) if transfer else None,
-                     output_dir=str(root / ("stage2-uniform" if transfer is None
-                                            else f"stage2-{config.strategy}-{slug(transfer)}")))
-        cfg = _stage_config(config, config.stage2, **fixed)
         strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
         if strategy is not None and "kept" in strategy.info:
             kept[label] = strategy.info["kept"]
-        out = train_stage(f"stage 2 ({label})", cfg, strategy=strategy)
-        models[label] = out.model_dir
+        models[label] = train_stage(f"stage 2 ({label})", s2_cfgs[label], strategy=strategy).model_dir
 
     result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
                             models)
@@ -263,10 +269,9 @@ def validate_pipeline(config: PipelineConfig):
                               ) from None
         except ConfigError as e:
             raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
-    for d in config.data:
-        path = getattr(d, "path", d)
-        if isinstance(path, (str, Path)) and not Path(path).expanduser().exists():
-            raise ConfigError("training data not found.", path=path, fix="pass existing collection files or folders.")
+    from drmix.data.collections import check_sources
+
+    check_sources(config.data)
     if config.default_selection not in (BASELINE, *config.transfers):
         raise ConfigError(f"default_selection {config.default_selection!r} is neither uniform nor a configured "
                           "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.transfers])}.")
