@@ -78,6 +78,26 @@ def test_mine_collection_by_hand(tmp_path, hand_embed):
     assert stats.filtered == 1 and stats.negatives == 4 and stats.short == 0 and stats.pool == 5
 
 
+def test_mine_collection_reads_any_layout_through_load_collections(tmp_path, hand_embed, monkeypatch):
+    """The same rows as a FlagEmbedding parquet file mine to the same negatives as the drmix JSONL above."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist([
+        {"query": "q1", "pos": ["p1"], "neg": ["n_a", "n_c"], "pos_scores": [1.0], "neg_scores": [0.5, 0.1]},
+        {"query": "q2", "pos": ["p2"], "neg": ["n_b"], "pos_scores": [1.0], "neg_scores": [0.2]}]), src)
+    out = tmp_path / "m.jsonl"
+    mine_collection(src, out, model=None, window="1:3", num_negatives=2, max_score_ratio=0.95, model_name="t")
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["negatives"] for r in rows] == [["n_b", "p2"], ["n_b", "n_a"]]
+    assert rows[0]["positive"] == ["p1"] and "negative_scores" not in rows[0]   # old teacher scores dropped
+    from drmix.data.collections import load_collections
+
+    assert load_collections([str(out)])[0].layout == "drmix"
+
+
 def test_mine_collection_window_keep_and_random(tmp_path, hand_embed):
     src = tmp_path / "c.jsonl"
     _write(src, [{"query": "q1", "positive": "p1", "negatives": ["n_a", "n_c"]},

@@ -71,7 +71,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     ``config`` is used as given except that ``strategy`` is set; call :func:`stage1_config` first to get the
     paper's stage-1 settings from a fine-tuning config.
     """
-    from drmix.data.collections import load_collections
+    from drmix.data.collections import collections_for
     from drmix.mixture.dro import dro_strategy_from_options
     from drmix.mixture.registry import strategy_names
     from drmix.train.trainer import train
@@ -88,7 +88,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     if config.batching != "mixed":
         log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", config.batching)
     config = config.model_copy(update={"strategy": name})
-    collections = load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)
+    collections = collections_for(config)
     if fill_negatives and not config.in_batch_negatives:
         collections = fill_missing_negatives(collections, max(1, config.num_negatives), seed=config.seed)
     return train(config, strategy=strat, collections=collections)

@@ -180,6 +180,8 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
 
     # Every step's settings first: the earlier run's files are reused only when made with these settings.
     files = [str(step_file(aug, _corpus_name(path), step.name)) for path in cfg.corpus for step in enabled_steps(cfg)]
+    if cfg.format != "auto" or cfg.columns:  # --format / --columns describe the user's data, not drmix's own files
+        files = [{"path": f, "format": "drmix", "columns": {}} for f in files]
     student0 = (str(root / "student-init") if cfg.prune_from is not None else cfg.model or "default")
     train_cfg = TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
                                             "model": student0, "data": files + list(cfg.data),

@@ -137,7 +137,7 @@ def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | 
 
 def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
-    from drmix.data.collections import load_collections
+    from drmix.data.collections import collections_for
     from drmix.mixture.transfer import build_transfer_strategy
 
     strat = validate_pipeline(config)
@@ -179,7 +179,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
 
     # Stage 2: each transfer (and the uniform baseline when stage 0 did not run).
-    names = [c.name for c in load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)]
+    names = [c.name for c in collections_for(config)]
     kept: dict[str, list[str]] = {}
     for label, transfer in runs:
         strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
@@ -253,10 +253,9 @@ def validate_pipeline(config: PipelineConfig):
                               ) from None
         except ConfigError as e:
             raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
-    for d in config.data:
-        path = getattr(d, "path", d)
-        if isinstance(path, (str, Path)) and not Path(path).expanduser().exists():
-            raise ConfigError("training data not found.", path=path, fix="pass existing collection files or folders.")
+    from drmix.data.collections import check_sources
+
+    check_sources(config.data)
     if config.default_selection not in (BASELINE, *config.transfers):
         raise ConfigError(f"default_selection {config.default_selection!r} is neither uniform nor a configured "
                           "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.transfers])}.")
