@@ -331,3 +331,25 @@ def test_groupdro_callback_weights_equal_drmix_strategy_and_resume(tiny_model_pa
     (part / "checkpoint-6" / "drmix_mixture.json").unlink()
     with pytest.raises(CheckpointError, match="drmix_mixture.json"):
         run(part, resume=str(part / "checkpoint-6"))
+
+
+def test_example_script_runs(tiny_model_path, tmp_path, one_thread, monkeypatch):
+    import runpy
+    import sys
+
+    from drmix.data.beir import write_beir
+
+    dirs = []
+    for name in ("alpha", "beta"):
+        corpus = {f"d{i}": {"title": "", "text": f"{name} document {i}"} for i in range(12)}
+        queries = {f"q{i}": f"{name} question {i}" for i in range(12)}
+        dirs.append(write_beir(tmp_path / name, corpus, queries, {"train": {f"q{i}": {f"d{i}": 1} for i in range(12)}}))
+    script = Path(__file__).resolve().parents[2] / "examples" / "sentence_transformers" / "train_mixture.py"
+    out = tmp_path / "run"
+    monkeypatch.setattr(sys, "argv", [str(script), "--output-dir", str(out), "--model", tiny_model_path,
+                                      "--data", f"alpha={dirs[0]}", "--data", f"beta={dirs[1]}", "--dro", "groupdro",
+                                      "--steps", "3", "--batch-size", "4"])
+    runpy.run_path(str(script), run_name="__main__")
+    saved = json.loads((out / "weights.json").read_text())
+    assert saved["collections"] == ["alpha", "beta"] and saved["steps"] == 3
+    assert (out / "model" / "modules.json").is_file()
