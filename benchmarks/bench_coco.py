@@ -261,7 +261,7 @@ def shift_tables(args, p, collections, test, coco_model, model=None) -> dict:
 
 
 def report(args, p, seeds, scores, zero, shift, t_start) -> None:
-    from drmix.recipes.coco import paired_test
+    from drmix.evaluation.compare import paired_test
 
     rep, au = shift["report"], shift["au"]
 

@@ -353,7 +353,7 @@ def main() -> None:
     t_start = time.perf_counter()
     from drmix.model.encoder import default_model_path, load_encoder
     from drmix.evaluation.suite import cache_file
-    from drmix.model.prune import prune_to_sentence_transformer
+    from drmix.recipes.prune import prune_to_sentence_transformer
     from drmix.outputs import model_saved
 
     sets = load_sets(args.data, p)

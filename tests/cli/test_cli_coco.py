@@ -6,7 +6,8 @@ import json
 import pytest
 
 from drmix.cli import main
-from drmix.recipes.coco import CocoPipelineConfig, comparison_table, paired_test, run_coco_pipeline
+from drmix.evaluation.compare import paired_test
+from drmix.recipes.coco import CocoPipelineConfig, comparison_table, run_coco_pipeline
 
 
 def run(argv, capsys):

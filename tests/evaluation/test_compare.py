@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from drmix.cli import app, main
 from drmix.errors import DataError
-from drmix.evaluation.compare import Scored, compare, load_scored
+from drmix.evaluation.compare import Scored, compare, load_scored, paired_test
 
 
 def _pq(values: dict[str, float]) -> dict:
@@ -67,3 +67,14 @@ def test_cli_compare_writes_markdown_and_json(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "no such evaluation" in err and "Traceback" not in err
+
+
+def test_paired_test_pools_the_queries_both_scored_over_datasets():
+    a = {"x": {"q1": 0.0, "q2": 0.5}, "y": {"q1": 0.5, "q2": 0.1}}
+    b = {"x": {"q1": 0.5, "q2": 0.5}, "y": {"q1": 0.75}}          # y/q2 not scored by b: left out
+    t = paired_test(a, b)
+    # differences 0.5, 0, 0.25: mean 0.25, sd 0.25, t = sqrt(3); two-sided p with 2 df = 1 - t / sqrt(t^2 + 2)
+    assert t["n"] == 3 and t["mean"] == pytest.approx(0.25)
+    assert t["p"] == pytest.approx(1 - 3 ** 0.5 / 5 ** 0.5, abs=1e-9)
+    half = 4.302652729911275 * 0.25 / 3 ** 0.5                    # t_{0.975, 2} sd / sqrt(n)
+    assert (t["low"], t["high"]) == pytest.approx((0.25 - half, 0.25 + half))

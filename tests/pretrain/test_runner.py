@@ -144,10 +144,10 @@ def test_per_corpus_mixture_is_kept_as_an_option(tiny_model_path, tmp_path, monk
 @pytest.mark.parametrize("dropout", [False, True])
 def test_backbone_runs_in_eval_mode_unless_dropout_is_asked(tiny_model_path, corpus, tmp_path, monkeypatch, dropout):
     """COCO/modeling.py, CoCondenserForPretraining.forward calls ``self.lm.eval()``: no dropout by default."""
-    import drmix.model.encoder as encoder
+    import drmix.model.backbone as backbone
 
     seen = []
-    real = encoder.load_encoder
+    real = backbone.load_sentence_transformer
 
     def load(*a, **k):
         m = real(*a, **k)
@@ -157,6 +157,6 @@ def test_backbone_runs_in_eval_mode_unless_dropout_is_asked(tiny_model_path, cor
             mod.register_forward_pre_hook(lambda mod, inp: seen.append(mod.training))
         return m
 
-    monkeypatch.setattr(encoder, "load_encoder", load)
+    monkeypatch.setattr(backbone, "load_sentence_transformer", load)
     pretrain_coco(cfg(tiny_model_path, corpus, tmp_path / "run", max_steps=2, dropout=dropout))
     assert seen and set(seen) == {dropout}

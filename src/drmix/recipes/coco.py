@@ -29,7 +29,7 @@ from pydantic import Field, ValidationError
 
 from drmix.config import PipelineBaseConfig, TrainConfig
 from drmix.errors import ConfigError
-from drmix.evaluation.significance import paired_summary
+from drmix.evaluation.compare import paired_test
 from drmix.evaluation.suite import evaluate_suite
 from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
 
@@ -78,12 +78,6 @@ def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) ->
     values = config.model_dump(exclude=_own_fields())
     values.update(model=model, output_dir=str(out), resume=True)
     return TrainConfig.model_validate(values)
-
-
-def paired_test(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Paired t-test over every query of every dataset (``b - a``): mean difference, 95% interval, p
-    (:func:`drmix.evaluation.significance.paired_summary`)."""
-    return paired_summary([b[d][q] - a[d][q] for d in a for q in a[d] if q in b.get(d, {})])
 
 
 def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, other: str,

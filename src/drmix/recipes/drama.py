@@ -152,8 +152,8 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
                                       negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
 
     ctx = AugmentContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
-                      sample_ids(list(corpus), cfg.max_docs, cfg.seed), cfg.seed, teacher, backend, mine, out,
-                      examples.read_query_rows)
+                         sample_ids(list(corpus), cfg.max_docs, cfg.seed), cfg.seed, teacher, backend, mine, out,
+                         examples.read_query_rows)
     info: dict[str, Any] = {"documents": len(ctx.ids), "files": []}
     for step in enabled_steps(cfg):
         path = step_file(out, name, step.name)
@@ -169,7 +169,7 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
 def _student_init(cfg: DramaConfig, root: Path) -> str:
     if cfg.prune_from is None:
         return cfg.model or "default"
-    from drmix.model.prune import prune_to_sentence_transformer
+    from drmix.recipes.prune import prune_to_sentence_transformer
 
     out = root / "student-init"
     if not model_saved(out):

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from drmix.io import atomic_write_text
+from drmix.model.paths import DEFAULT_HUB_ID, is_default_model
 from drmix.papers import PAPERS, Paper
 
 log = logging.getLogger(__name__)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-DEFAULT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 MIXTURE_TEXT = {"uniform": "uniform over collections", "size": "proportional to collection size",
                 "temperature": "proportional to |D|^(1/tau)", "file": "read from a weights file"}
@@ -84,17 +84,8 @@ def current_command() -> str | None:
 
 def hub_id_of(base_model: str | None) -> str | None:
     """The Hub id of a base model given as a hub id, the bundled default, or None for other local folders."""
-    if not base_model:
+    if is_default_model(base_model):
         return DEFAULT_HUB_ID
-    from drmix.model.encoder import _DEFAULT_ALIASES, default_model_path
-
-    if base_model in _DEFAULT_ALIASES:
-        return DEFAULT_HUB_ID
-    try:
-        if Path(base_model).expanduser().resolve() == Path(default_model_path()).resolve():
-            return DEFAULT_HUB_ID
-    except OSError:
-        pass
     if Path(base_model).expanduser().exists():
         return None
     return base_model if HUB_ID.match(base_model) else None
