@@ -41,7 +41,7 @@ import numpy as np
 from drmix.data.formats import (LAYOUTS, Converter, Plan, PlanError, RecordConverter, RowError, canonical_features,
                                 describe_error, plan_for)
 from drmix.data.formats import sources as src
-from drmix.data.pages import dataset_files, release_mapped_pages
+from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
 from drmix.io import iter_jsonl
@@ -266,8 +266,14 @@ def _is_canonical(ds: Any, plan: Plan) -> bool:
 
 
 def _convert_batch(batch: dict[str, list], indices: list[int], conv: Converter, path: str,
-                   names: tuple[str, ...]) -> dict[str, list]:
-    """``datasets.map`` function: canonical rows of one batch (row numbers in errors are 1-based)."""
+                   names: tuple[str, ...], pages: Any = None) -> dict[str, list]:
+    """``datasets.map`` function: canonical rows of one batch (row numbers in errors are 1-based).
+
+    ``pages`` (a :class:`~drmix.data.pages.PageReleaser` of the source) hands the source's mapped pages back
+    as the scan goes, so converting a large file does not leave all of it resident in this process.
+    """
+    if pages is not None:
+        pages.tick()
     cols = [c for c in conv.plan.columns if c in batch]
     out: dict[str, list] = {k: [] for k in names}
     for i, idx in enumerate(indices):
@@ -302,7 +308,8 @@ def _canonical(ds: Any, plan: Plan, conv: Converter, key: str, label: str) -> An
             out = ds.map(_convert_batch, batched=True, batch_size=1000, with_indices=True,
                          remove_columns=list(ds.column_names), features=features, cache_file_name=str(target),
                          load_from_cache_file=False, new_fingerprint=key, desc=f"reading {label}",
-                         fn_kwargs={"conv": conv, "path": label, "names": tuple(features)})
+                         fn_kwargs={"conv": conv, "path": label, "names": tuple(features),
+                                    "pages": PageReleaser([ds], every=64)})
     except Exception as e:
         inner = _unwrap(e)
         if inner is not None:
