@@ -49,6 +49,10 @@ from drmix.io import iter_jsonl
 log = logging.getLogger(__name__)
 
 COLUMNS = ("query", "positives", "negatives")
+#: rows per Arrow record batch of a converted collection. Opening an Arrow stream file walks every batch's
+#: header, and each touch maps the pages around it: 1,000-row batches (datasets' default) put ~200 MB of a
+#: 3M-row file into the process while it opens, 10,000-row batches ~23 MB (docs/benchmarks.md, memory)
+WRITER_BATCH_SIZE = 10_000
 SCORE_COLUMNS = ("positive_scores", "negative_scores")
 
 
@@ -183,7 +187,8 @@ def load_jsonl_collection(path: str | Path, *, name: str | None = None, instruct
         with src.quiet():
             ds = datasets.Dataset.from_generator(
                 _jsonl_rows, features=canonical_features(plan.has_scores),
-                gen_kwargs={"path": str(path), "fingerprint": key, "conv": conv})
+                gen_kwargs={"path": str(path), "fingerprint": key, "conv": conv},
+                writer_batch_size=WRITER_BATCH_SIZE)
     except Exception as e:  # datasets wraps generator errors; surface ours
         inner = _unwrap(e)
         if inner is not None:
@@ -192,6 +197,7 @@ def load_jsonl_collection(path: str | Path, *, name: str | None = None, instruct
             raise DataError("collection is empty.", path=path, fix="add at least one example line.") from None
         raise
     if conv.rows:
+        conv.finish()
         _write_meta(key, conv, len(ds), str(path))
     else:
         _replay_warnings(key, conv)
@@ -306,6 +312,7 @@ def _canonical(ds: Any, plan: Plan, conv: Converter, key: str, label: str) -> An
     try:
         with src.quiet():
             out = ds.map(_convert_batch, batched=True, batch_size=1000, with_indices=True,
+                         writer_batch_size=WRITER_BATCH_SIZE,
                          remove_columns=list(ds.column_names), features=features, cache_file_name=str(target),
                          load_from_cache_file=False, new_fingerprint=key, desc=f"reading {label}",
                          fn_kwargs={"conv": conv, "path": label, "names": tuple(features),
@@ -315,6 +322,7 @@ def _canonical(ds: Any, plan: Plan, conv: Converter, key: str, label: str) -> An
         if inner is not None:
             raise inner from None
         raise
+    conv.finish()
     _write_meta(key, conv, len(out), label)
     return out
 
