@@ -254,3 +254,50 @@ def _name(model: Any) -> str:
     from drmix.retrieval.index import model_name
 
     return model_name(model)
+
+
+def top_up_negatives(queries: Sequence[str], positives: Sequence[Sequence[str]], negatives: Sequence[Sequence[str]],
+                     model: Any, *, num_negatives: int, window: RankWindow | str = "1:30",
+                     max_score_ratio: float | None = 0.95, batch_size: int = 64,
+                     query_prompt: str | None = None) -> tuple[list[list[str]], MineStats]:
+    """Give every example at least ``num_negatives`` hard negatives, mining the missing ones with ``model``.
+
+    The examples are one collection's: the pool is every distinct positive and negative text of it (as
+    :func:`mine_collection`). An example that already has ``num_negatives`` keeps its negatives as they are;
+    one with fewer keeps them and gains the best-ranked candidates of ``window`` that are neither its positives
+    nor its negatives and pass the positive-aware filter (``max_score_ratio`` x its lowest positive score),
+    until it has ``num_negatives`` (fewer when the window runs out: counted in ``short``). Returns the new
+    negative lists and the counts (``negatives`` = how many were mined). Only the examples that need negatives
+    are embedded as queries; the pool is embedded once.
+    """
+    window = RankWindow.parse(window)
+    if num_negatives < 1:
+        raise ConfigError(f"num_negatives must be at least 1, got {num_negatives}.", fix="ask for 1 or more.")
+    out = [list(n) for n in negatives]
+    need = [i for i, n in enumerate(negatives) if len(n) < num_negatives]
+    stats = MineStats(queries=len(need))
+    if not need:
+        return out, stats
+    pool_index: dict[str, int] = {}
+    for i in range(len(queries)):
+        for text in list(positives[i]) + list(negatives[i]):
+            pool_index.setdefault(text, len(pool_index))
+    pool = list(pool_index)
+    stats.pool = len(pool)
+    ids = [str(j) for j in range(len(pool))]
+    q_emb, d_emb = embed(model, [queries[i] for i in need], pool, batch_size=batch_size, query_prompt=query_prompt)
+    known = [{ids[pool_index[t]] for t in list(positives[i]) + list(negatives[i])} for i in need]
+    ranked = rank(q_emb, d_emb, ids, top_n=window.end, exclude=known)
+    for r, i in enumerate(need):
+        cands = window.take(ranked[r])
+        if max_score_ratio is not None:
+            lowest = float((d_emb[[pool_index[t] for t in positives[i]]] @ q_emb[r]).min())
+            kept = [c for c in cands if c[1] <= max_score_ratio * lowest]
+            stats.filtered += len(cands) - len(kept)
+            cands = kept
+        missing = num_negatives - len(out[i])
+        mined = [pool[int(doc_id)] for doc_id, _ in cands[:missing]]
+        out[i].extend(mined)
+        stats.negatives += len(mined)
+        stats.short += len(mined) < missing
+    return out, stats

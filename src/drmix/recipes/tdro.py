@@ -38,11 +38,12 @@ several strategies can share one root and one reference; a rerun reuses the stag
 interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json`` (selection:
 ``select-<split>.json``) next to each model (:mod:`drmix.evaluation.suite`).
 
-Collections without hard negatives: with hard-negative-only InfoNCE their loss is identically 0 (the
-positive is the only candidate), so no measurement is possible. The tDRO authors mine negatives for such
-datasets; stage 1 here gives each such example ``num_negatives`` random positives of *other examples of
-the same collection* (seeded) -- the negatives in-batch sampling would give under task-homogeneous
-batching, so the measurement stays within one task. Set ``stage1_fill_negatives: false`` to turn it off.
+Stage 1's setting is the authors' (:mod:`drmix.mixture.optimize`): seven hard negatives per query,
+hard-negative-only InfoNCE at temperature 0.002 on cosine scores; ``stage1: {num_negatives: 1, temperature:
+0.05}`` gives drmix's earlier setting. Examples with fewer than seven hard negatives get the missing ones mined
+by drmix's miner (``stage1_fill_negatives: mine``, the default; the counts go to
+``stage1-<strategy>/negatives.json``); ``random`` gives examples without negatives random positives of other
+examples of the same collection (the earlier rule), ``off`` leaves the data as it is.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
@@ -79,8 +80,10 @@ class PipelineConfig(PipelineBaseConfig):
     stage0: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 0.")
     stage1: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 1.")
     stage2: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 2.")
-    stage1_fill_negatives: bool = Field(True, description="Stage 1: give examples without hard negatives random "
-                                                          "same-collection negatives.")
+    stage1_fill_negatives: Literal["mine", "random", "off"] = Field(
+        "mine", description="Stage 1, examples with fewer hard negatives than num_negatives (7): mine = mine the "
+                            "missing ones with drmix's miner; random = give examples without negatives random "
+                            "same-collection positives; off = as they are (YAML true/false: mine/off).")
     select_on: list[str] = Field(default_factory=list, description="BEIR directories whose dev split chooses among "
                                                                    "uniform and the transfers (never the test split).")
     select_split: str = Field("dev", description="Qrels split of the select_on directories.")
@@ -88,6 +91,18 @@ class PipelineConfig(PipelineBaseConfig):
     select_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per selection dataset.")
     default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
                                                           "uniform (the benchmark's evidence) or a transfer.")
+
+    stage1_miner: str | None = Field(None, description="Stage 1: the retriever that mines missing hard negatives "
+                                                        "(folder or hub id; default: drmix mine's, the bundled "
+                                                        "all-MiniLM-L6-v2; the tDRO authors used bge-base-en-v1.5).")
+
+    @field_validator("stage1_fill_negatives", mode="before")
+    @classmethod
+    def _fill_from_bool(cls, v: Any) -> Any:
+        """The earlier boolean form: true = mine (the default), false = off."""
+        if isinstance(v, bool):
+            return "mine" if v else "off"
+        return v
 
 
 @dataclass
@@ -140,7 +155,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     from drmix.data.collections import collections_for
     from drmix.mixture.transfer import build_transfer_strategy
 
-    strat = validate_pipeline(config)
+    needs_reference = validate_pipeline(config)
     root = Path(config.output_dir)
     models: dict[str, Path] = {}
 
@@ -151,7 +166,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         s0_cfg = _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform", strategy="static",
                                transfer=None, weights_file=None, reference_model=None,
                                output_dir=str(root / "stage0-reference"))
-        if strat.config.measurement != "raw":      # GroupDRO measures raw losses: no reference forward
+        if needs_reference:      # GroupDRO measures raw losses: no reference forward
             reference = str(Path(s0_cfg.output_dir) / "model")
     s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
                            output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
@@ -174,7 +189,8 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         models[BASELINE] = train_stage("stage 0", s0_cfg).model_dir
 
     # Stage 1: learned weights.
-    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives),
+    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives,
+                                                           miner=config.stage1_miner),
               finished=lambda out: run_finished(out) and (out / "weights.json").exists())
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
 
@@ -222,13 +238,14 @@ def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
                               fix=f"pass a directory with a {split} split, or change the split option.")
 
 
-def validate_pipeline(config: PipelineConfig):
-    """Check every stage's configuration, transfer and path before anything trains; returns the stage-1 strategy.
+def validate_pipeline(config: PipelineConfig) -> bool:
+    """Check every stage's configuration, transfer and path before anything trains; returns whether the stage-1
+    strategy needs a reference model (its registered spec says so, for its options).
 
     Raises :class:`ConfigError` (one line, the field and the fix) for unknown or invalid stage overrides,
     unknown transfers, missing training data, and test / selection directories without the split.
     """
-    from drmix.mixture.dro import dro_strategy_from_options
+    from drmix.mixture.registry import strategy_names, strategy_of
     from drmix.mixture.transfer import parse_top_fraction
 
     if not config.transfers:
@@ -239,7 +256,10 @@ def validate_pipeline(config: PipelineConfig):
             parse_top_fraction(spec)
         elif spec not in ("reweight", "loss"):
             raise ConfigError(f"unknown transfer {t!r}.", fix="use top:0.7 (any fraction), reweight or loss.")
-    strat = dro_strategy_from_options(config.strategy, config.tdro)
+    spec, options = strategy_of(config)
+    if spec.family != "dro":
+        raise ConfigError(f"unknown DRO strategy {config.strategy!r}.",
+                          fix=f"use one of {list(strategy_names(family='dro'))}.")
     for stage, overrides in (("stage0", config.stage0), ("stage1", config.stage1), ("stage2", config.stage2)):
         try:
             if stage == "stage1":
@@ -265,7 +285,7 @@ def validate_pipeline(config: PipelineConfig):
             str(Path(d).resolve()) for d in config.select_on) & set(str(Path(d).resolve()) for d in config.test_data):
         raise ConfigError(f"select_on uses the {config.select_split} split of a test_data directory: the choice "
                           "would be made on the test set.", fix="select on a dev split (select_split: dev).")
-    return strat
+    return spec.needs_reference_with(options)
 
 
 def select_models(config: PipelineConfig, result: PipelineResult) -> str:
