@@ -20,8 +20,9 @@ or reads training data uses (``train``, ``mine``, ``mixture optimize``, the pipe
   the YAML file.
 
 Rows are converted once into the canonical columns (``query``, ``positives``, ``negatives`` and, where the
-source has teacher scores, ``positive_scores``/``negative_scores``) and cached as Arrow, keyed by the
-source's *content* and the conversion; a saved dataset already in canonical columns is used as it is.
+source has teacher scores, ``positive_scores``/``negative_scores``: each either aligned with its texts or empty,
+meaning no teacher score for that row) and cached as Arrow, keyed by the source's *content* and the conversion;
+a saved dataset already in canonical columns is used as it is.
 Malformed input stops with a :class:`~drmix.errors.DataError` naming the file, the line (or row) and the fix.
 """
 from __future__ import annotations

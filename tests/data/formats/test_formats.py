@@ -223,6 +223,9 @@ def test_registry_lists_every_layout_and_the_docs_print_its_table():
     assert table.count("\n") == len(LAYOUTS) + 1
     docs = (Path(__file__).resolve().parents[3] / "docs" / "data.md").read_text(encoding="utf-8")
     assert "python -m drmix.data.formats" in docs and table in docs
+    from drmix.data.formats.sources import sources_table
+
+    assert sources_table() in docs
 
 
 def _issue29_rule(text):
