@@ -165,9 +165,11 @@ def _unwrap(e: BaseException) -> BaseException | None:
 
 
 def _log_plan(plan: Plan, source: Any) -> None:
-    log.info("%s: read as %s", source, plan.describe())
+    """Say how another tool's rows are read (drmix's own layout quietly: its extra keys are provenance)."""
+    level = logging.DEBUG if plan.layout == "drmix" else logging.INFO
+    log.log(level, "%s: read as %s", source, plan.describe())
     if plan.ignored:
-        log.info("%s: columns not read: %s", source, ", ".join(plan.ignored))
+        log.log(level, "%s: columns not read: %s", source, ", ".join(plan.ignored))
 
 
 # -- JSONL: line by line ----------------------------------------------------------------------------------------
