@@ -40,7 +40,7 @@ import numpy as np
 import _common  # noqa: E402,F401  (offline environment)
 
 from drmix.data.entity_matching import build_entity_matching, read_manifest  # noqa: E402
-from drmix.evaluation.multi_metrics import (  # noqa: E402
+from drmix.evaluation.multi import (  # noqa: E402
     LABEL_FREE_ROW,
     SweepResult,
     format_table,

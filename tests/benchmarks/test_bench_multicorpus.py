@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drmix.evaluation.multi_metrics import LABEL_FREE_ROW, SweepResult
+from drmix.evaluation.multi import LABEL_FREE_ROW, SweepResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_multicorpus as bm  # noqa: E402

@@ -15,7 +15,7 @@
 ``sentence_transformers.util.mine_hard_negatives`` mines one row per (anchor, positive) pair and returns only
 the sampled negatives; drmix needs the teacher's ranked list with scores per query (DRAMA takes positives from
 it too), rows with several positives, and line-level provenance, so the ranking is done here with drmix's own
-encoder (:func:`drmix.retrieval.index.encode_texts`) and a torch top-k.
+encoder (:func:`drmix.retrieval.encode.encode_texts`) and a torch top-k.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def embed(model: Any, queries: Sequence[str], doc_texts: Sequence[str], *, batch
           show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """L2-normalised query and document embeddings; prompts default to the model's own."""
     from drmix.model.encoder import document_prompt, query_prompt as model_query_prompt
-    from drmix.retrieval.index import encode_texts
+    from drmix.retrieval.encode import encode_texts
 
     qp = model_query_prompt(model) if query_prompt is None else query_prompt
     dp = document_prompt(model) if doc_prompt is None else doc_prompt

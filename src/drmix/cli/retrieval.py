@@ -1,7 +1,8 @@
 """CLI commands ``drmix index``, ``drmix search`` and ``drmix eval``.
 
-Each command body only parses options and calls library functions (:mod:`drmix.retrieval.index`,
-:mod:`drmix.evaluation.evaluate`), so other front ends (multi-corpus search) can reuse the same calls.
+Each command body only parses options and calls library functions (:mod:`drmix.retrieval.encode`,
+:mod:`drmix.retrieval.index`, :mod:`drmix.evaluation.evaluate`), so other front ends (multi-corpus search) can
+reuse the same calls.
 Errors are :class:`drmix.errors.DrmixError`; the main app turns them into one line and exit code 2.
 """
 from __future__ import annotations

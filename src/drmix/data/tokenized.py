@@ -18,7 +18,7 @@ any of them and a new cache is built; nothing is ever rewritten in place.
 
 Exactness. Ids are exactly what the on-the-fly path feeds the model: the trainer's
 :class:`~drmix.train.inputs.Featurizer` checks (on the first batch of each length) that the fast tokenizer's
-ids padded by :class:`~drmix.retrieval.index.TextBatcher` equal ``model.preprocess``, and only then uses
+ids padded by :class:`~drmix.model.features.TextBatcher` equal ``model.preprocess``, and only then uses
 pre-tokenised ids, padded by the same code. A model whose preprocessing is *not* plain tokenisation (a
 tokenizer that pads on the left, an input module that adds features, a chat template, no fast tokenizer)
 fails that check and trains from text as before (:func:`tokenizer_fingerprint` returns ``None`` for the

@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from drmix.errors import ConfigError, ModelError
