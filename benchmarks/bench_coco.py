@@ -81,14 +81,6 @@ def estimate(p: dict, seeds: list[int]):
     return est
 
 
-def t_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95% Student-t interval over seeds (:func:`drmix.evaluation.significance.t_interval`)."""
-    from drmix.evaluation.significance import t_interval as mean_half
-
-    m, half = mean_half(values)
-    return m, m - half, m + half
-
-
 def scores_of(model, test: list[str], p: dict, cache_dir: Path) -> dict:
     """``{dataset: {query: nDCG@10}}`` of one model, cached in ``cache_dir/eval-test.json``."""
     from drmix.evaluation.suite import evaluate_suite
@@ -262,6 +254,7 @@ def shift_tables(args, p, collections, test, coco_model, model=None) -> dict:
 
 def report(args, p, seeds, scores, zero, shift, t_start) -> None:
     from drmix.evaluation.compare import paired_test
+    from drmix.evaluation.significance import t_interval
 
     rep, au = shift["report"], shift["au"]
 
@@ -283,7 +276,8 @@ def report(args, p, seeds, scores, zero, shift, t_start) -> None:
                  + f" | {avg(zero):.4f} | |")
     summary = {}
     for label, runs in scores.items():
-        m, lo, hi = t_interval([avg(r) for r in runs])
+        m, half = t_interval([avg(r) for r in runs])
+        lo, hi = m - half, m + half
         summary[label] = {"per_seed": [avg(r) for r in runs], "mean": m, "low": lo, "high": hi,
                           "per_dataset": {d: float(np.mean([per_dataset(r, d) for r in runs])) for d in TARGETS}}
         lines.append(f"| {label} | " + " | ".join(f"{summary[label]['per_dataset'][d]:.4f}" for d in TARGETS)

@@ -197,9 +197,8 @@ def per_query(model_path: str | None, root: Path, p: dict, cache_dir: Path) -> d
 def paired(base: dict, runs: list[dict], metric: str) -> dict:
     """Seed means, and the paired test of the seed-averaged per-query values against ``base``."""
     import numpy as np
-    from scipy import stats
 
-    from drmix.evaluation.significance import t_interval
+    from drmix.evaluation.significance import t_interval, t_test, wilcoxon_test
 
     qids = sorted(base)
     b = np.array([base[q][metric] for q in qids])
@@ -208,12 +207,11 @@ def paired(base: dict, runs: list[dict], metric: str) -> dict:
     d = avg - b
     n = len(d)
     half = t_interval(d)[1]
-    nz = d[np.abs(d) > 1e-12]
+    p_wilcoxon = wilcoxon_test(d)
     return {"base": float(b.mean()), "mean": float(avg.mean()), "seed_means": [float(x) for x in per_seed.mean(axis=1)],
             "seed_sd": float(per_seed.mean(axis=1).std(ddof=1)) if len(runs) > 1 else 0.0,
             "diff": float(d.mean()), "ci95": [float(d.mean() - half), float(d.mean() + half)],
-            "p_t": float(stats.ttest_rel(avg, b).pvalue) if n > 1 else float("nan"),
-            "p_wilcoxon": float(stats.wilcoxon(nz).pvalue) if len(nz) > 0 else 1.0, "queries": n}
+            "p_t": t_test(d)[0], "p_wilcoxon": 1.0 if p_wilcoxon is None else p_wilcoxon, "queries": n}
 
 
 def llm_part(sets: dict, teacher, p: dict, out: Path) -> dict:

@@ -76,15 +76,6 @@ def test_finetune_runs_drmix_train_on_every_weight_and_reuses_the_model(tiny_mod
     assert bm.finetune(data, tmp_path / "run", 1, args) == (model, None) and len(calls) == 1
 
 
-def test_t_interval_and_wilcoxon_hand_computed():
-    mean, half = bm.t_interval([1.0, 2.0, 3.0])     # sd 1, t(0.975, 2) = 4.302653
-    assert mean == 2.0 and half == pytest.approx(4.302652729911275 / math.sqrt(3))
-    assert bm.t_interval([5.0]) == (5.0, 0.0)
-    # W- = 2 (rank of |-0.2|): two-sided exact p = 2 * #{subsets of 1..5 summing <= 2} / 2^5 = 2 * 3 / 32
-    assert bm.wilcoxon_p([0.1, -0.2, 0.3, 0.4, 0.5]) == pytest.approx(0.1875)
-    assert bm.wilcoxon_p([0.0, 0.0]) is None
-
-
 def _run(recalls: dict[str, float], chosen: str) -> SweepResult:
     r = SweepResult("s", 10)
     for lab, v in recalls.items():

@@ -28,7 +28,9 @@ class IndexKind(str, Enum):
     ivf = "ivf"
 
 
-class Precision(str, Enum):
+class EncodingPrecision(str, Enum):
+    """The choices of --precision (encoding; training precision is drmix.train.precision.Precision)."""
+
     auto = "auto"
     fp32 = "fp32"
     fp16 = "fp16"
@@ -164,7 +166,7 @@ def index_command(
                                                            "and scores only)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --output folder that is not "
                                                              "an index (its contents are deleted)."),
-    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
 ) -> None:
@@ -240,7 +242,7 @@ def search_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of tables."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Queries per encoding batch."),
-    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     query_instruction: Optional[str] = typer.Option(None, "--query-instruction", help=QUERY_INSTRUCTION_HELP),
     prompt_name: Optional[str] = typer.Option(None, "--prompt-name", help="Use the model folder's prompt of this "
                                               "name (e.g. a dataset's instruction saved by drmix train)."),
@@ -320,7 +322,7 @@ def eval_command(
                                                                               "the model's)."),
     metric: Optional[list[str]] = typer.Option(None, "--metric", help="Metric such as ndcg@10; repeat for several "
                                                                      "(default: ndcg@10 recall@100 mrr@10 map@100)."),
-    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     dims: Optional[str] = typer.Option(None, "--dims", help="Matryoshka sizes, e.g. 64,128,256: every metric is "
                                                            "also reported on embeddings truncated to each size "
                                                            "and re-normalised (as ndcg@10@64d)."),
@@ -378,7 +380,8 @@ def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, ba
         raise ConfigError("--data and --mteb cannot be combined.",
                           fix="evaluate BEIR directories with --data, or pass them to --mteb to run them as "
                               "local MTEB tasks.")
-    unsupported = [flag for flag, given in (("--k", k != 100), ("--precision", precision is not Precision.auto),
+    unsupported = [flag for flag, given in (("--k", k != 100),
+                                            ("--precision", precision is not EncodingPrecision.auto),
                                             ("--dims", dims is not None),
                                             ("--query-instruction", query_instruction is not None),
                                             ("--prompts", prompts is not None), ("--max-queries", max_queries),

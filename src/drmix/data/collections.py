@@ -147,7 +147,7 @@ def _file_fingerprint(path: Path) -> str:
 
     Size and modification time are not enough: ``cp -p``, ``rsync -a`` and ``touch -r`` give a changed
     file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once
-    (BLAKE2b, about 1 GB/s), far cheaper than parsing it on a cache miss.
+    (BLAKE2b, one streaming pass), far cheaper than parsing it on a cache miss.
     """
     from drmix.io import file_digest
 

@@ -173,11 +173,10 @@ class BatchBuilder:
         q_ids, p_ids, n_ids, choices = [], [], [], []
         for c, r in pairs:
             t = self.tokens[c]
-            j, idx = self._choose(int(t.positives.outer[r + 1] - t.positives.outer[r]),
-                                  int(t.negatives.outer[r + 1] - t.negatives.outer[r]))
+            j, idx = self._choose(t.positives.length(r), t.negatives.length(r))
             q_ids.append(t.query(r))
-            p_ids.append(t.positives.get(r, j))
-            n_ids.append([t.negatives.get(r, i) for i in idx])
+            p_ids.append(t.positives.item(r, j))
+            n_ids.append([t.negatives.item(r, i) for i in idx])
             choices.append((c, r, j, idx))
         cache: dict[str, list] = {}
 

@@ -57,7 +57,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
-from drmix.config import PipelineBaseConfig, TrainConfig, load_config
+from drmix.config import PipelineBaseConfig, TrainConfig
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.mixture.optimize import optimize_weights, stage1_config
@@ -360,7 +360,3 @@ def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept
         "select_on": list(config.select_on), "select_split": config.select_split,
         "comparison": None if result.comparison is None else result.comparison.to_json()})
     return text
-
-
-def load_pipeline_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> PipelineConfig:
-    return load_config(PipelineConfig, path, overrides)

@@ -154,21 +154,22 @@ def _weights_by_name(weights: Mapping[str, Any] | None, names: Sequence[str]) ->
     return {}
 
 
-def _read_weights_file(path: str | None) -> dict | None:
+def _learned_by(path: str | None) -> str | None:
+    """The strategy a ``weights.json`` names (``"strategy"``), or None: the card only describes the file, so an
+    unreadable one is not an error here (training reads it with :func:`drmix.mixture.transfer.read_weights_file`)."""
     if not path:
         return None
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return obj if isinstance(obj, dict) else None
+    return str(obj["strategy"]) if isinstance(obj, dict) and obj.get("strategy") else None
 
 
 def _learned_source(path: str | None) -> str | None:
-    obj = _read_weights_file(path)
-    if obj is None:
-        return f"`{path}`" if path else None
-    strategy = obj.get("strategy")
+    if not path:
+        return None
+    strategy = _learned_by(path)
     return f"learned by {strategy} (`{path}`)" if strategy else f"`{path}`"
 
 
@@ -180,8 +181,8 @@ def _strategy_spec(name: Any) -> Any:
 
 
 def _weights_file_paper(path: str | None) -> Paper | None:
-    obj = _read_weights_file(path)
-    spec = _strategy_spec(obj.get("strategy")) if obj else None
+    strategy = _learned_by(path)
+    spec = _strategy_spec(strategy) if strategy else None
     return spec.paper if spec is not None else None
 
 
