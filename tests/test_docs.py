@@ -79,3 +79,15 @@ def test_cli_reference_is_up_to_date():
     spec.loader.exec_module(gen)
     assert (DOCS / "cli.md").read_text(encoding="utf-8") == gen.render(), \
         "docs/cli.md is out of date: run python scripts/gen_cli_docs.py"
+
+
+def test_every_file_the_docs_cite_exists():
+    """A test, benchmark or source file named in README.md or a guide (``tests/...py::name`` too) exists."""
+    cited = re.compile(r"\b((?:tests|benchmarks|src|scripts|examples)/[\w./-]+\.(?:py|yaml|sh))(?:::(\w+))?")
+    missing = []
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for path, name in cited.findall(page.read_text(encoding="utf-8")):
+            f = ROOT / path
+            if not f.is_file() or (name and f"def {name}(" not in f.read_text(encoding="utf-8")):
+                missing.append(f"{page.name}: {path}{'::' + name if name else ''}")
+    assert not missing, "cited but not found: " + ", ".join(missing)
