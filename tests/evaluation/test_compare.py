@@ -265,3 +265,46 @@ def test_load_scored_errors_name_the_path_and_the_fix(tmp_path):
     assert (e.value.message, e.value.path, e.value.fix) == (
         "this evaluation has no per-query scores.", str(old),
         "re-run `drmix eval` (it now writes them) and compare the new eval.json.")
+
+
+def test_compare_passes_alpha_permutations_and_seed_to_every_row():
+    """Datasets of 15 and 14 queries (sampled sign patterns): every row's randomisation p is the sign-flip test
+    with the permutations and seed asked for; the average row's weights 1 / (D n_d) differ between datasets."""
+    from drmix.evaluation.significance import randomization_test
+
+    base15, base14 = {str(i): 0.5 for i in range(15)}, {f"e{i}": 0.5 for i in range(14)}
+    up = lambda b: {q: 0.5 + (0.0625 if i % 2 else -0.0625) + (0.03125 if i % 4 == 1 else 0)  # noqa: E731
+                    for i, q in enumerate(b)}
+    m15, m14 = up(base15), {q: v + (0.5 if q == "e0" else 0.0) for q, v in up(base14).items()}
+    comp = compare([Scored("u", {"d": _pq(base15), "e": _pq(base14)}), Scored("m", {"d": _pq(m15), "e": _pq(m14)})],
+                   permutations=5000, seed=3, alpha=0.01)
+    assert comp.alpha == 0.01
+    d15 = [m15[q] - 0.5 for q in sorted(base15)]            # the queries compared, in id order
+    d14 = [m14[q] - 0.5 for q in sorted(base14)]
+    assert comp.rows["m"][0].fisher_p == randomization_test(d15, permutations=5000, seed=3)
+    assert comp.rows["m"][1].fisher_p == randomization_test(d14, permutations=5000, seed=3)
+    w = [1 / 30] * 15 + [1 / 28] * 14
+    assert comp.average("m").fisher_p == randomization_test(d15 + d14, w, permutations=5000, seed=3)
+    assert comp.average("m").fisher_p != randomization_test(d15 + d14, permutations=5000, seed=3)
+
+
+def test_errors_name_the_dataset_and_every_metric_evaluated(tmp_path):
+    with pytest.raises(DataError, match="different queries of 'scifact'"):
+        compare([Scored("A", {"scifact": _pq({"1": 0.5, "2": 0.5})}), Scored("B", {"scifact": _pq({"1": 0.5})})])
+    two = {"1": {"ndcg@10": 0.5, "mrr@10": 0.5}}
+    with pytest.raises(DataError) as e:
+        compare([Scored("u", {"a": two}), Scored("v", {"a": two})], metric="recall@100")
+    assert e.value.fix == "pass --metric with one of ndcg@10, mrr@10."
+
+
+def test_a_summary_without_models_falls_back_to_the_folders_evaluation(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"table": "..."}))
+    (tmp_path / "eval.json").write_text(json.dumps({"model": "m", "per_query": {"d": _pq({"1": 0.5})}}))
+    [s] = load_scored(tmp_path)
+    assert (s.label, s.source) == ("m", str(tmp_path / "eval.json"))
+    stage = tmp_path / "stage" / "model"
+    stage.mkdir(parents=True)
+    (stage.parent / "eval-test.json").write_text(json.dumps({"per_query": {"d": _pq({"1": 0.5})}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"models": {"uniform": str(stage)}}))
+    [s] = load_scored(tmp_path)
+    assert (s.label, s.source) == ("uniform", str(stage.parent / "eval-test.json"))
