@@ -293,3 +293,33 @@ def test_claim_run_reads_the_configs_inputs_and_resume(tmp_path):
     e = pytest.raises(ConfigError, claim_run, cfg.model_copy(update={"output_dir": str(data)})).value
     assert "overlaps the input" in e.message
     assert check_output_dir(tmp_path / "x", "index") == tmp_path / "x"
+
+
+def test_every_refusal_names_the_output_path(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    five = tmp_path / "five"
+    five.mkdir()
+    for name in "abcde":
+        (five / name).write_text("")
+    run = _own("train", tmp_path / "run")
+    cases = [(f, "index", {}), (tmp_path, "file", {}), (f, "file", {}), (link, "index", {}), (five, "index", {}),
+             (five, "eval", {}), (run, "train", {})]
+    for path, kind, kw in cases:
+        assert _claim_error(path, kind, **kw).path == str(path), (path, kind)
+    assert _claim_error(five, "index").message.endswith("meta.json): a, b, c, d, e.")    # five: none left out
+    e = pytest.raises(ConfigError, check_output_dir, five, "index").value                   # the default flag
+    assert e.fix == "choose a new or empty folder, or pass --overwrite to replace it (its contents are deleted)."
+    assert pytest.raises(ConfigError, check_output_dir, five, "index", flag="--force").value.fix.startswith(
+        "choose a new or empty folder, or pass --force")
+
+
+def test_claim_run_of_a_config_without_resume_and_empty_paths(tmp_path):
+    from types import SimpleNamespace
+
+    run = _own("train", tmp_path / "run")
+    with pytest.raises(ConfigError, match="pass --resume"):
+        claim_run(SimpleNamespace(output_dir=str(run)))              # no resume field: not resuming
+    assert config_inputs(SimpleNamespace(model="", data=["", str(run)])) == [run]    # "" is not the current folder
