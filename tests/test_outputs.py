@@ -275,6 +275,7 @@ def test_an_unreadable_output_folder_is_one_error(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "iterdir", lambda self: (_ for _ in ()).throw(PermissionError(13, "denied")))
     e = _claim_error(tmp_path / "locked", "index")
     assert (e.message, e.fix) == ("the output folder cannot be read.", "check its permissions or choose another folder.")
+    assert e.path == str(tmp_path / "locked")
 
 
 def test_claim_run_reads_the_configs_inputs_and_resume(tmp_path):
@@ -310,6 +311,15 @@ def test_every_refusal_names_the_output_path(tmp_path):
     for path, kind, kw in cases:
         assert _claim_error(path, kind, **kw).path == str(path), (path, kind)
     assert _claim_error(five, "index").message.endswith("meta.json): a, b, c, d, e.")    # five: none left out
+    half = tmp_path / "half"                        # only a file of the kind's names, but not its marker
+    half.mkdir()
+    (half / "eval.md").write_text("")
+    assert _claim_error(half, "eval").message == ("the output folder holds files drmix did not write; it writes an "
+                                                  "evaluation written by drmix eval (eval.json, eval.md).")
+    out, side = tmp_path / "o.jsonl", tmp_path / "o.stats.json"
+    out.write_text("")
+    side.write_text("")
+    assert _claim_error(out, "file", sidecars=[side]).message == f"the output file exists ({out}, {side})."
     e = pytest.raises(ConfigError, check_output_dir, five, "index").value                   # the default flag
     assert e.fix == "choose a new or empty folder, or pass --overwrite to replace it (its contents are deleted)."
     assert pytest.raises(ConfigError, check_output_dir, five, "index", flag="--force").value.fix.startswith(
