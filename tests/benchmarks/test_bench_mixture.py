@@ -212,3 +212,24 @@ def test_results_of_a_work_folder_are_reused_and_merged_only_under_the_same_sett
     with pytest.raises(SystemExit, match=r"--lr 5e-05 / 0.001"):
         bm.main(["--report-only", "--work", str(tmp_path), "--merge", str(other), "--arms", "x"])
     assert bm.settings_of(["coco"])[-1] == "coco" and "stage1_steps" in bm.settings_of(["tdro:reweight"])
+
+
+MEDIUM_ARMS = ["uniform", "tdro:top:0.7", "tdro:reweight", "tdro:dev", "infdds", "coco"]
+FIXTURE = Path(__file__).parent / "fixtures" / "mixture-medium-results.json"
+
+
+def test_the_medium_table_of_the_docs_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys):
+    """The stored results of docs/benchmarks.md's medium run (both workers' results.json, merged): the report
+    printed from them holds the docs' table, per-seed line and stage-1 weights line byte for byte."""
+    import shutil
+
+    shutil.copy(FIXTURE, tmp_path / "results.json")
+    bm.main(["--report-only", "--preset", "medium", "--work", str(tmp_path), "--arms", *MEDIUM_ARMS])
+    printed = capsys.readouterr().out
+    block = printed[printed.index("| model | nDCG@10 (95% CI over seeds) |"):].rstrip("\n")
+    assert block.count("\n") == 11 and "| the 1-layer starting model, not fine-tuned | 0.2181 | | | |" in block
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert block in docs
+    results = json.loads(FIXTURE.read_text())["results"]
+    assert bm.seed_table(bm.summarise(results, MEDIUM_ARMS), results, "nfcorpus",
+                         "the 1-layer starting model, not fine-tuned") == block
