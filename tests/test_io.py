@@ -272,3 +272,32 @@ def test_atomic_write_of_text_with_a_surrogate_is_not_reached(tmp_path):
     with pytest.raises(UnicodeEncodeError):
         atomic_write_text(tmp_path / "x", "\ud800")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_permission_error_names_the_folder_not_the_temporary_file(tmp_path):
+    """drmix report into a run folder that became read-only after the checks: the error names the folder."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        from pathlib import Path
+        from drmix.errors import ConfigError
+        from drmix.io import atomic_write_text
+        os.setgroups([]); os.setegid(65534); os.seteuid(65534)
+        try:
+            atomic_write_text(Path(sys.argv[1]) / "report.html", "x")
+        except ConfigError as e:
+            print(e.format()); sys.exit(3)
+        """)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to nobody")
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="drmix-ro-"))
+    try:
+        top.chmod(0o555)
+        r = subprocess.run([sys.executable, "-c", code, str(top)], env={**os.environ, "PYTHONPATH": SRC},
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        top.chmod(0o755)
+        top.rmdir()
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert r.stdout.startswith(f"{top}: no permission") and ".tmp" not in r.stdout

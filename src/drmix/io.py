@@ -43,20 +43,29 @@ from drmix.errors import ConfigError, DataError, DiskFullError, DrmixError
 log = logging.getLogger(__name__)
 
 
+def _named(e: OSError, path: Path) -> str | Path:
+    """The path an error names: the one that failed, unless it is a temporary sibling (``.NAME.XXXX.tmp``)
+    the user never asked for; then the folder it was made in."""
+    failed = Path(e.filename) if e.filename else None
+    if failed is None or (failed.name.startswith(".") and failed.parent == Path(path)):
+        return path
+    return failed
+
+
 @contextlib.contextmanager
 def writable(path: Path) -> Iterator[None]:
     """Turn a missing permission or a file in the way into a one-line error naming the path."""
     try:
         yield
     except PermissionError as e:
-        raise ConfigError(f"no permission to write here ({e.strerror}).", path=e.filename or path,
+        raise ConfigError(f"no permission to write here ({e.strerror}).", path=_named(e, path),
                           fix="choose a writable location or fix the folder's permissions.") from None
     except (NotADirectoryError, FileExistsError) as e:
-        raise ConfigError(f"cannot create this path: a file is in the way ({e.strerror}).", path=e.filename or path,
+        raise ConfigError(f"cannot create this path: a file is in the way ({e.strerror}).", path=_named(e, path),
                           fix="choose another location.") from None
     except OSError as e:
         if e.errno == errno.EROFS:
-            raise ConfigError("the filesystem is read-only.", path=e.filename or path,
+            raise ConfigError("the filesystem is read-only.", path=_named(e, path),
                               fix="choose a location on a writable filesystem.") from None
         raise
 

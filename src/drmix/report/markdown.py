@@ -4,10 +4,11 @@ model and folder names) never becomes markup.
 Two layers, each enough on its own for report.html:
 
 * **writing**: every value put into a Markdown table or sentence goes through :func:`md_cell` (backslash
-  escapes for the characters that make links, emphasis, raw HTML, code spans or a new table column:
-  ``\\ ` * _ [ ] < > | & !`` and newlines), or :func:`md_code` for a code span (a backtick fence longer than
-  any run of backticks inside), so ``eval.md``, ``summary.md`` and model cards read the same in any
-  Markdown renderer (GitHub, the Hub, an editor's preview);
+  escapes for what makes raw HTML, an autolink, an entity, a code span, emphasis with ``*`` or a new table
+  column: ``\\ ` * < > | &``; ``_`` at a word's edge; ``]`` before ``(``, ``[`` or ``:``, which would close a
+  link; newlines become spaces), or :func:`md_code` for a code span (a backtick fence longer than any run of backticks inside), so
+  ``eval.md``, ``summary.md`` and model cards read the same in any Markdown renderer (GitHub, the Hub, an
+  editor's preview) and stay readable as text (``my_data``, ``[0, 3]`` are left as they are);
 * text that a template places in several contexts at once (sentence-transformers' model card template puts
   a dataset name in prose, headings, table headers, code spans and raw ``<details><summary>`` HTML) goes
   through :func:`md_entities`: numeric character references, literal text in Markdown and in HTML alike;
@@ -20,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&!#~])")
+_MD_SPECIAL = re.compile(r"([\\`*<>|&]|\](?=[(\[:])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z]))")
 _BACKTICKS = re.compile(r"`+")
 
 
