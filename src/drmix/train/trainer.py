@@ -33,7 +33,7 @@ import torch
 
 from drmix.config import TrainConfig
 from drmix.data.batch import Batch
-from drmix.data.collections import Collection, load_beir_collection, load_collections
+from drmix.data.collections import Collection, collections_for, load_beir_collection
 from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
@@ -114,8 +114,7 @@ class Trainer:
         self.out = Path(config.output_dir)
         set_seed(config.seed)
 
-        self.collections = collections or load_collections(config.data, max_size=config.max_collection_size,
-                                                           seed=config.seed)
+        self.collections = collections or collections_for(config)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.batch_size)
