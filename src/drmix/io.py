@@ -561,9 +561,15 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 REPLACEMENT = "\ufffd"
 
 
-def clean_text(text: str) -> tuple[str, int]:
-    """``text`` with every lone surrogate (U+D800..U+DFFF; no Unicode text holds one) replaced by U+FFFD,
-    and how many were replaced. Paired surrogates never reach here: ``json.loads`` joins them."""
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate (U+D800..U+DFFF; no Unicode text holds one) replaced by U+FFFD: the
+    one rule for text entering drmix. Paired surrogates never reach here: ``json.loads`` joins them.
+    :func:`clean_records` also counts and logs them per file."""
+    return counted_clean_text(text)[0]
+
+
+def counted_clean_text(text: str) -> tuple[str, int]:
+    """:func:`clean_text` and how many lone surrogates it replaced."""
     if text.isascii():
         return text, 0
     return _LONE_SURROGATE.subn(REPLACEMENT, text)
@@ -572,12 +578,12 @@ def clean_text(text: str) -> tuple[str, int]:
 def clean_json(obj: Any) -> tuple[Any, int]:
     """A JSON value with :func:`clean_text` applied to every string (keys included); ``(value, count)``."""
     if isinstance(obj, str):
-        return clean_text(obj)
+        return counted_clean_text(obj)
     if isinstance(obj, dict):
         n = 0
         out = {}
         for k, v in obj.items():
-            k, a = clean_text(k) if isinstance(k, str) else (k, 0)
+            k, a = counted_clean_text(k) if isinstance(k, str) else (k, 0)
             v, b = clean_json(v)
             out[k] = v
             n += a + b

@@ -98,11 +98,11 @@ def clean_answer(comp: Completion) -> tuple[Completion, int]:
     """``comp`` with the lone surrogates of its text replaced by U+FFFD (:func:`drmix.io.clean_text`, the one
     rule for text entering drmix) and how many were; an answer left with no other character is a failure
     counted as ``unparsable``."""
-    from drmix.io import REPLACEMENT, clean_text
+    from drmix.io import REPLACEMENT, counted_clean_text
 
     if comp.error is not None:
         return comp, 0
-    text, n = clean_text(comp.text)
+    text, n = counted_clean_text(comp.text)
     if not n:
         return comp, 0
     if not text.replace(REPLACEMENT, "").strip():

@@ -42,7 +42,7 @@ def _record(line: bytes) -> tuple[str, str] | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or not isinstance(obj.get("text"), str):
         return None
-    return obj["key"], clean_text(obj["text"])[0]
+    return obj["key"], clean_text(obj["text"])
 
 
 class CachedBackend(LLMBackend):
