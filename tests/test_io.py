@@ -304,3 +304,13 @@ def test_a_permission_error_names_the_folder_not_the_temporary_file(tmp_path):
         top.rmdir()
     assert r.returncode == 3, r.stderr[-2000:]
     assert r.stdout.startswith(f"{top}: no permission") and ".tmp" not in r.stdout
+
+
+def test_a_peek_at_the_first_record_logs_nothing(tmp_path, caplog):
+    """Readers that look at the first record to detect a layout, then read the file, log the count once."""
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"q": "a\\ud800"}\n{"q": "b"}\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="drmix.io"):
+        assert next(iter(iter_jsonl(p)))[1] == {"q": "a\ufffd"}
+        assert len(list(iter_jsonl(p))) == 2
+    assert len([r for r in caplog.records if "surrogate" in r.getMessage()]) == 1

@@ -606,25 +606,24 @@ def may_hold_surrogates(raw_json: str) -> bool:
 
 def clean_records(path: str | Path, records: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, Any]]:
     """``(line, record)`` pairs of one file with lone surrogates replaced by U+FFFD (:func:`clean_json`);
-    the count is logged once, naming the file and the first line, when the file has been read. The one
-    rule for text entering drmix: every reader of text files passes its records through here."""
+    the count is logged once, naming the file and the first line, when the whole file has been read (a
+    reader that only peeks at the first record logs nothing). The one rule for text entering drmix: every
+    reader of text files passes its records through here."""
     count = lines = 0
     first: int | None = None
-    try:
-        for line, obj in records:
-            if isinstance(obj, _Unchecked):  # iter_jsonl's record without a surrogate escape
-                yield line, obj.obj
-                continue
-            obj, n = clean_json(obj)
-            if n:
-                count += n
-                lines += 1
-                first = line if first is None else first
-            yield line, obj
-    finally:
-        if count:
-            log.warning("%s:%d: %d lone surrogate(s) (such as \"\\ud800\", not Unicode text) in %d line(s) "
-                        "replaced by U+FFFD", path, first, count, lines)
+    for line, obj in records:
+        if isinstance(obj, _Unchecked):  # iter_jsonl's record without a surrogate escape
+            yield line, obj.obj
+            continue
+        obj, n = clean_json(obj)
+        if n:
+            count += n
+            lines += 1
+            first = line if first is None else first
+        yield line, obj
+    if count:
+        log.warning("%s:%d: %d lone surrogate(s) (such as \"\\ud800\", not Unicode text) in %d line(s) "
+                    "replaced by U+FFFD", path, first, count, lines)
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -150,7 +150,9 @@ def tiny(tiny_model_path):
 
 
 def test_model_card_keeps_hostile_names_as_text(tiny, tmp_path):
-    from drmix.report.card import CardInfo, CollectionInfo, read_front_matter, render_model_card, write_model_card
+    from huggingface_hub import ModelCard
+
+    from drmix.report.card import CardInfo, CollectionInfo, render_model_card, write_model_card
 
     base = tmp_path / "models" / HOSTILE[1].replace("/", "_")
     base.mkdir(parents=True)
@@ -171,7 +173,7 @@ def test_model_card_keeps_hostile_names_as_text(tiny, tmp_path):
         assert " ".join(name.split()) in text, name
     # the front matter keeps the plain names: the Hub reads them as data
     path = write_model_card(tiny, tmp_path / "model", info)
-    assert read_front_matter(path)["datasets"] == HOSTILE
+    assert ModelCard.load(path).data.to_dict()["datasets"] == HOSTILE
 
 
 def test_report_html_of_a_hostile_folder_is_inert(tmp_path):
