@@ -12,19 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from drmix.data.spec import FormatName, CollectionSpec, parse_columns  # noqa: F401  (CollectionSpec: public here too)
 from drmix.errors import ConfigError
-
-
-class CollectionSpec(BaseModel):
-    """One training collection: a JSONL file, a directory of JSONL files, a BEIR directory, or a YAML list file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="JSONL file, directory of JSONL files, BEIR directory, or YAML list of collections.")
-    name: str | None = Field(None, description="Collection name (default: file stem or directory name).")
-    instruction: str | None = Field(None, description="Text prepended to every query of this collection.")
-    weight: float | None = Field(None, ge=0, description="Mixture weight (used by mixture='file' when no weights_file is given).")
-    split: str = Field("train", description="Qrels split to read from a BEIR directory.")
 
 
 class TrainConfig(BaseModel):
@@ -34,6 +23,13 @@ class TrainConfig(BaseModel):
 
     model: str | None = Field(None, description="SentenceTransformer folder or hub id (default: bundled all-MiniLM-L6-v2).")
     data: list[str | CollectionSpec] = Field(default_factory=list, description="Training collections (paths or specs).")
+    format: FormatName = Field("auto", description="Layout of the training rows: drmix | st (sentence-transformers) | "
+                               "tevatron | flag (FlagEmbedding) | beir | auto (detected from each file's first record "
+                               "or columns); a collection's own format: in a YAML list wins (docs/data.md).")
+    columns: dict[str, str] | str = Field(default_factory=dict, description="Column mapping ROLE=COLUMN,... for the training "
+                                    "rows, e.g. query=question,positive=answer,negatives=hard (roles: query, positive, "
+                                    "negatives, score, positive_scores, negative_scores, prompt; COL1+COL2 joins "
+                                    "columns; ROLE= ignores one); a collection's own columns: wins.")
     output_dir: str = Field("runs/train", description="Where the model, logs and checkpoints go.")
     max_steps: int = Field(1000, ge=1, description="Optimiser steps to train for.")
     batch_size: int = Field(32, ge=1, description="Global batch size per micro-step (split across processes).")
@@ -121,6 +117,11 @@ class TrainConfig(BaseModel):
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return [v] if isinstance(v, (str, dict)) else v
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _columns(cls, v: Any) -> Any:
+        return parse_columns(v)
 
     @field_validator("report_to", mode="before")
     @classmethod

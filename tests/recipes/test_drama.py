@@ -98,3 +98,22 @@ def test_generation_samples_documents_across_the_corpus(tmp_path, monkeypatch):
                       output_dir=str(tmp_path))
     augment_corpus("toy", corpus, teacher=None, cfg=cfg, out=tmp_path, backend=None)
     assert seen["ids"] == picked
+
+
+def test_defaults_are_the_papers_recipe():
+    """DRAMA Sec. 3.1 and B: cropped queries ranks 1-10 positives / 30-50 negatives (k 50, m 10, n 20), reranked
+    top-1 positive / ranks 10-20 negatives (k 20, n 10), seven hard negatives per query; generation and reranking
+    on whenever an LLM is configured, off without one, and either can still be set."""
+    from drmix.augment.rerank import RERANK_NEGATIVES
+    from drmix.augment.steps import enabled_steps
+
+    bare = DramaConfig(corpus=["x"])
+    assert (bare.positive_ranks, bare.negative_ranks, bare.num_negatives) == ("1:10", "30:50", 7)
+    assert (RERANK_NEGATIVES.start, RERANK_NEGATIVES.end) == (10, 20)
+    assert (bare.generate, bare.rerank) == (False, False)
+    assert [s.name for s in enabled_steps(bare)] == ["crop"]
+    llm = DramaConfig(corpus=["x"], llm={"backend": "openai", "base_url": "http://h/v1", "model": "m"})
+    assert (llm.generate, llm.rerank) == (True, True)
+    assert [s.name for s in enabled_steps(llm)] == ["crop", "generate", "rerank"]
+    assert DramaConfig(corpus=["x"], llm={"model": "m"}, rerank=False).rerank is False
+    assert DramaConfig(corpus=["x"], generate=True).generate is True

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi.registry import search_policy_usage
@@ -176,6 +177,7 @@ def index_command(
     corpus_file = resolve_corpus_file(corpus)
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
+    _check_index_room(output, docs, encoder, store_texts=not no_texts)
     params: dict[str, Any] = {}
     if kind is IndexKind.hnsw:
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
@@ -186,6 +188,31 @@ def index_command(
                          metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}, **params)
     index.save(output)
     _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
+
+
+def _check_index_room(output: Path, docs: dict[str, dict[str, str]], encoder: Any, *, store_texts: bool) -> None:
+    """Before encoding: refuse an index the disk (or ``ulimit -f``) has no room for (float32 vectors, plus
+    the texts when stored: their length in characters, a lower bound of docs.jsonl's size), and say what
+    is coming when the corpus is large or holds a huge document (its tokenising shows no progress)."""
+    import logging
+
+    from drmix.io import check_free_space
+
+    dim = encoder.get_sentence_embedding_dimension() or 0
+    vectors = len(docs) * int(dim) * 4
+    sizes = {d: len(x.get("title", "")) + len(x.get("text", "")) for d, x in docs.items()}
+    texts = sum(sizes.values())
+    check_free_space(output, vectors + (texts if store_texts else 0), what=f"the index of {len(docs)} documents",
+                     largest_file=max(vectors, texts if store_texts else 0))
+    log = logging.getLogger("drmix.index")
+    if texts > 50_000_000:
+        log.info("tokenising %d documents (%.0f MB of text) before the encoding bar moves", len(docs), texts / 1e6)
+    longest = max(sizes, key=sizes.get, default=None)
+    if longest is not None and sizes[longest] > 1_000_000:
+        limit = getattr(encoder, "max_seq_length", None)
+        log.warning("document %r holds %.1f MB of text: tokenising it takes a while before the encoding bar "
+                    "moves, and the model reads only its first %s tokens (split long documents into passages)",
+                    longest, sizes[longest] / 1e6, limit or "few hundred")
 
 
 def stored_model_name(model: str | None) -> str:
@@ -296,10 +323,19 @@ def search_command(
 
 
 def eval_command(
-    data: list[Path] = typer.Option(..., "--data", "-d", help="BEIR directory; repeat for several datasets."),
+    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help="BEIR directory; repeat for several "
+                                              "datasets (or evaluate MTEB tasks with --mteb)."),
+    mteb: Optional[list[str]] = typer.Option(None, "--mteb", help="MTEB task names, comma-separated or repeated "
+                                             "(e.g. NFCorpus,SciFact), or BEIR directories run as local MTEB "
+                                             "tasks: evaluated by the mteb package (pip install 'drmix[mteb]'), "
+                                             "which writes its own result files into --output/mteb; eval.json "
+                                             "gets each task's main score and, for retrieval tasks, per-query "
+                                             "--metric scores for drmix compare (docs/evaluation.md)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="SentenceTransformer folder, drmix run "
                                                                    "directory or hub id; default all-MiniLM-L6-v2."),
-    split: str = typer.Option("test", "--split", help="qrels split to evaluate (qrels/{split}.tsv)."),
+    split: Optional[str] = typer.Option(None, "--split", help="qrels split to evaluate (qrels/{split}.tsv; "
+                                        "default test); with --mteb: only this split of every task (default: "
+                                        "each task's own evaluation splits)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the eval.json and eval.md of an earlier "
                                                              "drmix eval in --output."),
@@ -323,11 +359,20 @@ def eval_command(
                                            "documents (seeded; the kept queries' judged documents always stay)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --max-queries / --max-docs sample."),
 ) -> None:
-    """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets."""
+    """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets (or on MTEB tasks with --mteb)."""
     from drmix.evaluation.evaluate import evaluate_model
     from drmix.evaluation.matryoshka import parse_dims
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
+    if mteb:
+        return _eval_mteb(mteb, data=data, model=model, split=split, output=output, overwrite=overwrite, k=k,
+                          batch_size=batch_size, max_length=max_length, metric=metric, precision=precision,
+                          dims=dims, query_instruction=query_instruction, prompts=prompts,
+                          kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
+                          max_docs=max_docs)
+    if not data:
+        raise ConfigError("no dataset given.", fix="pass --data DIR (a BEIR directory) or --mteb TASK.")
+    split = split or "test"
     if output is not None:
         from drmix.outputs import claim_output
 
@@ -348,8 +393,45 @@ def eval_command(
         _console().print(f"wrote {output / 'eval.json'} and {output / 'eval.md'}")
 
 
+def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, batch_size, max_length, metric,
+               precision, dims, query_instruction, prompts, kwargs, max_queries, max_docs) -> None:
+    """``drmix eval --mteb``: :func:`drmix.evaluation.mteb.evaluate_mteb`, the same table and files."""
+    from drmix.evaluation.metrics import DEFAULT_METRICS
+    from drmix.evaluation.mteb import MTEB_DIR, evaluate_mteb, parse_task_list
+
+    if data:
+        raise ConfigError("--data and --mteb cannot be combined.",
+                          fix="evaluate BEIR directories with --data, or pass them to --mteb to run them as "
+                              "local MTEB tasks.")
+    unsupported = [flag for flag, given in (("--k", k != 100), ("--precision", precision is not Precision.auto),
+                                            ("--dims", dims is not None),
+                                            ("--query-instruction", query_instruction is not None),
+                                            ("--prompts", prompts is not None), ("--max-queries", max_queries),
+                                            ("--max-docs", max_docs)) if given]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)} cannot be used with --mteb: MTEB evaluates by its own "
+                          "protocol (its top 1000, full corpora, the model's own prompts, fp32).",
+                          fix=f"drop {', '.join(unsupported)}, or evaluate BEIR directories with --data.")
+    names = parse_task_list(tasks)
+    if output is not None:
+        from drmix.outputs import claim_output
+
+        claim_output(output, "eval", overwrite=overwrite,
+                     inputs=[Path(t) for t in names if Path(t).expanduser().exists()])
+    report = evaluate_mteb(model, names, output=output, batch_size=batch_size, max_length=max_length,
+                           metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
+                           split=split, model_kwargs=kwargs)
+    print_report(report)
+    if output is not None:
+        _console().print(f"wrote {output / 'eval.json'}, {output / 'eval.md'} and MTEB's result files in "
+                         f"{output / MTEB_DIR}")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``index``, ``search`` and ``eval`` to the main app."""
     app.command("index")(index_command)
     app.command("search")(search_command)
     app.command("eval")(eval_command)
+
+
+AREAS.register(CommandArea("retrieval", register))

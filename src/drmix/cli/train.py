@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import config_command
 from drmix.cli.report import after_run, before_run
 from drmix.config import TrainConfig, load_config
@@ -17,7 +18,9 @@ log = logging.getLogger(__name__)
 TRAIN_HELP = """Fine-tune an embedding model with InfoNCE on a mixture of training collections.
 
 CONFIG is an optional YAML file with any of the fields below; flags override it. Data (--data, repeatable)
-is a JSONL file, a directory of JSONL files, a BEIR directory (train qrels) or a YAML list of collections.
+is a collection file (JSONL, JSON, parquet, CSV/TSV, Arrow) in drmix's, sentence-transformers', Tevatron's or
+FlagEmbedding's layout (detected; --format, --columns), a folder of them, a saved dataset (NAME:split), a Hub
+dataset id, a BEIR directory (train qrels) or a YAML list of collections (docs/data.md).
 The output directory receives model/ (a SentenceTransformer folder), config.yaml, metrics.jsonl,
 weights.json and checkpoints/; --resume continues a killed run. Multi-GPU: accelerate launch -m drmix.cli train ...
 """
@@ -42,16 +45,19 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
 
 
 def _interrupted(out: Path) -> int:
-    """Say where an interrupted (Ctrl-C) run can be resumed from; the exit code (130)."""
-    from drmix.cli import err_console
+    """Say where an interrupted (Ctrl-C, SIGTERM) run can be resumed from; the exit code (130, 143)."""
+    from drmix.cli import err_console, interrupt_exit_code, interrupt_name
     from drmix.train.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(out)
     where = (f"the last checkpoint is {ckpt}; run the same command with --resume to continue from it"
              if ckpt is not None else "no checkpoint was written yet; run the same command again to start over")
-    err_console.print(f"interrupted: {where} (--output-dir {out}).", highlight=False, soft_wrap=True)
-    return 130
+    err_console.print(f"{interrupt_name()}: {where} (--output-dir {out}).", highlight=False, soft_wrap=True)
+    return interrupt_exit_code()
 
 
 def register(app: typer.Typer) -> None:
     app.command("train", help=TRAIN_HELP, no_args_is_help=True)(config_command(TrainConfig, run_train))
+
+
+AREAS.register(CommandArea("train", register))

@@ -4,16 +4,17 @@ ACL 2025, arXiv:2502.18460), Sec. 3 and Fig. 1): augment -> train a
 small student -> evaluate student vs teacher vs the untuned student, one table.
 
 1. **augment** each target corpus (no labels needed): cropped-sentence queries mined by the teacher (ranks
-   1-10 positives, 30-50 hard negatives); with an LLM configured (``generate: true``) also LLM-generated
-   queries for ``generate_max_docs`` documents (a seeded sample across the corpus), mined the same way, and (``rerank: true``) the LLM's listwise
-   rerank of their top-20 (top-1 positive, ranks 10-20 negatives). Each is a registered step
+   1-10 positives, 30-50 hard negatives: the paper's ``k = 50, m = 10, n = 20``); with an LLM configured (``llm:``
+   given, which turns ``generate`` and ``rerank`` on unless they are set) also LLM-generated queries for
+   ``generate_max_docs`` documents (a seeded sample across the corpus), mined the same way, and the LLM's listwise
+   rerank of their top-20 (top-1 positive, ranks 10-20 negatives: ``k = 20, n = 10``). Each is a registered step
    (:mod:`drmix.augment.steps`: crop, generate, rerank). Files: ``augment/<corpus>-<step>.jsonl``;
    LLM calls are cached in ``augment/llm-cache.jsonl``.
 2. **student**: ``model`` (any SentenceTransformer), or, with ``prune_from`` set, a backbone pruned from a
    decoder LM by :mod:`drmix.model.prune` (``student-init/``), which is also the untuned student.
 3. **train** the student on every augmented collection plus any ``data`` collections (labelled general-domain
-   data, the paper's D_sft) (``train/``; all training fields apply, e.g. ``matryoshka_dims``,
-   ``num_negatives`` -- the paper uses 7).
+   data, the paper's D_sft) (``train/``; all training fields apply, e.g. ``matryoshka_dims``;
+   ``num_negatives`` defaults to the paper's 7).
 4. **evaluate** teacher, untuned student and trained student on ``test_data`` (BEIR directories), every metric
    at full size and at each of ``dims`` (cached in ``eval/<label>/eval-<split>.json``,
    :mod:`drmix.evaluation.suite`); ``summary.md`` / ``summary.json`` hold the table.
@@ -23,7 +24,11 @@ Finished steps are reused on a rerun (files present, training finished) when the
 :mod:`drmix.recipes.stages`): a changed step is refused, or re-run with ``--resume-with-changes``, and an
 interrupted run resumes.
 Departures: the paper's teacher is an 8B LLM retriever and its LLM a 70B instruct model; here they are
-whatever the user configures (the defaults, all-MiniLM-L6-v2 and SmolLM2-135M-Instruct, run on a laptop).
+whatever the user configures (the defaults, all-MiniLM-L6-v2 and SmolLM2-135M-Instruct, run on a laptop). The
+paper's student is pruned with learned masks and continued pretraining (25B tokens); ``prune_from`` drops layers
+without continued pretraining (:mod:`drmix.model.prune`), so a pruned student starts far weaker. Without an
+``llm`` the recipe runs the cropped-sentence step only (``generate: true`` with no ``llm`` uses the packaged
+SmolLM2).
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
@@ -63,9 +68,13 @@ class DramaConfig(PipelineBaseConfig):
     max_queries: int | None = Field(None, ge=1, description="Cropped queries per corpus at most (seeded sample).")
     positive_ranks: str = Field("1:10", description="Teacher ranks that become positives (1-based, inclusive).")
     negative_ranks: str = Field("30:50", description="Teacher ranks that become hard negatives.")
-    generate: bool = Field(False, description="Also generate queries with the LLM (see llm).")
+    generate: bool | None = Field(None, description="Also generate queries with the LLM (see llm); default: on when "
+                                                    "an llm is configured (DRAMA's recipe), off otherwise.")
     generate_max_docs: int = Field(100, ge=1, description="Documents per corpus given to the LLM.")
-    rerank: bool = Field(False, description="Also rerank the generated queries' top-20 with the LLM.")
+    rerank: bool | None = Field(None, description="Also rerank the generated queries' top-20 with the LLM; default: "
+                                                  "on when an llm is configured, off otherwise.")
+    num_negatives: int = Field(7, ge=0, description="Hard negatives per query in the student's training (DRAMA: 7 for "
+                                                    "its 0.1B and 0.3B students, 3 for the 1B).")
     llm: dict[str, Any] = Field(default_factory=dict, description="LLM backend options (backend, model, base_url, "
                                                                   "timeout, ...; see docs/drama.md).")
     dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
@@ -73,6 +82,15 @@ class DramaConfig(PipelineBaseConfig):
     pooling: Literal["lasttoken", "mean", "cls"] | None = Field("mean", description="Pooling of the student (DRAMA: mean).")
     bidirectional: bool = Field(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
     lora_r: int | None = Field(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
+
+    @model_validator(mode="after")
+    def _llm_steps(self) -> "DramaConfig":
+        """DRAMA's recipe is the LLM augmentation: with an ``llm`` configured, generation and reranking are on
+        unless set; without one they are off (an explicit ``generate: true`` uses the packaged local model)."""
+        for step in ("generate", "rerank"):
+            if getattr(self, step) is None:
+                object.__setattr__(self, step, bool(self.llm))
+        return self
 
     @field_validator("llm")
     @classmethod
@@ -126,14 +144,14 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     """Run every enabled augmentation step (:mod:`drmix.augment.steps`) on this corpus into ``out``; a step
     whose file exists is skipped. Returns the files and each step's counts."""
     from drmix.augment import examples
-    from drmix.augment.steps import StepContext, enabled_steps, sample_ids, step_file, step_options
+    from drmix.augment.steps import AugmentContext, enabled_steps, sample_ids, step_file, step_options
     from drmix.data.beir import doc_text
 
     def mine(rows: list[dict[str, Any]]):
         return examples.mine_examples(rows, ctx.texts, teacher, positives=cfg.positive_ranks,
                                       negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
 
-    ctx = StepContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
+    ctx = AugmentContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
                       sample_ids(list(corpus), cfg.max_docs, cfg.seed), cfg.seed, teacher, backend, mine, out,
                       examples.read_query_rows)
     info: dict[str, Any] = {"documents": len(ctx.ids), "files": []}
@@ -180,6 +198,8 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
 
     # Every step's settings first: the earlier run's files are reused only when made with these settings.
     files = [str(step_file(aug, _corpus_name(path), step.name)) for path in cfg.corpus for step in enabled_steps(cfg)]
+    if cfg.format != "auto" or cfg.columns:  # --format / --columns describe the user's data, not drmix's own files
+        files = [{"path": f, "format": "drmix", "columns": {}} for f in files]
     student0 = (str(root / "student-init") if cfg.prune_from is not None else cfg.model or "default")
     train_cfg = TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
                                             "model": student0, "data": files + list(cfg.data),

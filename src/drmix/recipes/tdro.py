@@ -38,11 +38,12 @@ several strategies can share one root and one reference; a rerun reuses the stag
 interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json`` (selection:
 ``select-<split>.json``) next to each model (:mod:`drmix.evaluation.suite`).
 
-Collections without hard negatives: with hard-negative-only InfoNCE their loss is identically 0 (the
-positive is the only candidate), so no measurement is possible. The tDRO authors mine negatives for such
-datasets; stage 1 here gives each such example ``num_negatives`` random positives of *other examples of
-the same collection* (seeded) -- the negatives in-batch sampling would give under task-homogeneous
-batching, so the measurement stays within one task. Set ``stage1_fill_negatives: false`` to turn it off.
+Stage 1's setting is the authors' (:mod:`drmix.mixture.optimize`): seven hard negatives per query,
+hard-negative-only InfoNCE at temperature 0.002 on cosine scores; ``stage1: {num_negatives: 1, temperature:
+0.05}`` gives drmix's earlier setting. Examples with fewer than seven hard negatives get the missing ones mined
+by drmix's miner (``stage1_fill_negatives: mine``, the default; the counts go to
+``stage1-<strategy>/negatives.json``); ``random`` gives examples without negatives random positives of other
+examples of the same collection (the earlier rule), ``off`` leaves the data as it is.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from drmix.config import PipelineBaseConfig, TrainConfig, load_config
 from drmix.errors import ConfigError
@@ -79,8 +80,10 @@ class PipelineConfig(PipelineBaseConfig):
     stage0: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 0.")
     stage1: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 1.")
     stage2: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 2.")
-    stage1_fill_negatives: bool = Field(True, description="Stage 1: give examples without hard negatives random "
-                                                          "same-collection negatives.")
+    stage1_fill_negatives: Literal["mine", "random", "off"] = Field(
+        "mine", description="Stage 1, examples with fewer hard negatives than num_negatives (7): mine = mine the "
+                            "missing ones with drmix's miner; random = give examples without negatives random "
+                            "same-collection positives; off = as they are (YAML true/false: mine/off).")
     select_on: list[str] = Field(default_factory=list, description="BEIR directories whose dev split chooses among "
                                                                    "uniform and the transfers (never the test split).")
     select_split: str = Field("dev", description="Qrels split of the select_on directories.")
@@ -88,6 +91,18 @@ class PipelineConfig(PipelineBaseConfig):
     select_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per selection dataset.")
     default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
                                                           "uniform (the benchmark's evidence) or a transfer.")
+
+    stage1_miner: str | None = Field(None, description="Stage 1: the retriever that mines missing hard negatives "
+                                                        "(folder or hub id; default: drmix mine's, the bundled "
+                                                        "all-MiniLM-L6-v2; the tDRO authors used bge-base-en-v1.5).")
+
+    @field_validator("stage1_fill_negatives", mode="before")
+    @classmethod
+    def _fill_from_bool(cls, v: Any) -> Any:
+        """The earlier boolean form: true = mine (the default), false = off."""
+        if isinstance(v, bool):
+            return "mine" if v else "off"
+        return v
 
 
 @dataclass
@@ -126,21 +141,23 @@ def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | 
     """Markdown: collections sorted by learned weight, with which transfers keep them."""
     names = weights_json["collections"]
     w = dict(zip(names, weights_json["weights"]))
+    from drmix.report.markdown import md_cell
+
     kept = kept or {}
-    head = "| collection | weight | " + " | ".join(kept) + (" |" if kept else "|")
+    head = "| collection | weight | " + " | ".join(map(md_cell, kept)) + (" |" if kept else "|")
     lines = [head, "|---|---:|" + "---|" * len(kept)]
     for n in sorted(names, key=lambda x: -w[x]):
         marks = " | ".join("yes" if n in k else "" for k in kept.values())
-        lines.append(f"| {n} | {w[n]:.4f} | " + marks + (" |" if kept else "|"))
+        lines.append(f"| {md_cell(n)} | {w[n]:.4f} | " + marks + (" |" if kept else "|"))
     return "\n".join(lines) + "\n"
 
 
 def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
-    from drmix.data.collections import load_collections
+    from drmix.data.collections import collections_for
     from drmix.mixture.transfer import build_transfer_strategy
 
-    strat = validate_pipeline(config)
+    needs_reference = validate_pipeline(config)
     root = Path(config.output_dir)
     models: dict[str, Path] = {}
 
@@ -151,7 +168,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         s0_cfg = _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform", strategy="static",
                                transfer=None, weights_file=None, reference_model=None,
                                output_dir=str(root / "stage0-reference"))
-        if strat.config.measurement != "raw":      # GroupDRO measures raw losses: no reference forward
+        if needs_reference:      # GroupDRO measures raw losses: no reference forward
             reference = str(Path(s0_cfg.output_dir) / "model")
     s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
                            output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
@@ -166,6 +183,10 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
                                                            else f"stage2-{config.strategy}-{slug(transfer)}")))
                for label, transfer in runs}
     stages = ([Stage("stage 0", s0_cfg)] if s0_cfg is not None else []) + [Stage("stage 1", s1_cfg)]
+    # how stage 1 completes missing hard negatives is a recipe field (pipeline.yaml), not a training field
+    stages.append(Stage("stage 1 (missing negatives)", {k: config.model_dump(mode="json")[k] for k in
+                                                        ("stage1_fill_negatives", "stage1_miner")},
+                        output_dir=s1_out, record=root / "pipeline.yaml"))
     stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
     prepare_stages(stages, allow_changes=config.resume_with_changes, overwrite=config.overwrite)
     record_config(root, "pipeline.yaml", config)
@@ -174,12 +195,13 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         models[BASELINE] = train_stage("stage 0", s0_cfg).model_dir
 
     # Stage 1: learned weights.
-    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives),
+    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives,
+                                                           miner=config.stage1_miner),
               finished=lambda out: run_finished(out) and (out / "weights.json").exists())
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
 
     # Stage 2: each transfer (and the uniform baseline when stage 0 did not run).
-    names = [c.name for c in load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)]
+    names = [c.name for c in collections_for(config)]
     kept: dict[str, list[str]] = {}
     for label, transfer in runs:
         strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
@@ -222,13 +244,14 @@ def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
                               fix=f"pass a directory with a {split} split, or change the split option.")
 
 
-def validate_pipeline(config: PipelineConfig):
-    """Check every stage's configuration, transfer and path before anything trains; returns the stage-1 strategy.
+def validate_pipeline(config: PipelineConfig) -> bool:
+    """Check every stage's configuration, transfer and path before anything trains; returns whether the stage-1
+    strategy needs a reference model (its registered spec says so, for its options).
 
     Raises :class:`ConfigError` (one line, the field and the fix) for unknown or invalid stage overrides,
     unknown transfers, missing training data, and test / selection directories without the split.
     """
-    from drmix.mixture.dro import dro_strategy_from_options
+    from drmix.mixture.registry import strategy_names, strategy_of
     from drmix.mixture.transfer import parse_top_fraction
 
     if not config.transfers:
@@ -239,7 +262,10 @@ def validate_pipeline(config: PipelineConfig):
             parse_top_fraction(spec)
         elif spec not in ("reweight", "loss"):
             raise ConfigError(f"unknown transfer {t!r}.", fix="use top:0.7 (any fraction), reweight or loss.")
-    strat = dro_strategy_from_options(config.strategy, config.tdro)
+    spec, options = strategy_of(config)
+    if spec.family != "dro":
+        raise ConfigError(f"unknown DRO strategy {config.strategy!r}.",
+                          fix=f"use one of {list(strategy_names(family='dro'))}.")
     for stage, overrides in (("stage0", config.stage0), ("stage1", config.stage1), ("stage2", config.stage2)):
         try:
             if stage == "stage1":
@@ -253,10 +279,9 @@ def validate_pipeline(config: PipelineConfig):
                               ) from None
         except ConfigError as e:
             raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
-    for d in config.data:
-        path = getattr(d, "path", d)
-        if isinstance(path, (str, Path)) and not Path(path).expanduser().exists():
-            raise ConfigError("training data not found.", path=path, fix="pass existing collection files or folders.")
+    from drmix.data.collections import check_sources
+
+    check_sources(config.data)
     if config.default_selection not in (BASELINE, *config.transfers):
         raise ConfigError(f"default_selection {config.default_selection!r} is neither uniform nor a configured "
                           "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.transfers])}.")
@@ -266,7 +291,7 @@ def validate_pipeline(config: PipelineConfig):
             str(Path(d).resolve()) for d in config.select_on) & set(str(Path(d).resolve()) for d in config.test_data):
         raise ConfigError(f"select_on uses the {config.select_split} split of a test_data directory: the choice "
                           "would be made on the test set.", fix="select on a dev split (select_split: dev).")
-    return strat
+    return spec.needs_reference_with(options)
 
 
 def select_models(config: PipelineConfig, result: PipelineResult) -> str:
@@ -310,29 +335,34 @@ def _link_model(root: Path, target: Path) -> None:
 
 
 def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept: dict[str, list[str]]) -> str:
-    parts = [f"# tDRO pipeline ({config.strategy})", ""]
+    from drmix.report.markdown import md_cell, md_code
+
+    parts = [f"# tDRO pipeline ({md_cell(config.strategy)})", ""]
     if result.selection:
         avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in result.selection.items()}
         losers = [lb for lb, v in avg.items() if lb != BASELINE and v < avg.get(BASELINE, -1)]
-        parts += [f"## Selected: {result.selected}", "",
-                  f"Chosen on the {config.select_split} split of {', '.join(Path(d).name for d in config.select_on)} "
+        parts += [f"## Selected: {md_cell(result.selected)}", "",
+                  f"Chosen on the {md_cell(config.select_split)} split of "
+                  f"{', '.join(md_cell(Path(d).name) for d in config.select_on)} "
                   f"(never the test split) by average nDCG@10; `model` in the output folder links to it.", "",
                   results_table(result.selection), ""]
         if losers:
-            parts += [f"Warning: {', '.join(losers)} scored below uniform on {config.select_split}.", ""]
+            parts += [f"Warning: {', '.join(map(md_cell, losers))} scored below uniform on "
+                      f"{md_cell(config.select_split)}.", ""]
     elif result.selected is not None:
-        parts += [f"## Selected: {result.selected} (default)", "",
+        parts += [f"## Selected: {md_cell(result.selected)} (default)", "",
                   "No --select-on dev set was given, so nothing was chosen by measurement: the result is "
-                  f"`default_selection` ({result.selected}); `model` in the output folder links to it. In the "
+                  f"`default_selection` ({md_cell(result.selected)}); `model` in the output folder links to it. In the "
                   "leave-one-out benchmark (docs/benchmarks.md) no learned transfer beat uniform significantly; "
                   "give a dev split of your target domains with --select-on to choose a transfer.", ""]
     if result.results:
-        parts += [f"## {config.test_split} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
+        parts += [f"## {md_cell(config.test_split)} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
     if result.comparison is not None:
-        parts += [f"## Paired tests vs uniform ({config.test_split})", "", result.comparison.to_markdown(), ""]
+        parts += [f"## Paired tests vs uniform ({md_cell(config.test_split)})", "", result.comparison.to_markdown(),
+                  ""]
     parts += [f"## Learned weights ({learned.get('output', 'final')}, {learned.get('steps', '?')} steps)", "",
               weights_table(learned, kept=kept), "",
-              "Models: " + ", ".join(f"{k}: `{v}`" for k, v in result.models.items()), ""]
+              "Models: " + ", ".join(f"{md_cell(k)}: {md_code(v)}" for k, v in result.models.items()), ""]
     text = "\n".join(parts)
     write_summary(result.output_dir, text, {
         "strategy": config.strategy, "reference": result.reference, "weights_file": str(result.weights_path),

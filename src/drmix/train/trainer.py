@@ -33,7 +33,7 @@ import torch
 
 from drmix.config import TrainConfig
 from drmix.data.batch import Batch
-from drmix.data.collections import Collection, load_beir_collection, load_collections
+from drmix.data.collections import Collection, collections_for, load_beir_collection
 from drmix.data.sampling import BatchBuilder, MixtureSampler
 from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
@@ -52,7 +52,7 @@ from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
 from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
-from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy_batching, warn_small_collections
+from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy, warn_small_collections
 from drmix.train.reference import ReferenceScorer
 from drmix.train.reporting import CollectionLosses, RunReporting
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
@@ -114,8 +114,7 @@ class Trainer:
         self.out = Path(config.output_dir)
         set_seed(config.seed)
 
-        self.collections = collections or load_collections(config.data, max_size=config.max_collection_size,
-                                                           seed=config.seed)
+        self.collections = collections or collections_for(config)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.batch_size)
@@ -144,7 +143,7 @@ class Trainer:
 
             strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
-        check_strategy_batching(strategy, self.names, config.batching)
+        check_strategy(config, strategy, self.names)
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
