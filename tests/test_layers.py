@@ -14,9 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "src" / "drmix"
 
 #: the layers, lowest first: a module may import its own layer and the layers below it, never one above.
-#: A name is a subpackage of drmix or a module directly under it ("drmix" is the package's __init__).
+#: A name is a subpackage of drmix or a module directly under it ("drmix" is the package's __init__); a dotted
+#: name places one module apart from its package (the most specific name wins).
 LAYERS: list[set[str]] = [
-    {"drmix", "errors", "io", "registry", "papers", "device", "outputs"},  # foundations: no drmix import above
+    {"drmix", "errors", "io", "registry", "papers", "device", "outputs",
+     "report.markdown"},                                              # foundations (Markdown escaping is a leaf)
     {"llm"},                                                          # LLM backends
     {"data"},                                                         # collections, BEIR, batches, formats
     {"model"},                                                        # backbones, encoders, losses, pruning
@@ -137,12 +139,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def layer_of(module: str) -> int:
-    parts = module.split(".")
-    key = parts[1] if len(parts) > 1 else "drmix"
-    for i, names in enumerate(LAYERS):
-        if key in names:
-            return i
-    raise KeyError(f"{module} is in no layer: add {key!r} to LAYERS in tests/test_layers.py")
+    parts = module.split(".")[1:] or ["drmix"]
+    for n in range(len(parts), 0, -1):          # the most specific name first: "report.markdown", then "report"
+        key = ".".join(parts[:n])
+        for i, names in enumerate(LAYERS):
+            if key in names:
+                return i
+    raise KeyError(f"{module} is in no layer: add {parts[0]!r} to LAYERS in tests/test_layers.py")
 
 
 def up_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
@@ -190,6 +193,8 @@ def test_the_checker_finds_cycles_and_up_arrows(tmp_path):
     assert graph["drmix.train.t"] == {"drmix.errors", "drmix.data.c"}
     assert cycles(graph) == [["drmix.data.a", "drmix.data.b"]]
     assert up_arrows(graph) == {("drmix.data.d", "drmix.train.t")}
+    # a module named apart from its package takes its own layer
+    assert layer_of("drmix.report.markdown") == 0 < layer_of("drmix.evaluation.compare") < layer_of("drmix.report.card")
 
 
 if __name__ == "__main__":

@@ -13,16 +13,19 @@ from drmix.model.prune import QUERY_PROMPT
 
 def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, *, max_seq_length: int = 512,
                               query_prompt: str = QUERY_PROMPT,
-                              finish: Callable[[Any, Path], Any] | None = None) -> Path:
+                              finish: Callable[[Any, Path], Any] | None = None,
+                              json_files: dict[str, Any] | None = None) -> Path:
     """Save ``encoder`` + ``tokenizer`` as a SentenceTransformer folder at ``output``, written atomically.
 
     ``finish(model, folder)`` is called with the SentenceTransformer and the folder being written, before it
-    is moved into place (e.g. to write the model card into it).
+    is moved into place (e.g. to write the model card into it); ``json_files`` (name -> object) are written
+    inside the folder before it is swapped into place too (a marker such as ``drmix_prune.json`` is never
+    missing from a complete folder).
     """
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    from drmix.io import atomic_dir
+    from drmix.io import atomic_dir, atomic_write_json
 
     output = Path(output)
     if tokenizer.pad_token is None:
@@ -38,4 +41,6 @@ def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, 
         if finish is not None:
             finish(st, tmp)
         shutil.rmtree(hf)
+        for name, obj in (json_files or {}).items():
+            atomic_write_json(tmp / name, obj)
     return output

@@ -53,7 +53,6 @@ def prune_to_sentence_transformer(source: str | Path | None, output: str | Path,
     """Load a causal LM (folder, hub id, ``.gguf``; default: the packaged SmolLM2), prune it and save it as a
     SentenceTransformer folder with its model card. Returns what was done (also written as
     ``drmix_prune.json`` in the folder)."""
-    from drmix.io import atomic_write_json
     from drmix.model.saving import save_sentence_transformer
     from drmix.report.card import write_model_card
 
@@ -68,13 +67,13 @@ def prune_to_sentence_transformer(source: str | Path | None, output: str | Path,
     emb = pruned.embed_tokens.weight.numel()
     card = prune_card(model_id, chosen, n, pruned.config.intermediate_size, lm.config.intermediate_size, params,
                       params - emb, bidirectional=bidirectional, query_prompt=query_prompt)
-    save_sentence_transformer(pruned, tok, output, max_seq_length=max_seq_length, query_prompt=query_prompt,
-                              finish=lambda st, folder: write_model_card(st, folder, card))
     info = {"source": model_id, "source_layers": n, "layers": chosen, "mlp_width": pruned.config.intermediate_size,
             "source_mlp_width": lm.config.intermediate_size, "bidirectional": bidirectional, "pooling": "mean",
             "query_prompt": query_prompt, "parameters": params, "non_embedding_parameters": params - emb,
             "rewrite_max_abs_diff": diff}
-    atomic_write_json(Path(output) / "drmix_prune.json", info)
+    save_sentence_transformer(pruned, tok, output, max_seq_length=max_seq_length, query_prompt=query_prompt,
+                              finish=lambda st, folder: write_model_card(st, folder, card),
+                              json_files={"drmix_prune.json": info})
     log.info("pruned %s: kept layers %s of %d; %.1fM parameters (%.1fM without embeddings)", model_id, chosen, n,
              params / 1e6, (params - emb) / 1e6)
     return info
