@@ -125,7 +125,7 @@ def generated(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]
 def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, p: dict) -> str:
     from drmix.config import TrainConfig
     from drmix.outputs import run_finished
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     if run_finished(out):
         return str(out / "model")

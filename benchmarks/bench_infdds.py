@@ -84,7 +84,7 @@ def train_run(name: str, work: Path, data_paths: list[str], args, *, strategy: s
     from drmix.config import TrainConfig
     from drmix.mixture.influence import build_influence_strategy
     from drmix.mixture.static import StaticStrategy
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     out = work / "runs" / name
     summary_path = out / "summary.json"
@@ -103,7 +103,7 @@ def train_run(name: str, work: Path, data_paths: list[str], args, *, strategy: s
     if strategy == "static":
         strat = StaticStrategy(scheme=mixture, temperature=init_tau or 1.0)
     else:
-        strat = build_influence_strategy(strategy, cfg.infdds, seed, cfg.batch_size)
+        strat = build_influence_strategy(strategy, cfg.influence, seed, cfg.contrastive.batch_size)
     t0 = time.perf_counter()
     result = train(cfg, strategy=strat)
     wall = time.perf_counter() - t0

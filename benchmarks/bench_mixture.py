@@ -260,7 +260,7 @@ def _trained(out: Path) -> bool:
 def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
     """Train (or reuse) ``arm`` with ``seed``; :class:`Busy` while another process trains the same model."""
     from drmix.config import TrainConfig
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     if arm == "uniform" and seed == args.stage1_seed:
         return prep.reference()
@@ -391,7 +391,7 @@ class Prep:
 
     def reference(self) -> Path:
         from drmix.config import TrainConfig
-        from drmix.train.trainer import train
+        from drmix.api import train
 
         out = self.root / f"uniform-s{self.args.stage1_seed}"
         if not _trained(out):
@@ -406,7 +406,7 @@ class Prep:
 
     def weights(self, strategy: str) -> Path:
         from drmix.config import TrainConfig
-        from drmix.mixture.optimize import optimize_weights, stage1_config
+        from drmix.recipes.optimize import optimize_weights, stage1_config
 
         args = self.args
         out = self.root / f"stage1-{strategy}"

@@ -5,7 +5,7 @@ import numpy as np
 
 from drmix.config import TrainConfig
 from drmix.model.encoder import load_encoder
-from drmix.train.trainer import train
+from drmix.api import train
 
 
 def test_default_model_ranks_and_trains(tmp_path):

@@ -514,12 +514,12 @@ def _train_config(root, tiny_model_path, out: str, **kw):
 
 
 def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_path):
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     _write_task_data(tmp_path)
 
     def strategy(cfg):
-        return build_influence_strategy(cfg.strategy, cfg.infdds, cfg.seed, cfg.batch_size)
+        return build_influence_strategy(cfg.mixture.strategy, cfg.influence, cfg.optim.seed, cfg.contrastive.batch_size)
 
     cfg = _train_config(tmp_path, tiny_model_path, "full")
     result = train(cfg, strategy=strategy(cfg))
@@ -545,7 +545,7 @@ def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_
     cfg_b = _train_config(tmp_path, tiny_model_path, "resumed")
     with pytest.raises(Stop):
         train(cfg_b, strategy=strategy(cfg_b), callbacks=[stop_at_5])
-    cfg_b = cfg_b.model_copy(update={"resume": True})
+    cfg_b = cfg_b.replace(resume=True)
     train(cfg_b, strategy=strategy(cfg_b))
     resumed = json.loads((tmp_path / "resumed" / "weights.json").read_text())
     assert resumed["weights"] == final["weights"]

@@ -351,7 +351,7 @@ class DROStrategy(Strategy):
         ref = None
         if self.config.measurement != "raw":
             if ctx.reference_losses is None:
-                raise RuntimeError(f"strategy {self.name!r} needs a reference model (config.reference_model).")
+                raise RuntimeError(f"strategy {self.name!r} needs a reference model (--reference-model).")
             ref = ctx.reference_losses(batch).detach().float().cpu().numpy()
         proxy = losses.detach().float().cpu().numpy()
         ids = np.asarray(batch.collection_ids)
@@ -489,11 +489,11 @@ def dro_strategy_from_options(strategy: str, options: dict | DROConfig | None = 
 
 
 def _build(config, options: DROConfig | None, names: list[str], weights: list) -> DROStrategy:
-    return build_dro_strategy(config.strategy.lower(), options)
+    return build_dro_strategy(config.mixture.strategy.lower(), options)
 
 
 _SPECS = {name: register_strategy(StrategySpec(
-    name=name, build=_build, options=DROConfig, options_field="tdro", family="dro", help=text,
+    name=name, build=_build, options=DROConfig, options_field="dro", family="dro", help=text,
     needs_reference=STRATEGY_MEASUREMENT[name] != "raw", learns_weights=True, requires_mixed_batches=True,
     docs="docs/mixture.md"))
     for name, text in (("tdro", "tDRO: learn collection weights from the proxy/reference loss ratio (options: --tdro)."),

@@ -154,13 +154,6 @@ def coco_losses(a: torch.Tensor, b: torch.Tensor, *, temperature: float = 0.05, 
     return 0.5 * (per_span[:B] + per_span[B:])
 
 
-def coco_loss_fn(temperature: float) -> Callable[..., torch.Tensor]:
-    """The trainer's ``loss_fn`` hook: queries are the first spans, documents the second spans."""
-    def loss_fn(q: torch.Tensor, d: torch.Tensor, *, gather: bool) -> torch.Tensor:
-        return coco_losses(q, d[: q.size(0)], temperature=temperature, gather=gather)
-    return loss_fn
-
-
 # ------------------------------------------------------------------------------------------------ corpora
 
 @dataclass

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, create_model, field_validator
 
-from drmix.config import PipelineBaseConfig, TrainConfig, load_config
+from drmix.config import INPUT, OPERATIONAL, ModelConfig, Part, PipelineBaseConfig, RunConfig, TrainConfig, setting
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.io import atomic_write_json
@@ -40,36 +40,40 @@ from drmix.recipes.stages import record_config, train_stage, write_summary
 log = logging.getLogger(__name__)
 
 
-class DramaConfig(PipelineBaseConfig):
-    """``drmix pipeline drama`` options: the training fields (the student's) plus the recipe's own."""
-
-    output_dir: str = Field("runs/drama", description="Root directory of the recipe's files.")
-    corpus: list[str] = Field(default_factory=list, description="Target corpora to augment: BEIR directories or "
-                                                                "corpus .jsonl files (labels are not read).")
-    teacher: str | None = Field(None, description="Teacher retriever that mines positives and negatives "
-                                                  "(default: bundled all-MiniLM-L6-v2).")
-    prune_from: str | None = Field(None, description="Build the student by pruning this causal LM (folder, hub id, "
-                                                     ".gguf, or 'smollm2' for the packaged one) instead of --model.")
-    prune_layers: str | None = Field(None, description="Layers the pruned student keeps (0-based, e.g. 0,10,20,29).")
-    prune_keep_layers: int | None = Field(6, ge=1, description="Or: how many layers to keep, first and last "
-                                                               "included, the rest evenly spaced.")
-    prune_mlp_keep: int | None = Field(None, ge=1, description="Narrow the pruned MLPs to this many channels.")
-    max_docs: int | None = Field(None, ge=1, description="Documents sampled per corpus for augmentation (seeded).")
-    min_words: int = Field(4, ge=1, description="Shortest sentence kept as a cropped query, in words.")
-    max_per_doc: int | None = Field(2, ge=1, description="Cropped queries per document at most (seeded sample).")
-    max_queries: int | None = Field(None, ge=1, description="Cropped queries per corpus at most (seeded sample).")
-    positive_ranks: str = Field("1:10", description="Teacher ranks that become positives (1-based, inclusive).")
-    negative_ranks: str = Field("30:50", description="Teacher ranks that become hard negatives.")
-    generate: bool = Field(False, description="Also generate queries with the LLM (see llm).")
-    generate_max_docs: int = Field(100, ge=1, description="Documents per corpus given to the LLM.")
-    rerank: bool = Field(False, description="Also rerank the generated queries' top-20 with the LLM.")
-    llm: dict[str, Any] = Field(default_factory=dict, description="LLM backend options (backend, model, base_url, "
-                                                                  "timeout, ...; see docs/drama.md).")
-    dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
+class DramaModel(ModelConfig):
     # DRAMA's student (Sec. 3.2, Table 4): a pruned decoder, bidirectional, mean pooling, every weight trained
-    pooling: Literal["lasttoken", "mean", "cls"] | None = Field("mean", description="Pooling of the student (DRAMA: mean).")
-    bidirectional: bool = Field(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
-    lora_r: int | None = Field(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
+    pooling: Literal["lasttoken", "mean", "cls"] | None = setting("mean", description="Pooling of the student (DRAMA: mean).")
+    bidirectional: bool = setting(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
+    lora_r: int | None = setting(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
+
+
+class DramaRun(RunConfig):
+    output_dir: str = setting("runs/drama", role=OPERATIONAL, description="Root directory of the recipe's files.")
+
+
+class DramaRecipe(Part):
+    """Target corpora, teacher, student, LLM and which augmentation steps run."""
+
+    title: ClassVar[str] = "DRAMA recipe"
+
+    corpus: list[str] = setting(default_factory=list, role=INPUT, description="Target corpora to augment: BEIR "
+                                                                            "directories or corpus .jsonl files (labels are not read).")
+    teacher: str | None = setting(None, role=INPUT, description="Teacher retriever that mines positives and negatives "
+                                                              "(default: bundled all-MiniLM-L6-v2).")
+    prune_from: str | None = setting(None, role=INPUT, description="Build the student by pruning this causal LM (folder, "
+                                                                 "hub id, .gguf, or 'smollm2' for the packaged one) instead of --model.")
+    prune_layers: str | None = setting(None, description="Layers the pruned student keeps (0-based, e.g. 0,10,20,29).")
+    prune_keep_layers: int | None = setting(6, ge=1, description="Or: how many layers to keep, first and last "
+                                                               "included, the rest evenly spaced.")
+    prune_mlp_keep: int | None = setting(None, ge=1, description="Narrow the pruned MLPs to this many channels.")
+    max_docs: int | None = setting(None, ge=1, description="Documents sampled per corpus for augmentation (seeded).")
+    positive_ranks: str = setting("1:10", description="Teacher ranks that become positives (1-based, inclusive).")
+    negative_ranks: str = setting("30:50", description="Teacher ranks that become hard negatives.")
+    generate: bool = setting(False, description="Also generate queries with the LLM (see llm).")
+    rerank: bool = setting(False, description="Also rerank the generated queries' top-20 with the LLM.")
+    llm: dict[str, Any] = setting(default_factory=dict, description="LLM backend options (backend, model, base_url, "
+                                                                  "timeout, ...; see docs/drama.md).")
+    dims: list[int] = setting(default_factory=list, description="Also evaluate at these truncated sizes.")
 
     @field_validator("llm")
     @classmethod
@@ -90,6 +94,36 @@ class DramaConfig(PipelineBaseConfig):
         return v
 
 
+class AugmentOptions(Part):
+    """The options of every registered augmentation step (:mod:`drmix.augment.steps`), one part."""
+
+    title: ClassVar[str] = "DRAMA augmentation steps"
+
+
+def _augment_part() -> type[Part]:
+    """The augmentation steps' options, as one part: a step's options model is the only place they are written."""
+    from drmix.augment.steps import registered_steps
+
+    fields: dict[str, Any] = {}
+    for step in registered_steps().values():
+        for name, info in step.options.model_fields.items():
+            fields[name] = (info.annotation, info)
+    return create_model("AugmentStepOptions", __base__=AugmentOptions, **fields)
+
+
+_Augment = _augment_part()
+
+
+class DramaConfig(PipelineBaseConfig):
+    """``drmix pipeline drama`` options: the student's training parts, the recipe's part, the augmentation steps'
+    options and the final evaluation."""
+
+    model: DramaModel = Field(default_factory=DramaModel)
+    run: DramaRun = Field(default_factory=DramaRun)
+    recipe: DramaRecipe = Field(default_factory=DramaRecipe)
+    augment: _Augment = Field(default_factory=_Augment)  # type: ignore[valid-type]
+
+
 def _corpus_of(path: str) -> tuple[str, dict[str, dict[str, str]]]:
     from drmix.data.beir import read_corpus
 
@@ -107,17 +141,17 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     from drmix.data.beir import doc_text
 
     def mine(rows: list[dict[str, Any]]):
-        return examples.mine_examples(rows, ctx.texts, teacher, positives=cfg.positive_ranks,
-                                      negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
+        return examples.mine_examples(rows, ctx.texts, teacher, positives=cfg.recipe.positive_ranks,
+                                      negatives=cfg.recipe.negative_ranks, teacher_name=cfg.recipe.teacher or "default")
 
     ctx = StepContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
-                      sample_ids(list(corpus), cfg.max_docs, cfg.seed), cfg.seed, teacher, backend, mine, out,
+                      sample_ids(list(corpus), cfg.recipe.max_docs, cfg.optim.seed), cfg.optim.seed, teacher, backend, mine, out,
                       examples.read_query_rows)
     info: dict[str, Any] = {"documents": len(ctx.ids), "files": []}
-    for step in enabled_steps(cfg):
+    for step in enabled_steps(cfg.recipe):
         path = step_file(out, name, step.name)
         if not path.exists():
-            rows, stats = step.build(ctx, step_options(step, cfg))
+            rows, stats = step.build(ctx, step_options(step, cfg.augment))
             examples.write_collection(path, rows, why=ctx.why.get(step.name))
             ctx.rows[step.name] = rows
             info[step.name] = stats
@@ -126,16 +160,16 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
 
 
 def _student_init(cfg: DramaConfig, root: Path) -> str:
-    if cfg.prune_from is None:
-        return cfg.model or "default"
+    if cfg.recipe.prune_from is None:
+        return cfg.model.name_or_path or "default"
     from drmix.model.prune import prune_to_sentence_transformer
 
     out = root / "student-init"
     if not model_saved(out):
-        src = None if cfg.prune_from.lower() in ("smollm2", "default") else cfg.prune_from
-        prune_to_sentence_transformer(src, out, layers=cfg.prune_layers,
-                                      keep_layers=None if cfg.prune_layers else cfg.prune_keep_layers,
-                                      mlp_keep=cfg.prune_mlp_keep, max_seq_length=cfg.doc_max_length)
+        src = None if cfg.recipe.prune_from.lower() in ("smollm2", "default") else cfg.recipe.prune_from
+        prune_to_sentence_transformer(src, out, layers=cfg.recipe.prune_layers,
+                                      keep_layers=None if cfg.recipe.prune_layers else cfg.recipe.prune_keep_layers,
+                                      mlp_keep=cfg.recipe.prune_mlp_keep, max_seq_length=cfg.data.doc_max_length)
     return str(out)
 
 
@@ -149,49 +183,44 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     from drmix.model.backbone import BackboneOptions
     from drmix.model.encoder import load_encoder
 
-    if not cfg.corpus:
+    if not cfg.recipe.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR (a BEIR directory or corpus.jsonl).")
-    root = Path(cfg.output_dir)
+    root = Path(cfg.run.output_dir)
     aug = root / "augment"
     aug.mkdir(parents=True, exist_ok=True)
     record_config(root, "drama.yaml", cfg)
-    teacher = load_encoder(cfg.teacher, model_kwargs=BackboneOptions.from_config(cfg).model_kwargs())
+    teacher = load_encoder(cfg.recipe.teacher, model_kwargs=BackboneOptions.from_config(cfg.model).model_kwargs())
     backend = None
     from drmix.augment.steps import enabled_steps
 
-    if any(step.needs_llm for step in enabled_steps(cfg)):
+    if any(step.needs_llm for step in enabled_steps(cfg.recipe)):
         from drmix.llm.factory import LLMConfig, build_backend
 
-        backend = build_backend(LLMConfig.model_validate(cfg.llm), cache_path=aug / "llm-cache.jsonl")
+        backend = build_backend(LLMConfig.model_validate(cfg.recipe.llm), cache_path=aug / "llm-cache.jsonl")
     augment: dict[str, Any] = {}
     files: list[str] = []
-    for path in cfg.corpus:
+    for path in cfg.recipe.corpus:
         name, corpus = _corpus_of(path)
         augment[name] = augment_corpus(name, corpus, teacher, cfg, aug, backend)
         files += augment[name]["files"]
     del teacher
     student0 = _student_init(cfg, root)
     train_dir = root / "train"
-    train_stage("student", TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
-                                                       "model": student0, "data": files + list(cfg.data),
-                                                       "output_dir": str(train_dir), "resume": True}))
-    models = {"teacher": cfg.teacher or "default", "untuned": student0, "student": str(train_dir / "model")}
+    train_stage("student", TrainConfig.from_parts(cfg, model=student0, data=files + list(cfg.data.collections),
+                                                  output_dir=str(train_dir), resume=True))
+    models = {"teacher": cfg.recipe.teacher or "default", "untuned": student0, "student": str(train_dir / "model")}
     summary: dict[str, Any] = {"augment": augment, "models": models}
-    if cfg.test_data:
+    if cfg.test.test_data:
         from drmix.evaluation.matryoshka import dim_suffix
 
-        results = evaluate_suite(models, cfg.test_data, cache_dirs={lb: root / "eval" / lb for lb in models},
-                                 split=cfg.test_split, max_queries=cfg.test_max_queries, max_docs=cfg.test_max_docs,
-                                 seed=cfg.seed, max_length=cfg.doc_max_length, dims=cfg.dims,
-                                 query_instructions=cfg.query_instructions).results
-        metrics = ["ndcg@10"] + [dim_suffix("ndcg@10", d) for d in cfg.dims] + ["recall@100"]
+        results = evaluate_suite(models, cfg.test.test_data, cache_dirs={lb: root / "eval" / lb for lb in models},
+                                 split=cfg.test.test_split, max_queries=cfg.test.test_max_queries, max_docs=cfg.test.test_max_docs,
+                                 seed=cfg.optim.seed, max_length=cfg.data.doc_max_length, dims=cfg.recipe.dims,
+                                 query_instructions=cfg.eval.query_instructions).results
+        metrics = ["ndcg@10"] + [dim_suffix("ndcg@10", d) for d in cfg.recipe.dims] + ["recall@100"]
         summary["results"] = results
         summary["table"] = summary_table(results, metrics)
         write_summary(root, "# DRAMA recipe\n\n" + summary["table"], summary)
     else:
         atomic_write_json(root / "summary.json", summary)
     return summary
-
-
-def load_drama_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> DramaConfig:
-    return load_config(DramaConfig, path, overrides)

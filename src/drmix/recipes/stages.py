@@ -39,9 +39,9 @@ def run_stage(name: str, output_dir: str | Path, run: Callable[[], Any]) -> Stag
 
 def train_stage(name: str, config: Any, **train_kwargs: Any) -> StageOutput:
     """One ``drmix train`` run (``config`` a TrainConfig) as a stage; keyword arguments go to ``train``."""
-    from drmix.train.trainer import train
+    from drmix.api import train
 
-    return run_stage(name, config.output_dir, lambda: train(config, **train_kwargs))
+    return run_stage(name, config.run.output_dir, lambda: train(config, **train_kwargs))
 
 
 def record_config(root: str | Path, name: str, config: Any) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ class TrainResult:
     metrics_path: Path
     weights_path: Path | None
     final_loss: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)   # what the objective records (COCO: span_stats)
 
 
 class JsonlLog:
@@ -84,11 +85,11 @@ class RunOutput:
         """Refuse a directory holding a run unless resuming (and check the resume); write ``config.yaml``;
         return the checkpoint to resume from, if any."""
         ckpt = latest_checkpoint(self.dir)
-        if (ckpt or self.finished) and not config.resume:
+        if (ckpt or self.finished) and not config.run.resume:
             raise ConfigError("the output directory already holds a run.", path=self.dir,
                               fix="pass --resume to continue it, or choose another --output-dir.")
         if ckpt is not None:  # every rank checks (and refuses) alike; only the main one logs
-            check_resume(self.dir, ckpt, config.model_dump(mode="json"), allow_changes=config.resume_with_changes,
+            check_resume(self.dir, ckpt, config, allow_changes=config.run.resume_with_changes,
                          log=self.metrics.append, names=names, sizes=sizes)
         if self.is_main:
             self.dir.mkdir(parents=True, exist_ok=True)

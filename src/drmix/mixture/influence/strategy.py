@@ -123,7 +123,7 @@ class InfluenceStrategy(Strategy):
                               fix="pass --dev DIR (a BEIR directory with a dev split), or set `dev:` in the config.")
         if ctx.draw_batch is None:
             raise ConfigError(f"strategy '{self.name}' needs a trainer that can draw batches per collection.",
-                              fix="use drmix.train.trainer.train.")
+                              fix="use drmix.api.train.")
 
     def choose_subset(self) -> list[int]:
         m = len(self.collection_names)
@@ -267,7 +267,7 @@ class MultiDDSStrategy(InfluenceStrategy):
 
 def build_influence_strategy(strategy: str, options: dict[str, Any] | InfDDSConfig | None, seed: int,
                              batch_size: int | None = None) -> InfluenceStrategy:
-    """``strategy`` is "infdds" or "multidds"; ``options`` is ``TrainConfig.infdds``.
+    """``strategy`` is "infdds" or "multidds"; ``options`` is ``TrainConfig.influence``.
 
     ``batch_size`` (the training batch size) fills ``train_batch_size`` / ``dev_batch_size`` left unset.
     """
@@ -281,11 +281,11 @@ def build_influence_strategy(strategy: str, options: dict[str, Any] | InfDDSConf
 
 
 def _build(config, options: InfDDSConfig | None, names: list[str], weights: list) -> InfluenceStrategy:
-    return build_influence_strategy(config.strategy.lower(), options, config.seed, batch_size=config.batch_size)
+    return build_influence_strategy(config.mixture.strategy.lower(), options, config.optim.seed, batch_size=config.contrastive.batch_size)
 
 
 _SPECS = {name: register_strategy(StrategySpec(
-    name=name, build=_build, options=InfDDSConfig, options_field="infdds", family="influence", help=text,
+    name=name, build=_build, options=InfDDSConfig, options_field="influence", family="influence", help=text,
     learns_weights=True, needs_dev=True, docs="docs/influence.md"))
     for name, text in (("infdds", "Inf-DDS: sample collections by their look-ahead influence on dev sets (--infdds)."),
                        ("multidds", "MultiDDS: sample collections by train/dev gradient similarity (--infdds)."))}

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from drmix.config import TrainConfig
+from drmix.config import Config, TrainConfig
 from drmix.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -54,19 +54,19 @@ def fill_missing_negatives(collections: list, num_negatives: int, *, seed: int =
     return out
 
 
-def stage1_config(base: TrainConfig, *, strategy: str, reference: str | None,
+def stage1_config(base: Config, *, strategy: str, reference: str | None,
                   output_dir: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """The TrainConfig of stage 1: mixed equal-share batches, hard-negative-only InfoNCE, the DRO strategy."""
-    values = base.model_dump(exclude=set(type(base).model_fields) - set(TrainConfig.model_fields))
-    values.update(batching="mixed", in_batch_negatives=False, cross_device_negatives=False, mixture="uniform",
-                  num_negatives=max(1, base.num_negatives), strategy=strategy, reference_model=reference,
-                  transfer=None, weights_file=None, output_dir=str(output_dir), resume=True)
-    values.update(overrides or {})
-    return TrainConfig.model_validate(values)
+    """The TrainConfig of stage 1, composed from the training parts of ``base`` (a TrainConfig or a recipe's
+    config): mixed equal-share batches, hard-negative-only InfoNCE, the DRO strategy; ``overrides`` (flat
+    names) last."""
+    return TrainConfig.from_parts(base, **{
+        "batching": "mixed", "in_batch_negatives": False, "cross_device_negatives": False, "mixture": "uniform",
+        "num_negatives": max(1, base.contrastive.num_negatives), "strategy": strategy, "reference_model": reference,
+        "transfer": None, "weights_file": None, "output_dir": str(output_dir), "resume": True, **(overrides or {})})
 
 
 def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_negatives: bool = True):
-    """Stage 1: learn collection weights with ``strategy`` (default ``config.strategy``); returns a TrainResult.
+    """Stage 1: learn collection weights with ``strategy`` (default ``config.mixture.strategy``); returns a TrainResult.
 
     ``config`` is used as given except that ``strategy`` is set; call :func:`stage1_config` first to get the
     paper's stage-1 settings from a fine-tuning config.
@@ -74,21 +74,21 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     from drmix.data.collections import load_collections
     from drmix.mixture.dro import dro_strategy_from_options
     from drmix.mixture.registry import strategy_names
-    from drmix.train.trainer import train
+    from drmix.api import train
 
-    name = (strategy or config.strategy).lower()
+    name = (strategy or config.mixture.strategy).lower()
     dro_strategies = strategy_names(family="dro")
     if name not in dro_strategies:
         raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(dro_strategies)}.")
-    strat = dro_strategy_from_options(name, config.tdro)
-    if strat.config.measurement != "raw" and not config.reference_model:
+    strat = dro_strategy_from_options(name, config.dro)
+    if strat.config.measurement != "raw" and not config.mixture.reference_model:
         raise ConfigError(f"strategy '{name}' needs a frozen reference model.",
                           fix="set reference_model (a model trained with uniform weights), or run "
                               "`drmix pipeline tdro` which trains one (stage 0).")
-    if config.batching != "mixed":
-        log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", config.batching)
-    config = config.model_copy(update={"strategy": name})
-    collections = load_collections(config.data, max_size=config.max_collection_size, seed=config.seed)
-    if fill_negatives and not config.in_batch_negatives:
-        collections = fill_missing_negatives(collections, max(1, config.num_negatives), seed=config.seed)
+    if config.contrastive.batching != "mixed":
+        log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", config.contrastive.batching)
+    config = config.replace(strategy=name)
+    collections = load_collections(config.data.collections, max_size=config.data.max_collection_size, seed=config.optim.seed)
+    if fill_negatives and not config.contrastive.in_batch_negatives:
+        collections = fill_missing_negatives(collections, max(1, config.contrastive.num_negatives), seed=config.optim.seed)
     return train(config, strategy=strat, collections=collections)
