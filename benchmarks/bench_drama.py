@@ -11,7 +11,12 @@ the teacher ranks the subsampled corpus, ranks 1-10 are positives and 30-50 hard
 (c) LLM-generated queries with SmolLM2-135M-Instruct on a small subset (throughput in documents/s, the share of
     outputs kept), and its listwise rerank of their teacher top-k (shares complete / repaired / dropped);
     with ``--arms generated``, MiniLM trained on one generated query for each of ``gen_train_docs`` documents per
-    corpus (teacher windows as above) vs MiniLM.
+    corpus (teacher windows as above) vs MiniLM;
+(d) ``--arms drama``: DRAMA's recipe as ``drmix pipeline drama`` now runs it with an LLM: MiniLM trained on the
+    cropped queries, the generated queries (as (c)) *and* SmolLM2's listwise rerank of every generated query's
+    teacher top-``rerank_k`` (reranked top-1 positive, reranked ranks 10-20 negatives), with seven hard negatives
+    per query (``drama_negatives``), vs MiniLM and, paired over queries, vs (b) -- drmix's earlier recipe (cropped
+    queries only, one hard negative).
 
 nDCG@10 at full size and at each --dims size (truncated, re-normalised). Trained arms run ``--seeds`` seeds; the
 table reports the mean over seeds with the seeds' standard deviation, the paired difference against the arm's
@@ -41,15 +46,17 @@ PRESETS = {
     "cpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=250, test_max_queries=35, max_per_doc=1,
                 max_queries=200, steps=20, batch_size=8, num_negatives=1, query_max_length=24, doc_max_length=96,
                 keep_layers=4, lr_minilm=3e-5, lr_pruned=1e-4, dims=[64, 128, 256], gen_docs=8,
-                gen_train_docs=40, gen_new_tokens=80, rerank_queries=4, rerank_k=20, rerank_words=32, device="cpu"),
+                gen_train_docs=40, gen_new_tokens=80, rerank_queries=4, rerank_k=20, rerank_words=32, device="cpu",
+                drama_negatives=7),
     "smoke": dict(datasets=["scifact"], test_max_docs=80, test_max_queries=20, max_per_doc=1, max_queries=40,
                   steps=3, batch_size=4, num_negatives=1, query_max_length=16, doc_max_length=64, keep_layers=2,
                   lr_minilm=3e-5, lr_pruned=1e-4, dims=[64], gen_docs=2, gen_train_docs=4, gen_new_tokens=32, rerank_queries=1,
-                  rerank_k=5, rerank_words=16, device="cpu"),
+                  rerank_k=5, rerank_words=16, device="cpu", drama_negatives=7),
     "gpu": dict(datasets=["scifact", "nfcorpus"], test_max_docs=None, test_max_queries=None, max_per_doc=None,
                 max_queries=20000, steps=500, batch_size=64, num_negatives=7, query_max_length=64,
                 doc_max_length=256, keep_layers=10, lr_minilm=3e-5, lr_pruned=1e-4, dims=[64, 128, 256],
-                gen_docs=500, gen_train_docs=2000, gen_new_tokens=256, rerank_queries=200, rerank_k=20, rerank_words=192, device="cuda"),
+                gen_docs=500, gen_train_docs=2000, gen_new_tokens=256, rerank_queries=200, rerank_k=20, rerank_words=192, device="cuda",
+                drama_negatives=7),
 }
 
 
@@ -122,7 +129,42 @@ def generated(sets: dict, teacher, p: dict, out: Path) -> tuple[list[str], dict]
     return files, info
 
 
-def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, p: dict) -> str:
+def reranked(sets: dict, p: dict, out: Path, gen_files: list[str]) -> tuple[list[str], dict]:
+    """(d) training data: SmolLM2's listwise rerank (DRAMA Sec. 3.1.3) of every generated query's teacher top
+    ``rerank_k`` (passages cut to ``rerank_words`` words): reranked top-1 positive, reranked ranks 10-20 hard
+    negatives; queries whose output has no identifier are dropped (counted)."""
+    from drmix.augment.examples import rerank_examples, write_collection
+    from drmix.data.beir import doc_text
+    from drmix.io import iter_jsonl
+    from drmix.llm.cache import CachedBackend
+    from drmix.llm.local import TransformersBackend
+
+    files, info, backend = [], {}, None
+    for (name, ds), gen in zip(sets.items(), gen_files):
+        f = out / f"{name}-rerank.jsonl"
+        files.append(str(f))
+        if f.exists():
+            continue
+        backend = backend or CachedBackend(TransformersBackend(None, batch_size=8), out / "llm-cache.jsonl")
+        rows = [obj for _, obj in iter_jsonl(gen)]
+        c0, t0 = time.process_time(), time.perf_counter()
+        lines, stats = rerank_examples(rows, {d: doc_text(x) for d, x in ds.corpus.items()}, backend,
+                                       k=p["rerank_k"], max_words=p["rerank_words"])
+        write_collection(f, lines)
+        info[name] = {"queries": len(rows), **stats.as_dict(), "cpu_seconds": round(time.process_time() - c0, 1),
+                      "seconds": round(time.perf_counter() - t0, 1)}
+        log(f"reranked {name}: {info[name]}")
+    return files, info
+
+
+def seed_mean(runs: list[dict]) -> dict:
+    """{dataset: {qid: {metric: mean over the runs}}}: an arm's seeds averaged, as the base of a paired test."""
+    return {ds: {q: {m: statistics.fmean(r[ds][q][m] for r in runs) for m in rows[q]} for q in rows}
+            for ds, rows in runs[0].items()}
+
+
+def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, p: dict,
+                  num_negatives: int | None = None) -> str:
     from drmix.config import TrainConfig
     from drmix.outputs import run_finished
     from drmix.api import train
@@ -130,7 +172,7 @@ def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, 
     if run_finished(out):
         return str(out / "model")
     cfg = TrainConfig(model=init, data=files, output_dir=str(out), max_steps=p["steps"], batch_size=p["batch_size"],
-                      learning_rate=lr, num_negatives=p["num_negatives"], query_max_length=p["query_max_length"],
+                      learning_rate=lr, num_negatives=p["num_negatives"] if num_negatives is None else num_negatives, query_max_length=p["query_max_length"],
                       doc_max_length=p["doc_max_length"], matryoshka_dims=p["dims"], seed=seed, show_progress=False,
                       save_every=10**6, log_every=10, device=p["device"], resume=True)
     t0 = time.perf_counter()
@@ -228,6 +270,23 @@ def fmt_table(results: dict, dims: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fmt_versus(results: dict, dims: list[int]) -> str:
+    """(d) against (b), paired over queries: both arms' seed means, the difference of the per-query values
+    (each averaged over the seeds), its 95% t interval, the paired t-test and Wilcoxon."""
+    metrics = ["ndcg@10"] + [f"ndcg@10@{d}d" for d in dims]
+    lines = ["| dataset | metric | (b) crop only, 1 negative | (d) DRAMA's recipe, 7 negatives (mean ± sd over seeds) "
+             "| diff [95% CI] | p (t) | p (Wilcoxon) |", "|---|---|---:|---:|---:|---:|---:|"]
+    for ds, per_m in results.get("drama_vs_minilm", {}).items():
+        for m in metrics:
+            r = per_m.get(m)
+            if r is None:
+                continue
+            lines.append(f"| {ds} | {m} | {r['base']:.4f} | {r['mean']:.4f} ± {r['seed_sd']:.4f} | "
+                         f"{r['diff']:+.4f} [{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}] | {r['p_t']:.3g} | "
+                         f"{r['p_wilcoxon']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
 def pool(per_ds: dict) -> dict:
     """{dataset: {qid: row}} -> {dataset/qid: row}: every test query of every dataset, each counted once."""
     return {f"{ds}/{q}": row for ds, rows in per_ds.items() for q, row in rows.items()}
@@ -272,7 +331,9 @@ def main() -> None:
     ap.add_argument("--collect-only", action="store_true", help="train and evaluate nothing new: tabulate the "
                                                                   "seeds whose evaluations are on disk")
     ap.add_argument("--arms", default="pruned,minilm", help="trained arms to run: pruned, minilm, generated "
-                                                            "(MiniLM on SmolLM2-generated queries; several processes may share "
+                                                            "(MiniLM on SmolLM2-generated queries), drama (MiniLM on "
+                                                            "crop + generated + reranked data, 7 negatives; "
+                                                            "several processes may share "
                                                             "--out, one arm each; a last run with all arms "
                                                             "collects the cached results)")
     ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
@@ -306,36 +367,52 @@ def main() -> None:
     prune_info = json.loads((pruned / "drmix_prune.json").read_text())
     teacher_pq = per_query(None, args.data, p, out / "eval" / "teacher")
     wanted = args.arms.split(",")
-    arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], "pruned-untuned", "pruned", files),
-            "(b) MiniLM": (default_model_path(), p["lr_minilm"], "teacher", "minilm", files)}
+    arms = {"(a) pruned SmolLM2": (str(pruned), p["lr_pruned"], "pruned-untuned", "pruned", files, None),
+            "(b) MiniLM": (default_model_path(), p["lr_minilm"], "teacher", "minilm", files, None)}
     arms = {k: v for k, v in arms.items() if v[3] in wanted}
-    if "generated" in wanted:
+    if "generated" in wanted or "drama" in wanted:
         gen_files, gen_info = generated(sets, teacher, p, out / "augment")
         aug_info["generated"] = gen_info
-        arms["(c) MiniLM, generated queries"] = (default_model_path(), p["lr_minilm"], "teacher", "generated",
-                                                 gen_files)
+        if "generated" in wanted:
+            arms["(c) MiniLM, generated queries"] = (default_model_path(), p["lr_minilm"], "teacher", "generated",
+                                                     gen_files, None)
+    if "drama" in wanted:
+        rr_files, rr_info = reranked(sets, p, out / "augment", gen_files)
+        aug_info["reranked"] = rr_info
+        arms["(d) MiniLM, DRAMA's recipe (crop + generated + reranked, 7 negatives)"] = (
+            default_model_path(), p["lr_minilm"], "teacher", "drama", files + gen_files + rr_files,
+            p["drama_negatives"])
     results = {"preset": args.preset, "seeds": seeds, "augment": aug_info, "prune": prune_info, "llm": None,
                "teacher": {}, "arms": {}}
     metrics = ["ndcg@10"] + [f"ndcg@10@{d}d" for d in p["dims"]]
     for ds, pq in [*teacher_pq.items(), ("both (pooled queries)", pool(teacher_pq))]:
         results["teacher"][ds] = {m: mean_of(pq, m) for m in metrics if m in next(iter(pq.values()))}
-    for arm, (init, lr, base_name, tag, arm_files) in arms.items():
+    arm_runs: dict = {}
+    for arm, (init, lr, base_name, tag, arm_files, negatives) in arms.items():
         base_pq = per_query(None if base_name == "teacher" else init, args.data, p, out / "eval" / base_name)
         runs = []
         for s in seeds:
             cache = out / "eval" / f"{tag}-s{s}"
             if args.collect_only and not cache_file(cache, "test").exists():
                 continue
-            model = train_student(init, arm_files, out / f"train-{tag}-s{s}", s, lr, p)
+            model = train_student(init, arm_files, out / f"train-{tag}-s{s}", s, lr, p, negatives)
             runs.append(per_query(model, args.data, p, cache))
         if not runs:
             continue
+        arm_runs[tag] = runs
         results.setdefault("seeds_done", {})[arm] = len(runs)
         results["arms"][arm] = {ds: {m: paired(base_pq[ds], [r[ds] for r in runs], m) for m in metrics
                                      if m in next(iter(base_pq[ds].values()))} for ds in sets}
         pooled_base, pooled_runs = pool(base_pq), [pool(r) for r in runs]
         results["arms"][arm]["both (pooled queries)"] = {
             m: paired(pooled_base, pooled_runs, m) for m in metrics if m in next(iter(pooled_base.values()))}
+    if "drama" in arm_runs and "minilm" in arm_runs:     # (d) vs (b), paired over queries (seed means of both)
+        b_avg = seed_mean(arm_runs["minilm"])
+        results["drama_vs_minilm"] = {ds: {m: paired(b_avg[ds], [r[ds] for r in arm_runs["drama"]], m)
+                                           for m in metrics if m in next(iter(b_avg[ds].values()))} for ds in sets}
+        results["drama_vs_minilm"]["both (pooled queries)"] = {
+            m: paired(pool(b_avg), [pool(r) for r in arm_runs["drama"]], m)
+            for m in metrics if m in next(iter(pool(b_avg).values()))}
     results["table"] = fmt_table(results, p["dims"])
     results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     (out / "results.json").write_text(json.dumps(results, indent=1))
@@ -350,6 +427,10 @@ def main() -> None:
         results["wall_seconds"] = round(time.perf_counter() - t_start, 1)
         (out / "results.json").write_text(json.dumps(results, indent=1))
     print(results["table"])
+    if results.get("drama_vs_minilm"):
+        results["versus_table"] = fmt_versus(results, p["dims"])
+        (out / "results.json").write_text(json.dumps(results, indent=1))
+        print(results["versus_table"])
     print(json.dumps({k: results[k] for k in ("augment", "prune", "llm", "teacher", "wall_seconds")}, indent=1))
 
 

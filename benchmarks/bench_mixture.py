@@ -14,6 +14,13 @@ Arms (all fine-tune all-MiniLM-L6-v2 with task-homogeneous batches and in-batch 
   SciFact, which has no dev split, its train queries, which no training collection of that target uses);
 * ``tdro:dev`` -- tDRO with the transfer chosen on that dev split: top-70% and reweight are trained with
   ``--stage1-seed``, scored on the dev split, and the better one is trained with the other seeds;
+* stage-1 settings (only when named): ``<strategy>@<setting>`` in an arm runs that strategy's stage 1 in another
+  setting (:data:`STAGE1_SETTINGS`): ``tdro@prev:top:0.7`` etc. is drmix's earlier stage 1 (one hard negative at
+  temperature 0.05, examples without negatives given random same-collection positives), ``tdro@t05`` the authors'
+  seven mined negatives at temperature 0.05; a bare ``tdro`` is drmix's default, the authors' setting (seven
+  mined hard negatives, temperature 0.002). ``tdro@prev:dev`` is the dev-selected transfer of the earlier
+  setting, ``tdro:dev-temperature`` chooses among both temperatures and both transfers on the dev split.
+  ``--pair A=B`` adds arm A against arm B, paired over queries, to the report;
 * ``coco`` (only when named) -- COCO pretraining on the target's corpus (no labels), then the ``uniform``
   fine-tuning: COCO -> fine-tune vs fine-tune; ``idro`` (only when named) -- iDRO fine-tuning vs uniform.
 
@@ -125,6 +132,26 @@ OPTIONAL = dict(negatives_per_query=1, model_layers=None, targets=list(TARGETS),
                 dev_docs=1500, coco=dict(max_steps=2000, batch_size=256, learning_rate=1e-4, span_max_length=128),
                 idro=dict(clusters=8, refresh_every=3))
 TDRO_TRANSFERS = ("top:0.7", "reweight")     # the candidates of the dev-selected arm ``tdro:dev``
+#: stage-1 settings of a strategy written ``<strategy>@<setting>`` in an arm (``tdro@prev:top:0.7``): the
+#: training-field overrides of stage 1 and the rule for examples with too few hard negatives. Without ``@`` a
+#: strategy runs drmix's default stage 1, the authors' setting (7 mined hard negatives, temperature 0.002).
+STAGE1_SETTINGS = {
+    "": ({}, "mine"),
+    "prev": ({"num_negatives": 1, "temperature": 0.05}, "random"),   # drmix's earlier stage 1
+    "t05": ({"temperature": 0.05}, "mine"),                         # the authors' negatives, fine-tuning temperature
+}
+#: dev-selected arms: candidates (stage-1 strategy x transfer) chosen among on the target's dev split
+DEV_ARMS = {"tdro:dev": ("tdro",), "tdro@prev:dev": ("tdro@prev",), "tdro:dev-temperature": ("tdro", "tdro@t05")}
+
+
+def stage1_setting(strategy: str) -> tuple[str, dict, str]:
+    """``tdro@prev`` -> ("tdro", overrides, negatives rule); unknown settings are an error."""
+    base, _, setting = strategy.partition("@")
+    if setting not in STAGE1_SETTINGS:
+        raise SystemExit(f"unknown stage-1 setting {setting!r} in {strategy!r}: use one of "
+                         f"{', '.join(k for k in STAGE1_SETTINGS if k)}")
+    overrides, fill = STAGE1_SETTINGS[setting]
+    return base, overrides, fill
 
 
 def dev_dir(args, target: str) -> tuple[Path, str]:
@@ -409,22 +436,26 @@ class Prep:
         from drmix.recipes.optimize import optimize_weights, stage1_config
 
         args = self.args
-        out = self.root / f"stage1-{strategy}"
+        name, overrides, fill = stage1_setting(strategy)
+        out = self.root / f"stage1-{strategy.replace('@', '-')}"
         if not ((out / "weights.json").exists() and _trained(out)):
-            reference = None if strategy == "groupdro" else str(self.reference())
+            reference = None if name == "groupdro" else str(self.reference())
             with _Locked(out):
                 if not ((out / "weights.json").exists() and _trained(out)):
                     base = TrainConfig.model_validate(base_values(args, self.data, out, args.stage1_seed))
-                    cfg = stage1_config(base, strategy=strategy, reference=reference, output_dir=out,
+                    cfg = stage1_config(base, strategy=name, reference=reference, output_dir=out,
                                         overrides={"max_steps": args.stage1_steps,
-                                                   "batch_size": args.stage1_batch_size})
+                                                   "batch_size": args.stage1_batch_size, **overrides})
                     t0 = time.perf_counter()
-                    optimize_weights(cfg)
+                    optimize_weights(cfg, fill_negatives=fill)
                     self.tr["seconds"][f"stage1-{strategy}"] = round(time.perf_counter() - t0, 1)
                     log.info("stage 1 %s in %.0f s", strategy, time.perf_counter() - t0)
         learned = json.loads((out / "weights.json").read_text())
         self.tr["weights"][strategy] = {"weights": dict(zip(learned["collections"], learned["weights"])),
                                         "top70": learned.get("top", {}).get("70", [])}
+        if (out / "negatives.json").exists():    # how many hard negatives stage 1 mined
+            mined = json.loads((out / "negatives.json").read_text())["collections"]
+            self.tr["weights"][strategy]["mined"] = {n: c["mined"] for n, c in mined.items()}
         return out / "weights.json"
 
 
@@ -432,34 +463,40 @@ def prepare_target(args, collections: Path, target: str, results: dict) -> Prep:
     return Prep(args, collections, target, results)
 
 
-def select_tdro(args, target: str, prep: Prep, results: dict) -> str:
-    """The dev-selected tDRO transfer: each of ``TDRO_TRANSFERS`` trained with ``--stage1-seed`` and scored on
-    the target's dev split (:func:`dev_dir`, subsampled to ``dev_queries``/``dev_docs``); the better mean
-    nDCG@10 wins (ties: the first). Test scores are never looked at. Recorded in
-    ``results[target]["selection"]`` and in ``loo-<target>/tdro-selection.json`` (shared by processes)."""
+def select_tdro(args, target: str, prep: Prep, results: dict, arm: str = "tdro:dev") -> str:
+    """The dev-selected tDRO model of ``arm`` (:data:`DEV_ARMS`): each candidate -- a stage-1 setting of
+    ``DEV_ARMS[arm]`` with each of ``TDRO_TRANSFERS`` -- trained with ``--stage1-seed`` and scored on the target's
+    dev split (:func:`dev_dir`, subsampled to ``dev_queries``/``dev_docs``); the better mean nDCG@10 wins (ties:
+    the first). Test scores are never looked at. Returns the chosen arm (``tdro:reweight``, ...); recorded in
+    ``results[target]["selection"][arm]`` and in ``loo-<target>/<arm>-selection.json`` (shared by processes)."""
     from drmix.data.beir import load_beir
     from drmix.evaluation.evaluate import subsample
     from drmix.io import atomic_write_json
 
     tr = results[target]
-    shared = prep.root / "tdro-selection.json"
-    if "selection" not in tr and shared.exists():
-        tr["selection"] = json.loads(shared.read_text())
-    if "selection" in tr:
-        return tr["selection"]["chosen"]
+    chosen_of = tr.setdefault("selections", {})
+    if arm == "tdro:dev" and "selection" in tr and arm not in chosen_of:      # results of earlier versions
+        chosen_of[arm] = {**tr["selection"], "chosen": f"tdro:{tr['selection']['chosen']}"}
+    shared = prep.root / ("tdro-selection.json" if arm == "tdro:dev" else f"{arm.replace(':', '-')}-selection.json")
+    if arm not in chosen_of and shared.exists():
+        stored = json.loads(shared.read_text())
+        chosen_of[arm] = stored if ":" in stored["chosen"] else {**stored, "chosen": f"tdro:{stored['chosen']}"}
+    if arm in chosen_of:
+        return chosen_of[arm]["chosen"]
     src, split = dev_dir(args, target)
     dev = subsample(load_beir(src, split), max_queries=args.dev_queries, max_docs=args.dev_docs, seed=0)
     dev_means = {}
-    for transfer in TDRO_TRANSFERS:
-        arm = f"tdro:{transfer}"
-        model_dir = train_arm(args, arm, prep, args.stage1_seed, target)
-        scores = evaluate(args, model_dir, dev, model_dir.parent / f"{split}-{target}.json")
-        dev_means[transfer] = sum(scores.values()) / len(scores)
-    chosen = max(TDRO_TRANSFERS, key=lambda t: dev_means[t])
-    tr["selection"] = {"chosen": chosen, "split": split, "dev_ndcg@10": dev_means, "queries": len(dev.queries),
-                       "seed": args.stage1_seed}
-    atomic_write_json(shared, tr["selection"])
-    log.info("%s: tDRO transfer chosen on %s: %s (%s)", target, split, chosen, dev_means)
+    for strategy in DEV_ARMS[arm]:
+        for transfer in TDRO_TRANSFERS:
+            candidate = f"{strategy}:{transfer}"
+            model_dir = train_arm(args, candidate, prep, args.stage1_seed, target)
+            scores = evaluate(args, model_dir, dev, model_dir.parent / f"{split}-{target}.json")
+            dev_means[candidate] = sum(scores.values()) / len(scores)
+    chosen = max(dev_means, key=lambda c: dev_means[c])
+    chosen_of[arm] = {"chosen": chosen, "split": split, "dev_ndcg@10": dev_means, "queries": len(dev.queries),
+                      "seed": args.stage1_seed}
+    atomic_write_json(shared, chosen_of[arm])
+    log.info("%s: %s chose %s on %s (%s)", target, arm, chosen, split, dev_means)
     return chosen
 
 
@@ -467,7 +504,7 @@ def run_arm(args, target: str, prep: Prep, seed: int, arm: str, results: dict) -
     """Train and score one (arm, seed); :class:`Busy` when another process holds a model it needs."""
     tr = results[target]
     t0 = time.perf_counter()
-    trained = f"tdro:{select_tdro(args, target, prep, results)}" if arm == "tdro:dev" else arm
+    trained = select_tdro(args, target, prep, results, arm) if arm in DEV_ARMS else arm
     model_dir = train_arm(args, trained, prep, seed, target)
     scores = evaluate(args, model_dir, prep.test, model_dir.parent / f"test-{target}.json")
     tr["arms"].setdefault(arm, {})[str(seed)] = scores
@@ -667,7 +704,9 @@ def report(summary: dict, results: dict) -> str:
         if "tdro" not in w:
             continue
         names = sorted(w["tdro"]["weights"], key=lambda n: -w["tdro"]["weights"][n])
-        learned = [(label, key) for label, key in (("tDRO", "tdro"), ("DoReMi", "doremi"), ("GroupDRO", "groupdro"))
+        learned = [(label, key) for label, key in (("tDRO", "tdro"), ("tDRO@prev", "tdro@prev"),
+                                                   ("tDRO@t05", "tdro@t05"), ("DoReMi", "doremi"),
+                                                   ("GroupDRO", "groupdro"))
                    if key in w]  # a strategy whose stage 1 did not run gets no column (not a column of nan)
         lines += [f"LOO {t}:", "", "| collection | " + " | ".join(label for label, _ in learned) + " |",
                   "|---|" + "---:|" * len(learned)]
@@ -676,6 +715,38 @@ def report(summary: dict, results: dict) -> str:
             cells = [w[key]["weights"].get(n) for _, key in learned]
             lines.append(f"| {n}{star} | " + " | ".join("–" if c is None else f"{c:.4f}" for c in cells) + " |")
         lines.append("")
+        for label, key in learned:
+            if "mined" in w[key]:
+                lines += [f"{label} stage 1 mined {sum(w[key]['mined'].values())} hard negatives "
+                          f"({', '.join(f'{n} {c}' for n, c in sorted(w[key]['mined'].items()))}).", ""]
+        for arm, sel in sorted(results[t].get("selections", {}).items()):
+            lines += [f"{arm} chose {sel['chosen']} on {sel['split']} ({sel['queries']} queries, seed {sel['seed']}; "
+                      + ", ".join(f"{c} {v:.4f}" for c, v in sel["dev_ndcg@10"].items()) + ").", ""]
+    return "\n".join(lines)
+
+
+def pair_report(results: dict, pairs: list[str]) -> str:
+    """``A=B`` pairs: arm ``A`` against arm ``B`` per target and on average, over the seeds both ran, each query's
+    nDCG@10 averaged over those seeds first: means, Δ with its 95% interval over queries, paired t-test and
+    Fisher's randomisation test (:mod:`drmix.evaluation.compare`)."""
+    from drmix.evaluation.compare import Scored, compare
+
+    lines = ["| arm | versus | target | queries | seeds | nDCG@10 | versus nDCG@10 | Δ [95% CI over queries] "
+             "| p (t) | p (rand.) |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for pair in pairs:
+        a, _, b = pair.partition("=")
+        targets = [t for t in results if a in results[t]["arms"] and b in results[t]["arms"]]
+        seeds = {t: sorted(set(results[t]["arms"][a]) & set(results[t]["arms"][b])) for t in targets}
+        seeds = {t: s for t, s in seeds.items() if s}
+        if not seeds:
+            continue
+        comp = compare([Scored(b, seed_averaged(results, b, seeds)), Scored(a, seed_averaged(results, a, seeds))],
+                       metric="ndcg@10", permutations=10000, seed=0)
+        for d in comp.rows[a]:
+            star = "*" if comp.significant(d) else ""
+            n = len(seeds[d.dataset]) if d.dataset in seeds else min(map(len, seeds.values()))
+            lines.append(f"| {a} | {b} | {d.dataset} | {d.queries} | {n} | {d.value:.4f} | {d.baseline:.4f} | "
+                         f"{d.delta:+.4f}{star} [{d.low:+.4f}, {d.high:+.4f}] | {d.t_p:.3g} | {d.fisher_p:.3g} |")
     return "\n".join(lines)
 
 
@@ -757,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--versus", type=Path, nargs="+", default=[],
                     help="with --report-only: also compare each arm with the same arm of these work directories "
                          "(merged; e.g. mined vs TF-IDF negatives), written to versus.md / versus.json")
+    ap.add_argument("--pair", nargs="+", default=[], metavar="A=B",
+                    help="also compare arm A with arm B, paired over queries (e.g. tdro:dev=tdro@prev:dev)")
     ap.add_argument("--merge", type=Path, nargs="+", default=[],
                     help="with --report-only: also read the results.json of these work directories "
                          "(one process per target)")
@@ -828,6 +901,9 @@ def main(argv: list[str] | None = None) -> int:
         vtext = versus_report(vs)
         (args.work / "versus.md").write_text(vtext + "\n")
         text += f"\n\nEach arm, {args.negatives} vs {other_neg} negatives (same arm, same seeds):\n\n" + vtext
+    if args.pair:
+        text += "\n\nPaired comparisons between arms (each query's nDCG@10 averaged over the seeds both ran):\n\n"
+        text += pair_report(results, args.pair)
     (args.work / "summary.json").write_text(json.dumps(summary, indent=1))
     (args.work / "report.md").write_text(text)
     print(text)

@@ -57,6 +57,18 @@ def _own_file(name: str, content: dict):
     return make
 
 
+def _own_recipe(record: str, stage_record: str, stage_output: str, setting: str):
+    """An earlier pipeline run whose stage was made with another setting (its record says so): a rerun may not
+    reuse it silently; it is refused before anything is written."""
+    def make(p: Path) -> None:
+        (p / record).write_text("seed: 42\n")
+        (p / stage_record).parent.mkdir(parents=True, exist_ok=True)
+        (p / stage_record).write_text(setting + "\n")
+        (p / stage_output).parent.mkdir(parents=True, exist_ok=True)
+        (p / stage_output).write_text("[]")
+    return make
+
+
 def _own_prune(p: Path) -> None:
     (p / "modules.json").write_text("[]")
     (p / "drmix_prune.json").write_text("{}")
@@ -70,11 +82,14 @@ COMMANDS = {
     "mixture optimize": (lambda w, o: ["mixture", "optimize", "--data", w["coll"], "--output-dir", o, "--model", M,
                                        "--reference-model", w["lm"]], "dir", "lm", _own_train),
     "pipeline tdro": (lambda w, o: ["pipeline", "tdro", "--data", w["coll"], "--test-data", w["data"],
-                                    "--output-dir", o, "--model", M], "dir", "data", None),
+                                    "--output-dir", o, "--model", M], "dir", "data",
+                      _own_recipe("pipeline.yaml", "stage0-reference/config.yaml", "stage0-reference/model/modules.json",
+                                  "learning_rate: 0.5")),
     "pipeline coco": (lambda w, o: ["pipeline", "coco", "--corpus", w["data"], "--data", w["coll"], "--test-data",
-                                    w["data"], "--output-dir", o, "--model", M], "dir", "data", None),
+                                    w["data"], "--output-dir", o, "--model", M], "dir", "data",
+                      _own_recipe("pipeline.yaml", "coco/coco.yaml", "coco/model/modules.json", "max_steps: 7")),
     "pipeline drama": (lambda w, o: ["pipeline", "drama", "--corpus", w["data"], "--output-dir", o], "dir", "data",
-                       None),
+                       _own_recipe("drama.yaml", "drama.yaml", "augment/data-crop.jsonl", "max_per_doc: 9")),
     "eval": (lambda w, o: ["eval", "--data", w["data"], "--model", M, "--output", o], "dir", "data",
              _own_file("eval.json", {"results": {}})),
     "compare": (lambda w, o: ["compare", w["ea"], w["eb"], "--output", o], "dir", "ea",

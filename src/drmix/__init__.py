@@ -15,7 +15,7 @@ from drmix.errors import DrmixError  # noqa: E402
 
 _LAZY = {
     "TrainConfig": "drmix.config",
-    "CollectionSpec": "drmix.config",
+    "CollectionSpec": "drmix.data.spec",
     "train": "drmix.api",
     "Trainer": "drmix.train.trainer",
     "TrainResult": "drmix.train.saving",

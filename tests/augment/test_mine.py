@@ -78,6 +78,26 @@ def test_mine_collection_by_hand(tmp_path, hand_embed):
     assert stats.filtered == 1 and stats.negatives == 4 and stats.short == 0 and stats.pool == 5
 
 
+def test_mine_collection_reads_any_layout_through_load_collections(tmp_path, hand_embed, monkeypatch):
+    """The same rows as a FlagEmbedding parquet file mine to the same negatives as the drmix JSONL above."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "c.parquet"
+    pq.write_table(pa.Table.from_pylist([
+        {"query": "q1", "pos": ["p1"], "neg": ["n_a", "n_c"], "pos_scores": [1.0], "neg_scores": [0.5, 0.1]},
+        {"query": "q2", "pos": ["p2"], "neg": ["n_b"], "pos_scores": [1.0], "neg_scores": [0.2]}]), src)
+    out = tmp_path / "m.jsonl"
+    mine_collection(src, out, model=None, window="1:3", num_negatives=2, max_score_ratio=0.95, model_name="t")
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["negatives"] for r in rows] == [["n_b", "p2"], ["n_b", "n_a"]]
+    assert rows[0]["positive"] == ["p1"] and "negative_scores" not in rows[0]   # old teacher scores dropped
+    from drmix.data.collections import load_collections
+
+    assert load_collections([str(out)])[0].layout == "drmix"
+
+
 def test_mine_collection_window_keep_and_random(tmp_path, hand_embed):
     src = tmp_path / "c.jsonl"
     _write(src, [{"query": "q1", "positive": "p1", "negatives": ["n_a", "n_c"]},
@@ -129,3 +149,27 @@ def test_cli_mine_tiny_model(tmp_path, tiny_model_path):
     r = runner.invoke(app, ["mine", "--data", str(data), "--output", str(tmp_path / "o2"), "--ranks", "9:2",
                             "--model", tiny_model_path])
     assert isinstance(r.exception, ConfigError) and not (tmp_path / "o2").exists()
+
+
+def test_top_up_negatives_by_hand(hand_embed):
+    """Examples below num_negatives keep theirs and gain the next best of the window (known cosines above)."""
+    from drmix.augment.mine import top_up_negatives
+
+    queries, positives = ["q1", "q2"], [["p1"], ["p2"]]
+    negatives = [["n_c"], ["n_b", "n_a"]]
+    # pool = p1, n_c, p2, n_b, n_a. q1 without p1 and n_c: n_a .98, n_b .8, p2 .6 -> the filter (0.95 * 1.0) drops
+    # n_a; two more wanted: n_b, p2. q2 already has 2 of 2: untouched, not embedded as a query.
+    new, stats = top_up_negatives(queries, positives, negatives, None, num_negatives=2, window="1:3")
+    assert new == [["n_c", "n_b"], ["n_b", "n_a"]]
+    assert (stats.queries, stats.pool, stats.negatives, stats.filtered, stats.short) == (1, 5, 1, 1, 0)
+    new, stats = top_up_negatives(queries, positives, negatives, None, num_negatives=3, window="1:3")
+    # q1: n_b, p2 (two wanted, two left); q2 (without p2, n_b, n_a; its limit 0.95 * 0.8 = 0.76): p1 0, n_c -0.
+    # n_c scores -1 for q2, p1 0: p1 first, within the window of the three left
+    assert new == [["n_c", "n_b", "p2"], ["n_b", "n_a", "p1"]]
+    assert (stats.queries, stats.negatives, stats.short) == (2, 3, 0)
+    # a window too small for the need: counted short
+    new, stats = top_up_negatives(queries, positives, negatives, None, num_negatives=4, window="1:1",
+                                  max_score_ratio=None)
+    assert new[0] == ["n_c", "n_a"] and stats.short == 2
+    with pytest.raises(ConfigError):
+        top_up_negatives(queries, positives, negatives, None, num_negatives=0)

@@ -164,3 +164,25 @@ def test_a_slice_without_uniform_reports_its_arms_and_merges_into_deltas(tmp_pat
     assert merged["delta"] == pytest.approx(0.05)
     with pytest.raises(SystemExit, match="holds no finished run"):
         bm.load_results(tmp_path / "absent", None)
+
+
+def test_stage1_settings_and_the_pair_report():
+    """``tdro@prev`` is drmix's earlier stage 1 (1 negative at 0.05, random fill), bare ``tdro`` the authors'
+    (no overrides: stage1_config's 7 mined negatives at 0.002); --pair A=B pairs two arms over queries."""
+    assert bm.stage1_setting("tdro") == ("tdro", {}, "mine")
+    assert bm.stage1_setting("tdro@prev") == ("tdro", {"num_negatives": 1, "temperature": 0.05}, "random")
+    assert bm.stage1_setting("tdro@t05") == ("tdro", {"temperature": 0.05}, "mine")
+    with pytest.raises(SystemExit):
+        bm.stage1_setting("tdro@bogus")
+    # arm a beats arm b on every query by 0.1 (seed means); seed 44 only in a: left out
+    qs = {f"q{i}": 0.1 * (i % 5) for i in range(20)}
+    results = {"nfcorpus": {"arms": {
+        "a": {"42": {q: v + 0.15 for q, v in qs.items()}, "43": {q: v + 0.05 for q, v in qs.items()},
+              "44": {q: 9.0 for q in qs}},
+        "b": {"42": dict(qs), "43": dict(qs)}}, "weights": {}, "seconds": {}}}
+    text = bm.pair_report(results, ["a=b"])
+    row = next(line for line in text.splitlines() if line.startswith("| a | b | nfcorpus |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:5] == ["20", "2"]                      # queries, seeds both ran
+    assert float(cells[5]) == pytest.approx(0.3, abs=1e-4) and float(cells[6]) == pytest.approx(0.2, abs=1e-4)
+    assert cells[7].startswith("+0.1000")

@@ -81,6 +81,18 @@ def test_pipeline_end_to_end_and_rerun_skips(tiny_model_path, tmp_path):
     again = run_coco_pipeline(cfg)
     assert again.table == res.table
     assert (tmp_path / "p" / "coco" / "model" / "modules.json").stat().st_mtime == mtime
+    # another COCO setting: refused before anything is written; with --resume-with-changes COCO and the
+    # fine-tuning of its model run again, the fine-tuning without COCO is reused
+    from drmix.train.resume_check import ResumeMismatchError
+
+    changed = cfg.replace(**{"coco": {"max_steps": 3, "span_max_tokens": 8}})
+    base_stamp = (tmp_path / "p" / "finetune-base-uniform" / "model" / "modules.json").stat().st_mtime
+    with pytest.raises(ResumeMismatchError, match="COCO: max_steps 2 -> 3"):
+        run_coco_pipeline(changed)
+    run_coco_pipeline(changed.replace(**{"resume_with_changes": True}))
+    assert [json.loads(r)["step"] for r in (tmp_path / "p" / "coco" / "metrics.jsonl").read_text().splitlines()] == [3]
+    assert (tmp_path / "p" / "finetune-base-uniform" / "model" / "modules.json").stat().st_mtime == base_stamp
+    assert (tmp_path / "p" / "coco" / "model" / "modules.json").stat().st_mtime != mtime
     # what the CLI adds at the end: one report for the pipeline, a section per stage that trained
     from drmix.cli.report import after_run
 

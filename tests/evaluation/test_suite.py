@@ -48,6 +48,28 @@ def test_suite_caches_per_model_and_recomputes_when_the_key_changes(tmp_path, ti
     assert first.scores()["m"]["toy"] == {q: v["ndcg@10"] for q, v in pq.items()}
 
 
+def test_a_model_saved_again_at_the_same_path_is_evaluated_again(tmp_path, tiny_model_path, monkeypatch):
+    """A stage trained again writes its model to the same folder: the cache of the earlier model is not reused."""
+    import shutil
+
+    import drmix.evaluation.evaluate as ev
+    from tests.conftest import build_tiny_model
+
+    data = _beir(tmp_path)
+    model = tmp_path / "stage" / "model"
+    shutil.copytree(tiny_model_path, model)
+    calls = []
+    real = ev.evaluate_dataset
+    monkeypatch.setattr(ev, "evaluate_dataset", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    first = evaluate_suite({"m": str(model)}, [data], metrics=("ndcg@10",))
+    evaluate_suite({"m": str(model)}, [data], metrics=("ndcg@10",))
+    assert len(calls) == 1                                        # the same model: reused
+    shutil.rmtree(model)
+    shutil.copytree(build_tiny_model(tmp_path / "other", seed=5), model)
+    second = evaluate_suite({"m": str(model)}, [data], metrics=("ndcg@10",))
+    assert len(calls) == 2 and second.cache_files["m"] == first.cache_files["m"]
+
+
 def test_suite_cache_is_what_compare_reads(tmp_path, tiny_model_path):
     from drmix.evaluation.compare import load_scored
 

@@ -172,17 +172,25 @@ def test_doremi_one_step_matches_hand_computation():
     s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
     np.testing.assert_allclose(s.last.measurement, [1.0, 0.0, 0.25])
     np.testing.assert_allclose(s.weights, [0.543196, 0.200041, 0.256763], atol=1e-6)
-    # Output is the average over steps: after one step it is the step's weights.
+    # Output is the average over steps as DoReMi's trainer keeps it (update_counter starts at 1, so the initial
+    # weights w0 are the average's first term): avg <- (avg * (c - 1) + w) / c with c = 2 after one step.
+    w0 = np.full(3, 1 / 3)
     fw = s.final_weights()
     assert fw["output"] == "mean"
-    np.testing.assert_allclose(fw["weights"], s.weights, rtol=1e-12)
-    # Second step with the same losses: w2 = 0.999 * softmax(log w1 + [1, 0, .25]) + 0.001/3; mean = (w1 + w2) / 2
+    np.testing.assert_allclose(fw["weights"], (w0 + s.weights) / 2, rtol=1e-12)
+    # Second step with the same losses: w2 = 0.999 * softmax(log w1 + [1, 0, .25]) + 0.001/3; mean = (w0+w1+w2)/3
     w1 = s.weights.copy()
     s.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
     e = w1 * np.exp([1.0, 0.0, 0.25])
     w2 = 0.999 * e / e.sum() + 0.001 / 3
     np.testing.assert_allclose(s.weights, w2, rtol=1e-12)
-    np.testing.assert_allclose(s.final_weights()["weights"], (w1 + w2) / 2, rtol=1e-12)
+    np.testing.assert_allclose(s.final_weights()["weights"], (w0 + w1 + w2) / 3, rtol=1e-12)
+    # tDRO's train_domain_weights_mean starts at the first update (its counter starts at 0): after two steps
+    # the mean is (w1 + w2) / 2 -- and so is DoReMi's with mean_counts_initial off.
+    off = make("doremi", mean_counts_initial=False)
+    for _ in range(2):
+        off.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
+    np.testing.assert_allclose(off.mean_weights, (w1 + w2) / 2, rtol=1e-12)
 
 
 def test_groupdro_one_step_matches_hand_computation():
@@ -389,3 +397,68 @@ def test_ddp_ranks_make_the_global_update():
     # DDP averages the two ranks' gradients: mean of the returned losses = the global weighted loss.
     w = single.weights[IDS]
     assert (results[0][2] + results[1][2]) / 2 == pytest.approx(float((w * PROXY).sum() / w.sum()), rel=1e-9)
+
+
+class _TwoRanks:
+    """Two threads standing in for two processes: ``all_reduce`` sums what both hand in (numpy or torch)."""
+
+    def __init__(self):
+        import threading
+
+        self.barrier = threading.Barrier(2)
+        self.slots: dict = {}
+        self.local = threading.local()
+
+    def all_reduce(self, x, op="sum"):
+        self.slots[self.local.rank] = x.copy() if isinstance(x, np.ndarray) else x.clone()
+        self.barrier.wait()
+        total = self.slots[0] + self.slots[1]
+        self.barrier.wait()
+        if op == "mean":
+            total = total / 2
+        if isinstance(x, np.ndarray):
+            return total
+        x.copy_(total)
+        return x
+
+
+@pytest.mark.parametrize("strategy", ["tdro", "doremi", "groupdro"])
+def test_two_processes_make_the_single_process_update_and_loss(monkeypatch, strategy):
+    """Under DDP each process measures its half of the batch; the all-reduced measurement gives the weights of
+    the whole batch on one process, and the two processes' losses average (as DDP averages gradients) to the
+    single-process loss -- including a collection absent from one half (GroupDRO's per-group means are global)."""
+    import threading
+
+    import drmix.mixture.dro as dro_mod
+
+    rng = np.random.default_rng(7)
+    ids = np.array([0, 0, 1, 2, 2, 1, 0, 2])                  # rank 0: [0, 0, 1, 2], rank 1: [2, 1, 0, 2]
+    ids[4:] = [2, 2, 0, 2]                                    # collection 1 only on rank 0
+    proxy = rng.uniform(0.2, 3.0, size=8)
+    ref = rng.uniform(0.2, 3.0, size=8)
+    single = make(strategy)
+    out_single = [single.loss(torch.tensor(proxy), batch_of(ids), ctx_for(None if strategy == "groupdro" else ref))
+                  for _ in range(3)]
+    pair = _TwoRanks()
+    monkeypatch.setattr(dro_mod, "all_reduce", pair.all_reduce)
+    results: dict = {}
+
+    def run(rank):
+        pair.local.rank = rank
+        s = make(strategy)
+        part = slice(4 * rank, 4 * rank + 4)
+        r = None if strategy == "groupdro" else ref[part]
+        ctx = ctx_for(r)
+        ctx.world_size, ctx.rank = 2, rank
+        results[rank] = ([s.loss(torch.tensor(proxy[part]), batch_of(ids[part]), ctx) for _ in range(3)], s)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for rank in (0, 1):
+        np.testing.assert_allclose(results[rank][1].weights, single.weights, rtol=1e-12)
+    for step in range(3):
+        ddp = (results[0][0][step] + results[1][0][step]) / 2
+        assert ddp.item() == pytest.approx(out_single[step].item(), rel=1e-12)

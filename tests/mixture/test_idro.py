@@ -243,3 +243,88 @@ def test_no_gradient_signal_is_refused():
     with pytest.raises(ConfigError, match="no gradient signal"):
         s._update([torch.zeros(4), torch.zeros(4)], False, np.array([0, 1]), np.array([1.0, 2.0]),
                   np.array([True, True]), None)
+
+
+class _Layered(torch.nn.Module):
+    """Four linear blocks in an ``encoder.layer`` list (what :func:`last_layer_parameters` looks for)."""
+
+    def __init__(self, d: int = 3):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = torch.nn.Module()
+        self.encoder.layer = torch.nn.ModuleList([torch.nn.Linear(d, d).double() for _ in range(4)])
+
+    def forward(self, x):
+        for blk in self.encoder.layer:
+            x = torch.tanh(blk(x))
+        return x
+
+
+def _authors_forward(model, h_fun, losses, g, n_groups, alpha=0.25, rho=0.05, ema=0.1, eps=0.01):
+    """``iDROLoss.forward`` of github.com/OpenMatch/COCO-DR (``ANCE/model/dro_loss.py``) on one process, with
+    ``_params`` = the last 3 blocks and ``_get_grad``, written out plainly: returns (robust loss, new h_fun)."""
+    zero_vec = losses.new_zeros(n_groups)
+    gdro_sum_losses = zero_vec.scatter_add(0, g, losses)
+    gdro_counts_agg = zero_vec.scatter_add(0, g, losses.new_ones(losses.size(0)))
+    gdro_losses_agg = gdro_sum_losses.div(gdro_counts_agg + (gdro_counts_agg == 0).double())
+    robust_loss = (gdro_losses_agg * h_fun).sum()
+    gdro_loss_mask = (gdro_counts_agg > 0).detach().double()
+    params = [p for blk in list(model.encoder.layer)[-3:] for p in blk.parameters()]
+    all_grads = [None] * n_groups
+    for li in range(n_groups):
+        if gdro_counts_agg[li] > 0:
+            grad = torch.autograd.grad(gdro_losses_agg[li], params, retain_graph=True)
+            all_grads[li] = torch.cat([x.view(-1) for x in grad])
+            dim = all_grads[li].shape[0]
+    all_grads = torch.cat([x if x is not None else torch.zeros(dim, dtype=losses.dtype) for x in all_grads])
+    all_grads = all_grads.reshape(n_groups, -1).detach()
+    all_grads = all_grads / (1e-12 + torch.linalg.norm(all_grads, dim=-1, keepdim=True))
+    RTG = torch.matmul(all_grads, all_grads.T)
+    _gl = torch.pow(gdro_losses_agg.detach().unsqueeze(-1), alpha)
+    RTG = torch.mm(_gl, _gl.t()) * RTG
+    _exp = rho * torch.mean(RTG, dim=0) * gdro_loss_mask
+    _exp -= _exp.max()
+    h_fun = torch.pow(h_fun, ema) * torch.exp(_exp) * (gdro_counts_agg != 0).double()
+    h_fun = h_fun / h_fun.sum()
+    return robust_loss, torch.clamp(h_fun, min=eps)
+
+
+def test_loss_and_update_match_the_authors_forward_step_by_step():
+    """The whole of IDROStrategy.loss (cluster assignment, per-cluster means, gradients on the last 3 blocks,
+    their normalisation, the update, the loss weighted by the *previous* weights) against iDROLoss.forward:
+    the same loss value, the same parameter gradient and the same weights after each of 6 steps."""
+    from drmix.data.batch import Batch
+    from drmix.mixture.base import StepContext
+
+    K, n = 5, 7
+    model = _Layered()
+    rng = np.random.default_rng(0)
+    centroids = rng.normal(size=(K, 2)).astype(np.float32) * 4
+    s = IDROStrategy(IDROConfig(clusters=K, refresh_every=0))
+    s.centroids = centroids
+    theirs = torch.ones(K, dtype=torch.float64)
+    moved = False
+    for step in range(6):
+        cluster = rng.integers(0, K - 1, size=n)            # the last cluster never occurs: it stays at the floor
+        where = {f"q{step}-{i}": centroids[c] + 0.01 for i, c in enumerate(cluster)}
+        x = torch.as_tensor(rng.normal(size=(n, 3)))
+        ctx = StepContext(step=step, model=model, optimizer=None, scheduler=None, collection_names=["a"],
+                          collection_sizes=[n], compute_losses=lambda b: None,
+                          encode_queries=lambda texts, batch_size=128: np.stack([where[t] for t in texts]))
+        batch = Batch(list(where), ["p"] * n, [[]] * n, np.zeros(n, dtype=np.int64))
+        losses = (model(x) ** 2).sum(-1) * torch.as_tensor(1.0 + np.arange(n) / n)
+        ours = s.loss(losses, batch, ctx)
+        robust, theirs_next = _authors_forward(model, theirs, losses, torch.as_tensor(cluster), K)
+        assert ours.item() == pytest.approx(robust.item(), rel=1e-7)
+        g_ours = torch.autograd.grad(ours, list(model.parameters()), retain_graph=True)
+        g_theirs = torch.autograd.grad(robust, list(model.parameters()))
+        for a, b in zip(g_ours, g_theirs):
+            assert torch.allclose(a, b, rtol=1e-7, atol=1e-12)
+        theirs = theirs_next
+        # (drmix flattens the per-cluster gradients in float32: 1e-7 relative)
+        assert s.h == pytest.approx(theirs.numpy(), rel=1e-6, abs=1e-12)
+        moved = moved or len(set(np.round(s.h[:K - 1], 9))) > 1
+        with torch.no_grad():                                # a training step, so the gradients change
+            for p_, gr in zip(model.parameters(), g_ours):
+                p_ -= 0.5 * gr
+    assert moved and s.h[K - 1] == 0.01

@@ -204,12 +204,32 @@ def test_influence_update_hand_computed():
     assert strat.scorer.psi.tolist() == pytest.approx([0.1, -0.1], abs=1e-6)
     assert list(rec["weights"].values()) == pytest.approx(softmax(np.array([0.1, -0.1])).tolist())
     # Reptile (default "positive", Algorithm 1's sum_i I_i (theta_i - theta) / sum_i I_i over I > 0): only near
-    # (I = .375) counts -> mean delta = 0.5 (near's look-ahead delta); alpha = lr = 0.5 -> w = 0.25
-    assert task.model.weight.item() == pytest.approx(0.25, abs=1e-7)
+    # (I = .375) counts -> mean delta = 0.5 (near's look-ahead delta). In gradient units (the default: line 12's
+    # cache read as a gradient, the delta over the look-ahead step size .5 = 1), alpha = lr = .5 -> w = .5:
+    # theta moves to near's look-ahead model, one step as long as a training step.
+    assert task.model.weight.item() == pytest.approx(0.5, abs=1e-7)
     log_rec = task.logged[0]
     assert log_rec["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
     assert list(log_rec["weights"].values()) == pytest.approx(softmax(np.array([0.1, -0.1])).tolist())
     assert strat.final_weights()["updates"] == 1
+
+
+def test_reptile_in_parameter_units_and_its_alpha():
+    """reptile_units: parameters (drmix's earlier reading): theta + alpha * delta, so at alpha = lr = .5 the step is
+    half the delta: w = .25; an explicit reptile_alpha scales the gradient-units step: alpha .25 / lr .5 -> w = .25."""
+    for kw in ({"reptile_units": "parameters"}, {"reptile_alpha": 0.25}):
+        task = ToyTask()
+        strat = InfluenceStrategy(toy_config(**kw), seed=0)
+        strat.setup(["near", "far"], [10, 10])
+        strat.after_step(task.ctx(1))
+        assert task.model.weight.item() == pytest.approx(0.25, abs=1e-7)
+    # a look-ahead step size other than the learning rate: delta = .2 * 1 = .2 (lookahead_lr .2), gradient units
+    # delta / .2 = 1, alpha = lr .5 -> w = .5 (one training step's length, not the look-ahead's)
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(lookahead_lr=0.2), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    assert task.model.weight.item() == pytest.approx(0.5, abs=1e-7)
 
 
 def test_reptile_softmax_temperature_option_hand_computed():
@@ -218,15 +238,15 @@ def test_reptile_softmax_temperature_option_hand_computed():
     strat.setup(["near", "far"], [10, 10])
     strat.after_step(task.ctx(1))
     # p = softmax([.375, -.625]) = [0.7310586, 0.2689414]; mean delta = .5 * (p0 - p1) = 0.2310586;
-    # alpha = lr = 0.5 -> w = 0.1155293
-    assert task.model.weight.item() == pytest.approx(0.1155293, abs=1e-6)
+    # gradient units: alpha / lr = 1 -> w = 0.2310586
+    assert task.model.weight.item() == pytest.approx(0.2310586, abs=1e-6)
 
 
 def test_reptile_weighting_on_three_candidates():
     # targets 1, -1, 0.5, dev 1, SGD look-ahead lr .5 from w = 0: w_i = .5 a_i = .5, -.5, .25;
     # M = -(w - 1)^2 / 2, base -.5 -> I = .375, -.625, -(.75^2)/2 + .5 = .21875.
     # positive weights: .375 / .59375 and .21875 / .59375 (far left out):
-    # mean delta = (.375 * .5 + .21875 * .25) / .59375 = 0.4078947; alpha .5 -> w = 0.2039474
+    # mean delta = (.375 * .5 + .21875 * .25) / .59375 = 0.4078947; alpha / lr = 1 -> w = 0.4078947
     task = ToyTask(targets=(1.0, -1.0, 0.5))
     strat = InfluenceStrategy(toy_config(), seed=0)
     strat.setup(["a", "b", "c"], [5, 5, 5])
@@ -234,7 +254,7 @@ def test_reptile_weighting_on_three_candidates():
     ctx.collection_names = ["a", "b", "c"]
     strat.after_step(ctx)
     assert strat.trajectory_record(1)["rewards"] == pytest.approx({"a": 0.375, "b": -0.625, "c": 0.21875})
-    assert task.model.weight.item() == pytest.approx(0.2039474, abs=1e-6)
+    assert task.model.weight.item() == pytest.approx(0.4078947, abs=1e-6)
     # softmax(I / 1) over influences of order 1e-3 (what loss influences measure at fine-tuning rates) is
     # uniform to 0.1%: the reason the softmax is not the default.
     p = softmax(np.array([1e-3, -1e-3, 5e-4]))
@@ -270,9 +290,9 @@ def test_non_finite_influence_never_reaches_reptile_or_policy(caplog):
     strat.setup(["near", "far"], [10, 10])
     with caplog.at_level(logging.WARNING, logger="drmix.mixture.influence"):
         strat.after_step(task.ctx(1))
-    # far's look-ahead is NaN: left out. near alone: Reptile moves w by .5 * .5; the policy update conditions
-    # on {near}: P(near | S) = 1 -> d_psi = [P_near I - 1 * P_near I, 0] = 0: psi unchanged, probabilities finite.
-    assert task.model.weight.item() == pytest.approx(0.25)
+    # far's look-ahead is NaN: left out. near alone: Reptile moves w to near's look-ahead .5; the policy update
+    # conditions on {near}: P(near | S) = 1 -> d_psi = [P_near I - 1 * P_near I, 0] = 0: psi unchanged.
+    assert task.model.weight.item() == pytest.approx(0.5)
     assert np.isfinite(strat.scorer.psi.detach().numpy()).all()
     assert strat.sampling_weights().tolist() == pytest.approx([0.5, 0.5])
     assert any("non-finite reward" in r.message for r in caplog.records)
@@ -320,7 +340,8 @@ class ToyTask2(ToyTask):
 
 def test_multidds_gradient_cosine_reward():
     task = ToyTask2(targets=([1.0, 0.0], [0.0, 1.0]), dev=[2.0, 1.0])
-    strat = MultiDDSStrategy(toy_config(), seed=0)
+    strat = MultiDDSStrategy(toy_config(scorer_steps=1, scorer_objective="reinforce", scorer_pretrain=False,
+                                        gradcos="per_dev"), seed=0)
     strat.setup(["near", "far"], [10, 10])
     strat.after_step(task.ctx(1))
     # at w = 0: grad near = -(1, 0), far = -(0, 1), dev = -(2, 1) -> cos = 2/sqrt(5), 1/sqrt(5)
@@ -329,6 +350,25 @@ def test_multidds_gradient_cosine_reward():
     assert task.model.weight.flatten().tolist() == [0.0, 0.0]      # MultiDDS never moves the model
     # REINFORCE: d = P_k (r_k - sum P r) = .5 * (+-.5 * (2 - 1)/sqrt(5)) -> Adam's first step +-lr = +-0.1
     assert strat.scorer.psi.tolist() == pytest.approx([0.1, -0.1], abs=1e-6)
+
+
+def test_multidds_defaults_are_the_authors_and_the_probe_option():
+    """MultiDDS's defaults (its job script and trainer); the probe point theta + 0.001 g of the option:
+    near g = -(1, 0) -> w' = (-.001, 0), dev gradient w' - d = (-2.001, -1): cos = 2.001 / sqrt(2.001^2 + 1);
+    far g = -(0, 1) -> dev gradient (-2, -1.001): cos = 1.001 / sqrt(4 + 1.001^2)."""
+    c = MultiDDSStrategy(InfDDSConfig()).config
+    assert (c.reward, c.update_every, c.warmup_steps, c.scorer_lr, c.scorer_steps, c.scorer_objective,
+            c.scorer_pretrain, c.init_temperature, c.gradcos, c.probe_step) == (
+        "gradcos", 1000, 0, 1e-4, 200, "multidds", True, 1.0, "authors", 0.0)
+    assert InfluenceStrategy(InfDDSConfig()).config.scorer_steps == 1          # Inf-DDS keeps its own
+    assert MultiDDSStrategy(InfDDSConfig(update_every=7)).config.update_every == 7   # a set field wins
+    task = ToyTask2(targets=([1.0, 0.0], [0.0, 1.0]), dev=[2.0, 1.0])
+    strat = MultiDDSStrategy(toy_config(probe_step=1e-3), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx(
+        {"near": 2.001 / math.sqrt(2.001 ** 2 + 1), "far": 1.001 / math.sqrt(4 + 1.001 ** 2)}, rel=1e-6)
+    assert task.model.weight.flatten().tolist() == [0.0, 0.0]      # the probe is undone
 
 
 def test_updates_only_after_warmup_every_n_steps():

@@ -63,3 +63,57 @@ def test_matryoshka_averages_full_and_truncated():
                      temperature=1.0)
     got = contrastive_losses(q, p, None, None, temperature=1.0, in_batch=True, gather=False, matryoshka_dims=[2])
     assert got.tolist() == pytest.approx(((full + trunc) / 2).tolist(), abs=1e-6)
+
+
+def _tdro_compute_loss_only_hn(q_reps, p_reps, temperature):
+    """tDRO's ``DROModelv2.compute_loss_only_hn`` (``modeling_group_dro_v2.py``) with ``score_function cos_sim``
+    and per-example reduction: each query against its own ``n_psg`` passages (positive first), target 0."""
+    n_psg = p_reps.shape[0] // q_reps.shape[0]
+    q = torch.nn.functional.normalize(q_reps, dim=-1).unsqueeze(1)
+    p = torch.nn.functional.normalize(p_reps, dim=-1).view(q_reps.shape[0], n_psg, p_reps.shape[-1])
+    scores = (q * p).sum(-1) / temperature
+    return torch.nn.functional.cross_entropy(scores, torch.zeros(scores.shape[0], dtype=torch.long), reduction="none")
+
+
+def _tevatron_compute_loss(q_reps, p_reps, temperature):
+    """The in-batch loss of tDRO's / Tevatron's ``EncoderModel.compute_loss``: every query against every passage of
+    the batch (``[pos, negs...]`` per query), target ``arange(B) * n_psg``."""
+    n_psg = p_reps.shape[0] // q_reps.shape[0]
+    scores = q_reps @ p_reps.T / temperature
+    target = torch.arange(q_reps.shape[0]) * n_psg
+    return torch.nn.functional.cross_entropy(scores, target, reduction="none")
+
+
+def test_hard_negative_only_losses_are_the_tdro_authors_at_their_temperature():
+    """Stage 1's per-example losses (7 hard negatives, temperature 0.002, normalised embeddings) against the
+    authors' compute_loss_only_hn: identical, example by example (the ratio measurement is built from them)."""
+    gen = torch.Generator().manual_seed(0)
+    B, H, d = 5, 7, 16
+    q = torch.nn.functional.normalize(torch.randn(B, d, generator=gen, dtype=torch.float64), dim=-1)
+    p = torch.nn.functional.normalize(torch.randn(B, d, generator=gen, dtype=torch.float64), dim=-1)
+    negs = torch.nn.functional.normalize(torch.randn(B, H, d, generator=gen, dtype=torch.float64), dim=-1)
+    # scores close together so the losses at 0.002 are not all 0 or huge: positives near their negatives
+    p = torch.nn.functional.normalize(negs[:, 0] + 0.01 * p, dim=-1)
+    theirs = _tdro_compute_loss_only_hn(q, torch.cat([p.unsqueeze(1), negs], 1).reshape(B * (H + 1), d), 0.002)
+    ours = info_nce(q, p, negs, temperature=0.002, in_batch=False)
+    assert torch.allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    assert (theirs > 1e-3).sum() >= 2                                   # a non-degenerate comparison
+
+
+def test_in_batch_losses_are_tevatrons():
+    """Fine-tuning's losses (in-batch plus hard negatives) against EncoderModel.compute_loss, per example; a
+    missing hard negative (mask) is a candidate left out."""
+    gen = torch.Generator().manual_seed(1)
+    B, H, d = 4, 2, 8
+    q, p = torch.randn(B, d, generator=gen, dtype=torch.float64), torch.randn(B, d, generator=gen, dtype=torch.float64)
+    negs = torch.randn(B, H, d, generator=gen, dtype=torch.float64)
+    theirs = _tevatron_compute_loss(q, torch.cat([p.unsqueeze(1), negs], 1).reshape(B * (H + 1), d), 0.05)
+    assert torch.allclose(info_nce(q, p, negs, temperature=0.05), theirs, rtol=1e-10, atol=1e-12)
+    mask = torch.ones(B, H, dtype=torch.bool)
+    mask[2, 1] = False                                                  # example 2 has one negative only
+    keep = [i for i in range(B * (H + 1)) if i != 2 * (H + 1) + 2]
+    p_all = torch.cat([p.unsqueeze(1), negs], 1).reshape(B * (H + 1), d)[keep]
+    scores = q @ p_all.T / 0.05
+    target = torch.tensor([0, 3, 6, 8])                                  # positions of the positives after removal
+    theirs = torch.nn.functional.cross_entropy(scores, target, reduction="none")
+    assert torch.allclose(info_nce(q, p, negs, mask, temperature=0.05), theirs, rtol=1e-10, atol=1e-12)

@@ -170,3 +170,23 @@ def test_loss_matches_the_authors_compute_contrastive_loss():
         ours = coco_losses(a, b, temperature=1.0)                                        # raw inner product
         assert torch.allclose(ours, 0.5 * (theirs[0::2] + theirs[1::2]), atol=1e-5)
         assert ours.mean().item() == pytest.approx(theirs.mean().item(), abs=1e-5)       # the loss they optimise
+
+
+def test_loss_at_drmixs_defaults_is_the_authors_on_cosines_over_the_temperature():
+    """drmix's default COCO geometry (normalised embeddings, temperature 0.05 -- CocoConfig's default) is the
+    authors' compute_contrastive_loss on the normalised spans with every score divided by 0.05."""
+    from drmix.pretrain.runner import CocoConfig
+
+    assert CocoConfig().temperature == 0.05 and CocoConfig().normalize is True
+    gen = torch.Generator().manual_seed(6)
+    B = 5
+    a = torch.nn.functional.normalize(torch.randn(B, 6, generator=gen, dtype=torch.float64), dim=-1)
+    b = torch.nn.functional.normalize(torch.randn(B, 6, generator=gen, dtype=torch.float64), dim=-1)
+    spans = torch.stack([a, b], dim=1).reshape(2 * B, 6)
+    theirs = _authors_contrastive_loss(spans / math.sqrt(0.05))          # (x / sqrt(t)) . (y / sqrt(t)) = x.y / t
+    ours = coco_losses(a, b)                                             # the default temperature
+    assert torch.allclose(ours, 0.5 * (theirs[0::2] + theirs[1::2]), rtol=1e-10, atol=1e-12)
+    from drmix.pretrain.coco import coco_loss_fn
+
+    fn = coco_loss_fn(0.05)        # the trainer's hook: queries = first spans, documents = second spans (+ unused)
+    assert torch.allclose(fn(a, torch.cat([b, a]), gather=False), ours, rtol=1e-12)

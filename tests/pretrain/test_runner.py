@@ -8,6 +8,7 @@ import torch
 
 from drmix.errors import ConfigError
 from drmix.pretrain.runner import CocoConfig, pretrain_coco
+from drmix.train.resume_check import ResumeMismatchError
 
 TEXT = ("Sentence number {i} talks about topic {j} at length. It continues with more words on {j}. "
         "A third sentence mentions item {i} again. Finally the document ends here for {j}.")
@@ -61,6 +62,12 @@ def test_coco_resume_gives_identical_weights(tiny_model_path, corpus, tmp_path):
         pretrain_coco(cfg(tiny_model_path, corpus, tmp_path / "cut"), callbacks=[kill_at_3])
     with pytest.raises(ConfigError, match="already holds a run"):
         pretrain_coco(cfg(tiny_model_path, corpus, tmp_path / "cut"))
+    # a resume with another COCO setting (one the trainer's own check does not see) is refused before
+    # coco.yaml, the record of the earlier settings, is touched
+    recorded = (tmp_path / "cut" / "coco.yaml").read_bytes()
+    with pytest.raises(ResumeMismatchError, match="span_max_tokens 12 -> 20"):
+        pretrain_coco(cfg(tiny_model_path, corpus, tmp_path / "cut", resume=True, span_max_tokens=20))
+    assert (tmp_path / "cut" / "coco.yaml").read_bytes() == recorded
     resumed = pretrain_coco(cfg(tiny_model_path, corpus, tmp_path / "cut", resume=True))
     assert resumed.steps == 4
     a = SentenceTransformer(str(full.model_dir), device="cpu")

@@ -58,7 +58,8 @@ def pipeline_config(tmp_path, tiny_model_path) -> PipelineConfig:
         model=tiny_model_path, data=[str(write_collections(tmp_path))], output_dir=str(tmp_path / "run"),
         max_steps=3, batch_size=6, learning_rate=1e-3, warmup_ratio=0.0, query_max_length=16, doc_max_length=16,
         log_every=1, save_every=100, show_progress=False, seed=3, test_data=[str(write_beir(tmp_path))],
-        stage1={"max_steps": 4}, transfers=["top:0.7", "reweight"], device="cpu",
+        stage1={"max_steps": 4, "temperature": 0.05}, transfers=["top:0.7", "reweight"], device="cpu",
+        stage1_miner=tiny_model_path,
     )
 
 
@@ -71,12 +72,22 @@ def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
     s1_cfg = TrainConfig.flatten(yaml.safe_load((s1 / "config.yaml").read_text()))
     assert s1_cfg["reference_model"] == str(root / "stage0-reference" / "model")
     assert (s1_cfg["batching"], s1_cfg["in_batch_negatives"], s1_cfg["max_steps"]) == ("mixed", False, 4)
+    # the authors' seven negatives (s1_tdro.sh: train_n_passages 8); the temperature is the stage1 override here
+    # (at the authors' 0.002 the tiny model's losses underflow to exactly 0 in float32) -- stage 0 keeps its own
+    assert (s1_cfg["num_negatives"], s1_cfg["temperature"]) == (7, 0.05)
+    s0_cfg = yaml.safe_load((root / "stage0-reference" / "config.yaml").read_text())
+    assert (s0_cfg["num_negatives"], s0_cfg["temperature"]) == (1, 0.05)
+    # every example had fewer than 7 negatives: the missing ones were mined, and the counts are written
+    mined = json.loads((s1 / "negatives.json").read_text())
+    assert mined["rule"] == "mine" and mined["num_negatives"] == 7
+    assert {n: c["needed"] for n, c in mined["collections"].items()} == {"animals": 12, "food": 12, "tools": 12}
+    assert all(0 < c["mined"] <= 12 * 7 for c in mined["collections"].values())
 
     # Stage 1 trajectory: one line per step, every collection with an equal share (6 / 3 = 2) of each batch.
     traj = read_jsonl(s1 / "weights.jsonl")
     assert [r["step"] for r in traj] == [1, 2, 3, 4]
     assert all(r["counts"] == {"animals": 2, "food": 2, "tools": 2} for r in traj)
-    # 'tools' had no negatives: filled, so its hard-negative-only losses are not identically 0.
+    # 'tools' had no negatives: mined, so its hard-negative-only losses are not identically 0.
     assert any(r["proxy_loss"]["tools"] > 0 for r in traj)
     weights = json.loads((s1 / "weights.json").read_text())
     assert weights["collections"] == ["animals", "food", "tools"] and weights["steps"] == 4
@@ -167,6 +178,36 @@ def test_groupdro_pipeline_forwards_no_reference(pipeline_config):
     expected = np.exp(0.01 * totals) / np.exp(0.01 * totals).sum()
     np.testing.assert_allclose(w["weights"], expected, rtol=1e-9)
     assert all(r["reference_loss"][n] is None for r in traj for n in names)
+
+
+def test_a_rerun_with_a_changed_stage_setting_is_refused_or_reruns_that_stage(pipeline_config, caplog):
+    """A changed stage-1 setting: refused before anything is written (pipeline.yaml still names the earlier
+    settings); with --resume-with-changes stage 1 and the stage 2 built on its weights train again, and the
+    unchanged stage 0 is reused."""
+    from drmix.train.resume_check import ResumeMismatchError
+
+    cfg = pipeline_config.replace(**{"transfers": ["reweight"], "test_data": [], "max_steps": 2,
+                                             "stage1": {"max_steps": 2}})
+    run_tdro_pipeline(cfg)
+    root = Path(cfg.run.output_dir)
+    recorded = (root / "pipeline.yaml").read_bytes()
+    stamps = {d: (root / d / "model" / "modules.json").stat().st_mtime_ns
+              for d in ("stage0-reference", "stage1-tdro", "stage2-tdro-reweight")}
+    changed = cfg.replace(**{"stage1": {"max_steps": 3}})
+    with pytest.raises(ResumeMismatchError, match=r"stage 1: max_steps 2 -> 3") as e:
+        run_tdro_pipeline(changed)
+    assert "stage 0" not in str(e.value) and "--resume-with-changes" in str(e.value)
+    assert (root / "pipeline.yaml").read_bytes() == recorded
+    assert read_jsonl(root / "stage1-tdro" / "weights.jsonl")[-1]["step"] == 2
+
+    with caplog.at_level(logging.WARNING, logger="drmix.recipes"):
+        run_tdro_pipeline(changed.replace(**{"resume_with_changes": True}))
+    assert "stage 1: re-run with the changed settings (max_steps 2 -> 3)" in caplog.text
+    assert "stage 2 (reweight): re-run with the changed settings (it is built on stage 1)" in caplog.text
+    assert [r["step"] for r in read_jsonl(root / "stage1-tdro" / "weights.jsonl")] == [1, 2, 3]
+    assert (root / "stage0-reference" / "model" / "modules.json").stat().st_mtime_ns == stamps["stage0-reference"]
+    assert (root / "stage2-tdro-reweight" / "model" / "modules.json").stat().st_mtime_ns != stamps["stage2-tdro-reweight"]
+    assert yaml.safe_load((root / "pipeline.yaml").read_text())["stage1"] == {"max_steps": 3}
 
 
 def test_cli_optimize_learns_weights(tmp_path, tiny_model_path):
@@ -314,3 +355,64 @@ def test_selection_on_the_test_split_of_test_data_is_refused(pipeline_config):
     cfg = pipeline_config.replace(**{"select_on": list(pipeline_config.test.test_data), "select_split": "test"})
     with pytest.raises(ConfigError, match="would be made on the test set"):
         run_tdro_pipeline(cfg)
+
+
+def test_stage1_config_is_the_authors_setting_and_overrides_win():
+    from drmix.config import TrainConfig
+    from drmix.recipes.optimize import STAGE1_NEGATIVES, STAGE1_TEMPERATURE, stage1_config
+
+    assert (STAGE1_NEGATIVES, STAGE1_TEMPERATURE) == (7, 0.002)       # s1_tdro.sh: train_n_passages 8, 0.002
+    base = TrainConfig(data=["x"], num_negatives=1, temperature=0.05, in_batch_negatives=True, batching="homogeneous")
+    cfg = stage1_config(base, strategy="tdro", reference="r", output_dir="o")
+    c = cfg.contrastive
+    assert (c.num_negatives, c.temperature, c.in_batch_negatives, c.cross_device_negatives, c.batching,
+            cfg.mixture.scheme) == (7, 0.002, False, False, "mixed", "uniform")
+    prev = stage1_config(base, strategy="tdro", reference="r", output_dir="o",
+                         overrides={"num_negatives": 1, "temperature": 0.05})
+    assert (prev.contrastive.num_negatives, prev.contrastive.temperature) == (1, 0.05)           # the earlier setting, by name
+
+
+def test_stage1_fill_rules_from_the_config():
+    assert PipelineConfig(data=["x"]).stage1_fill_negatives == "mine"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives=False).stage1_fill_negatives == "off"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives=True).stage1_fill_negatives == "mine"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives="random").stage1_fill_negatives == "random"
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        PipelineConfig(data=["x"], stage1_fill_negatives="bogus")
+
+
+def test_mine_missing_negatives_tops_every_example_up(tmp_path, monkeypatch):
+    """Each example keeps its own negatives and gains the best-ranked others of its collection (hand-made
+    embeddings: one coordinate per word, so the ranking is known); the report counts what was mined."""
+    from drmix.augment import mine as mine_mod
+    from drmix.data.collections import load_collections
+    from drmix.recipes.optimize import mine_missing_negatives
+
+    cols = load_collections([str(write_collections(tmp_path))])
+    vocab = {w: i for i, w in enumerate(sorted({w for ws in WORDS.values() for w in ws}))}
+
+    def vec(text):
+        v = np.zeros(len(vocab) + 1, np.float32)
+        for tok in text.split():
+            if tok in vocab:
+                v[vocab[tok]] = 1.0
+        v[-1] = 0.5 if " is not " not in text else 0.1        # shared direction: every text relates a little
+        return v / np.linalg.norm(v)
+
+    monkeypatch.setattr(mine_mod, "embed", lambda model, q, d, **kw: (np.stack([vec(x) for x in q]),
+                                                                       np.stack([vec(x) for x in d])))
+    before = {c.name: [list(n) for n in c.dataset["negatives"]] for c in cols}
+    report = mine_missing_negatives(cols, 3, model=object(), max_score_ratio=None)
+    for c in cols:
+        negs = c.dataset["negatives"]
+        pos = c.dataset["positives"]
+        for i, n in enumerate(negs):
+            assert len(n) == 3 and n[:len(before[c.name][i])] == before[c.name][i]    # own ones first, kept
+            assert pos[i][0] not in n and len(set(n)) == 3
+        assert report[c.name] == {"examples": 12, "needed": 12, "mined": 12 * 3 - sum(map(len, before[c.name])),
+                                  "short": 0, "pool": 24 if c.name != "tools" else 12, "filtered": 0}
+    # enough already: nothing is mined, the miner is never loaded
+    assert mine_missing_negatives(cols, 2, model=None) == {n: {"examples": 12, "needed": 0, "mined": 0, "short": 0}
+                                                          for n in WORDS}

@@ -5,7 +5,7 @@
   returns each query's top ``top_n`` as ``(doc_id, score)``, skipping the ids in ``exclude[i]``.
 * :class:`RankWindow` is a 1-based, inclusive rank range such as ``30:50`` (DRAMA: cropped-sentence queries take
   ranks 1-10 of the teacher as positives and 30-50 as hard negatives).
-* :func:`mine_collection` rewrites a drmix collection JSONL file with mined hard negatives drawn from the
+* :func:`mine_collection` rewrites a collection (any layout drmix reads) as drmix JSONL with mined hard negatives drawn from the
   collection's own documents (every positive and negative text in the file), never a positive of the same query.
   A positive-aware filter (``max_score_ratio``, after NV-Retriever's "TopK-PercPos": a candidate scoring above
   ``ratio x`` the query's lowest positive score is treated as a likely false negative and skipped) guards
@@ -150,21 +150,52 @@ class MineStats:
     filtered: int = 0        # candidates dropped by the positive-aware filter
 
 
+def _mine_rows(in_path: str | Path, format: str | None, columns: Any) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    """``(line or row number, record to write back, canonical row)`` of one collection, read by
+    :func:`drmix.data.collections.load_collection_spec` (any layout). A drmix JSONL file keeps its records
+    (every other field of a line is written back); other layouts are written as drmix records."""
+    from drmix.data.collections import load_collection_spec
+    from drmix.io import iter_jsonl
+
+    cols = load_collection_spec(str(in_path), format=format, columns=columns)
+    if len(cols) != 1:
+        raise DataError(f"names {len(cols)} collections; mining reads one at a time.", path=in_path,
+                        fix="pass one collection file (or mine a folder: one output file per collection).")
+    (c,) = cols
+    ds = c.dataset.select_columns(["query", "positives", "negatives"])
+    canon = ds.to_list()
+    p = Path(c.source)
+    if c.layout == "drmix" and p.is_file() and p.suffix.lower() in (".jsonl", ".ndjson", ".json"):
+        records = list(iter_jsonl(p))
+        if len(records) == len(canon):
+            out = []
+            for (line, obj), ex in zip(records, canon):
+                obj = dict(obj)
+                if "positive" not in obj and "positives" not in obj:
+                    obj["positive"] = ex["positives"]
+                out.append((line, obj, ex))
+            return out
+    return [(i + 1, {"query": ex["query"], "positive": ex["positives"], "negatives": ex["negatives"]}, ex)
+            for i, ex in enumerate(canon)]
+
+
 def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, window: RankWindow | str = "1:30",
                     num_negatives: int = 1, sampling: Literal["top", "random"] = "top",
                     max_score_ratio: float | None = 0.95, keep_negatives: bool = False, seed: int = 42,
                     batch_size: int = 64, model_name: str | None = None,
-                    query_prompt: str | None = None) -> MineStats:
-    """Mine hard negatives for one collection JSONL file into ``out_path`` (written atomically).
+                    query_prompt: str | None = None, format: str | None = None, columns: Any = None) -> MineStats:
+    """Mine hard negatives for one collection into the drmix JSONL file ``out_path`` (written atomically).
 
-    The pool is every distinct positive and negative text of the file. For each line the candidates are the
-    pool ranked by ``model`` for the query (its own positives removed), cut to ``window``, then filtered by
-    ``max_score_ratio`` (None: off); ``num_negatives`` are taken from the top of what remains (``sampling=top``)
-    or drawn at random, seeded by ``seed`` and the line number. ``keep_negatives`` appends them to the line's
-    existing negatives instead of replacing them.
+    ``in_path`` is anything :func:`drmix.data.collections.load_collections` reads as one collection (any layout,
+    ``format``/``columns`` as ``--format``/``--columns``); a drmix JSONL file keeps every other field of its
+    lines. The pool is every distinct positive and negative text of the collection. For each row the
+    candidates are the pool ranked by ``model`` for the query (its own positives removed), cut to ``window``,
+    then filtered by ``max_score_ratio`` (None: off); ``num_negatives`` are taken from the top of what remains
+    (``sampling=top``) or drawn at random, seeded by ``seed`` and the line (row) number. ``keep_negatives``
+    appends them to the row's existing negatives instead of replacing them. Teacher scores of the input
+    (``positive_scores``/``negative_scores``) are not written back: they scored the old negatives.
     """
-    from drmix.data.collections import parse_example
-    from drmix.io import atomic_write_text, iter_jsonl
+    from drmix.io import atomic_write_text
 
     in_path, window = Path(in_path), RankWindow.parse(window)
     if num_negatives < 1:
@@ -172,9 +203,7 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
     if max_score_ratio is not None and not max_score_ratio > 0:
         raise ConfigError(f"max_score_ratio must be positive, got {max_score_ratio}.",
                           fix="pass a ratio such as 0.95, or turn the filter off.")
-    rows: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
-    for line, obj in iter_jsonl(in_path):
-        rows.append((line, obj, parse_example(obj, in_path, line)))
+    rows = _mine_rows(in_path, format, columns)
     if not rows:
         raise DataError("collection is empty.", path=in_path, fix="add at least one example line.")
     pool_index: dict[str, int] = {}
@@ -208,7 +237,8 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
         stats.short += len(chosen) < num_negatives
         mined = [pool[int(doc_id)] for doc_id, _ in chosen]
         new = dict(obj)
-        new.pop("negative", None)
+        for stale in ("negative", "positive_scores", "negative_scores"):
+            new.pop(stale, None)
         new["negatives"] = (ex["negatives"] + [m for m in mined if m not in ex["negatives"]]) if keep_negatives else mined
         new["mined"] = {"model": model_name or _name(model), "ranks": str(window),
                         "scores": [round(s, 6) for _, s in chosen]}
@@ -224,3 +254,50 @@ def _name(model: Any) -> str:
     from drmix.retrieval.index import model_name
 
     return model_name(model)
+
+
+def top_up_negatives(queries: Sequence[str], positives: Sequence[Sequence[str]], negatives: Sequence[Sequence[str]],
+                     model: Any, *, num_negatives: int, window: RankWindow | str = "1:30",
+                     max_score_ratio: float | None = 0.95, batch_size: int = 64,
+                     query_prompt: str | None = None) -> tuple[list[list[str]], MineStats]:
+    """Give every example at least ``num_negatives`` hard negatives, mining the missing ones with ``model``.
+
+    The examples are one collection's: the pool is every distinct positive and negative text of it (as
+    :func:`mine_collection`). An example that already has ``num_negatives`` keeps its negatives as they are;
+    one with fewer keeps them and gains the best-ranked candidates of ``window`` that are neither its positives
+    nor its negatives and pass the positive-aware filter (``max_score_ratio`` x its lowest positive score),
+    until it has ``num_negatives`` (fewer when the window runs out: counted in ``short``). Returns the new
+    negative lists and the counts (``negatives`` = how many were mined). Only the examples that need negatives
+    are embedded as queries; the pool is embedded once.
+    """
+    window = RankWindow.parse(window)
+    if num_negatives < 1:
+        raise ConfigError(f"num_negatives must be at least 1, got {num_negatives}.", fix="ask for 1 or more.")
+    out = [list(n) for n in negatives]
+    need = [i for i, n in enumerate(negatives) if len(n) < num_negatives]
+    stats = MineStats(queries=len(need))
+    if not need:
+        return out, stats
+    pool_index: dict[str, int] = {}
+    for i in range(len(queries)):
+        for text in list(positives[i]) + list(negatives[i]):
+            pool_index.setdefault(text, len(pool_index))
+    pool = list(pool_index)
+    stats.pool = len(pool)
+    ids = [str(j) for j in range(len(pool))]
+    q_emb, d_emb = embed(model, [queries[i] for i in need], pool, batch_size=batch_size, query_prompt=query_prompt)
+    known = [{ids[pool_index[t]] for t in list(positives[i]) + list(negatives[i])} for i in need]
+    ranked = rank(q_emb, d_emb, ids, top_n=window.end, exclude=known)
+    for r, i in enumerate(need):
+        cands = window.take(ranked[r])
+        if max_score_ratio is not None:
+            lowest = float((d_emb[[pool_index[t] for t in positives[i]]] @ q_emb[r]).min())
+            kept = [c for c in cands if c[1] <= max_score_ratio * lowest]
+            stats.filtered += len(cands) - len(kept)
+            cands = kept
+        missing = num_negatives - len(out[i])
+        mined = [pool[int(doc_id)] for doc_id, _ in cands[:missing]]
+        out[i].extend(mined)
+        stats.negatives += len(mined)
+        stats.short += len(mined) < missing
+    return out, stats

@@ -11,8 +11,9 @@ from drmix.errors import ConfigError, DataError
 
 
 def mine_command(
-    data: Path = typer.Option(..., "--data", help="A collection JSONL file, or a directory of them (one "
-                                                  "collection per file)."),
+    data: str = typer.Option(..., "--data", help="A collection in any layout drmix trains on (JSONL, JSON, "
+                                                 "parquet, CSV/TSV, Arrow, a saved dataset, a BEIR folder, a Hub id; "
+                                                 "NAME:split), or a folder of collection files (one output per file)."),
     output: Path = typer.Option(..., "--output", "-o", help="Where the mined collection(s) go: a .jsonl file for "
                                                             "a file, a directory for a directory (same file names)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="The retriever that ranks: any "
@@ -34,6 +35,10 @@ def mine_command(
                                                     "every query when ranking (default: the model's query prompt)."),
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
+    format: Optional[str] = typer.Option(None, "--format", help="Layout of the rows: drmix | st | tevatron | flag | "
+                                         "beir | auto (default: detected; docs/data.md)."),
+    columns: Optional[str] = typer.Option(None, "--columns", help="Column mapping ROLE=COLUMN,... (e.g. "
+                                          "query=question,positive=answer); see docs/data.md."),
 ) -> None:
     """Mine hard negatives for training collections with a retriever over each collection's own documents."""
     from drmix.augment.mine import RankWindow, mine_collection
@@ -44,24 +49,33 @@ def mine_command(
         raise ConfigError(f"unknown --sampling {sampling!r}.", fix="pass --sampling top or --sampling random.")
     if max_score_ratio < 0:
         raise ConfigError("--max-score-ratio must not be negative.", fix="pass a ratio such as 0.95, or 0 for off.")
+    from drmix.data.collections import check_sources, collection_folder_entries
+    from drmix.data.spec import FORMATS, parse_columns
+
     window = RankWindow.parse(ranks)
-    data = data.expanduser()
-    if data.is_dir():
-        files = sorted(data.glob("*.jsonl"))
-        if not files:
-            raise DataError("directory holds no *.jsonl collection files.", path=data,
-                            fix="pass a collection file or a directory of them.")
+    if format is not None and format not in FORMATS:
+        raise ConfigError(f"unknown --format {format!r}.", fix=f"use one of: {', '.join(FORMATS)}.")
+    try:
+        column_map = parse_columns(columns)
+    except ValueError as e:
+        raise ConfigError(f"--columns: {e}.", fix="write --columns query=COL,positive=COL[,negatives=COL].") from None
+    check_sources([data])
+    path = Path(data).expanduser()
+    entries = collection_folder_entries(path)
+    if entries is not None:
+        if not entries:
+            raise DataError("folder holds no collection files.", path=path,
+                            fix="pass a collection file or a folder of them.")
         if output.exists() and not output.is_dir():
-            raise ConfigError("--output is a file but --data is a directory.", path=output,
+            raise ConfigError("--output is a file but --data is a folder.", path=output,
                               fix="pass a directory for --output.")
-        pairs = [(f, output / f.name) for f in files]
-    elif data.is_file():
+        pairs = [(f, output / f"{f.stem if f.is_file() else f.name}.jsonl") for f in entries]
+        data = path
+    else:
         if output.is_dir():
-            raise ConfigError("--output is a directory but --data is a file.", path=output,
+            raise ConfigError("--output is a directory but --data is one collection.", path=output,
                               fix="pass a .jsonl file path for --output.")
         pairs = [(data, output)]
-    else:
-        raise DataError("collection path not found.", path=data, fix="check the path.")
     from drmix.outputs import claim_output
 
     for src, dst in pairs:                       # the output contract (drmix.outputs), before the model loads
@@ -73,8 +87,9 @@ def mine_command(
     for src, dst in pairs:
         stats = mine_collection(src, dst, encoder, window=window, num_negatives=num_negatives, sampling=sampling,
                                 max_score_ratio=max_score_ratio or None, keep_negatives=keep_negatives, seed=seed,
-                                batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2", query_prompt=qp)
-        console.print(f"{src.name}: {stats.queries} queries, pool {stats.pool} documents, {stats.negatives} "
+                                batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2", query_prompt=qp,
+                                format=format, columns=column_map)
+        console.print(f"{Path(src).name}: {stats.queries} queries, pool {stats.pool} documents, {stats.negatives} "
                       f"negatives mined (ranks {window}; {stats.filtered} filtered as likely positives; "
                       f"{stats.short} queries short) -> {dst}", soft_wrap=True)
 

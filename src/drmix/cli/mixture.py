@@ -19,8 +19,10 @@ same inputs; the strategy turns per-collection losses into weights: tdro = proxy
 doremi = excess loss, groupdro = raw loss (no reference needed). Writes weights.json (final, mean, EMA,
 top-K% selections), weights.jsonl (trajectory) and weights.png into --output-dir. Transfer the weights
 with `drmix train --weights-file RUN/weights.json --transfer top:0.7|reweight|loss`.
-Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, max_grad_norm, absent, accumulation, smoothing, output, ema, reference_guard, min_relative_reference,
-measurement, top_percents); see docs/mixture.md.
+Stage 1 is the authors' setting: 7 hard negatives per query (missing ones mined) at temperature 0.002.
+Strategy options: --tdro KEY=VALUE (lr, normalize_gradient, max_grad_norm, absent, objective, mean_counts_initial,
+accumulation, smoothing, output, ema, reference_guard, min_relative_reference, measurement, top_percents);
+see docs/mixture.md.
 """
 
 def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_settings: bool = True) -> None:
@@ -34,8 +36,9 @@ def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_sett
     config = load_checked(TrainConfig, config_path, overrides)
     if paper_settings:
         resume = config.run.resume           # stage1_config turns resume on; keep the user's choice here
+        given = {k: overrides[k] for k in ("num_negatives", "temperature") if overrides.get(k) is not None}
         config = stage1_config(config, strategy=config.mixture.strategy, reference=config.mixture.reference_model,
-                               output_dir=config.run.output_dir).replace(resume=resume)
+                               output_dir=config.run.output_dir, overrides=given).replace(resume=resume)
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     result = optimize_weights(config)
     weights = result.weights_path
@@ -55,7 +58,9 @@ def register(app: typer.Typer) -> None:
         "paper_settings", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
         default=typer.Option(True, "--paper-settings/--as-given",
                              help="Use tDRO's stage-1 settings (mixed equal-share batches, hard-negative-only "
-                                  "InfoNCE, uniform sampling); --as-given keeps the config's batching and negatives."))
+                                  "InfoNCE with 7 negatives at temperature 0.002 unless --num-negatives / "
+                                  "--temperature are given, uniform sampling); --as-given keeps the config's "
+                                  "batching, negatives and temperature."))
     mixture.command("optimize", help=paragraphs(OPTIMIZE_HELP), no_args_is_help=True)(
         config_command(TrainConfig, run_optimize, extra=[paper]))
     app.add_typer(mixture, name="mixture")

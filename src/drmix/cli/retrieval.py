@@ -296,10 +296,19 @@ def search_command(
 
 
 def eval_command(
-    data: list[Path] = typer.Option(..., "--data", "-d", help="BEIR directory; repeat for several datasets."),
+    data: Optional[list[Path]] = typer.Option(None, "--data", "-d", help="BEIR directory; repeat for several "
+                                              "datasets (or evaluate MTEB tasks with --mteb)."),
+    mteb: Optional[list[str]] = typer.Option(None, "--mteb", help="MTEB task names, comma-separated or repeated "
+                                             "(e.g. NFCorpus,SciFact), or BEIR directories run as local MTEB "
+                                             "tasks: evaluated by the mteb package (pip install 'drmix[mteb]'), "
+                                             "which writes its own result files into --output/mteb; eval.json "
+                                             "gets each task's main score and, for retrieval tasks, per-query "
+                                             "--metric scores for drmix compare (docs/evaluation.md)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="SentenceTransformer folder, drmix run "
                                                                    "directory or hub id; default all-MiniLM-L6-v2."),
-    split: str = typer.Option("test", "--split", help="qrels split to evaluate (qrels/{split}.tsv)."),
+    split: Optional[str] = typer.Option(None, "--split", help="qrels split to evaluate (qrels/{split}.tsv; "
+                                        "default test); with --mteb: only this split of every task (default: "
+                                        "each task's own evaluation splits)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the eval.json and eval.md of an earlier "
                                                              "drmix eval in --output."),
@@ -323,11 +332,20 @@ def eval_command(
                                            "documents (seeded; the kept queries' judged documents always stay)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --max-queries / --max-docs sample."),
 ) -> None:
-    """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets."""
+    """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets (or on MTEB tasks with --mteb)."""
     from drmix.evaluation.evaluate import evaluate_model
     from drmix.evaluation.matryoshka import parse_dims
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
+    if mteb:
+        return _eval_mteb(mteb, data=data, model=model, split=split, output=output, overwrite=overwrite, k=k,
+                          batch_size=batch_size, max_length=max_length, metric=metric, precision=precision,
+                          dims=dims, query_instruction=query_instruction, prompts=prompts,
+                          kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
+                          max_docs=max_docs)
+    if not data:
+        raise ConfigError("no dataset given.", fix="pass --data DIR (a BEIR directory) or --mteb TASK.")
+    split = split or "test"
     if output is not None:
         from drmix.outputs import claim_output
 
@@ -346,6 +364,40 @@ def eval_command(
     if output is not None:
         report.write(output)
         _console().print(f"wrote {output / 'eval.json'} and {output / 'eval.md'}")
+
+
+def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, batch_size, max_length, metric,
+               precision, dims, query_instruction, prompts, kwargs, max_queries, max_docs) -> None:
+    """``drmix eval --mteb``: :func:`drmix.evaluation.mteb.evaluate_mteb`, the same table and files."""
+    from drmix.evaluation.metrics import DEFAULT_METRICS
+    from drmix.evaluation.mteb import MTEB_DIR, evaluate_mteb, parse_task_list
+
+    if data:
+        raise ConfigError("--data and --mteb cannot be combined.",
+                          fix="evaluate BEIR directories with --data, or pass them to --mteb to run them as "
+                              "local MTEB tasks.")
+    unsupported = [flag for flag, given in (("--k", k != 100), ("--precision", precision is not Precision.auto),
+                                            ("--dims", dims is not None),
+                                            ("--query-instruction", query_instruction is not None),
+                                            ("--prompts", prompts is not None), ("--max-queries", max_queries),
+                                            ("--max-docs", max_docs)) if given]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)} cannot be used with --mteb: MTEB evaluates by its own "
+                          "protocol (its top 1000, full corpora, the model's own prompts, fp32).",
+                          fix=f"drop {', '.join(unsupported)}, or evaluate BEIR directories with --data.")
+    names = parse_task_list(tasks)
+    if output is not None:
+        from drmix.outputs import claim_output
+
+        claim_output(output, "eval", overwrite=overwrite,
+                     inputs=[Path(t) for t in names if Path(t).expanduser().exists()])
+    report = evaluate_mteb(model, names, output=output, batch_size=batch_size, max_length=max_length,
+                           metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
+                           split=split, model_kwargs=kwargs)
+    print_report(report)
+    if output is not None:
+        _console().print(f"wrote {output / 'eval.json'}, {output / 'eval.md'} and MTEB's result files in "
+                         f"{output / MTEB_DIR}")
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 TRAIN_HELP = """Fine-tune an embedding model with InfoNCE on a mixture of training collections.
 
 CONFIG is an optional YAML file with any of the fields below; flags override it. Data (--data, repeatable)
-is a JSONL file, a directory of JSONL files, a BEIR directory (train qrels) or a YAML list of collections.
+is a collection file (JSONL, JSON, parquet, CSV/TSV, Arrow) in drmix's, sentence-transformers', Tevatron's or
+FlagEmbedding's layout (detected; --format, --columns), a folder of them, a saved dataset (NAME:split), a Hub
+dataset id, a BEIR directory (train qrels) or a YAML list of collections (docs/data.md).
 The output directory receives model/ (a SentenceTransformer folder), config.yaml, metrics.jsonl,
 weights.json and checkpoints/; --resume continues a killed run. Multi-GPU: accelerate launch -m drmix.cli train ...
 """

@@ -23,6 +23,7 @@ from drmix.config.train import (
     ModelConfig,
     OptimConfig,
     PipelineBaseConfig,
+    PipelineRun,
     RunConfig,
     TestConfig,
     TrainConfig,
@@ -30,5 +31,5 @@ from drmix.config.train import (
 
 __all__ = ["HYPERPARAMETER", "INPUT", "OPERATIONAL", "TRACKERS", "CollectionSpec", "Config", "ContrastiveConfig",
            "DataConfig", "EvalConfig", "FlatField", "MixtureConfig", "ModelConfig", "OptimConfig", "Part",
-           "PipelineBaseConfig", "RunConfig", "TestConfig", "TrainConfig", "setting", "format_validation", "load_config", "read_yaml",
+           "PipelineBaseConfig", "PipelineRun", "RunConfig", "TestConfig", "TrainConfig", "setting", "format_validation", "load_config", "read_yaml",
            "role_of"]

@@ -193,12 +193,17 @@ class Config(BaseModel):
         """A ``cls`` made of the parts (and option mappings) it shares with ``source``, then ``flat`` changes:
         how a recipe composes a stage's config from its own."""
         shared = [n for n in cls.model_fields if n in type(source).model_fields]
-        values = {n: _dump(getattr(source, n)) for n in shared}
+        groups = cls.groups()
+        values = {n: _dump(getattr(source, n), groups.get(n)) for n in shared}
         return cls.model_validate(merge(values, cls.nest(flat), cls.groups()))
 
 
-def _dump(value: Any) -> Any:
-    return value.model_dump() if isinstance(value, BaseModel) else value
+def _dump(value: Any, part: type[Part] | None = None) -> Any:
+    """A part's values for ``part`` (the fields a source's richer part has beyond it are left behind)."""
+    if not isinstance(value, BaseModel):
+        return value
+    dumped = value.model_dump()
+    return {k: v for k, v in dumped.items() if k in part.model_fields} if part is not None else dumped
 
 
 def _is_group_value(part: type[Part], value: Any) -> bool:

@@ -11,24 +11,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from drmix.config.parts import INPUT, OPERATIONAL, Config, Part, setting
+from drmix.data.spec import CollectionSpec, FormatName, parse_columns
 
 #: ``report_to`` values (drmix.train.tracking implements them)
 TRACKERS = ("none", "tensorboard", "wandb")
-
-
-class CollectionSpec(BaseModel):
-    """One training collection: a JSONL file, a directory of JSONL files, a BEIR directory, or a YAML list file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="JSONL file, directory of JSONL files, BEIR directory, or YAML list of collections.")
-    name: str | None = Field(None, description="Collection name (default: file stem or directory name).")
-    instruction: str | None = Field(None, description="Text prepended to every query of this collection.")
-    weight: float | None = Field(None, ge=0, description="Mixture weight (used by mixture='file' when no weights_file is given).")
-    split: str = Field("train", description="Qrels split to read from a BEIR directory.")
 
 
 class ModelConfig(Part):
@@ -58,6 +47,13 @@ class DataConfig(Part):
     title: ClassVar[str] = "Data"
 
     collections: list[str | CollectionSpec] = setting(default_factory=list, role=INPUT, flag="data", description="Training collections (paths or specs).")
+    format: FormatName = setting("auto", description="Layout of the training rows: drmix | st (sentence-transformers) | "
+                                 "tevatron | flag (FlagEmbedding) | beir | auto (detected from each file's first record "
+                                 "or columns); a collection's own format: in a YAML list wins (docs/data.md).")
+    columns: dict[str, str] | str = setting(default_factory=dict, description="Column mapping ROLE=COLUMN,... for the training "
+                                    "rows, e.g. query=question,positive=answer,negatives=hard (roles: query, positive, "
+                                    "negatives, score, positive_scores, negative_scores, prompt; COL1+COL2 joins "
+                                    "columns; ROLE= ignores one); a collection's own columns: wins.")
     max_collection_size: int | None = setting(None, ge=1, description="Cap each collection at this many examples (seeded).")
     query_max_length: int = setting(64, ge=4, description="Max tokens per query.")
     doc_max_length: int = setting(256, ge=4, description="Max tokens per document.")
@@ -73,6 +69,11 @@ class DataConfig(Part):
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
         return [v] if isinstance(v, (str, dict)) else v
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _columns(cls, v: Any) -> Any:
+        return parse_columns(v)
 
 
 class ContrastiveConfig(Part):
@@ -219,7 +220,16 @@ class TestConfig(Part):
     test_max_docs: int | None = setting(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
 
 
+class PipelineRun(RunConfig):
+    """A recipe's output folder: its stages' subfolders, reused or re-run."""
+
+    overwrite: bool = setting(False, role=OPERATIONAL, description="Re-run every stage, replacing the earlier run's "
+                              "outputs in output_dir (without it a rerun reuses the stages made with the same settings "
+                              "and refuses changed ones unless --resume-with-changes re-runs them).")
+
+
 class PipelineBaseConfig(TrainConfig):
     """The training parts (shared by a recipe's training stages) plus the final evaluation."""
 
+    run: PipelineRun = Field(default_factory=PipelineRun)
     test: TestConfig = Field(default_factory=TestConfig)

@@ -1,7 +1,10 @@
 """Compare evaluated models against a baseline: per-dataset and average deltas, paired tests, intervals.
 
 Inputs are the per-query scores that ``drmix eval`` writes into ``eval.json`` (``per_query``) and that
-``drmix pipeline tdro`` keeps in each model's ``eval-<split>.json``. For every model, dataset and metric:
+``drmix pipeline tdro`` keeps in each model's ``eval-<split>.json``. An ``eval.json`` of ``drmix eval --mteb``
+holds per-query scores for MTEB's retrieval tasks only: its other tasks (STS, classification ...) are left out
+with a warning naming the reason, and an evaluation with none at all -- or one of MTEB's own result files,
+which hold only means -- is refused with that reason. For every model, dataset and metric:
 
 * ``delta`` = mean over the dataset's queries of ``s_model(q) - s_baseline(q)``. Both evaluations must cover
   the same queries: when they do not (a ``--max-queries`` sample, a different split), :func:`compare` refuses
@@ -45,6 +48,7 @@ class Scored:
     label: str
     per_query: PerQuery
     source: str = ""
+    unpaired: dict[str, str] = field(default_factory=dict)  # dataset -> why it has no per-query scores (MTEB)
 
 
 @dataclass
@@ -165,9 +169,21 @@ def compare(scored: list[Scored], *, baseline: int | str = 0, metric: str = "ndc
         if s is base:
             continue
         datasets = [d for d in base.per_query if d in s.per_query]
+        unpaired = {d: why for d, why in {**s.unpaired, **base.unpaired}.items()
+                    if (d in base.per_query or d in base.unpaired) and (d in s.per_query or d in s.unpaired)
+                    and d not in datasets}
         if not datasets:
+            if unpaired:
+                raise DataError(f"'{s.label}' and '{base.label}' share no dataset with per-query scores: "
+                                + "; ".join(f"{d}: {why}" for d, why in unpaired.items()) + ".",
+                                fix="the paired tests need per-query scores: compare MTEB retrieval tasks (drmix "
+                                    "eval --mteb records theirs), or compare the main scores of these tasks "
+                                    "without a test.")
             raise DataError(f"'{s.label}' and '{base.label}' share no dataset.",
                             fix="compare evaluations of the same datasets.")
+        for d, why in unpaired.items():
+            log.warning("%s vs %s: %s is left out of the comparison: no per-query scores (%s)", s.label,
+                        base.label, d, why)
         for d in datasets:
             for q in list(base.per_query[d].values())[:1] + list(s.per_query[d].values())[:1]:
                 if metric not in q:
@@ -199,11 +215,28 @@ def compare(scored: list[Scored], *, baseline: int | str = 0, metric: str = "ndc
 # ---------------------------------------------------------------------------------------------- loading
 
 def _from_eval_json(path: Path, data: dict, label: str | None) -> Scored:
+    from drmix.evaluation.mteb import is_mteb_result, mteb_unpaired
+
+    if is_mteb_result(data):
+        raise _mteb_file_error(path)
     pq = data.get("per_query")
+    unpaired = mteb_unpaired(data)
     if not pq:
+        if unpaired:
+            raise DataError("this MTEB evaluation has no per-query scores, so no paired test can be run: "
+                            + "; ".join(f"{d}: {why}" for d, why in unpaired.items()) + ".", path=path,
+                            fix="compare MTEB retrieval tasks (drmix eval --mteb records their per-query scores), "
+                                "or read these tasks' main scores in eval.md.")
         raise DataError("this evaluation has no per-query scores.", path=path,
                         fix="re-run `drmix eval` (it now writes them) and compare the new eval.json.")
-    return Scored(label or data.get("model") or path.parent.name, pq, str(path))
+    return Scored(label or data.get("model") or path.parent.name, pq, str(path), unpaired)
+
+
+def _mteb_file_error(path: Path) -> DataError:
+    return DataError("this is one of MTEB's own result files: it holds only each task's mean scores, and the "
+                     "paired tests need per-query scores.", path=path,
+                     fix="evaluate with `drmix eval --mteb TASK --output DIR` (it keeps the per-query scores of "
+                         "retrieval tasks) and compare DIR.")
 
 
 def load_scored(path: str | Path, label: str | None = None) -> list[Scored]:
@@ -226,6 +259,15 @@ def load_scored(path: str | Path, label: str | None = None) -> list[Scored]:
         candidates = [p / "eval.json"] + sorted(p.glob("eval-*.json"))
         found = [c for c in candidates if c.exists()]
         if not found:
+            for f in sorted(p.rglob("*.json"))[:50]:   # a folder of MTEB's own results (mteb/results/...)
+                try:
+                    obj = json.loads(f.read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                    continue
+                from drmix.evaluation.mteb import is_mteb_result
+
+                if is_mteb_result(obj):
+                    raise _mteb_file_error(f)
             raise DataError("the folder holds no eval.json, eval-<split>.json or summary.json.", path=p,
                             fix="run `drmix eval --output DIR` first and pass DIR.")
         p = found[0]

@@ -4,9 +4,10 @@
 valid cache with :func:`drmix.evaluation.evaluate.evaluate_dataset` (exact search, pytrec_eval metrics,
 optionally Matryoshka ``dims``) and writes one cache file per model, ``<folder>/<kind>-<split>.json``
 (:func:`cache_file`), holding the key of the evaluation (datasets, split, caps, seed, lengths, metrics, dims,
-model), the per-dataset means and the per-query scores. The file is what ``drmix compare`` reads, so any
-two evaluated models of any recipe can be compared with paired tests. A cache whose key differs (another
-model, split, cap ...) is recomputed and replaced atomically.
+model and a fingerprint of a local model folder's files, :func:`model_stamp`), the per-dataset means and the
+per-query scores. The file is what ``drmix compare`` reads, so any two evaluated models of any recipe can be
+compared with paired tests. A cache whose key differs (another model, split, cap ...) is recomputed and
+replaced atomically.
 
 :func:`results_table` is the one Markdown table of such results: a row per dataset (and per metric when
 there are several), a column per model, optionally the difference to a baseline column, an average row
@@ -44,6 +45,22 @@ class SuiteResult:
 def cache_file(folder: str | Path, split: str, kind: str = "eval") -> Path:
     """The cache of one model's evaluation: ``<folder>/<kind>-<split>.json`` (``kind``: eval, select, ...)."""
     return Path(folder) / f"{kind}-{split}.json"
+
+
+def model_stamp(model: Any) -> str | None:
+    """A fingerprint of a local model folder's files (names, sizes, modification times), so a cache made with an
+    earlier model saved at the same path (a stage trained again) is not reused; None for anything else."""
+    import hashlib
+
+    if not isinstance(model, (str, Path)) or not Path(model).is_dir():
+        return None
+    root = Path(model)
+    h = hashlib.blake2b(digest_size=12)
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
 
 
 def _load_model(model: Any, device: str | None):
@@ -84,7 +101,7 @@ def evaluate_suite(models: Mapping[str, Any], test_data: Sequence[str | Path], *
         name = ("default" if model is None else str(model) if isinstance(model, (str, Path))
                 else getattr(model, "name", label))
         cache = cache_file(folder, split, kind) if folder is not None else None
-        model_key = {**key, "model": name}
+        model_key = {**key, "model": name, "model_files": model_stamp(model)}
         if cache is not None and cache.exists():
             try:
                 cached = json.loads(cache.read_text(encoding="utf-8"))

@@ -36,22 +36,28 @@ frozen reference model is forwarded on the same inputs. Per step (the paper's or
    ``alpha <- (1 - c) alpha + c / k`` (c = 1e-3), and GroupDRO is the plain ``q <- q * exp(eta * loss)``
    (eta = 0.01). tDRO keeps no floor on the weights.
 
-3. return the loss to back-propagate, weighted by the *just-updated* weights (Eq. 6 as implemented by the
-   authors): ``L = sum_i alpha_{g(i)} l_i / sum_i alpha_{g(i)}``. With equal shares this equals
-   ``sum_g alpha_g mean_{i in G_g} l_i``, DoReMi's and GroupDRO's weighted objective.
+3. return the loss to back-propagate, weighted by the *just-updated* weights (``objective``): ``examples`` (tDRO's
+   Eq. 6 as its authors implement it, and DoReMi's trainer): ``L = sum_i alpha_{g(i)} l_i / sum_i alpha_{g(i)}``;
+   ``groups`` (GroupDRO, kohpangwei/group_DRO ``loss.py``, ``compute_robust_loss``: ``group_loss @ adv_probs``):
+   ``L = sum_g alpha_g mean_{i in G_g} l_i`` with ``mean = 0`` for a collection absent from the batch and no
+   renormalisation over the present ones. With every collection present in equal shares the two are equal
+   (``sum_g alpha_g = 1``); with one absent, ``examples`` divides by the present weights' sum and ``groups`` does
+   not, and with unequal shares ``examples`` weights each collection by its share of the batch as well.
 
-Output (``weights.json``): the final weights, their mean over steps (DoReMi's output), an EMA
+Output (``weights.json``): the final weights, their mean over steps (DoReMi's output; with
+``mean_counts_initial``, DoReMi's default, the initial uniform weights are the mean's first term, as its
+``avg_domain_weights`` with ``update_counter`` starting at 1; tDRO's mean starts at the first update), an EMA
 (factor 0.1, as in the authors' code), and the top-K% selections (K = 10..90): the ``floor(k*K/100)``
 (at least 1) collections of highest weight, which the paper transfers uniformly (top-70%).
 
 Departures, and why:
 
-* ``absent: keep`` (the default for DoReMi's ``difference``): a collection absent from a batch keeps its
-  weight exactly -- the renormalisation runs over the collections present, which keep their total mass.
-  DoReMi's own code instead reuses the domain's previous score (``perdomain_scores``), initialised to the log
-  of an LM's vocabulary size, which has no counterpart for retrieval losses. ``absent: renormalise`` (the
-  default for ``ratio`` and ``raw``) is the authors' rule of tDRO and GroupDRO. With every collection present
-  (mixed batches of at least one example each) the two are the same update.
+* A collection absent from a batch (``absent``): ``renormalise`` (tDRO and GroupDRO, their authors' rule) gives it
+  gradient 0 and the softmax runs over every collection; ``previous`` (DoReMi's default, its ``perdomain_scores``)
+  uses its last measurement again. DoReMi initialises those scores to the log of the LM's vocabulary size, which
+  has no counterpart for retrieval losses: here a collection never measured yet scores 0. ``keep`` (an option)
+  leaves an absent collection's weight exactly as it is and renormalises the present ones among themselves.
+  With every collection present (mixed batches of at least one example each) the three are the same update.
 * Non-finite losses (a bad batch) or an all-zero reference loss skip the weight update for that step
   with a warning; log-weights are stored re-normalised (log-softmax) and clamped at log(1e-300)
   (a numerical guard against float underflow, not an algorithmic floor), so they stay finite and
@@ -123,9 +129,20 @@ class DROConfig(BaseModel):
     ema: float = Field(0.1, gt=0, le=1, description="EMA factor of the tracked weights (authors' code: 0.1).")
     max_grad_norm: float = Field(1.0, gt=0, description="Clip norm of the measurement vector when normalize_gradient "
                                                          "(authors' clip_grad_norm_ at 1.0).")
-    absent: Literal["renormalise", "keep"] | None = Field(
+    absent: Literal["renormalise", "keep", "previous"] | None = Field(
         None, description="A collection absent from the batch: renormalise = zero gradient, softmax over all "
-                          "(tDRO, GroupDRO); keep = its weight unchanged (None: keep for difference, else renormalise).")
+                          "(tDRO, GroupDRO); previous = its last measurement again, softmax over all (DoReMi's "
+                          "perdomain_scores; 0 before its first); keep = its weight unchanged, the others "
+                          "renormalised among themselves (None: previous for difference, else renormalise).")
+    objective: Literal["examples", "groups"] | None = Field(
+        None, description="Loss the proxy trains on: examples = sum_i a_g(i) l_i / sum_i a_g(i) (tDRO's and DoReMi's "
+                          "code); groups = sum_g a_g mean_(i in g) l_i, absent collections contributing 0, no "
+                          "renormalisation (GroupDRO's group_loss @ adv_probs). None: groups for groupdro, else "
+                          "examples.")
+    mean_counts_initial: bool | None = Field(
+        None, description="The running mean of the weights counts the initial (uniform) weights as its first "
+                          "term (DoReMi's avg_domain_weights, update_counter starting at 1); None: true for "
+                          "difference, false otherwise (tDRO's train_domain_weights_mean).")
     accumulation: Literal["micro", "joined"] | None = Field(
         None, description="Under gradient accumulation: micro = measure each micro-batch, average the gradients "
                           "(tDRO's DROTrainer); joined = measure all micro-batches together (None: micro for ratio).")
@@ -147,7 +164,10 @@ class DROConfig(BaseModel):
             "normalize_gradient": self.normalize_gradient if self.normalize_gradient is not None else norm,
             "smoothing": self.smoothing if self.smoothing is not None else smooth,
             "output": self.output or out,
-            "absent": self.absent or ("keep" if m == "difference" else "renormalise"),
+            "absent": self.absent or ("previous" if m == "difference" else "renormalise"),
+            "objective": self.objective or ("groups" if strategy == "groupdro" else "examples"),
+            "mean_counts_initial": (self.mean_counts_initial if self.mean_counts_initial is not None
+                                    else m == "difference"),
             "accumulation": self.accumulation or ("micro" if m == "ratio" else "joined"),
             "min_relative_reference": (self.min_relative_reference if self.min_relative_reference is not None
                                        else (1e-4 if self.reference_guard == "sum" else 0.2)),
@@ -328,6 +348,7 @@ class DROStrategy(Strategy):
         self.log_weights = np.full(k, -math.log(k))
         self.mean_weights = np.full(k, 1.0 / k)
         self.ema_weights = np.full(k, 1.0 / k)
+        self.last_scores = np.zeros(k)    # each collection's last measurement (absent: previous)
         self.n_steps = 0          # loss() calls (each one is a step of the weights, possibly skipped)
         self.n_skipped = 0
         self.last: Measured | None = None
@@ -380,6 +401,8 @@ class DROStrategy(Strategy):
         if not np.isfinite(proxy).all():
             # Never back-propagate a non-finite loss: a zero that reaches no model parameter.
             return torch.zeros((), dtype=losses.dtype, device=losses.device, requires_grad=True)
+        if self.config.objective == "groups":
+            return self.group_loss(losses, ids, world_size=ctx.world_size)
         return self.weighted_loss(losses, ids, world_size=ctx.world_size)
 
     def _measure(self, proxy: np.ndarray, reference: np.ndarray | None, collection_ids: np.ndarray) -> Measured:
@@ -395,8 +418,12 @@ class DROStrategy(Strategy):
         """One step of the weights from a measurement (skipped, with a warning, when it is not usable)."""
         cfg = self.config
         if m.ok:
+            scores = m.measurement
+            if cfg.absent == "previous":      # DoReMi: an absent domain's score is its previous one
+                scores = np.where(m.present, m.measurement, self.last_scores)
+                self.last_scores = scores.copy()
             present = m.present if cfg.absent == "keep" else np.ones_like(m.present)
-            self.log_weights = update_log_weights(self.log_weights, m.measurement, present, lr=cfg.lr,
+            self.log_weights = update_log_weights(self.log_weights, scores, present, lr=cfg.lr,
                                                   normalize_gradient=cfg.normalize_gradient, smoothing=cfg.smoothing,
                                                   max_grad_norm=cfg.max_grad_norm)
         else:
@@ -405,7 +432,8 @@ class DROStrategy(Strategy):
                         self.name, self.n_steps + 1, m.reason)
         w = self.weights
         self.n_steps += 1
-        self.mean_weights = self.mean_weights + (w - self.mean_weights) / self.n_steps
+        terms = self.n_steps + 1 if cfg.mean_counts_initial else self.n_steps   # DoReMi counts the initial weights
+        self.mean_weights = self.mean_weights + (w - self.mean_weights) / terms
         self.ema_weights = (1.0 - cfg.ema) * self.ema_weights + cfg.ema * w
         self.last = m
         return m
@@ -417,6 +445,19 @@ class DROStrategy(Strategy):
         total = float(all_reduce(np.array([float(w.sum())]))[0]) if world_size > 1 else float(w.sum())
         # DDP averages gradients over ranks, hence the factor world_size.
         return (losses * w).sum() * (world_size / max(total, 1e-300))
+
+    def group_loss(self, losses: torch.Tensor, collection_ids: np.ndarray, *, world_size: int = 1) -> torch.Tensor:
+        """``sum_g alpha_g mean_{i in g} l_i`` over the global batch (GroupDRO's ``group_loss @ adv_probs``): a
+        collection absent from the batch contributes 0 and the weights of the present ones are not renormalised."""
+        ids = np.asarray(collection_ids, dtype=np.int64)
+        k = len(self.collection_names)
+        counts = np.bincount(ids, minlength=k).astype(np.float64)
+        if world_size > 1:
+            counts = all_reduce(counts)
+        scale = self.weights / np.maximum(counts, 1.0)          # alpha_g / n_g (n_g over the global batch)
+        w = torch.as_tensor(scale[ids], dtype=losses.dtype, device=losses.device)
+        # DDP averages gradients over ranks, hence the factor world_size.
+        return (losses * w).sum() * world_size
 
     def trajectory_record(self, step: int) -> dict | None:
         if self.last is None:
@@ -460,7 +501,7 @@ class DROStrategy(Strategy):
     def state_dict(self) -> dict:
         return {"log_weights": self.log_weights.tolist(), "mean_weights": self.mean_weights.tolist(),
                 "ema_weights": self.ema_weights.tolist(), "n_steps": self.n_steps, "n_skipped": self.n_skipped,
-                "collections": list(self.collection_names)}
+                "last_scores": self.last_scores.tolist(), "collections": list(self.collection_names)}
 
     def load_state_dict(self, state: dict) -> None:
         names = list(state.get("collections", self.collection_names))
@@ -473,6 +514,7 @@ class DROStrategy(Strategy):
         self.ema_weights = np.asarray(state["ema_weights"], dtype=np.float64)
         self.n_steps = int(state["n_steps"])
         self.n_skipped = int(state.get("n_skipped", 0))
+        self.last_scores = np.asarray(state.get("last_scores", np.zeros(len(self.collection_names))), dtype=np.float64)
 
 
 def build_dro_strategy(strategy: str, config: DROConfig | None = None) -> DROStrategy:

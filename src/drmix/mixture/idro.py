@@ -37,9 +37,21 @@ Where the code (followed) and the paper differ:
 * The floor (0.01) is applied after normalising and the weights are not renormalised afterwards (as in
   the code), so they may sum to more than 1.
 
-Under DDP, per-cluster loss sums, counts and gradients are all-reduced, so every rank measures the global
-batch and makes the same update; each rank back-propagates ``world * sum_i h_i (local sum_i / global n_i)``,
-which DDP's gradient averaging turns into the gradient of ``sum_i h_i l_i`` over the global batch.
+Under DDP (``scope: rank``, the default, as the authors' ``iDROLoss`` runs under DDP): each process counts its
+own slice of the batch, takes its own cluster losses ``l_i`` and keeps its own weights ``h``; only the
+per-cluster gradients are summed over the processes (``dist.all_reduce(all_grads)``) before they are normalised,
+so every process sees the same cosines but a cluster absent from *its* slice drops to the floor there. Each
+process back-propagates ``sum_i h_i l_i`` of its slice and DDP averages the gradients. ``scope: global`` (an
+option, drmix's earlier rule) all-reduces the per-cluster loss sums and counts as well, so every process makes
+the same update from the global batch and back-propagates ``world * sum_i h_i (local sum_i / global n_i)``,
+which DDP's averaging turns into the gradient of ``sum_i h_i l_i`` over the global batch. On one process the
+two are the same.
+
+The base loss and its geometry are the training run's: the authors fine-tune ANCE, whose loss is a 2-way softmax
+over the positive and one ANN negative on raw [CLS] dot products; drmix applies iDRO to whatever per-example
+loss the run trains with (InfoNCE with the configured negatives, in-batch by default, on the model's own pooling
+-- mean pooling for the default MiniLM -- and cosine / ``temperature``). ``--pooling cls --no-normalize
+--temperature 1 --no-in-batch-negatives --num-negatives 1`` comes closest to ANCE's setting.
 Sampling over collections stays as configured (uniform): iDRO acts on the loss only. With gradient
 accumulation the weights are updated once per micro-batch (as the authors' loss is called per forward).
 If the per-cluster gradients reach none of the last layers' parameters (no gradient signal), training stops
@@ -80,6 +92,11 @@ class IDROConfig(BaseModel):
     rule: Literal["authors", "present"] = Field(
         "authors", description="authors: mean of r_ij over all K, absent clusters to the floor, weights start at 1; "
                                "present: mean over the clusters present, absent ones keep h^power, start at 1/K.")
+    scope: Literal["rank", "global"] = Field(
+        "rank", description="Under several processes: rank = each process keeps its own counts, cluster losses and "
+                            "weights from its own slice of the batch, only the per-cluster gradients are summed "
+                            "(the authors' iDROLoss under DDP); global = counts, losses and gradients all-reduced, "
+                            "one set of weights for the global batch.")
     kmeans: Literal["l2", "spherical"] = Field("l2", description="k-means metric (authors: L2).")
     kmeans_iterations: int = Field(500, ge=1, description="k-means iterations per restart (authors: 500).")
     kmeans_restarts: int = Field(5, ge=1, description="k-means restarts, the best kept (authors: faiss nredo=5).")
@@ -221,21 +238,31 @@ class IDROStrategy(Strategy):
             self.refresh(ctx)
         K = self.config.clusters
         world = ctx.world_size
+        per_rank = self.config.scope == "rank"
         ids = torch.as_tensor(self.assign(self._embed(ctx, batch.queries)), device=losses.device)
         local_sum = torch.zeros(K, device=losses.device, dtype=losses.dtype).index_add(0, ids, losses)
-        counts = ctx.all_reduce(torch.bincount(ids, minlength=K).to(torch.float64))
-        global_sum = ctx.all_reduce(local_sum.detach().to(torch.float64))
+        local_counts = torch.bincount(ids, minlength=K).to(torch.float64)
+        if per_rank:
+            # the authors' iDROLoss under DDP: this process's counts and cluster losses, its own weights
+            counts, sums = local_counts, local_sum.detach().to(torch.float64)
+            anywhere = (ctx.all_reduce(local_counts.clone()) > 0).cpu().numpy()
+        else:
+            counts = ctx.all_reduce(local_counts.clone())
+            sums = ctx.all_reduce(local_sum.detach().to(torch.float64))
+            anywhere = (counts > 0).cpu().numpy()
         present = (counts > 0).cpu().numpy()
-        cl_loss = (global_sum / counts.clamp(min=1)).cpu().numpy()
+        cl_loss = (sums / counts.clamp(min=1)).cpu().numpy()
         denom = counts.clamp(min=1).to(losses.dtype)
         h_prev = torch.as_tensor(self.h, device=losses.device, dtype=losses.dtype)
-        loss = world * (h_prev * local_sum / denom).sum()
+        # global: world * sum_i h_i (local sum_i / global n_i), which DDP's averaging turns into the global loss;
+        # rank: sum_i h_i (local mean_i), averaged over the processes by DDP as the authors' robust loss is
+        loss = (h_prev * local_sum / denom).sum() * (1 if per_rank else world)
 
         # per-cluster gradients of the mean cluster loss on the last layers, all-reduced and normalised.
         # Every rank differentiates every globally present cluster (a zero sum where it is absent locally):
         # with cross-device negatives the backward of the all-gather is a collective all ranks must join.
         params = last_layer_parameters(ctx.model, self.config.layers)
-        idx = np.flatnonzero(present)
+        idx = np.flatnonzero(anywhere)
         objectives = [local_sum[k] / denom[k] for k in idx]
         cache = ctx.grad_cache
         if cache is not None:

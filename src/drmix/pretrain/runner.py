@@ -110,6 +110,41 @@ def stage_config(config: CocoConfig) -> TrainConfig:
                                   doc_max_length=c.span_max_length, in_batch_negatives=True)
 
 
+def check_earlier_run(config: CocoConfig) -> dict:
+    """Before anything is written: an earlier run in ``output_dir`` is continued only with ``--resume`` and only
+    with the COCO settings its ``coco.yaml`` recorded (the trainer's own check sees only the training fields,
+    not the span settings), by the resume rules of :mod:`drmix.train.resume_check`; with
+    ``--resume-with-changes`` the changes are logged. Returns them."""
+    import yaml
+
+    from drmix.outputs import run_finished
+    from drmix.train.checkpoint import latest_checkpoint
+    from drmix.train.resume_check import ResumeMismatchError, training_changes
+
+    out = Path(config.run.output_dir)
+    if not (run_finished(out) or latest_checkpoint(out) is not None):
+        return {}
+    if not config.run.resume:
+        raise ConfigError("the output directory already holds a run.", path=out,
+                          fix="pass --resume to continue it, or choose another --output-dir.")
+    try:
+        before = yaml.safe_load((out / "coco.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    if not isinstance(before, dict):
+        return {}
+    changes = training_changes(before, config.model_dump(mode="json"), CocoConfig)
+    if changes:
+        listed = ", ".join(f"{k} {v['before']!r} -> {v['after']!r}" for k, v in changes.items())
+        if not config.run.resume_with_changes:
+            raise ResumeMismatchError(f"the earlier COCO run was made with different settings: {listed}.",
+                                      path=out / "coco.yaml", fix="resume with the original settings, pass "
+                                      "--resume-with-changes to continue with the new ones, or start a new "
+                                      "--output-dir.")
+        log.warning("COCO resumed with changed settings: %s", listed)
+    return changes
+
+
 def pretrain_coco(config: CocoConfig, *, callbacks=()):
     """Run COCO; returns the trainer's TrainResult (``model_dir`` is the pretrained SentenceTransformer;
     ``details["span_stats"]`` what chunking did to each corpus)."""
@@ -127,6 +162,7 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
         raise ConfigError(f"two corpora have the same name ({', '.join(names)}).",
                           fix="put each corpus in a directory of its own name.")
     out = Path(config.run.output_dir)
+    check_earlier_run(config)
     model = load_retriever(config.model.name_or_path, BackboneOptions.from_config(config.model),
                            device=config.run.device, trust_remote_code=config.model.trust_remote_code)
     collections, all_stats = [], []

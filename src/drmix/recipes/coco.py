@@ -11,8 +11,9 @@ Distributionally Robust Learning", Yu et al., EMNLP 2022, arXiv:2210.15212), Sec
 4. evaluation of both on the BEIR test sets: nDCG@10 per dataset and on average, the difference, and a
    paired t-test over queries (every query of every dataset, COCO vs no COCO).
 
-Each stage writes a subdirectory of ``output_dir``; rerunning the command skips finished stages and
-resumes an interrupted one. Evaluations are cached in each fine-tuning folder's ``eval-<split>.json``
+Each stage writes a subdirectory of ``output_dir`` (the recipe's own settings: ``pipeline.yaml``); rerunning
+the command reuses the stages made with the same settings (:mod:`drmix.recipes.stages`: a changed one is refused,
+or re-run with ``--resume-with-changes``) and resumes an interrupted one. Evaluations are cached in each fine-tuning folder's ``eval-<split>.json``
 (:mod:`drmix.evaluation.suite`; ``drmix compare OUTPUT_DIR`` reads them). The table is written to
 ``summary.md`` / ``summary.json``.
 """
@@ -26,12 +27,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, ValidationError
 
-from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, RunConfig, TrainConfig,
+from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, PipelineRun, TrainConfig,
                           format_validation, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.significance import paired_summary
 from drmix.evaluation.suite import evaluate_suite
-from drmix.recipes.stages import run_stage, train_stage, write_summary
+from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class CocoMixture(MixtureConfig):
     strategy: Literal["static", "idro"] = setting("static", description="Fine-tuning strategy: static (uniform) or idro.")
 
 
-class CocoPipelineRun(RunConfig):
+class CocoPipelineRun(PipelineRun):
     output_dir: str = setting("runs/coco-pipeline", role=OPERATIONAL,
                             description="Root directory; each stage writes a subdirectory.")
 
@@ -131,12 +132,20 @@ def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
     root = Path(config.run.output_dir)
     coco_cfg = coco_stage_config(config)
     coco_out = Path(coco_cfg.run.output_dir)
-    run_stage("COCO", coco_out, lambda: pretrain_coco(coco_cfg))
-    models: dict[str, Path] = {}
     strat = "uniform" if config.mixture.strategy == "static" else config.mixture.strategy
-    for label, start in ((f"no COCO + {strat}", config.model.name_or_path), (f"COCO + {strat}", str(coco_out / "model"))):
-        out = root / f"finetune-{'coco' if start != config.model.name_or_path else 'base'}-{strat}"
-        models[label] = train_stage(f"fine-tuning ({label})", finetune_config(config, start, out)).model_dir
+    finetunes = {}
+    start_model = config.model.name_or_path
+    for label, start in ((f"no COCO + {strat}", start_model), (f"COCO + {strat}", str(coco_out / "model"))):
+        out = root / f"finetune-{'coco' if start != start_model else 'base'}-{strat}"
+        finetunes[label] = finetune_config(config, start, out)
+    # the earlier run's stages are reused only when made with these settings (refused or re-run otherwise)
+    prepare_stages([Stage("COCO", coco_cfg, record=coco_out / "coco.yaml"),
+                    *(Stage(f"fine-tuning ({label})", cfg) for label, cfg in finetunes.items())],
+                   allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
+    record_config(root, "pipeline.yaml", config)
+    run_stage("COCO", coco_cfg, lambda: pretrain_coco(coco_cfg), record="coco.yaml")
+    models: dict[str, Path] = {label: train_stage(f"fine-tuning ({label})", cfg).model_dir
+                               for label, cfg in finetunes.items()}
     result = CocoPipelineResult(root, models)
     result.scores = evaluate_suite(models, config.test.test_data, split=config.test.test_split,
                                    max_queries=config.test.test_max_queries, max_docs=config.test.test_max_docs,

@@ -1,19 +1,40 @@
-"""What every multi-stage recipe does the same way: skip a finished stage, train one, record the run.
+"""What every multi-stage recipe does the same way: reuse a stage made with the same settings, train one, record
+the run.
 
-A stage writes its own subfolder of the recipe's ``output_dir``; it is finished when its model is saved
-(:func:`drmix.outputs.run_finished`), and a rerun of the recipe skips it. An interrupted training stage is
-resumed from its last checkpoint (the recipes set ``resume: true`` on every stage's config).
+A stage writes its own subfolder of the recipe's ``output_dir`` and records there the configuration it was made
+with (the trainer's ``config.yaml``; COCO's ``coco.yaml``). A rerun of the recipe **reuses** a stage only when
+that record matches the stage configuration asked for now, by the trainer's resume rules
+(:mod:`drmix.train.resume_check`: operational fields such as ``output_dir``, ``log_every`` or ``device`` may
+differ, anything that shapes training may not). Otherwise the rerun is **refused** before anything is written,
+with every differing field of every stage and the fix, unless the user asks for it:
+
+* ``--resume-with-changes``: the changed stages, and every stage built on their outputs (a stage whose
+  configuration names a path inside theirs), are **re-run**: their earlier outputs are removed and they
+  train again; the other finished stages are reused. Which stages are re-run, and why, is logged;
+* ``--overwrite``: every stage is re-run.
+
+A stage is finished when its model is saved (:func:`drmix.outputs.run_finished`); an interrupted stage made
+with the same settings is resumed from its last checkpoint (the recipes set ``resume: true`` on every stage's
+config). The recipe writes its own record (``pipeline.yaml``, ``drama.yaml``) only after :func:`check_stages`
+passed, so the record always names the settings of the stages beside it.
 """
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from drmix.config import Config, TrainConfig
 from drmix.io import atomic_write_json, atomic_write_text
 from drmix.outputs import run_finished
+from drmix.train.resume_check import ResumeMismatchError, training_changes
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +47,175 @@ class StageOutput:
     skipped: bool
 
 
-def run_stage(name: str, output_dir: str | Path, run: Callable[[], Any]) -> StageOutput:
-    """Call ``run()`` unless the stage in ``output_dir`` finished earlier; the model is ``output_dir/model``."""
-    out = Path(output_dir)
-    if run_finished(out):
-        log.info("%s: finished earlier in %s, skipping", name, out)
+@dataclass
+class Stage:
+    """One stage as the reuse check sees it.
+
+    ``config``: what the stage is made with (a config of parts, or a mapping of flat names: a projection of a
+    larger record); ``record``: the file that recorded the configuration of the earlier run (default
+    ``output_dir/config.yaml``); ``outputs``: what a re-run removes (default: the stage's folder); ``kind``: the
+    config class the record is read as (default: the config's own class, else TrainConfig).
+    """
+
+    name: str
+    config: Any
+    output_dir: Path | None = None
+    record: Path | None = None
+    outputs: Sequence[Path] | None = None
+    kind: type[Config] | None = None
+
+    def __post_init__(self) -> None:
+        if self.output_dir is None:
+            self.output_dir = Path(self.config.run.output_dir)
+        self.output_dir = Path(self.output_dir)
+        if self.record is None:
+            self.record = self.output_dir / "config.yaml"
+        self.outputs = (self.output_dir,) if self.outputs is None else tuple(Path(p) for p in self.outputs)
+
+    @property
+    def config_cls(self) -> type[Config]:
+        """The config class the record is read as."""
+        if self.kind is not None:
+            return self.kind
+        return type(self.config) if isinstance(self.config, Config) else TrainConfig
+
+    def settings(self) -> dict[str, Any]:
+        """The stage's configuration as a flat JSON-like mapping (``model``: the path the trainer records)."""
+        values = self.config.flat() if isinstance(self.config, Config) else dict(self.config)
+        model = values.get("model", False)
+        if model is None or isinstance(model, str):
+            from drmix.errors import DrmixError
+            from drmix.model.encoder import resolve_model_path
+
+            try:
+                values["model"] = resolve_model_path(model)
+            except DrmixError:     # a path a stage before this one has not written yet: compared as written
+                pass
+        return values
+
+    def recorded(self) -> dict[str, Any] | None:
+        """The configuration the earlier run recorded, or None when there is none."""
+        try:
+            raw = yaml.safe_load(Path(self.record).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            return None
+        return raw if isinstance(raw, dict) else None
+
+    def changes(self) -> dict[str, dict[str, Any]]:
+        """``{field: {"before", "after"}}`` between the recorded and the asked-for configuration (empty: same)."""
+        before = self.recorded()
+        if before is None:
+            return {}
+        now = self.settings()
+        before = self.config_cls.flatten(before)
+        if not isinstance(self.config, Config):   # a projection of a larger record: compare its keys only
+            before = {k: v for k, v in before.items() if k in now}
+        return training_changes(before, now, self.config_cls)
+
+    def exists(self) -> bool:
+        return any(Path(p).exists() for p in self.outputs)
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def _uses(stage: Stage, output: Path) -> bool:
+    """Whether ``stage``'s configuration names ``output`` or a path inside it (it is built on that output)."""
+    root = os.path.abspath(output)
+    for s in _strings(stage.settings()):
+        if s and (os.path.abspath(s) == root or os.path.abspath(s).startswith(root + os.sep)):
+            return True
+    return False
+
+
+def _describe(changes: dict[str, dict[str, Any]]) -> str:
+    return ", ".join(f"{k} {v['before']!r} -> {v['after']!r}" for k, v in changes.items())
+
+
+def check_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwrite: bool = False) -> list[Stage]:
+    """Compare every stage's earlier run with its configuration now; return the stages to re-run.
+
+    Raises :class:`~drmix.train.resume_check.ResumeMismatchError` naming every changed stage and field when a
+    stage was made with other settings and neither ``allow_changes`` (``--resume-with-changes``: re-run the
+    changed stages and those built on them) nor ``overwrite`` (re-run every stage) is set. Nothing is written;
+    :func:`clear_stages` removes the outputs of the stages returned.
+    """
+    changed = {s.name: c for s in stages if (c := s.changes())}
+    if changed and not (allow_changes or overwrite):
+        listed = "; ".join(f"{name}: {_describe(c)}" for name, c in changed.items())
+        folder = Path(os.path.commonpath([os.path.abspath(s.output_dir) for s in stages]))
+        raise ResumeMismatchError(
+            f"the earlier run was made with other settings, so its stages cannot be reused ({listed}).",
+            path=folder, fix="pass --resume-with-changes to re-run the changed stages (and those built on them), "
+                             "--overwrite to re-run every stage, or choose a new --output-dir.")
+    if overwrite:
+        rerun = [s for s in stages if s.exists()]
+        for s in rerun:
+            log.warning("%s: re-run (--overwrite); its earlier output in %s is replaced", s.name, s.output_dir)
+        return rerun
+    why = {name: _describe(c) for name, c in changed.items()}
+    rerun_names = set(changed)
+    grew = True
+    while grew:   # a stage built on the output of a re-run stage is re-run too
+        grew = False
+        for s in stages:
+            if s.name in rerun_names:
+                continue
+            base = next((r for r in stages if r.name in rerun_names and any(_uses(s, o) for o in r.outputs)), None)
+            if base is not None:
+                rerun_names.add(s.name)
+                why[s.name] = f"it is built on {base.name}"
+                grew = True
+    rerun = [s for s in stages if s.name in rerun_names and s.exists()]
+    for s in rerun:
+        log.warning("%s: re-run with the changed settings (%s); its earlier output in %s is replaced",
+                    s.name, why[s.name], s.output_dir)
+    return rerun
+
+
+def clear_stages(stages: Iterable[Stage]) -> None:
+    """Remove the outputs of stages that are re-run (a folder is renamed aside first, then deleted)."""
+    for s in stages:
+        for p in s.outputs:
+            p = Path(p)
+            if p.is_dir() and not p.is_symlink():
+                aside = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".old", dir=p.parent))
+                os.replace(p, aside)
+                shutil.rmtree(aside)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+
+
+def prepare_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwrite: bool = False) -> list[Stage]:
+    """:func:`check_stages`, then :func:`clear_stages` on the stages to re-run; returns them."""
+    rerun = check_stages(stages, allow_changes=allow_changes, overwrite=overwrite)
+    clear_stages(rerun)
+    return rerun
+
+
+def run_stage(name: str, config: Any, run: Callable[[], Any], *, record: str | Path | None = None,
+              finished: Callable[[Path], bool] = run_finished) -> StageOutput:
+    """Reuse the stage in ``config.output_dir`` when it finished with the same settings, else call ``run()``.
+
+    ``config`` is the stage's configuration (its ``output_dir`` is the stage's folder; the model is
+    ``output_dir/model``); ``record``: the file in that folder that recorded the earlier configuration
+    (default ``config.yaml``). An earlier run with other settings is refused
+    (:class:`~drmix.train.resume_check.ResumeMismatchError`), or, with ``config.resume_with_changes``,
+    removed and re-run.
+    """
+    out = Path(config.run.output_dir)
+    stage = Stage(name, config, out, record=out / record if record is not None else None)
+    prepare_stages([stage], allow_changes=config.run.resume_with_changes)
+    if finished(out):
+        log.info("%s: finished earlier in %s with the same settings, reused", name, out)
         return StageOutput(name, out, out / "model", True)
     log.info("%s: training into %s", name, out)
     run()
@@ -41,11 +226,13 @@ def train_stage(name: str, config: Any, **train_kwargs: Any) -> StageOutput:
     """One ``drmix train`` run (``config`` a TrainConfig) as a stage; keyword arguments go to ``train``."""
     from drmix.api import train
 
-    return run_stage(name, config.run.output_dir, lambda: train(config, **train_kwargs))
+    return run_stage(name, config, lambda: train(config, **train_kwargs))
 
 
 def record_config(root: str | Path, name: str, config: Any) -> Path:
-    """Create the recipe's root folder and write the configuration it runs with (``root/name``, YAML)."""
+    """Create the recipe's root folder and write the configuration it runs with (``root/name``, YAML).
+
+    Call it after :func:`check_stages`: the record then names the settings of the stages in the folder."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(root / name, config.dump_yaml())

@@ -33,15 +33,17 @@ The uniform baseline is the stage-0 model (the paper's reference *is* a uniform 
 fine-tuning recipe). When the config supplies ``reference_model``, no stage 0 runs and the baseline is
 trained as stage 2 with uniform weights. Each stage writes to its own subdirectory of ``output_dir``
 (``stage0-reference``, ``stage1-<strategy>``, ``stage2-<strategy>-<transfer>``, ``stage2-uniform``), so
-several strategies can share one root and one reference; a rerun skips finished stages and resumes an
+several strategies can share one root and one reference; a rerun reuses the stages made with the same settings
+(:mod:`drmix.recipes.stages`: a changed one is refused, or re-run with ``--resume-with-changes``) and resumes an
 interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json`` (selection:
 ``select-<split>.json``) next to each model (:mod:`drmix.evaluation.suite`).
 
-Collections without hard negatives: with hard-negative-only InfoNCE their loss is identically 0 (the
-positive is the only candidate), so no measurement is possible. The tDRO authors mine negatives for such
-datasets; stage 1 here gives each such example ``num_negatives`` random positives of *other examples of
-the same collection* (seeded) -- the negatives in-batch sampling would give under task-homogeneous
-batching, so the measurement stays within one task. Set ``stage1_fill_negatives: false`` to turn it off.
+Stage 1's setting is the authors' (:mod:`drmix.mixture.optimize`): seven hard negatives per query,
+hard-negative-only InfoNCE at temperature 0.002 on cosine scores; ``stage1: {num_negatives: 1, temperature:
+0.05}`` gives drmix's earlier setting. Examples with fewer than seven hard negatives get the missing ones mined
+by drmix's miner (``stage1_fill_negatives: mine``, the default; the counts go to
+``stage1-<strategy>/negatives.json``); ``random`` gives examples without negatives random positives of other
+examples of the same collection (the earlier rule), ``off`` leaves the data as it is.
 """
 from __future__ import annotations
 
@@ -50,18 +52,18 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
-from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, RunConfig, TrainConfig,
+from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, PipelineRun, TrainConfig,
                           format_validation, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.recipes.optimize import optimize_weights, stage1_config
 from drmix.outputs import run_finished
-from drmix.recipes.stages import record_config, train_stage, write_summary
+from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class TdroMixture(MixtureConfig):
         return v.lower()
 
 
-class TdroRun(RunConfig):
+class TdroRun(PipelineRun):
     output_dir: str = setting("runs/pipeline", role=OPERATIONAL,
                             description="Root directory; each stage writes a subdirectory.")
 
@@ -99,16 +101,30 @@ class TdroStages(Part):
     stage0: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for stage 0.")
     stage1: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for stage 1.")
     stage2: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for stage 2.")
-    stage1_fill_negatives: bool = setting(True, description="Stage 1: give examples without hard negatives random "
-                                                          "same-collection negatives.")
+    stage1_fill_negatives: Literal["mine", "random", "off"] = setting(
+        "mine", description="Stage 1, examples with fewer hard negatives than num_negatives (7): mine = mine the "
+                            "missing ones with drmix's miner; random = give examples without negatives random "
+                            "same-collection positives; off = as they are (YAML true/false: mine/off).")
     select_on: list[str] = setting(default_factory=list, role=INPUT,
-                                 description="BEIR directories whose dev split chooses among uniform and the "
-                                             "transfers (never the test split).")
+                                   description="BEIR directories whose dev split chooses among uniform and the "
+                                               "transfers (never the test split).")
     select_split: str = setting("dev", description="Qrels split of the select_on directories.")
     select_max_queries: int | None = setting(None, ge=1, description="Cap on selection queries per dataset.")
     select_max_docs: int | None = setting(None, ge=1, description="Cap on corpus size per selection dataset.")
     default_selection: str = setting("uniform", description="The pipeline's result when no select_on is given: "
                                                           "uniform (the benchmark's evidence) or a transfer.")
+
+    stage1_miner: str | None = setting(None, role=INPUT, description="Stage 1: the retriever that mines missing hard negatives "
+                                                        "(folder or hub id; default: drmix mine's, the bundled "
+                                                        "all-MiniLM-L6-v2; the tDRO authors used bge-base-en-v1.5).")
+
+    @field_validator("stage1_fill_negatives", mode="before")
+    @classmethod
+    def _fill_from_bool(cls, v: Any) -> Any:
+        """The earlier boolean form: true = mine (the default), false = off."""
+        if isinstance(v, bool):
+            return "mine" if v else "off"
+        return v
 
 
 class PipelineConfig(PipelineBaseConfig):
@@ -164,51 +180,56 @@ def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | 
 
 def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
-    from drmix.data.collections import load_collections
+    from drmix.data.collections import collections_for
     from drmix.mixture.transfer import build_transfer_strategy
 
     strat = validate_pipeline(config)
     root = Path(config.run.output_dir)
-    record_config(root, "pipeline.yaml", config)
     models: dict[str, Path] = {}
 
-    # Stage 0: the uniform baseline, and the reference of the ratio / difference measurements.
+    # Every stage's configuration first: the earlier run's stages are reused only when made with these settings.
     reference = config.mixture.reference_model
-    if reference is None:
-        s0 = train_stage("stage 0", _stage_config(config, config.stages.stage0, batching="homogeneous", mixture="uniform",
-                                                 strategy="static", transfer=None, weights_file=None,
-                                                 reference_model=None, output_dir=str(root / "stage0-reference")))
-        models[BASELINE] = s0.model_dir
+    s0_cfg = None
+    if reference is None:    # stage 0: the uniform baseline, and the reference of the ratio / difference measurements
+        s0_cfg = _stage_config(config, config.stages.stage0, batching="homogeneous", mixture="uniform",
+                               strategy="static", transfer=None, weights_file=None, reference_model=None,
+                               output_dir=str(root / "stage0-reference"))
         if strat.config.measurement != "raw":      # GroupDRO measures raw losses: no reference forward
-            reference = str(s0.model_dir)
-
-    # Stage 1: learned weights.
+            reference = str(Path(s0_cfg.run.output_dir) / "model")
     s1_cfg = stage1_config(config, strategy=config.mixture.strategy, reference=reference,
                            output_dir=root / f"stage1-{config.mixture.strategy}", overrides=config.stages.stage1)
     s1_out = Path(s1_cfg.run.output_dir)
-    if run_finished(s1_out) and (s1_out / "weights.json").exists():
-        log.info("stage 1: finished earlier in %s, skipping", s1_out)
-    else:
-        optimize_weights(s1_cfg, fill_negatives=config.stages.stage1_fill_negatives)
     weights_path = s1_out / "weights.json"
+    runs: list[tuple[str, str | None]] = ([] if s0_cfg is not None else [(BASELINE, None)])
+    runs += [(t, t) for t in config.stages.transfers]
+    s2_cfgs = {label: _stage_config(config, config.stages.stage2, batching="homogeneous", strategy="static",
+                                    reference_model=None, mixture="uniform", transfer=transfer,
+                                    weights_file=str(weights_path) if transfer else None,
+                                    output_dir=str(root / ("stage2-uniform" if transfer is None
+                                                           else f"stage2-{config.mixture.strategy}-{slug(transfer)}")))
+               for label, transfer in runs}
+    stages = ([Stage("stage 0", s0_cfg)] if s0_cfg is not None else []) + [Stage("stage 1", s1_cfg)]
+    stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
+    prepare_stages(stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
+    record_config(root, "pipeline.yaml", config)
+
+    if s0_cfg is not None:
+        models[BASELINE] = train_stage("stage 0", s0_cfg).model_dir
+
+    # Stage 1: learned weights.
+    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stages.stage1_fill_negatives,
+                                                           miner=config.stages.stage1_miner),
+              finished=lambda out: run_finished(out) and (out / "weights.json").exists())
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
 
     # Stage 2: each transfer (and the uniform baseline when stage 0 did not run).
-    names = [c.name for c in load_collections(config.data.collections, max_size=config.data.max_collection_size, seed=config.optim.seed)]
-    runs: list[tuple[str, str | None]] = ([] if BASELINE in models else [(BASELINE, None)])
-    runs += [(t, t) for t in config.stages.transfers]
+    names = [c.name for c in collections_for(config)]
     kept: dict[str, list[str]] = {}
     for label, transfer in runs:
-        fixed = dict(batching="homogeneous", strategy="static", reference_model=None,
-                     mixture="uniform", transfer=transfer, weights_file=str(weights_path) if transfer else None,
-                     output_dir=str(root / ("stage2-uniform" if transfer is None
-                                            else f"stage2-{config.mixture.strategy}-{slug(transfer)}")))
-        cfg = _stage_config(config, config.stages.stage2, **fixed)
         strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
         if strategy is not None and "kept" in strategy.info:
             kept[label] = strategy.info["kept"]
-        out = train_stage(f"stage 2 ({label})", cfg, strategy=strategy)
-        models[label] = out.model_dir
+        models[label] = train_stage(f"stage 2 ({label})", s2_cfgs[label], strategy=strategy).model_dir
 
     result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
                             models)
@@ -275,10 +296,9 @@ def validate_pipeline(config: PipelineConfig):
                               ) from None
         except ConfigError as e:
             raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
-    for d in config.data.collections:
-        path = getattr(d, "path", d)
-        if isinstance(path, (str, Path)) and not Path(path).expanduser().exists():
-            raise ConfigError("training data not found.", path=path, fix="pass existing collection files or folders.")
+    from drmix.data.collections import check_sources
+
+    check_sources(config.data.collections)
     if config.stages.default_selection not in (BASELINE, *config.stages.transfers):
         raise ConfigError(f"default_selection {config.stages.default_selection!r} is neither uniform nor a configured "
                           "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.stages.transfers])}.")

@@ -35,7 +35,7 @@ import torch
 
 from drmix.config import TrainConfig
 from drmix.data.batch import Batch
-from drmix.data.collections import Collection, load_beir_collection, load_collections
+from drmix.data.collections import Collection, collections_for, load_beir_collection
 from drmix.data.sampling import MixtureSampler
 from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
@@ -96,8 +96,7 @@ class Trainer:
         cb_listeners, set_main = callback_listeners(callbacks, config)  # before the Accelerator (see there)
         self._start_processes(config)
         set_main(self.is_main)
-        self.collections = collections or load_collections(config.data.collections, seed=config.optim.seed,
-                                                           max_size=config.data.max_collection_size)
+        self.collections = collections or collections_for(config)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.contrastive.batch_size)

@@ -18,8 +18,14 @@ What is implemented
   batch (default) or nDCG@k of the dev batch's queries against the dev batch's documents. The paper
   accumulates the per-step changes over the ``l`` steps; on a fixed dev batch that sum telescopes to
   ``M(theta_i^l) - M(theta)``, which is what is computed (one dev evaluation per collection).
-* MultiDDS reward (``reward="gradcos"``): ``r_i = 1/N sum_j cos(g_train_i, g_dev_j)`` with gradients of
-  the mean training loss of one batch of ``i`` and of the dev batch ``j`` over all trainable parameters.
+* MultiDDS (``strategy: multidds``, ``reward="gradcos"``) as its authors' code runs it
+  (github.com/cindyxinyiwang/multiDDS, ``fairseq/trainer.py`` ``update_language_sampler`` and
+  ``pretrain_data_actor``; ``job_scripts/*/multidds.sh``): ``r_i = cos(g_train_i, sum_j g_dev_j)`` with gradients
+  of the mean training loss of one batch of ``i`` and of the dev batches over all trainable parameters (the dev
+  gradients summed; the authors' probe step ``add_grad(eta=0.001)`` follows a ``zero_grad()`` and moves nothing,
+  so ``probe_step`` is 0); a bias-only actor pretrained to the size proportions, trained by Adam at 1e-4 for 200
+  steps on ``-sum_i R_i log softmax(psi)_i`` every 1,000 steps (:data:`.config.MULTIDDS_DEFAULTS`).
+  ``gradcos: per_dev`` is drmix's earlier reward, ``1/N sum_j cos(g_train_i, g_dev_j)``.
 * REINFORCE, Algorithm 1 line 17 and section 3.3: ``d_psi = sum_{i in S} P(i) I_i grad log P(i | S)``
   with ``P(i | S) = P(i) / sum_{j in S} P(j)``.  Component-wise (see :func:`reinforce_gradient`)::
 
@@ -30,7 +36,11 @@ What is implemented
 * Reward-weighted Reptile, Algorithm 1 lines 12-14: ``theta <- theta + alpha sum_{i in S} p_i (theta_i - theta)``
   with ``p_i = I_i / sum_j I_j`` restricted to positive influences (``reptile_weights="positive"``, the
   default: ``p_i = max(I_i, 0) / sum_j max(I_j, 0)``; no Reptile step when no influence is positive),
-  and ``alpha`` = the current learning rate. Memory is one
+  and ``alpha`` = the current learning rate (the paper's ``alpha = eta_t``). The weighted delta is read in
+  gradient units (``reptile_units="gradient"``: divided by the look-ahead step size), as Algorithm 1's
+  "gradient cache" fed to the optimiser state: at ``alpha = eta_t`` theta moves to the reward-weighted
+  average of the look-ahead models, one training step's length; ``"parameters"`` (the earlier reading)
+  makes the step ``eta_t`` times a delta of about ``eta_t`` -- ~1e-5 of a step, a no-op. Memory is one
   saved copy of the trainable parameters plus one delta buffer, whatever M: after each look-ahead the
   delta ``theta_i - theta`` is folded into the buffer and ``theta`` is restored. The softmax weights
   depend on all influences, so the buffer keeps an *online softmax* (running maximum and normaliser,

@@ -77,3 +77,45 @@ def gradcos_rewards(compute_losses, params: Sequence[torch.Tensor], train_batche
         g = flat_grad(compute_losses, params, batch, world_size)
         rewards.append(float(np.mean([torch.nn.functional.cosine_similarity(g, d, dim=0).item() for d in dev_grads])))
     return rewards
+
+
+def probe_gradcos_rewards(compute_losses, params: Sequence[torch.Tensor], train_batches: Sequence[Batch],
+                          dev_batches: Sequence[Batch], probe_step: float, world_size: int = 1) -> list[float]:
+    """MultiDDS's reward as its authors compute it (github.com/cindyxinyiwang/multiDDS, ``fairseq/trainer.py``,
+    ``update_language_sampler``, with ``fairseq_optimizer.py``'s ``save_train_grad_t0``, ``add_grad`` and
+    ``get_grad_sim``): for each training batch ``i``, its gradient ``g_i`` at ``theta``; the parameters moved to
+    ``theta + probe_step * g_i``; there the dev batches' gradients *summed* (``G``, their backward passes
+    accumulate); ``r_i = g_i . G / (sqrt(|g_i|^2 |G|^2) + 1e-10)``; the parameters restored. The authors'
+    ``add_grad(eta=0.001)`` follows a ``zero_grad()`` that set every gradient to None and skips such parameters,
+    so their probe moves nothing: ``probe_step = 0`` is their code (the strategy's default)."""
+    params = list(params)
+    saved = [p.detach().clone() for p in params]
+    rewards = []
+    fixed = None                 # without a probe the dev gradients are the same for every batch: computed once
+    if probe_step == 0:
+        fixed = sum(flat_grad(compute_losses, params, b, world_size) for b in dev_batches)
+    try:
+        for batch in train_batches:
+            g = flat_grad(compute_losses, params, batch, world_size)
+            if fixed is not None:
+                g64, d64 = g.double(), fixed.double()
+                rewards.append(float((g64 @ d64) / (torch.sqrt((g64 @ g64) * (d64 @ d64)) + 1e-10)))
+                continue
+            with torch.no_grad():
+                offset = 0
+                for p in params:
+                    n = p.numel()
+                    p.add_(g[offset:offset + n].view_as(p), alpha=probe_step)
+                    offset += n
+            dev = sum(flat_grad(compute_losses, params, b, world_size) for b in dev_batches)
+            g64, d64 = g.double(), dev.double()
+            rewards.append(float((g64 @ d64) / (torch.sqrt((g64 @ g64) * (d64 @ d64)) + 1e-10)))
+            with torch.no_grad():
+                for p, s in zip(params, saved):
+                    p.copy_(s)
+    except BaseException:
+        with torch.no_grad():
+            for p, s in zip(params, saved):
+                p.copy_(s)
+        raise
+    return rewards

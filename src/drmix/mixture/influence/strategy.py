@@ -14,11 +14,12 @@ import torch
 from drmix.data.batch import Batch
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
-from drmix.mixture.influence.config import InfDDSConfig
+from drmix.mixture.influence.config import InfDDSConfig, resolved
 from drmix.mixture.influence.lookahead import _unwrap_optimizer, lookahead_step, trainable_parameters
-from drmix.mixture.influence.metrics import dev_loss_metric, dev_ndcg_metric, flat_grad, gradcos_rewards
+from drmix.mixture.influence.metrics import (dev_loss_metric, dev_ndcg_metric, flat_grad, gradcos_rewards,
+                                             probe_gradcos_rewards)
 from drmix.mixture.influence.reptile import DeltaBuffer, reptile_update
-from drmix.mixture.influence.scorer import Scorer, initial_scores, scale_rewards
+from drmix.mixture.influence.scorer import Scorer, initial_scores, scale_rewards, softmax
 from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,12 @@ class InfluenceStrategy(Strategy):
     # -- Strategy hooks ---------------------------------------------------------------------------
     def setup(self, collection_names: list[str], collection_sizes: list[int]) -> None:
         super().setup(collection_names, collection_sizes)
-        psi0 = initial_scores(collection_sizes, self.config.init_temperature)
-        self.scorer = Scorer(psi0, lr=self.config.scorer_lr, optimizer=self.config.scorer_optimizer)
+        c = self.config
+        psi0 = initial_scores(collection_sizes, c.init_temperature)
+        self.scorer = Scorer(np.zeros_like(psi0) if c.scorer_pretrain else psi0, lr=c.scorer_lr,
+                             optimizer=c.scorer_optimizer, steps=c.scorer_steps, objective=c.scorer_objective)
+        if c.scorer_pretrain:     # MultiDDS: fit the actor to the initial policy (its size proportions)
+            self.scorer.pretrain(softmax(psi0))
         self.prob_sum = np.zeros(len(collection_names))
         self._pending = None
 
@@ -224,7 +229,8 @@ class InfluenceStrategy(Strategy):
             raise
         if buffer is not None and buffer.norm > 0:
             alpha = c.reptile_alpha if c.reptile_alpha is not None else self._lr(ctx)
-            reptile_update(params, buffer.mean(), alpha)
+            # gradient units: the delta over the look-ahead step size is Algorithm 1's gradient cache
+            reptile_update(params, buffer.mean(), alpha / lr if c.reptile_units == "gradient" else alpha)
         return rewards, per_dev
 
     def _check_dev_signal(self, ctx: StepContext, dev_batches: list[Batch], base: list[float]) -> None:
@@ -241,6 +247,10 @@ class InfluenceStrategy(Strategy):
 
     def _gradcos(self, ctx: StepContext, subset: list[int], dev_batches: list[Batch], train_bs: int) -> list[float]:
         params = trainable_parameters(ctx.model)
+        if self.config.gradcos == "authors":
+            train_batches = [ctx.draw_batch(i, train_bs) for i in subset]
+            return probe_gradcos_rewards(ctx.compute_losses, params, train_batches, dev_batches,
+                                         self.config.probe_step, ctx.world_size)
         dev_grads = [flat_grad(ctx.compute_losses, params, b, ctx.world_size) for b in dev_batches]
         train_batches = [ctx.draw_batch(i, train_bs) for i in subset]
         return gradcos_rewards(ctx.compute_losses, params, train_batches, dev_grads, ctx.world_size)
@@ -256,13 +266,14 @@ class InfluenceStrategy(Strategy):
 
 
 class MultiDDSStrategy(InfluenceStrategy):
-    """MultiDDS: the same scorer and REINFORCE update, rewarded by train/dev gradient cosine similarity."""
+    """MultiDDS as its authors' code runs it (:data:`~drmix.mixture.influence.config.MULTIDDS_DEFAULTS`): the reward
+    ``cos(g_train_i, sum_j g_dev_j at theta + 0.001 g_train_i)``, the actor pretrained to the size proportions and
+    trained by Adam at 1e-4 for 200 steps on ``-sum_i R_i log softmax(psi)_i`` every 1,000 steps."""
 
     name = "multidds"
 
     def __init__(self, config: InfDDSConfig | None = None, seed: int = 42) -> None:
-        config = (config or InfDDSConfig()).model_copy(update={"reward": "gradcos"})
-        super().__init__(config, seed)
+        super().__init__(resolved(config or InfDDSConfig(), "multidds"), seed)
 
 
 def build_influence_strategy(strategy: str, options: dict[str, Any] | InfDDSConfig | None, seed: int,

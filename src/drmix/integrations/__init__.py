@@ -1,0 +1,1 @@
+"""drmix's methods inside other libraries' training loops (``drmix.integrations.sentence_transformers``)."""
