@@ -177,7 +177,7 @@ def test_loss_at_drmixs_defaults_is_the_authors_on_cosines_over_the_temperature(
     authors' compute_contrastive_loss on the normalised spans with every score divided by 0.05."""
     from drmix.pretrain.runner import CocoConfig
 
-    assert CocoConfig().temperature == 0.05 and CocoConfig().normalize is True
+    assert CocoConfig().contrastive.temperature == 0.05 and CocoConfig().model.normalize is True
     gen = torch.Generator().manual_seed(6)
     B = 5
     a = torch.nn.functional.normalize(torch.randn(B, 6, generator=gen, dtype=torch.float64), dim=-1)
@@ -186,7 +186,9 @@ def test_loss_at_drmixs_defaults_is_the_authors_on_cosines_over_the_temperature(
     theirs = _authors_contrastive_loss(spans / math.sqrt(0.05))          # (x / sqrt(t)) . (y / sqrt(t)) = x.y / t
     ours = coco_losses(a, b)                                             # the default temperature
     assert torch.allclose(ours, 0.5 * (theirs[0::2] + theirs[1::2]), rtol=1e-10, atol=1e-12)
-    from drmix.pretrain.coco import coco_loss_fn
+    from drmix.pretrain.objective import CocoObjective
 
-    fn = coco_loss_fn(0.05)        # the trainer's hook: queries = first spans, documents = second spans (+ unused)
-    assert torch.allclose(fn(a, torch.cat([b, a]), gather=False), ours, rtol=1e-12)
+    # the trainer's objective: queries = first spans, documents = second spans (+ unused), in float32 as trained
+    objective = CocoObjective(temperature=0.05)
+    got = objective.losses(a, torch.cat([b, a]), torch.zeros(B, 0, dtype=torch.bool), gather=False)
+    assert got.dtype == torch.float32 and torch.allclose(got.double(), ours, rtol=1e-5, atol=1e-6)

@@ -75,7 +75,7 @@ def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
     # the authors' seven negatives (s1_tdro.sh: train_n_passages 8); the temperature is the stage1 override here
     # (at the authors' 0.002 the tiny model's losses underflow to exactly 0 in float32) -- stage 0 keeps its own
     assert (s1_cfg["num_negatives"], s1_cfg["temperature"]) == (7, 0.05)
-    s0_cfg = yaml.safe_load((root / "stage0-reference" / "config.yaml").read_text())
+    s0_cfg = TrainConfig.flatten(yaml.safe_load((root / "stage0-reference" / "config.yaml").read_text()))
     assert (s0_cfg["num_negatives"], s0_cfg["temperature"]) == (1, 0.05)
     # every example had fewer than 7 negatives: the missing ones were mined, and the counts are written
     mined = json.loads((s1 / "negatives.json").read_text())
@@ -207,7 +207,7 @@ def test_a_rerun_with_a_changed_stage_setting_is_refused_or_reruns_that_stage(pi
     assert [r["step"] for r in read_jsonl(root / "stage1-tdro" / "weights.jsonl")] == [1, 2, 3]
     assert (root / "stage0-reference" / "model" / "modules.json").stat().st_mtime_ns == stamps["stage0-reference"]
     assert (root / "stage2-tdro-reweight" / "model" / "modules.json").stat().st_mtime_ns != stamps["stage2-tdro-reweight"]
-    assert yaml.safe_load((root / "pipeline.yaml").read_text())["stage1"] == {"max_steps": 3}
+    assert yaml.safe_load((root / "pipeline.yaml").read_text())["stages"]["stage1"] == {"max_steps": 3}
 
 
 def test_cli_optimize_learns_weights(tmp_path, tiny_model_path):
@@ -373,10 +373,10 @@ def test_stage1_config_is_the_authors_setting_and_overrides_win():
 
 
 def test_stage1_fill_rules_from_the_config():
-    assert PipelineConfig(data=["x"]).stage1_fill_negatives == "mine"
-    assert PipelineConfig(data=["x"], stage1_fill_negatives=False).stage1_fill_negatives == "off"
-    assert PipelineConfig(data=["x"], stage1_fill_negatives=True).stage1_fill_negatives == "mine"
-    assert PipelineConfig(data=["x"], stage1_fill_negatives="random").stage1_fill_negatives == "random"
+    assert PipelineConfig(data=["x"]).stages.stage1_fill_negatives == "mine"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives=False).stages.stage1_fill_negatives == "off"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives=True).stages.stage1_fill_negatives == "mine"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives="random").stages.stage1_fill_negatives == "random"
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
