@@ -180,7 +180,7 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     """Run every enabled augmentation step (:mod:`drmix.augment.steps`) on this corpus into ``out``; a step
     whose file exists is skipped. Returns the files and each step's counts."""
     from drmix.augment import examples
-    from drmix.augment.steps import StepContext, enabled_steps, sample_ids, step_file, step_options
+    from drmix.augment.steps import AugmentContext, enabled_steps, sample_ids, step_file, step_options
     from drmix.data.beir import doc_text
 
     r = cfg.recipe
@@ -189,9 +189,9 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
         return examples.mine_examples(rows, ctx.texts, teacher, positives=r.positive_ranks,
                                       negatives=r.negative_ranks, teacher_name=r.teacher or "default")
 
-    ctx = StepContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
-                      sample_ids(list(corpus), r.max_docs, cfg.optim.seed), cfg.optim.seed, teacher, backend, mine,
-                      out, examples.read_query_rows)
+    ctx = AugmentContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
+                          sample_ids(list(corpus), r.max_docs, cfg.optim.seed), cfg.optim.seed, teacher, backend, mine,
+                          out, examples.read_query_rows)
     info: dict[str, Any] = {"documents": len(ctx.ids), "files": []}
     for step in enabled_steps(r):
         path = step_file(out, name, step.name)

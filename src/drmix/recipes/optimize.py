@@ -133,9 +133,8 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     """
     from drmix.data.collections import collections_for
     from drmix.io import atomic_write_json
-    from drmix.mixture.dro import dro_strategy_from_options
-    from drmix.mixture.registry import strategy_names
     from drmix.api import train
+    from drmix.mixture.registry import build_strategy, strategy_names
 
     fill = {True: "mine", False: "off"}.get(fill_negatives, fill_negatives) if isinstance(fill_negatives, bool) \
         else fill_negatives
@@ -145,7 +144,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     dro_strategies = strategy_names(family="dro")
     if name not in dro_strategies:
         raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(dro_strategies)}.")
-    strat = dro_strategy_from_options(name, config.dro)
+    strat = build_strategy(config.replace(strategy=name), [])
     if strat.config.measurement != "raw" and not config.mixture.reference_model:
         raise ConfigError(f"strategy '{name}' needs a frozen reference model.",
                           fix="set reference_model (a model trained with uniform weights), or run "

@@ -53,11 +53,11 @@ from drmix.train.lora import apply_lora
 from drmix.train.objective import InfoNCE, Objective
 from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
-from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy_batching, warn_small_collections
-from drmix.train.reference import ReferenceScorer
-from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
+from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy, warn_small_collections
+from drmix.train.reference import ReferenceScorer
+from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
 from drmix.train.window import StepWindow
 
@@ -171,7 +171,7 @@ class Trainer:
 
             strategy = build_strategy(self.config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
-        check_strategy_batching(strategy, self.names, self.config.contrastive.batching)
+        check_strategy(self.config, strategy, self.names)
         self.strategy.setup(self.names, self.sizes)
 
     def _setup_inputs(self) -> None:
