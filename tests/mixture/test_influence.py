@@ -427,9 +427,9 @@ def test_build_validates_options():
     s = build_strategy(TrainConfig(strategy="infdds", infdds={"dev_batch_size": 3}, batch_size=16), ["a"])
     assert type(s) is InfluenceStrategy and (s.config.dev_batch_size, s.config.train_batch_size) == (3, 16)
     with pytest.raises(ConfigError, match="update_every"):
-        TrainConfig(strategy="infdds", infdds={"update_every": 0})
+        build_strategy(TrainConfig(strategy="infdds", infdds={"update_every": 0}), ["a"])
     with pytest.raises(ConfigError):
-        TrainConfig(strategy="infdds", infdds={"no_such_option": 1})
+        build_strategy(TrainConfig(strategy="infdds", infdds={"no_such_option": 1}), ["a"])
 
 
 def test_state_round_trip_resumes_exactly():
