@@ -35,7 +35,7 @@ case "$PACKAGE" in
     MUTATE="src/drmix/mixture/*.py src/drmix/mixture/influence/*.py src/drmix/pretrain/coco.py src/drmix/model/losses.py"
     # the trainer runs and spawned processes (30-60 s each) are left out so a run stays under 30 minutes on 2
     # cores; the rules they exercise are covered by the transcription tests (docs/testing.md)
-    TESTS="tests/mixture tests/model/test_losses.py tests/pretrain/test_coco.py tests/test_registry.py
+    TESTS="tests/mixture tests/model/test_losses.py tests/pretrain/test_coco.py
            tests/recipes/test_tdro.py::test_stage1_config_is_the_authors_setting_and_overrides_win
            tests/recipes/test_tdro.py::test_stage1_fill_rules_from_the_config
            tests/recipes/test_tdro.py::test_mine_missing_negatives_tops_every_example_up

@@ -21,12 +21,15 @@ from drmix.mixture.influence import (
     Scorer,
     batch_ndcg,
     build_influence_strategy,
+    dev_loss_metric,
+    dev_ndcg_metric,
     initial_scores,
     lookahead_step,
     reinforce_gradient,
     reptile_update,
     scale_rewards,
     softmax,
+    trainable_parameters,
 )
 
 
@@ -592,3 +595,108 @@ def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_
     assert resumed["mean_weights"] == final["mean_weights"]
     traj_b = [json.loads(line) for line in (tmp_path / "resumed" / "weights.jsonl").read_text().splitlines()]
     assert [r["weights"] for r in traj_b] == [r["weights"] for r in traj]
+
+
+class _HandEncoder(torch.nn.Module):
+    """A stand-in SentenceTransformer: prompts, eval/train, and encode() from a table of 2-d vectors."""
+
+    def __init__(self, table, prompts=None):
+        super().__init__()
+        self.table, self.prompts, self.seen = table, prompts or {}, []
+
+    def encode(self, texts, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False):
+        assert convert_to_tensor and normalize_embeddings and not show_progress_bar and not self.training
+        self.seen.append(list(texts))
+        return torch.nn.functional.normalize(torch.tensor([self.table[t] for t in texts], dtype=torch.float32), dim=-1)
+
+
+def test_dev_ndcg_metric_ranks_the_dev_batch_pool_with_the_models_prompts():
+    """Queries (with the query prompt) rank the pool of the batch's positives then negatives (document prompt);
+    query i's relevant document is positive i. q0's positive ranks 2nd behind n0 -> 1/log2(3); q1's first -> 1."""
+    table = {"Q: q0": [1.0, 0.0], "Q: q1": [0.0, 1.0], "D: p0": [0.9, 0.45], "D: p1": [0.0, 1.0],
+             "D: n0": [1.0, 0.05], "D: n1": [-1.0, 0.0]}
+    model = _HandEncoder(table, {"query": "Q: ", "document": "D: "})
+    model.train()
+    batch = Batch(["q0", "q1"], ["p0", "p1"], [["n0"], ["n1"]], np.zeros(2, dtype=np.int64))
+    assert dev_ndcg_metric(model, batch, k=10) == pytest.approx((1 / math.log2(3) + 1) / 2)
+    assert dev_ndcg_metric(model, batch, k=1) == pytest.approx(0.5)
+    assert model.seen[0] == ["Q: q0", "Q: q1"] and model.seen[1] == ["D: p0", "D: p1", "D: n0", "D: n1"]
+    assert model.training                                   # eval mode only for the measurement
+    table.update({"q0": [1.0, 0.0], "q1": [0.0, 1.0], "p0": [1.0, 0.0], "p1": [0.0, 1.0], "n0": [0.5, 0.5],
+                  "n1": [0.5, 0.5]})
+    assert dev_ndcg_metric(_HandEncoder(table, {"query": "", "passage": ""}), batch, k=10) == pytest.approx(1.0)
+
+
+def test_batch_ndcg_ties_and_cutoff():
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    docs = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    # a tie with the relevant document does not push it down (strictly greater scores count)
+    assert batch_ndcg(q, docs, [1], k=1) == pytest.approx(1.0)
+    # rank 3 > k = 2: 0; within k = 3: 1/log2(4) = 0.5
+    assert batch_ndcg(q, docs, [2], k=2) == 0.0 and batch_ndcg(q, docs, [2], k=3) == pytest.approx(0.5)
+    assert isinstance(batch_ndcg(q, docs, range(1), 10), float)
+
+
+def test_dev_loss_metric_is_the_negative_mean_loss_in_eval_mode():
+    task = ToyTask()
+    modes = []
+
+    def losses(batch):
+        modes.append(task.model.training)
+        return torch.tensor([1.0, 3.0], requires_grad=True)
+
+    task.model.train()
+    assert dev_loss_metric(losses, task.model, task.batch(-1, 2)) == -2.0
+    assert modes == [False] and task.model.training
+
+
+def test_lookahead_weight_decay_missing_grads_and_non_adam_state():
+    # AdamW with decoupled weight decay: theta <- theta * (1 - lr * wd) before the Adam step
+    q = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = torch.optim.AdamW([q], lr=0.01, weight_decay=0.5)
+    q.grad = torch.tensor([2.0])
+    opt.step()
+    before = q.item()
+    lookahead_step([q], [torch.tensor([3.0])], lr=0.1, optimizer=opt, mode="adam")
+    assert q.item() == pytest.approx(before * (1 - 0.1 * 0.5) - 0.0990807, abs=1e-5)
+    # a parameter without a gradient is left as it is; one without Adam state takes an SGD step
+    a, b = torch.nn.Parameter(torch.tensor([1.0])), torch.nn.Parameter(torch.tensor([1.0]))
+    opt2 = torch.optim.AdamW([a, b], lr=0.01)
+    lookahead_step([a, b], [None, torch.tensor([2.0])], lr=0.1, optimizer=opt2, mode="adam")
+    assert a.item() == 1.0 and b.item() == pytest.approx(0.8)
+    # adam mode without an optimiser, and an SGD optimiser (no moments): plain SGD
+    c = torch.nn.Parameter(torch.tensor([1.0]))
+    lookahead_step([c], [torch.tensor([2.0])], lr=0.1, optimizer=None, mode="adam")
+    assert c.item() == pytest.approx(0.8)
+    sgd = torch.optim.SGD([c], lr=0.1, momentum=0.9)
+    c.grad = torch.tensor([1.0])
+    sgd.step()
+    before = c.item()
+    lookahead_step([c], [torch.tensor([2.0])], lr=0.1, optimizer=sgd, mode="rmsprop")
+    assert c.item() == pytest.approx(before - 0.2)
+    from drmix.mixture.influence.lookahead import _unwrap_optimizer
+
+    class Wrapped:
+        optimizer = sgd
+
+    assert _unwrap_optimizer(Wrapped()) is sgd and _unwrap_optimizer(sgd) is sgd
+    layer = torch.nn.Linear(2, 1)
+    layer.bias.requires_grad_(False)
+    assert trainable_parameters(layer) == [layer.weight]
+
+
+def test_delta_buffer_edges():
+    saved = [torch.zeros(2)]
+    empty = DeltaBuffer(saved, temperature=1.0)
+    assert empty.norm == 0.0 and empty.mean()[0].tolist() == [0.0, 0.0]
+    # one delta, any score: the softmax of one element is 1
+    one = DeltaBuffer(saved, temperature=0.5)
+    one.add([torch.tensor([2.0, 4.0])], saved, -3.0)
+    assert one.mean()[0].tolist() == pytest.approx([2.0, 4.0]) and one.norm == pytest.approx(1.0)
+    # a smaller score after a larger one is weighted down, not rescaled: exp((-1 - 1) / 1)
+    two = DeltaBuffer(saved, temperature=1.0)
+    two.add([torch.tensor([1.0, 0.0])], saved, 1.0)
+    two.add([torch.tensor([0.0, 1.0])], saved, -1.0)
+    w = math.exp(-2.0)
+    assert two.mean()[0].tolist() == pytest.approx([1 / (1 + w), w / (1 + w)])
+    assert two.max == 1.0
