@@ -700,3 +700,79 @@ def test_delta_buffer_edges():
     w = math.exp(-2.0)
     assert two.mean()[0].tolist() == pytest.approx([1 / (1 + w), w / (1 + w)])
     assert two.max == 1.0
+
+
+def test_influence_strategy_bookkeeping_records_and_outputs():
+    """What weights.jsonl / weights.json / metrics.jsonl get, key by key, after two updates; the first record is
+    the initial policy at step 1; the schedule; an update is skipped at learning rate 0."""
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(update_every=2, warmup_steps=2, reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 30])
+    assert [strat.is_update_step(s) for s in range(1, 7)] == [False, True, False, True, False, True]
+    strat.after_step(task.ctx(1))                             # no update; the record of the initial policy
+    first = strat.trajectory_record(1)
+    assert first["step"] == 1 and first["updates"] == 0 and first["rewards"] == {} and first["influence_per_dev"] is None
+    assert first["weights"] == {"near": 0.5, "far": 0.5} and strat.trajectory_record(1) is None   # handed out once
+    strat.after_step(task.ctx(2))
+    rec = strat.trajectory_record(2)
+    assert rec["updates"] == 1 and rec["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
+    assert rec["influence_per_dev"] == {"near": {"dev": pytest.approx(0.375)}, "far": {"dev": pytest.approx(-0.625)}}
+    assert set(rec) == {"step", "weights", "updates", "lookahead_s", "regular_s", "rewards", "influence_per_dev"}
+    log = task.logged[-1]
+    assert log["step"] == 2 and log["strategy"] == "infdds" and set(log) == {
+        "step", "strategy", "lookahead_s", "lookahead_total_s", "regular_total_s", "weights", "rewards"}
+    p1 = strat.sampling_weights().copy()
+    strat.after_step(task.ctx(3))
+    strat.after_step(task.ctx(4))
+    p2 = strat.sampling_weights().copy()
+    fw = strat.final_weights()
+    assert fw["collections"] == ["near", "far"] and fw["updates"] == 2 and fw["reward"] == "influence"
+    assert fw["weights"] == p2.tolist() and fw["final"] == dict(zip(["near", "far"], p2.tolist()))
+    assert fw["mean_weights"] == pytest.approx(((p1 + p2) / 2).tolist()) and fw["strategy"] == "infdds"
+    assert fw["lookahead_s"] > 0 and fw["regular_s"] >= 0
+    fresh = InfluenceStrategy(toy_config(), seed=0)
+    fresh.setup(["near", "far"], [10, 30])
+    assert fresh.final_weights()["mean_weights"] == [0.5, 0.5]      # no update yet: the current policy
+    # learning rate 0 (end of a linear decay): the look-ahead cannot move the model, the update is skipped
+    zero = ToyTask(lr=0.0)
+    lazy = InfluenceStrategy(toy_config(), seed=0)
+    lazy.setup(["near", "far"], [10, 10])
+    lazy.after_step(zero.ctx(1))
+    assert lazy.updates == 0 and zero.drawn == []
+    forced = InfluenceStrategy(toy_config(lookahead_lr=0.5), seed=0)     # an explicit look-ahead rate still runs
+    forced.setup(["near", "far"], [10, 10])
+    forced.after_step(zero.ctx(1))
+    assert forced.updates == 1
+
+
+def test_scorer_state_objectives_and_pretraining():
+    s = Scorer(np.array([0.0, 0.5]), lr=0.1, optimizer="adam", steps=3)
+    first = s.update([1.0, -1.0])
+    assert first.tolist() == pytest.approx(reinforce_gradient(torch.tensor([0.0, 0.5], dtype=torch.float64),
+                                                              torch.tensor([1.0, -1.0])).tolist())
+    assert int(s.optimizer.state[s.psi]["step"]) == 3                 # three steps on the same rewards
+    state = json.loads(json.dumps(s.state_dict()))
+    t = Scorer(np.zeros(2), lr=0.1, optimizer="adam", steps=3)
+    t.load_state_dict(state)
+    s.update([0.2, 0.1])
+    t.update([0.2, 0.1])
+    assert t.psi.tolist() == s.psi.tolist()
+    bare = Scorer(np.zeros(2), lr=0.1)
+    bare.load_state_dict({"psi": [0.3, 0.1]})
+    assert bare.psi.tolist() == [0.3, 0.1] and not bare.optimizer.state
+    # the MultiDDS objective: ascent on sum_i R_i log softmax(psi)_i, gradient R - P * sum R
+    m = Scorer(np.zeros(2), lr=1.0, optimizer="sgd", objective="multidds")
+    d = m.update([1.0, 3.0])
+    assert d.tolist() == pytest.approx([1.0 - 0.5 * 4.0, 3.0 - 0.5 * 4.0])
+    assert m.psi.tolist() == pytest.approx([-1.0, 1.0])
+    sub = Scorer(np.zeros(3), lr=1.0, optimizer="sgd", objective="multidds")
+    assert sub.update([2.0, 2.0], subset=[0, 2]).tolist() == pytest.approx([0.0, 0.0, 0.0])
+    # pretraining to a target keeps the learning rate afterwards and reaches the target
+    p = Scorer(np.zeros(3), lr=1e-4)
+    steps = p.pretrain(np.array([0.2, 0.3, 0.5]))
+    assert steps > 10 and p.optimizer.param_groups[0]["lr"] == 1e-4
+    assert ((p.probs() - np.array([0.2, 0.3, 0.5])) ** 2).mean() <= 1e-6 * 1.5
+    capped = Scorer(np.zeros(3), lr=1e-4)
+    assert capped.pretrain(np.array([0.2, 0.3, 0.5]), max_steps=5) == 5
+    done = Scorer(np.log(np.array([0.2, 0.3, 0.5])), lr=1e-4)
+    assert done.pretrain(np.array([0.2, 0.3, 0.5])) == 1             # already there: one step, as the authors
