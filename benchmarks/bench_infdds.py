@@ -82,8 +82,6 @@ def train_run(name: str, work: Path, data_paths: list[str], args, *, strategy: s
               dev: list[str], seed: int, lookahead: str = "adam") -> dict:
     """Train one model (or reuse a finished run); return its summary."""
     from drmix.config import TrainConfig
-    from drmix.mixture.influence import build_influence_strategy
-    from drmix.mixture.static import StaticStrategy
     from drmix.train.trainer import train
 
     out = work / "runs" / name
@@ -100,12 +98,8 @@ def train_run(name: str, work: Path, data_paths: list[str], args, *, strategy: s
                               "lookahead_steps": args.lookahead, "init_temperature": init_tau,
                               "scorer_lr": args.scorer_lr, "dev_batch_size": args.dev_batch_size,
                               "lookahead_optimizer": lookahead})
-    if strategy == "static":
-        strat = StaticStrategy(scheme=mixture, temperature=init_tau or 1.0)
-    else:
-        strat = build_influence_strategy(strategy, cfg.infdds, seed, cfg.batch_size)
     t0 = time.perf_counter()
-    result = train(cfg, strategy=strat)
+    result = train(cfg)  # the registry builds the strategy (static: --mixture at mixture_temperature)
     wall = time.perf_counter() - t0
     weights = json.loads((result.output_dir / "weights.json").read_text())
     traj = []

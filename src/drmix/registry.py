@@ -52,6 +52,14 @@ class Registry(Generic[S]):
         self._specs[name] = spec
         return spec
 
+    def registered(self, name: str) -> S | None:
+        """The spec registered as ``name`` so far, without importing the built-ins (None if none)."""
+        return self._specs.get(str(name).lower())
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a plug-in replacing a spec, a test cleaning up); unknown names are ignored."""
+        self._specs.pop(str(name).lower(), None)
+
     def load(self) -> None:
         """Import the built-in modules and the plug-ins (once)."""
         if self._loaded or self._loading:

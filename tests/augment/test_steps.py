@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from drmix.augment.steps import (AugmentStep, enabled_steps, register_step, registered_steps, sample_ids,
-                                 step_options)
+from drmix.augment.steps import (BUILTIN, STEPS, AugmentStep, enabled_steps, register_step, registered_steps,
+                                 sample_ids, step_options)
 from drmix.recipes.drama import DramaConfig
 
 
@@ -14,6 +14,7 @@ def test_builtin_steps_in_order_with_their_flags():
     assert list(steps)[:3] == ["crop", "generate", "rerank"]
     assert [s.needs_llm for s in list(steps.values())[:3]] == [False, True, True]
     assert steps["rerank"].reads == ("generate",)
+    assert {s.build.__module__ for s in steps.values()} == set(BUILTIN) == set(STEPS.builtin)
 
 
 def test_enabled_steps_follow_the_recipe_flags():

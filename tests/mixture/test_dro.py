@@ -516,7 +516,7 @@ def test_every_option_resolves_to_its_measurements_default():
 def test_registry_builds_each_dro_strategy_with_its_options():
     from drmix.config import TrainConfig
     from drmix.errors import ConfigError
-    from drmix.mixture.dro import build_dro_strategy, dro_strategy_from_options
+    from drmix.mixture.dro import build_dro_strategy
     from drmix.mixture.registry import build_strategy
 
     for name, measurement in (("tdro", "ratio"), ("doremi", "difference"), ("groupdro", "raw")):
@@ -525,7 +525,7 @@ def test_registry_builds_each_dro_strategy_with_its_options():
         assert s.config.lr == 0.3
     s = build_strategy(TrainConfig(data=["x"], strategy="TDRO"), NAMES)
     assert s.name == "tdro"
-    assert dro_strategy_from_options("groupdro", {"lr": 0.7}).config.lr == 0.7
-    assert dro_strategy_from_options("tdro").config.lr == 0.02
+    assert build_strategy(TrainConfig(data=["x"], strategy="groupdro", tdro={"lr": 0.7}), NAMES).config.lr == 0.7
+    assert build_strategy(TrainConfig(data=["x"], strategy="tdro"), NAMES).config.lr == 0.02
     with pytest.raises(ConfigError, match="unknown DRO strategy"):
         build_dro_strategy("static")

@@ -20,7 +20,6 @@ from drmix.mixture.influence import (
     MultiDDSStrategy,
     Scorer,
     batch_ndcg,
-    build_influence_strategy,
     dev_loss_metric,
     dev_ndcg_metric,
     initial_scores,
@@ -422,12 +421,18 @@ def test_missing_dev_sets_is_a_config_error():
 
 
 def test_build_validates_options():
-    s = build_influence_strategy("multidds", {"update_every": 5}, seed=1, batch_size=16)
+    from drmix.config import TrainConfig
+    from drmix.mixture.registry import build_strategy
+
+    s = build_strategy(TrainConfig(strategy="multidds", infdds={"update_every": 5}, batch_size=16, seed=1), ["a"])
     assert isinstance(s, MultiDDSStrategy) and s.config.reward == "gradcos" and s.config.dev_batch_size == 16
+    assert s.config.train_batch_size == 16 and s.config.update_every == 5 and s.seed == 1
+    s = build_strategy(TrainConfig(strategy="infdds", infdds={"dev_batch_size": 3}, batch_size=16), ["a"])
+    assert type(s) is InfluenceStrategy and (s.config.dev_batch_size, s.config.train_batch_size) == (3, 16)
     with pytest.raises(ConfigError, match="update_every"):
-        build_influence_strategy("infdds", {"update_every": 0}, seed=1)
+        TrainConfig(strategy="infdds", infdds={"update_every": 0})
     with pytest.raises(ConfigError):
-        build_influence_strategy("infdds", {"no_such_option": 1}, seed=1)
+        TrainConfig(strategy="infdds", infdds={"no_such_option": 1})
 
 
 def test_state_round_trip_resumes_exactly():
@@ -562,7 +567,9 @@ def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_
     _write_task_data(tmp_path)
 
     def strategy(cfg):
-        return build_influence_strategy(cfg.strategy, cfg.infdds, cfg.seed, cfg.batch_size)
+        from drmix.mixture.registry import build_strategy
+
+        return build_strategy(cfg, ["random", "devlike"])
 
     cfg = _train_config(tmp_path, tiny_model_path, "full")
     result = train(cfg, strategy=strategy(cfg))

@@ -19,8 +19,8 @@ import drmix
 from drmix.config import TrainConfig
 from drmix.device import all_reduce
 from drmix.errors import ConfigError
-from drmix.mixture.registry import (StrategySpec, build_strategy, get_strategy, register_strategy,
-                                    registered_strategies, strategy_names)
+from drmix.mixture.registry import (BUILTIN, STRATEGIES, StrategySpec, build_strategy, get_strategy,
+                                    register_strategy, registered_strategies, strategy_names, unregister_strategy)
 from drmix.train.trainer import Trainer
 
 NAMES = list(registered_strategies())
@@ -37,11 +37,29 @@ def test_the_builtin_strategies_register_themselves():
     assert get_strategy("TDRO").needs_reference and not get_strategy("groupdro").needs_reference
     assert get_strategy("infdds").needs_dev and get_strategy("tdro").requires_mixed_batches
     for spec in registered_strategies().values():
-        assert spec.help and callable(spec.build)
+        assert spec.help and callable(spec.build) and spec.card_text
         built = build_strategy(TrainConfig(strategy=spec.name), ["a", "b"])
         assert built.name == spec.name  # what weights.json and the logs call it
-        # the trainer's refusal of one-collection batches reads the strategy; the registry says the same
-        assert getattr(built, "needs_mixed_batches", False) == spec.requires_mixed_batches
+        # every strategy that learns weights cites the paper it implements, with its arXiv id where it has one
+        assert (spec.paper is not None) == (spec.name != "static")
+    assert {s: get_strategy(s).paper.arxiv for s in ("tdro", "doremi", "groupdro", "multidds", "idro")} == {
+        "tdro": "2408.10613", "doremi": "2305.10429", "groupdro": "1911.08731", "multidds": "2004.06748",
+        "idro": "2210.15212"}
+
+
+def test_the_builtin_list_is_explicit_and_complete():
+    """Each built-in strategy's module is named in BUILTIN (no directory scan finds a module by accident)."""
+    assert {spec.build.__module__ for spec in registered_strategies().values()} <= set(BUILTIN)
+    assert STRATEGIES.builtin == BUILTIN
+
+
+def test_the_reference_need_follows_the_measurement_option():
+    from drmix.mixture.dro import DROConfig
+
+    tdro, groupdro = get_strategy("tdro"), get_strategy("groupdro")
+    assert tdro.needs_reference_with(DROConfig()) and not tdro.needs_reference_with(DROConfig(measurement="raw"))
+    assert not groupdro.needs_reference_with(None) and groupdro.needs_reference_with(DROConfig(measurement="ratio"))
+    assert not get_strategy("infdds").needs_reference_with(None)
 
 
 def test_unknown_names_and_options_are_refused_when_the_config_is_read():
@@ -79,10 +97,8 @@ def test_a_strategy_of_another_module_registers_with_its_own_options(tmp_path):
         with pytest.raises(ConfigError, match="strategy_options option .*second"):
             TrainConfig(strategy="contract-first", strategy_options={"second": 1})
     finally:
-        registered_strategies()  # discovery done before the entry is removed
-        from drmix.mixture import registry
-
-        registry._REGISTRY.pop("contract-first")
+        unregister_strategy("contract-first")
+    assert "contract-first" not in registered_strategies()
 
 
 def test_cross_process_reductions_go_through_the_one_helper():

@@ -90,4 +90,4 @@ def test_transferred_weights_say_where_they_were_learned(tiny, tmp_path):
     cfg = TrainConfig(data=["a.jsonl", "b.jsonl"], weights_file=str(wf), transfer="top:0.7", mixture="file")
     info = info_from_train_config(cfg, names=["a", "b"], sizes=[5, 5], weights=None, command=None)
     assert "transferred (top:0.7) from weights learned by doremi" in info.weights_how
-    assert "doremi" in info.papers
+    assert "doremi" in [p.key for p in info.papers]

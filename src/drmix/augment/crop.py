@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 from pydantic import BaseModel, Field
 
-from drmix.augment.steps import AugmentStep, StepContext, register_step, sample_ids
+from drmix.augment.steps import AugmentContext, AugmentStep, register_step, sample_ids
 from drmix.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class CropStepOptions(BaseModel):
     max_queries: int | None = Field(None, ge=1, description="Cropped queries per corpus at most (seeded sample).")
 
 
-def crop_step(ctx: StepContext, opts: CropStepOptions) -> tuple[list[dict], dict]:
+def crop_step(ctx: AugmentContext, opts: CropStepOptions) -> tuple[list[dict], dict]:
     """Sentences of the sampled documents as queries, mined by the teacher (DRAMA Sec. 3.1)."""
     queries = crop_queries({d: ctx.corpus[d] for d in ctx.ids}, min_words=opts.min_words,
                            max_per_doc=opts.max_per_doc, seed=ctx.seed)

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from drmix.augment.steps import AugmentStep, StepContext, register_step, sample_ids
+from drmix.augment.steps import AugmentContext, AugmentStep, register_step, sample_ids
 from drmix.augment.templates import read_template
 from drmix.errors import DataError
 from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
@@ -188,7 +188,7 @@ class GenerateStepOptions(BaseModel):
     generate_max_docs: int = Field(100, ge=1, description="Documents per corpus given to the LLM.")
 
 
-def generate_step(ctx: StepContext, opts: GenerateStepOptions) -> tuple[list[dict], dict]:
+def generate_step(ctx: AugmentContext, opts: GenerateStepOptions) -> tuple[list[dict], dict]:
     """One LLM-generated query per sampled document, mined by the teacher (DRAMA Sec. 3.2)."""
     from drmix.llm.runstats import failure_line, llm_stats
 

@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from drmix.augment.mine import RankWindow
-from drmix.augment.steps import AugmentStep, StepContext, register_step
+from drmix.augment.steps import AugmentContext, AugmentStep, register_step
 from drmix.augment.templates import read_template
 from drmix.errors import DataError
 from drmix.llm.base import ChatRequest, GenerationParams, LLMBackend
@@ -226,7 +226,7 @@ class RerankStepOptions(BaseModel):
     """The ``rerank`` step has no options of its own (the window and template are the paper's)."""
 
 
-def rerank_step(ctx: StepContext, opts: RerankStepOptions) -> tuple[list[dict], dict]:
+def rerank_step(ctx: AugmentContext, opts: RerankStepOptions) -> tuple[list[dict], dict]:
     """The LLM's listwise rerank of the generated queries' teacher top-20 (DRAMA Sec. 3.3)."""
     from drmix.llm.runstats import failure_line, llm_stats
 

@@ -4,18 +4,19 @@ A step turns one target corpus into training rows (``query``, ``positive``, ``ne
 module calls :func:`register_step` with an :class:`AugmentStep`: its name (the file it writes is
 ``<corpus>-<name>.jsonl``), its typed options (a pydantic model whose fields are fields of the recipe's
 config with the same names, so they are flags of ``drmix pipeline drama``), its run order, its builder (one signature:
-``build(ctx: StepContext, options) -> (rows, stats)``), its help text, whether it needs the LLM, the
+``build(ctx: AugmentContext, options) -> (rows, stats)``), its help text, whether it needs the LLM, the
 recipe flag that turns it on (``None``: always on) and the steps whose rows it reads. The recipe
 (:func:`drmix.recipes.drama.augment_corpus`) runs every enabled step in that order and skips a
 step whose file exists.
 
-Adding a step: one module that registers it (plus its option fields on the recipe config, docs and tests).
-The built-in steps are ``crop`` (:mod:`drmix.augment.crop`), ``generate`` (:mod:`drmix.augment.generate`)
-and ``rerank`` (:mod:`drmix.augment.rerank`).
+Adding a step: one module that registers it, named in :data:`BUILTIN` (plus its option fields on the recipe
+config, docs and tests); a step of another package registers through the ``drmix.augment_steps`` entry-point
+group. The built-in steps are ``crop`` (:mod:`drmix.augment.crop`), ``generate`` (:mod:`drmix.augment.generate`)
+and ``rerank`` (:mod:`drmix.augment.rerank`). The registry is a :class:`drmix.registry.Registry`, the one
+idiom of strategies, allocation policies, augmentation steps and command areas.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,9 +25,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from drmix.registry import Registry
+
 log = logging.getLogger(__name__)
 
-BUILTIN_MODULES = ("drmix.augment.crop", "drmix.augment.generate", "drmix.augment.rerank")
+#: the modules that register the built-in steps
+BUILTIN = ("drmix.augment.crop", "drmix.augment.generate", "drmix.augment.rerank")
 
 
 def sample_ids(ids: Sequence[str], n: int | None, seed: int) -> list[str]:
@@ -41,7 +45,7 @@ def sample_ids(ids: Sequence[str], n: int | None, seed: int) -> list[str]:
 
 
 @dataclass
-class StepContext:
+class AugmentContext:
     """What a step gets: the corpus, the sampled documents, the teacher, the LLM and the earlier steps' rows."""
 
     corpus_name: str
@@ -72,7 +76,7 @@ class StepContext:
 class AugmentStep:
     name: str
     options: type[BaseModel]
-    build: Callable[[StepContext, Any], tuple[list[dict[str, Any]], dict[str, Any]]]
+    build: Callable[[AugmentContext, Any], tuple[list[dict[str, Any]], dict[str, Any]]]
     help: str
     needs_llm: bool = False
     enabled_by: str | None = None                  # recipe config flag that turns the step on (None: always)
@@ -80,23 +84,23 @@ class AugmentStep:
     order: int = 100                               # run order (ties: registration order)
 
 
-_STEPS: dict[str, AugmentStep] = {}
+#: every augmentation step, by name, in run order (``order``, then registration order)
+STEPS: Registry[AugmentStep] = Registry("augmentation step", BUILTIN, entry_points="drmix.augment_steps",
+                                        order=lambda step: step.order)
 
 
 def register_step(step: AugmentStep) -> AugmentStep:
     """Register an augmentation step (a name registered twice is an error)."""
-    if step.name in _STEPS and _STEPS[step.name] is not step:
+    STEPS.load()  # the built-ins first, so that a step cannot take a built-in's name
+    old = STEPS.registered(step.name)
+    if old is not None and old is not step:
         raise ValueError(f"augmentation step {step.name!r} is registered twice")
-    _STEPS[step.name] = step
-    return step
+    return STEPS.register(step)
 
 
 def registered_steps() -> dict[str, AugmentStep]:
     """Every registered step, in run order (``order``, then registration order)."""
-    for module in BUILTIN_MODULES:
-        importlib.import_module(module)
-    ranked = sorted(enumerate(_STEPS.values()), key=lambda x: (x[1].order, x[0]))
-    return {s.name: s for _, s in ranked}
+    return STEPS.all()
 
 
 def step_file(out: Path | None, corpus_name: str, step: str) -> Path:

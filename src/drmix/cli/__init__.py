@@ -5,7 +5,6 @@ exit code 2, never as a traceback.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
@@ -15,7 +14,6 @@ from rich.console import Console
 
 from drmix import __version__
 from drmix.errors import DrmixError
-
 
 
 def make_console(*, stderr: bool = False) -> Console:
@@ -40,10 +38,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# One module per command or command group, named after it (retrieval: index, search, eval); each registers
-# its commands. The order is the order of `drmix --help`. Modules that are not part of this build are skipped.
-_AREAS = ("train", "retrieval", "demo", "localdocs", "mixture", "pipeline", "multicorpus", "mine", "pretrain",
-          "analyze", "augment", "prune", "compare", "report")
 
 
 def _version(value: bool) -> None:
@@ -93,14 +87,11 @@ def _log_handler() -> logging.Handler:
 
 
 def _register_all() -> None:
-    for area in _AREAS:
-        try:
-            module = importlib.import_module(f"drmix.cli.{area}")
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("drmix.cli."):
-                continue
-            raise
-        module.register(app)
+    """Every command area (:mod:`drmix.cli.areas`: one module per command or group) adds its commands."""
+    from drmix.cli.areas import AREAS
+
+    for area in AREAS:
+        area.register(app)
     _plain_help(app)
 
 

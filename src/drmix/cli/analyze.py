@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
+
 SHIFT_HELP = ("Distribution shift between source and target datasets: weighted Jaccard of corpus and query "
               "unigrams and of query-type distributions (what/when/who/how/where/why/which/yes-no/declarative), "
               "per dataset the query-type shares and, with --model, alignment and uniformity of its embeddings. "
@@ -43,3 +45,6 @@ def register(app: typer.Typer) -> None:
     analyze = typer.Typer(help="Analyses of data and models (distribution shift).", no_args_is_help=True)
     analyze.command("shift", help=SHIFT_HELP, no_args_is_help=True)(shift)
     app.add_typer(analyze, name="analyze")
+
+
+AREAS.register(CommandArea("analyze", register))

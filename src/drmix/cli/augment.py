@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
+
 
 AUGMENT_HELP = "Build training collections from an unlabelled corpus (DRAMA): cropped sentences, teacher mining, " \
                "LLM-generated queries, LLM listwise reranking."
@@ -267,3 +269,6 @@ def register(app: typer.Typer) -> None:
     augment.command("generate", no_args_is_help=True)(_with_llm(generate_command))
     augment.command("rerank", no_args_is_help=True)(_with_llm(rerank_command))
     app.add_typer(augment, name="augment")
+
+
+AREAS.register(CommandArea("augment", register))

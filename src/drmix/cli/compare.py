@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
+
 COMPARE_HELP = """Compare evaluations against a baseline: per-dataset and average deltas, 95% intervals and paired
 tests over queries (Student's t and Fisher's randomisation).
 
@@ -81,3 +83,6 @@ def compare_command(
 def register(app: typer.Typer) -> None:
     """Add ``compare`` to the main app."""
     app.command("compare", help=COMPARE_HELP)(compare_command)
+
+
+AREAS.register(CommandArea("compare", register))

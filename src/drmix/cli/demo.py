@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
+
 DEMO_HELP = (
     "Run drmix end to end on data it builds from the installed packages' documentation (no download).\n\n"
     "Builds one training collection per library family (stdlib, numerics, ml, tooling) with held-out BEIR "
@@ -79,3 +81,6 @@ def demo_command(
 
 def register(app: typer.Typer) -> None:
     app.command("demo", help=DEMO_HELP)(demo_command)
+
+
+AREAS.register(CommandArea("demo", register))

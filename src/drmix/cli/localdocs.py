@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
+
 _SHORT = {"train_pairs": "train", "signature_pairs": "sig", "summary_pairs": "sum", "package_pairs": "pkg",
           "test_queries": "test q", "dev_queries": "dev q", "corpus_docs": "corpus", "mean_positive_words": "words"}
 
@@ -56,3 +58,6 @@ def register(app: typer.Typer) -> None:
     localdocs.command("build", help="Write the documentation collections (JSONL) and held-out BEIR splits to OUT.",
                       no_args_is_help=True)(localdocs_build_command)
     app.add_typer(localdocs, name="localdocs")
+
+
+AREAS.register(CommandArea("localdocs", register))

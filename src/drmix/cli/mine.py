@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import ATTN_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 
@@ -97,3 +98,6 @@ def mine_command(
 def register(app: typer.Typer) -> None:
     """Add ``mine`` to the main app."""
     app.command("mine")(mine_command)
+
+
+AREAS.register(CommandArea("mine", register))

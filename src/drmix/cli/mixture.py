@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import config_command, paragraphs
 from drmix.config import TrainConfig, load_config
 from drmix.outputs import claim_run
@@ -64,3 +65,6 @@ def register(app: typer.Typer) -> None:
     mixture.command("optimize", help=paragraphs(OPTIMIZE_HELP), no_args_is_help=True)(
         config_command(TrainConfig, run_optimize, extra=[paper]))
     app.add_typer(mixture, name="mixture")
+
+
+AREAS.register(CommandArea("mixture", register))

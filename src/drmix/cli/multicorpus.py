@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.errors import ConfigError
 from drmix.retrieval.multi.registry import default_policy_specs
 
@@ -175,3 +176,6 @@ def sweep_command(
 def register(app: typer.Typer) -> None:
     """Add the ``multicorpus`` command group (``build``, ``sweep``) to the main app."""
     app.add_typer(multicorpus_app, name="multicorpus")
+
+
+AREAS.register(CommandArea("multicorpus", register))

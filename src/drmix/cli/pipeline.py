@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import config_command, paragraphs
 from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
@@ -101,3 +102,6 @@ def register(app: typer.Typer) -> None:
         config_command(CocoPipelineConfig, run_coco_recipe))
     pipeline.command("drama", help=DRAMA_HELP, no_args_is_help=True)(config_command(DramaConfig, run_drama))
     app.add_typer(pipeline, name="pipeline")
+
+
+AREAS.register(CommandArea("pipeline", register))

@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import config_command, paragraphs
 from drmix.cli.report import after_run, before_run
 from drmix.config import load_config
@@ -49,3 +50,6 @@ def register(app: typer.Typer) -> None:
     pretrain.command("coco", help=paragraphs(COCO_HELP), no_args_is_help=True)(
         config_command(CocoConfig, run_coco, skip=COCO_SKIP))
     app.add_typer(pretrain, name="pretrain")
+
+
+AREAS.register(CommandArea("pretrain", register))

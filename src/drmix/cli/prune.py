@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
+
 
 def prune_command(
     output: Path = typer.Option(..., "--output", "-o", help="SentenceTransformer folder to write."),
@@ -36,3 +38,6 @@ def prune_command(
 
 def register(app: typer.Typer) -> None:
     app.command("prune", no_args_is_help=True)(prune_command)
+
+
+AREAS.register(CommandArea("prune", register))

@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
+
 REPORT_HELP = """Rebuild RUN_DIR/report.html: one self-contained page (figures inline, no network) with the
 configuration, loss / learning-rate / throughput curves, per-collection losses, periodic evaluation, mixture
 weights, the evaluation and comparison tables and links to every file. RUN_DIR is a run (drmix train), a
@@ -86,3 +88,6 @@ def after_run(output_dir: str | Path, config, *, pipeline: bool = False) -> None
 def register(app: typer.Typer) -> None:
     app.command("report", help=REPORT_HELP)(report_command)
     app.command("push", help=PUSH_HELP)(push_command)
+
+
+AREAS.register(CommandArea("report", register))

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi.registry import search_policy_usage
@@ -405,3 +406,6 @@ def register(app: typer.Typer) -> None:
     app.command("index")(index_command)
     app.command("search")(search_command)
     app.command("eval")(eval_command)
+
+
+AREAS.register(CommandArea("retrieval", register))

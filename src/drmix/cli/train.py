@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import config_command
 from drmix.cli.report import after_run, before_run
 from drmix.config import TrainConfig, load_config
@@ -57,3 +58,6 @@ def _interrupted(out: Path) -> int:
 
 def register(app: typer.Typer) -> None:
     app.command("train", help=TRAIN_HELP, no_args_is_help=True)(config_command(TrainConfig, run_train))
+
+
+AREAS.register(CommandArea("train", register))

@@ -20,8 +20,9 @@ or reads training data uses (``train``, ``mine``, ``mixture optimize``, the pipe
   the YAML file.
 
 Rows are converted once into the canonical columns (``query``, ``positives``, ``negatives`` and, where the
-source has teacher scores, ``positive_scores``/``negative_scores``) and cached as Arrow, keyed by the
-source's *content* and the conversion; a saved dataset already in canonical columns is used as it is.
+source has teacher scores, ``positive_scores``/``negative_scores``: each either aligned with its texts or empty,
+meaning no teacher score for that row) and cached as Arrow, keyed by the source's *content* and the conversion;
+a saved dataset already in canonical columns is used as it is.
 Malformed input stops with a :class:`~drmix.errors.DataError` naming the file, the line (or row) and the fix.
 """
 from __future__ import annotations
@@ -31,17 +32,17 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from drmix.data.formats import (LAYOUTS, Converter, Plan, PlanError, RecordConverter, RowError, canonical_features,
+from drmix.data.formats import (CONVERTER_VERSION, LAYOUTS, Converter, Plan, PlanError, RecordConverter, RowError, canonical_features,
                                 describe_error, plan_for)
 from drmix.data.formats import sources as src
-from drmix.data.pages import dataset_files, release_mapped_pages
+from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
 from drmix.io import iter_jsonl
@@ -49,6 +50,10 @@ from drmix.io import iter_jsonl
 log = logging.getLogger(__name__)
 
 COLUMNS = ("query", "positives", "negatives")
+#: rows per Arrow record batch of a converted collection. Opening an Arrow stream file walks every batch's
+#: header, and each touch maps the pages around it: 1,000-row batches (datasets' default) put ~200 MB of a
+#: 3M-row file into the process while it opens, 10,000-row batches ~23 MB (docs/benchmarks.md, memory)
+WRITER_BATCH_SIZE = 10_000
 SCORE_COLUMNS = ("positive_scores", "negative_scores")
 
 
@@ -88,13 +93,41 @@ def _conversion_key(content: str, plan: Plan, extra: Mapping[str, Any] | None = 
     return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
+def _table_key(content: str, format: str | None, columns: Mapping[str, str] | None) -> str:
+    """Key of a table's conversion: its content and what decides the plan (the columns follow from the content)."""
+    payload = {"content": content, "format": format or "auto", "columns": dict(columns or {}),
+               "version": CONVERTER_VERSION}
+    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
 def _write_meta(key: str, conv: Converter, rows: int, source: str) -> None:
     from drmix.io import atomic_write_text
 
     d = _cache_dir()
     d.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(d / f"{key}.json", json.dumps({"source": source, "plan": conv.plan.describe(), "rows": rows,
+    atomic_write_text(d / f"{key}.json", json.dumps({"source": source, "layout": conv.plan.layout,
+                                                     "plan": conv.plan.describe(), "rows": rows,
                                                      "warnings": conv.warnings}, ensure_ascii=False))
+
+
+def _cached(key: str) -> tuple[Any, dict[str, Any]] | None:
+    """A converted collection and its record from the cache (its warnings repeated), or None."""
+    import datasets
+
+    target, meta_path = _cache_dir() / f"{key}.arrow", _cache_dir() / f"{key}.json"
+    if not (target.is_file() and meta_path.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        out = datasets.Dataset.from_file(str(target))
+    except Exception as e:  # noqa: BLE001 - a damaged cache is rebuilt, never trusted
+        log.warning("cached collection %s unreadable (%s); rebuilding", target, e)
+        return None
+    out._fingerprint = key
+    for w in meta.get("warnings", []):
+        log.warning("%s", w)
+    log.info("%s: read as %s (cached conversion %s)", meta.get("source"), meta.get("plan"), target)
+    return out, meta
 
 
 def _replay_warnings(key: str, conv: Converter) -> None:
@@ -132,9 +165,11 @@ def _unwrap(e: BaseException) -> BaseException | None:
 
 
 def _log_plan(plan: Plan, source: Any) -> None:
-    log.info("%s: read as %s", source, plan.describe())
+    """Say how another tool's rows are read (drmix's own layout quietly: its extra keys are provenance)."""
+    level = logging.DEBUG if plan.layout == "drmix" else logging.INFO
+    log.log(level, "%s: read as %s", source, plan.describe())
     if plan.ignored:
-        log.info("%s: columns not read: %s", source, ", ".join(plan.ignored))
+        log.log(level, "%s: columns not read: %s", source, ", ".join(plan.ignored))
 
 
 # -- JSONL: line by line ----------------------------------------------------------------------------------------
@@ -183,7 +218,8 @@ def load_jsonl_collection(path: str | Path, *, name: str | None = None, instruct
         with src.quiet():
             ds = datasets.Dataset.from_generator(
                 _jsonl_rows, features=canonical_features(plan.has_scores),
-                gen_kwargs={"path": str(path), "fingerprint": key, "conv": conv})
+                gen_kwargs={"path": str(path), "fingerprint": key, "conv": conv},
+                writer_batch_size=WRITER_BATCH_SIZE)
     except Exception as e:  # datasets wraps generator errors; surface ours
         inner = _unwrap(e)
         if inner is not None:
@@ -192,6 +228,7 @@ def load_jsonl_collection(path: str | Path, *, name: str | None = None, instruct
             raise DataError("collection is empty.", path=path, fix="add at least one example line.") from None
         raise
     if conv.rows:
+        conv.finish()
         _write_meta(key, conv, len(ds), str(path))
     else:
         _replay_warnings(key, conv)
@@ -266,8 +303,14 @@ def _is_canonical(ds: Any, plan: Plan) -> bool:
 
 
 def _convert_batch(batch: dict[str, list], indices: list[int], conv: Converter, path: str,
-                   names: tuple[str, ...]) -> dict[str, list]:
-    """``datasets.map`` function: canonical rows of one batch (row numbers in errors are 1-based)."""
+                   names: tuple[str, ...], pages: Any = None) -> dict[str, list]:
+    """``datasets.map`` function: canonical rows of one batch (row numbers in errors are 1-based).
+
+    ``pages`` (a :class:`~drmix.data.pages.PageReleaser` of the source) hands the source's mapped pages back
+    as the scan goes, so converting a large file does not leave all of it resident in this process.
+    """
+    if pages is not None:
+        pages.tick()
     cols = [c for c in conv.plan.columns if c in batch]
     out: dict[str, list] = {k: [] for k in names}
     for i, idx in enumerate(indices):
@@ -288,34 +331,30 @@ def _canonical(ds: Any, plan: Plan, conv: Converter, key: str, label: str) -> An
     cache = _cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / f"{key}.arrow"
-    if target.is_file():
-        try:
-            out = datasets.Dataset.from_file(str(target))
-            out._fingerprint = key
-            _replay_warnings(key, conv)
-            return out
-        except Exception as e:  # noqa: BLE001 - a damaged cache is rebuilt, never trusted
-            log.warning("cached collection %s unreadable (%s); rebuilding", target, e)
     features = canonical_features(plan.has_scores)
     try:
         with src.quiet():
-            out = ds.map(_convert_batch, batched=True, batch_size=1000, with_indices=True,
+            out = ds.map(_convert_batch, batched=True, batch_size=WRITER_BATCH_SIZE, with_indices=True,
+                         writer_batch_size=WRITER_BATCH_SIZE,
                          remove_columns=list(ds.column_names), features=features, cache_file_name=str(target),
                          load_from_cache_file=False, new_fingerprint=key, desc=f"reading {label}",
-                         fn_kwargs={"conv": conv, "path": label, "names": tuple(features)})
+                         fn_kwargs={"conv": conv, "path": label, "names": tuple(features),
+                                    "pages": PageReleaser([ds], every=64)})
     except Exception as e:
         inner = _unwrap(e)
         if inner is not None:
             raise inner from None
         raise
+    conv.finish()
     _write_meta(key, conv, len(out), label)
     return out
 
 
-def load_table_collection(ds: Any, *, source: str, content: str, name: str, instruction: str | None = None,
-                          weight: float | None = None, format: str | None = None,
+def load_table_collection(ds: Any, *, source: str, content: str | Callable[[], str], name: str,
+                          instruction: str | None = None, weight: float | None = None, format: str | None = None,
                           columns: Mapping[str, str] | None = None, as_is: bool = True) -> Collection:
-    """A collection from a ``datasets.Dataset`` of rows in any layout (``content`` keys the conversion cache).
+    """A collection from a ``datasets.Dataset`` of rows in any layout (``content``, or a function computing it,
+    keys the conversion cache).
 
     With ``as_is`` a dataset already in canonical columns is used without a copy (``ds`` must outlive the run).
     """
@@ -324,12 +363,20 @@ def load_table_collection(ds: Any, *, source: str, content: str, name: str, inst
     try:
         plan = plan_for(list(ds.column_names), format=format, columns=columns)
         conv = Converter(plan, source)
+        if as_is and _is_canonical(ds, plan):
+            _log_plan(plan, source)
+            return Collection(name=name, dataset=ds, instruction=instruction, weight=weight, source=source,
+                              layout=plan.layout)
+        key = _table_key(content() if callable(content) else content, format, columns)
+        hit = _cached(key)
+        if hit is not None:
+            return Collection(name=name, dataset=hit[0], instruction=instruction, weight=weight, source=source,
+                              layout=hit[1].get("layout", plan.layout))
         _check_features(ds.features, plan, conv)
     except PlanError as e:
         raise describe_error(e, source) from None
     _log_plan(plan, source)
-    if not (as_is and _is_canonical(ds, plan)):
-        ds = _canonical(ds, plan, conv, _conversion_key(content, plan), source)
+    ds = _canonical(ds, plan, conv, key, source)
     return Collection(name=name, dataset=ds, instruction=instruction, weight=weight, source=source, layout=plan.layout)
 
 
@@ -338,11 +385,16 @@ def load_file_collection(path: Path, kind: str, *, name: str | None = None, **kw
     from drmix.io import cache_root
 
     content = _file_fingerprint(path)
+    hit = _cached(_table_key(content, kw.get("format"), kw.get("columns")))
+    if hit is not None:  # converted before: datasets need not read the file again
+        return Collection(name=name or path.stem, dataset=hit[0], instruction=kw.get("instruction"),
+                          weight=kw.get("weight"), source=str(path), layout=hit[1].get("layout", "drmix"))
     root = cache_root() / "sources"
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".read-", dir=root))
     try:
         ds = src.load_table(kind, path, tmp)
+        release_mapped_pages(dataset_files(ds))  # datasets walked its new Arrow copy while opening it
         return load_table_collection(ds, source=str(path), content=content, name=name or path.stem, as_is=False, **kw)
     finally:
         ds = None  # the converted copy is read from the drmix cache; datasets' own copy is not kept
@@ -356,7 +408,8 @@ def load_saved_collection(root: str | Path, *, split: str = "train", name: str |
     is_dict = src.is_saved_dataset_dict(root)
     label = f"{root}:{split}" if is_dict else str(root)
     default = root.name + (f"-{split}" if is_dict and split != "train" else "")
-    return load_table_collection(ds, source=label, content=src.dataset_content_key(ds), name=name or default, **kw)
+    return load_table_collection(ds, source=label, content=lambda: src.dataset_content_key(ds), name=name or default,
+                                 **kw)
 
 
 def load_hub_collection(repo_id: str, *, subset: str | None = None, split: str = "train", name: str | None = None,

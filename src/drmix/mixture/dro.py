@@ -94,7 +94,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from drmix.data.batch import Batch
 from drmix.device import all_reduce
 from drmix.mixture.base import StepContext, Strategy
-from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
+from drmix.mixture.registry import StrategySpec, register_strategy
+from drmix.papers import DOREMI, GROUPDRO, TDRO
 
 log = logging.getLogger(__name__)
 
@@ -333,9 +334,6 @@ class DROStrategy(Strategy):
     learned weights act on the loss and are what :meth:`final_weights` writes for transfer.
     """
 
-    #: the measurement compares collections within a batch (see drmix.train.preflight.check_strategy_batching)
-    needs_mixed_batches = True
-
     def __init__(self, config: DROConfig | None = None, *, strategy: str = "tdro") -> None:
         self.strategy_name = strategy
         self.config = (config or DROConfig()).resolved(strategy)
@@ -525,19 +523,23 @@ def build_dro_strategy(strategy: str, config: DROConfig | None = None) -> DROStr
     return DROStrategy(config, strategy=strategy)
 
 
-def dro_strategy_from_options(strategy: str, options: dict | DROConfig | None = None) -> DROStrategy:
-    """Build from ``TrainConfig.tdro`` (a mapping validated by :class:`DROConfig`); errors become ConfigError."""
-    return build_dro_strategy(strategy, parse_options(_SPECS["tdro"], options))
-
-
 def _build(config, options: DROConfig | None, names: list[str], weights: list) -> DROStrategy:
     return build_dro_strategy(config.strategy.lower(), options)
 
 
+def _reference_needed(name: str):
+    """Whether the options' measurement (the strategy's own when unset) compares with a reference."""
+    return lambda options: (options or DROConfig()).resolved(name).measurement != "raw"
+
+
 _SPECS = {name: register_strategy(StrategySpec(
-    name=name, build=_build, options=DROConfig, options_field="tdro", family="dro", help=text,
-    needs_reference=STRATEGY_MEASUREMENT[name] != "raw", learns_weights=True, requires_mixed_batches=True,
-    docs="docs/mixture.md"))
-    for name, text in (("tdro", "tDRO: learn collection weights from the proxy/reference loss ratio (options: --tdro)."),
-                       ("doremi", "DoReMi: learn collection weights from the excess loss over a reference (--tdro)."),
-                       ("groupdro", "GroupDRO: learn collection weights from the raw loss (--tdro)."))}
+    name=name, build=_build, options=DROConfig, options_field="tdro", family="dro", help=text, paper=paper,
+    card_text=card, needs_reference=STRATEGY_MEASUREMENT[name] != "raw", reference_needed=_reference_needed(name),
+    learns_weights=True, requires_mixed_batches=True, docs="docs/mixture.md"))
+    for name, paper, text, card in (
+        ("tdro", TDRO, "tDRO: learn collection weights from the proxy/reference loss ratio (options: --tdro).",
+         "learned by task-level DRO (tDRO): exponentiated-gradient ascent on the proxy/reference loss ratio"),
+        ("doremi", DOREMI, "DoReMi: learn collection weights from the excess loss over a reference (--tdro).",
+         "learned by DoReMi: excess loss of a proxy over a frozen reference model"),
+        ("groupdro", GROUPDRO, "GroupDRO: learn collection weights from the raw loss (--tdro).",
+         "learned by GroupDRO: exponentiated group losses"))}

@@ -72,7 +72,8 @@ from drmix.data.batch import Batch
 from drmix.device import broadcast
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
-from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
+from drmix.mixture.registry import StrategySpec, register_strategy
+from drmix.papers import COCO
 
 log = logging.getLogger(__name__)
 
@@ -339,12 +340,9 @@ class IDROStrategy(Strategy):
         self.refreshes = int(state["refreshes"])
 
 
-def build_idro_strategy(options: dict[str, Any] | IDROConfig | None, seed: int) -> IDROStrategy:
-    """iDRO from ``TrainConfig.idro`` (a mapping validated by :class:`IDROConfig`); errors become ConfigError."""
-    return IDROStrategy(parse_options(SPEC, options), seed=seed)
-
-
 SPEC = register_strategy(StrategySpec(
     name="idro", build=lambda config, options, names, weights: IDROStrategy(options, seed=config.seed), options=IDROConfig,
     options_field="idro", help="iDRO (COCO-DR): reweight the loss over k-means query clusters (options: --idro).",
+    paper=COCO,
+    card_text="iDRO reweights k-means query clusters inside each batch (the collection sampling stays fixed)",
     docs="docs/coco.md"))

@@ -133,8 +133,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     """
     from drmix.data.collections import collections_for
     from drmix.io import atomic_write_json
-    from drmix.mixture.dro import dro_strategy_from_options
-    from drmix.mixture.registry import strategy_names
+    from drmix.mixture.registry import build_strategy, strategy_names
     from drmix.train.trainer import train
 
     fill = {True: "mine", False: "off"}.get(fill_negatives, fill_negatives) if isinstance(fill_negatives, bool) \
@@ -145,7 +144,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     dro_strategies = strategy_names(family="dro")
     if name not in dro_strategies:
         raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(dro_strategies)}.")
-    strat = dro_strategy_from_options(name, config.tdro)
+    strat = build_strategy(config.model_copy(update={"strategy": name}), [])
     if strat.config.measurement != "raw" and not config.reference_model:
         raise ConfigError(f"strategy '{name}' needs a frozen reference model.",
                           fix="set reference_model (a model trained with uniform weights), or run "

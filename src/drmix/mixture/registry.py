@@ -4,7 +4,12 @@ A strategy module ends with one call (peft's ``register_peft_method`` is the mod
 
     register_strategy(StrategySpec(
         name="mystrategy", build=_build, options=MyOptions, help="one line for --help and docs",
-        learns_weights=True))
+        paper=MY_PAPER, card_text="learned by MyStrategy: ...", learns_weights=True))
+
+and its module is added to :data:`BUILTIN`. The spec is the one place drmix reads about a strategy: the
+model card prints its ``paper`` and ``card_text``, the trainer's preflight
+(:func:`drmix.train.preflight.check_strategy`) reads ``needs_reference``, ``needs_dev`` and
+``requires_mixed_batches``.
 
 ``build(config, options, names, weights) -> Strategy`` is the one builder signature: ``config`` is the
 :class:`~drmix.config.TrainConfig`, ``options`` the validated instance of the spec's pydantic ``options``
@@ -15,15 +20,14 @@ config (``tdro:``, ``infdds:``, ``idro:``: ``options_field``) or, for a strategy
 :class:`~drmix.config.TrainConfig` asks this registry to check the strategy name and its options when it
 is loaded, before any model or collection is read.
 
-Discovery: the modules of the :mod:`drmix.mixture` package are imported once, on the first lookup, so a
-new module in that package registers itself without a list to edit; a strategy of another package
-registers through the ``drmix.strategies`` entry-point group (each entry point names a module to import).
+Discovery: the built-in strategy modules are listed in :data:`BUILTIN` (one line to add for a new one) and
+imported on the first lookup; a strategy of another package registers through the ``drmix.strategies``
+entry-point group (each entry point names a module to import). The registry is a
+:class:`drmix.registry.Registry`, the one idiom of strategies, allocation policies, augmentation steps and
+command areas; the functions below are its strategy-specific face.
 """
 from __future__ import annotations
 
-import importlib
-import logging
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,14 +35,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from drmix.errors import ConfigError
+from drmix.papers import Paper
+from drmix.registry import Registry
 
 if TYPE_CHECKING:  # the config imports this module lazily, from its validator
     from drmix.config import TrainConfig
     from drmix.mixture.base import Strategy
 
-log = logging.getLogger(__name__)
-
 ENTRY_POINT_GROUP = "drmix.strategies"
+#: the modules that register the built-in strategies
+BUILTIN = ("drmix.mixture.static", "drmix.mixture.dro", "drmix.mixture.influence.strategy", "drmix.mixture.idro")
 #: TrainConfig field that holds the options of strategies that have no field of their own
 GENERIC_OPTIONS_FIELD = "strategy_options"
 
@@ -54,7 +60,11 @@ class StrategySpec:
         options: the pydantic model of the strategy's options (``extra="forbid"``), or None.
         options_field: the TrainConfig field holding the options (default: ``strategy_options``).
         family: strategies that share a module and an options model (``dro``, ``influence``).
-        needs_reference: needs ``reference_model`` (a frozen reference's losses).
+        paper: the paper the strategy implements (the model card cites it), or None.
+        card_text: how the model card says the collection weights were set ("learned by ...").
+        needs_reference: needs ``reference_model`` (a frozen reference's losses) with its default options.
+        reference_needed: ``reference_needed(options) -> bool`` where the options decide it (DRO's
+            ``measurement``); None: ``needs_reference``.
         learns_weights: learns collection weights that ``weights.json`` records for ``--transfer``.
         needs_dev: needs dev sets (``--dev``).
         requires_mixed_batches: measures every collection in each batch (``--batching mixed``).
@@ -67,7 +77,10 @@ class StrategySpec:
     options: type[BaseModel] | None = None
     options_field: str | None = None
     family: str = ""
+    paper: Paper | None = None
+    card_text: str = ""
     needs_reference: bool = False
+    reference_needed: Callable[[BaseModel | None], bool] | None = None
     learns_weights: bool = False
     needs_dev: bool = False
     requires_mixed_batches: bool = False
@@ -77,58 +90,39 @@ class StrategySpec:
     def field(self) -> str:
         return self.options_field or GENERIC_OPTIONS_FIELD
 
+    def needs_reference_with(self, options: BaseModel | None) -> bool:
+        """Whether training with ``options`` (validated) needs ``reference_model``."""
+        return self.reference_needed(options) if self.reference_needed is not None else self.needs_reference
 
-_REGISTRY: dict[str, StrategySpec] = {}
-_discovered = False
+
+#: every strategy, by name (in name order)
+STRATEGIES: Registry[StrategySpec] = Registry("strategy", BUILTIN, entry_points=ENTRY_POINT_GROUP,
+                                              order=lambda spec: spec.name)
 
 
 def register_strategy(spec: StrategySpec) -> StrategySpec:
     """Add ``spec`` to the registry (called at import time by the strategy's module); returns it."""
-    name = spec.name.lower()
-    old = _REGISTRY.get(name)
-    if old is not None and old.build is not spec.build:
-        raise ValueError(f"strategy {name!r} is already registered by {old.build.__module__}")
-    _REGISTRY[name] = spec
-    return spec
+    return STRATEGIES.register(spec)
 
 
-def _discover() -> None:
-    global _discovered
-    if _discovered:
-        return
-    _discovered = True
-    import drmix.mixture as package
-
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name not in ("base", "registry"):
-            importlib.import_module(f"{package.__name__}.{info.name}")
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            importlib.import_module(ep.value.split(":")[0])
-        except Exception as e:  # a broken plug-in must not break the built-in strategies
-            log.warning("strategy plug-in %s could not be imported: %s", ep.name, e)
+def unregister_strategy(name: str) -> None:
+    """Remove a registered strategy (for tests and plug-ins that replace one)."""
+    STRATEGIES.unregister(name)
 
 
 def registered_strategies() -> dict[str, StrategySpec]:
     """Every registered strategy by name, in name order."""
-    _discover()
-    return dict(sorted(_REGISTRY.items()))
+    return STRATEGIES.all()
 
 
 def strategy_names(**flags: Any) -> tuple[str, ...]:
     """Names of the registered strategies whose attributes equal ``flags`` (e.g. ``family="dro"``)."""
-    return tuple(n for n, s in registered_strategies().items() if all(getattr(s, k) == v for k, v in flags.items()))
+    return STRATEGIES.names(**flags)
 
 
 def get_strategy(name: str) -> StrategySpec:
     """The spec of ``name`` (case-insensitive); a ConfigError listing the registered names otherwise."""
-    specs = registered_strategies()
-    spec = specs.get(str(name).lower())
-    if spec is None:
-        raise ConfigError(f"unknown strategy '{name}'.", fix=f"use one of: {', '.join(specs)}.")
-    return spec
+    return STRATEGIES.get(name)
 
 
 def option_fields() -> set[str]:
@@ -153,6 +147,12 @@ def parse_options(spec: StrategySpec, values: dict[str, Any] | BaseModel | None)
                           fix=f"valid options: {', '.join(spec.options.model_fields)} (see {spec.docs}).") from None
 
 
+def strategy_of(config: "TrainConfig") -> tuple[StrategySpec, BaseModel | None]:
+    """The spec ``config.strategy`` names and its validated options."""
+    spec = get_strategy(config.strategy)
+    return spec, parse_options(spec, getattr(config, spec.field))
+
+
 def check_config(config: "TrainConfig") -> None:
     """Check the strategy name and its options (called when a TrainConfig is built)."""
     spec = get_strategy(config.strategy)
@@ -174,4 +174,4 @@ def build_strategy(config: "TrainConfig", collection_names: list[str],
                           fix="drop --strategy or --transfer.")
     names = list(collection_names)
     weights = list(collection_weights) if collection_weights is not None else [None] * len(names)
-    return spec.build(config, parse_options(spec, getattr(config, spec.field)), names, weights)
+    return spec.build(config, strategy_of(config)[1], names, weights)

@@ -120,5 +120,5 @@ def build_static_strategy(config, options: None, names: list[str],
 
 
 register_strategy(StrategySpec(
-    name="static", build=build_static_strategy,
+    name="static", build=build_static_strategy, card_text="fixed before training",
     help="fixed weights (--mixture uniform|size|temperature|file), or learned ones applied by --transfer."))

@@ -144,14 +144,14 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     """Run every enabled augmentation step (:mod:`drmix.augment.steps`) on this corpus into ``out``; a step
     whose file exists is skipped. Returns the files and each step's counts."""
     from drmix.augment import examples
-    from drmix.augment.steps import StepContext, enabled_steps, sample_ids, step_file, step_options
+    from drmix.augment.steps import AugmentContext, enabled_steps, sample_ids, step_file, step_options
     from drmix.data.beir import doc_text
 
     def mine(rows: list[dict[str, Any]]):
         return examples.mine_examples(rows, ctx.texts, teacher, positives=cfg.positive_ranks,
                                       negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
 
-    ctx = StepContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
+    ctx = AugmentContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
                       sample_ids(list(corpus), cfg.max_docs, cfg.seed), cfg.seed, teacher, backend, mine, out,
                       examples.read_query_rows)
     info: dict[str, Any] = {"documents": len(ctx.ids), "files": []}

@@ -155,7 +155,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     from drmix.data.collections import collections_for
     from drmix.mixture.transfer import build_transfer_strategy
 
-    strat = validate_pipeline(config)
+    needs_reference = validate_pipeline(config)
     root = Path(config.output_dir)
     models: dict[str, Path] = {}
 
@@ -166,7 +166,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         s0_cfg = _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform", strategy="static",
                                transfer=None, weights_file=None, reference_model=None,
                                output_dir=str(root / "stage0-reference"))
-        if strat.config.measurement != "raw":      # GroupDRO measures raw losses: no reference forward
+        if needs_reference:      # GroupDRO measures raw losses: no reference forward
             reference = str(Path(s0_cfg.output_dir) / "model")
     s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
                            output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
@@ -238,13 +238,14 @@ def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
                               fix=f"pass a directory with a {split} split, or change the split option.")
 
 
-def validate_pipeline(config: PipelineConfig):
-    """Check every stage's configuration, transfer and path before anything trains; returns the stage-1 strategy.
+def validate_pipeline(config: PipelineConfig) -> bool:
+    """Check every stage's configuration, transfer and path before anything trains; returns whether the stage-1
+    strategy needs a reference model (its registered spec says so, for its options).
 
     Raises :class:`ConfigError` (one line, the field and the fix) for unknown or invalid stage overrides,
     unknown transfers, missing training data, and test / selection directories without the split.
     """
-    from drmix.mixture.dro import dro_strategy_from_options
+    from drmix.mixture.registry import strategy_names, strategy_of
     from drmix.mixture.transfer import parse_top_fraction
 
     if not config.transfers:
@@ -255,7 +256,10 @@ def validate_pipeline(config: PipelineConfig):
             parse_top_fraction(spec)
         elif spec not in ("reweight", "loss"):
             raise ConfigError(f"unknown transfer {t!r}.", fix="use top:0.7 (any fraction), reweight or loss.")
-    strat = dro_strategy_from_options(config.strategy, config.tdro)
+    spec, options = strategy_of(config)
+    if spec.family != "dro":
+        raise ConfigError(f"unknown DRO strategy {config.strategy!r}.",
+                          fix=f"use one of {list(strategy_names(family='dro'))}.")
     for stage, overrides in (("stage0", config.stage0), ("stage1", config.stage1), ("stage2", config.stage2)):
         try:
             if stage == "stage1":
@@ -281,7 +285,7 @@ def validate_pipeline(config: PipelineConfig):
             str(Path(d).resolve()) for d in config.select_on) & set(str(Path(d).resolve()) for d in config.test_data):
         raise ConfigError(f"select_on uses the {config.select_split} split of a test_data directory: the choice "
                           "would be made on the test set.", fix="select on a dev split (select_split: dev).")
-    return strat
+    return spec.needs_reference_with(options)
 
 
 def select_models(config: PipelineConfig, result: PipelineResult) -> str:

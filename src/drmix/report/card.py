@@ -25,114 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from drmix.io import atomic_write_text
+from drmix.papers import PAPERS, Paper
 
 log = logging.getLogger(__name__)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DEFAULT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
-#: paper key -> (one-line reference shown in the card, BibTeX)
-PAPERS: dict[str, tuple[str, str]] = {
-    "tdro": ("Ma et al., Task-level Distributionally Robust Optimization for Large Language Model-based Dense "
-             "Retrieval, AAAI 2025, arXiv:2408.10613", """@inproceedings{ma2025tdro,
-    title = {Task-level Distributionally Robust Optimization for Large Language Model-based Dense Retrieval},
-    author = {Ma, Guangyuan and Ma, Yongliang and Wu, Xing and Su, Zhenpeng and Zhou, Ming and Hu, Songlin},
-    booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
-    year = {2025},
-    eprint = {2408.10613},
-    archivePrefix = {arXiv}
-}"""),
-    "coco": ("Yu et al., COCO-DR: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and "
-             "Distributionally Robust Learning, EMNLP 2022, arXiv:2210.15212", """@inproceedings{yu2022cocodr,
-    title = {{COCO-DR}: Combating Distribution Shifts in Zero-Shot Dense Retrieval with Contrastive and Distributionally Robust Learning},
-    author = {Yu, Yue and Xiong, Chenyan and Sun, Si and Zhang, Chao and Overwijk, Arnold},
-    booktitle = {Proceedings of the 2022 Conference on Empirical Methods in Natural Language Processing},
-    year = {2022},
-    eprint = {2210.15212},
-    archivePrefix = {arXiv}
-}"""),
-    "infdds": ("Influence Guided Sampling for Domain Adaptation of Text Retrievers (Inf-DDS), under review",
-               """@misc{infdds,
-    title = {Influence Guided Sampling for Domain Adaptation of Text Retrievers},
-    note = {Inf-DDS; under double-blind review}
-}"""),
-    "drama": ("Ma et al., DRAMA: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers, "
-              "ACL 2025, arXiv:2502.18460", """@inproceedings{ma2025drama,
-    title = {{DRAMA}: Diverse Augmentation from Large Language Models to Smaller Dense Retrievers},
-    author = {Ma, Xueguang and Lin, Xi Victoria and Oguz, Barlas and Lin, Jimmy and Yih, Wen-tau and Chen, Xilun},
-    booktitle = {Proceedings of the 63rd Annual Meeting of the Association for Computational Linguistics},
-    year = {2025},
-    eprint = {2502.18460},
-    archivePrefix = {arXiv}
-}"""),
-    "doremi": ("Xie et al., DoReMi: Optimizing Data Mixtures Speeds Up Language Model Pretraining, NeurIPS 2023, "
-               "arXiv:2305.10429", """@inproceedings{xie2023doremi,
-    title = {{DoReMi}: Optimizing Data Mixtures Speeds Up Language Model Pretraining},
-    author = {Xie, Sang Michael and Pham, Hieu and Dong, Xuanyi and Du, Nan and Liu, Hanxiao and Lu, Yifeng and Liang, Percy and Le, Quoc V. and Ma, Tengyu and Yu, Adams Wei},
-    booktitle = {Advances in Neural Information Processing Systems},
-    year = {2023},
-    eprint = {2305.10429},
-    archivePrefix = {arXiv}
-}"""),
-    "groupdro": ("Sagawa et al., Distributionally Robust Neural Networks for Group Shifts, ICLR 2020, "
-                 "arXiv:1911.08731", """@inproceedings{sagawa2020groupdro,
-    title = {Distributionally Robust Neural Networks for Group Shifts: On the Importance of Regularization for Worst-Case Generalization},
-    author = {Sagawa, Shiori and Koh, Pang Wei and Hashimoto, Tatsunori B. and Liang, Percy},
-    booktitle = {International Conference on Learning Representations},
-    year = {2020},
-    eprint = {1911.08731},
-    archivePrefix = {arXiv}
-}"""),
-    "multidds": ("Wang et al., Balancing Training for Multilingual Neural Machine Translation (MultiDDS), ACL 2020, "
-                 "arXiv:2004.06748", """@inproceedings{wang2020multidds,
-    title = {Balancing Training for Multilingual Neural Machine Translation},
-    author = {Wang, Xinyi and Tsvetkov, Yulia and Neubig, Graham},
-    booktitle = {Proceedings of the 58th Annual Meeting of the Association for Computational Linguistics},
-    year = {2020},
-    eprint = {2004.06748},
-    archivePrefix = {arXiv}
-}"""),
-    "lora": ("Hu et al., LoRA: Low-Rank Adaptation of Large Language Models, ICLR 2022, arXiv:2106.09685",
-             """@inproceedings{hu2022lora,
-    title = {{LoRA}: Low-Rank Adaptation of Large Language Models},
-    author = {Hu, Edward J. and Shen, Yelong and Wallis, Phillip and Allen-Zhu, Zeyuan and Li, Yuanzhi and Wang, Shean and Wang, Lu and Chen, Weizhu},
-    booktitle = {International Conference on Learning Representations},
-    year = {2022},
-    eprint = {2106.09685},
-    archivePrefix = {arXiv}
-}"""),
-    "matryoshka": ("Kusupati et al., Matryoshka Representation Learning, NeurIPS 2022, arXiv:2205.13147",
-                   """@inproceedings{kusupati2022matryoshka,
-    title = {Matryoshka Representation Learning},
-    author = {Kusupati, Aditya and Bhatt, Gantavya and Rege, Aniket and Wallingford, Matthew and Sinha, Aditya and Ramanujan, Vivek and Howard-Snyder, William and Chen, Kaifeng and Kakade, Sham and Jain, Prateek and Farhadi, Ali},
-    booktitle = {Advances in Neural Information Processing Systems},
-    year = {2022},
-    eprint = {2205.13147},
-    archivePrefix = {arXiv}
-}"""),
-    "gradcache": ("Gao et al., Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup, "
-                  "RepL4NLP 2021, arXiv:2101.06983", """@inproceedings{gao2021gradcache,
-    title = {Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup},
-    author = {Gao, Luyu and Zhang, Yunyi and Han, Jiawei and Callan, Jamie},
-    booktitle = {Proceedings of the 6th Workshop on Representation Learning for NLP},
-    year = {2021},
-    eprint = {2101.06983},
-    archivePrefix = {arXiv}
-}"""),
-}
-
-#: strategy -> paper key; "how the weights were learned", in one sentence
-STRATEGY_PAPERS = {"tdro": "tdro", "doremi": "doremi", "groupdro": "groupdro", "infdds": "infdds",
-                   "multidds": "multidds", "idro": "coco"}
-STRATEGY_TEXT = {
-    "static": "fixed before training",
-    "tdro": "learned by task-level DRO (tDRO): exponentiated-gradient ascent on the proxy/reference loss ratio",
-    "doremi": "learned by DoReMi: excess loss of a proxy over a frozen reference model",
-    "groupdro": "learned by GroupDRO: exponentiated group losses",
-    "infdds": "learned by Inf-DDS: a sampling policy rewarded by look-ahead influence on dev sets",
-    "multidds": "learned by MultiDDS: gradient-similarity rewards against dev sets",
-    "idro": "iDRO reweights k-means query clusters inside each batch (the collection sampling stays fixed)",
-}
 MIXTURE_TEXT = {"uniform": "uniform over collections", "size": "proportional to collection size",
                 "temperature": "proportional to |D|^(1/tau)", "file": "read from a weights file"}
 
@@ -167,7 +66,7 @@ class CardInfo:
     command: str | None = None
     eval_results: dict[str, dict[str, float]] = field(default_factory=dict)
     eval_split: str | None = None
-    papers: list[str] = field(default_factory=list)
+    papers: list[Paper | str] = field(default_factory=list)  # a Paper, or a key of drmix.papers.PAPERS
     tags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     model_id: str | None = None  # the Hub repository the card is pushed to (its usage snippet loads it)
@@ -213,18 +112,20 @@ def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence
     defaults = type(config)().model_dump(mode="json") if _constructible(type(config)) else None
     final = _weights_by_name(weights, names)
     strategy = cfg.get("strategy", "static")
-    how = STRATEGY_TEXT.get(strategy, f"learned by the {strategy} strategy")
+    spec = _strategy_spec(strategy)
+    how = (spec.card_text if spec is not None else "") or f"learned by the {strategy} strategy"
     if strategy == "static":
         how = f"fixed before training: {MIXTURE_TEXT.get(cfg.get('mixture'), cfg.get('mixture'))}"
         source = _learned_source(cfg.get("weights_file"))
         if source:
             how = f"transferred ({cfg.get('transfer') or 'as sampling weights'}) from weights {source}"
-    papers = []
-    for key in (STRATEGY_PAPERS.get(strategy), _weights_file_paper(cfg.get("weights_file")),
-                "lora" if cfg.get("lora_r") else None, "matryoshka" if cfg.get("matryoshka_dims") else None,
-                "gradcache" if cfg.get("grad_cache_chunk") else None):
-        if key and key not in papers:
-            papers.append(key)
+    papers: list[Paper] = []
+    for paper in (spec.paper if spec is not None else None, _weights_file_paper(cfg.get("weights_file")),
+                  PAPERS["lora"] if cfg.get("lora_r") else None,
+                  PAPERS["matryoshka"] if cfg.get("matryoshka_dims") else None,
+                  PAPERS["gradcache"] if cfg.get("grad_cache_chunk") else None):
+        if paper is not None and paper not in papers:
+            papers.append(paper)
     loss_config = {"temperature": cfg.get("temperature"), "in_batch_negatives": cfg.get("in_batch_negatives"),
                    "cross_device_negatives": cfg.get("cross_device_negatives"),
                    "hard_negatives_per_query": cfg.get("num_negatives")}
@@ -280,9 +181,17 @@ def _learned_source(path: str | None) -> str | None:
     return f"learned by {strategy} (`{path}`)" if strategy else f"`{path}`"
 
 
-def _weights_file_paper(path: str | None) -> str | None:
+def _strategy_spec(name: Any) -> Any:
+    """The registered spec of strategy ``name``, or None (a strategy no longer registered)."""
+    from drmix.mixture.registry import STRATEGIES
+
+    return STRATEGIES.all().get(str(name).lower())
+
+
+def _weights_file_paper(path: str | None) -> Paper | None:
     obj = _read_weights_file(path)
-    return STRATEGY_PAPERS.get(str(obj.get("strategy"))) if obj else None
+    spec = _strategy_spec(obj.get("strategy")) if obj else None
+    return spec.paper if spec is not None else None
 
 
 class _ReportedEvaluation:
@@ -383,9 +292,9 @@ def card_data(model: Any, info: CardInfo) -> Any:
             {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         for name, metrics in info.eval_results.items()}
     citations = {"Sentence Transformers": _ST_CITATION}
-    for key in info.papers:
-        ref, bib = PAPERS[key]
-        citations[ref.split(",")[0] + ": " + ref.split(", ", 1)[1].split(",")[0]] = bib
+    for paper in info.papers:
+        paper = paper if isinstance(paper, Paper) else PAPERS[paper]
+        citations[paper.citation_name] = paper.bibtex
     data.citations = citations
     return data
 
@@ -433,9 +342,3 @@ def write_model_card(model: Any, model_dir: str | Path, info: CardInfo) -> Path:
     atomic_write_text(path, render_model_card(model, info))
     return path
 
-
-def read_front_matter(readme: str | Path) -> dict[str, Any]:
-    """The YAML front matter of a card (through huggingface_hub's parser)."""
-    from huggingface_hub import ModelCard
-
-    return ModelCard.load(Path(readme)).data.to_dict()

@@ -49,18 +49,37 @@ def warn_small_collections(names: list[str], sizes: list[int], batch_size: int, 
     return small
 
 
-def check_strategy_batching(strategy, names: list[str], batching: str) -> None:
-    """Refuse a strategy that learns from several collections per batch under one-collection batches.
+def check_strategy(config: Any, strategy: Any, names: list[str]) -> None:
+    """Refuse a run that lacks what the strategy's registered spec says it needs, before training starts.
 
-    tDRO, DoReMi and GroupDRO compare the collections *within* a batch; with ``--batching homogeneous`` every
-    batch holds one collection, so their weights could never learn anything (they would stay uniform, or
-    drift with the sampling order) -- refused before training rather than run silently.
+    The spec's flags (:class:`~drmix.mixture.registry.StrategySpec`) are the one record:
+
+    * ``requires_mixed_batches`` -- tDRO, DoReMi and GroupDRO compare the collections *within* a batch; with
+      ``--batching homogeneous`` every batch holds one collection, so their weights could never learn
+      anything (they would stay uniform, or drift with the sampling order);
+    * ``needs_reference`` (or its ``reference_needed(options)``) -- a frozen reference model's losses;
+    * ``needs_dev`` -- dev sets (``--dev``).
+
+    ``strategy`` is the built strategy (its ``name`` finds the spec; an unregistered one is not checked).
     """
-    if batching != "homogeneous" or len(names) < 2 or not getattr(strategy, "needs_mixed_batches", False):
-        return
-    name = getattr(strategy, "name", "this strategy")
-    raise ConfigError(f"--strategy {name} compares the collections within each batch, but --batching homogeneous "
-                      "puts one collection in every batch: the learned weights could never move.",
-                      fix="add --batching mixed (as tDRO's stage 1 does; `drmix mixture optimize` sets it), "
-                          "or train with --strategy static.")
+    from drmix.mixture.registry import STRATEGIES, parse_options
 
+    name = str(getattr(strategy, "name", None) or config.strategy).lower()
+    spec = STRATEGIES.all().get(name)
+    if spec is None:
+        return
+    if spec.requires_mixed_batches and config.batching == "homogeneous" and len(names) >= 2:
+        raise ConfigError(f"--strategy {name} compares the collections within each batch, but --batching homogeneous "
+                          "puts one collection in every batch: the learned weights could never move.",
+                          fix="add --batching mixed (as tDRO's stage 1 does; `drmix mixture optimize` sets it), "
+                              "or train with --strategy static.")
+    options = getattr(strategy, "config", None)
+    if options is None or (spec.options is not None and not isinstance(options, spec.options)):
+        options = parse_options(spec, getattr(config, spec.field, None))
+    if spec.needs_reference_with(options) and not config.reference_model:
+        raise ConfigError(f"--strategy {name} needs a frozen reference model.",
+                          fix="set reference_model (a model trained with uniform weights), or run "
+                              "`drmix pipeline tdro` which trains one (stage 0).")
+    if spec.needs_dev and not config.dev:
+        raise ConfigError(f"strategy '{name}' needs at least one dev set.",
+                          fix="pass --dev DIR (a BEIR directory with a dev split), or set `dev:` in the config.")

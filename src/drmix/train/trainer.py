@@ -52,7 +52,7 @@ from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
 from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
-from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy_batching, warn_small_collections
+from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy, warn_small_collections
 from drmix.train.reference import ReferenceScorer
 from drmix.train.reporting import CollectionLosses, RunReporting
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
@@ -143,7 +143,7 @@ class Trainer:
 
             strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
-        check_strategy_batching(strategy, self.names, config.batching)
+        check_strategy(config, strategy, self.names)
         self.strategy.setup(self.names, self.sizes)
 
         self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)

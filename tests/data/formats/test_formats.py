@@ -223,3 +223,28 @@ def test_registry_lists_every_layout_and_the_docs_print_its_table():
     assert table.count("\n") == len(LAYOUTS) + 1
     docs = (Path(__file__).resolve().parents[3] / "docs" / "data.md").read_text(encoding="utf-8")
     assert "python -m drmix.data.formats" in docs and table in docs
+    from drmix.data.formats.sources import sources_table
+
+    assert sources_table() in docs
+
+
+def _issue29_rule(text):
+    """drmix.io.clean_text's contract (issue #29): (text with lone surrogates as U+FFFD, how many)."""
+    import re
+
+    return re.subn("[\ud800-\udfff]", "\ufffd", text)
+
+
+def test_lone_surrogates_pass_the_one_cleaning_place_and_are_counted_once(tmp_path, caplog, monkeypatch):
+    import drmix.data.formats as formats
+
+    monkeypatch.setattr(formats, "_CLEAN", getattr(__import__("drmix.io").io, "clean_text", None) or _issue29_rule)
+    f = tmp_path / "s.jsonl"
+    f.write_text('{"query": "caf\\ud800", "pos": ["a\\udfff b"], "neg": ["ok", "\\ud800\\ud800"], '
+                 '"prompt": "P\\ud800:"}\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="drmix"):
+        [c] = load_collections([str(f)])
+    assert rows_of(c) == [{"query": "P\ufffd: caf\ufffd", "positives": ["a\ufffd b"],
+                           "negatives": ["ok", "\ufffd\ufffd"]}]
+    warned = [r.getMessage() for r in caplog.records if "surrogate" in r.getMessage()]
+    assert len(warned) == 1 and str(f) in warned[0] and "5 lone surrogate" in warned[0]

@@ -22,11 +22,22 @@ from drmix.retrieval.multi.registry import (
 
 
 @pytest.fixture
-def scratch_registry(monkeypatch):
-    """A copy of the registry that a test may add to."""
-    registry.load_policies()
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    return registry._REGISTRY
+def scratch_registry():
+    """The registry, which a test may add to; what it added is removed afterwards."""
+    before = set(registry.POLICIES.all())
+    yield registry.POLICIES
+    for name in set(registry.POLICIES.all()) - before:
+        registry.POLICIES.unregister(name)
+
+
+def test_the_builtin_policies_are_an_explicit_list():
+    """Every built-in policy's module is named in BUILTIN, and every module of the package is in it."""
+    import pkgutil
+
+    from drmix.retrieval.multi import policies
+
+    assert {i.cls.__module__ for i in registry.registered_policies()} == set(registry.BUILTIN)
+    assert {f"{policies.__name__}.{m.name}" for m in pkgutil.iter_modules(policies.__path__)} == set(registry.BUILTIN)
 
 
 def test_a_new_policy_is_one_registration(scratch_registry):

@@ -53,28 +53,31 @@ ST_LABEL_COLUMNS = ("label", "labels", "score", "scores")
 MISSING = object()
 
 
-def clean_text(text: str) -> str:
-    """The one place where training text enters drmix: every query, positive and negative passes here.
-
-    Lone surrogates (``"\\ud800"`` from JSON) are replaced by U+FFFD here when ``drmix.io`` offers the
-    project's cleaning function (issue #29); until then text is kept as read.
-    """
-    return _CLEAN(text)
-
-
-def _find_cleaner() -> Callable[[str], str]:
+def _find_cleaner() -> Callable[[str], Any] | None:
+    """The project's rule for lone surrogates (``drmix.io.clean_text``: ``"\\ud800"`` -> U+FFFD, issue #29),
+    when this drmix has it."""
     try:
         from drmix import io as _io
     except ImportError:  # pragma: no cover
-        return lambda s: s
-    for name in ("clean_surrogates", "replace_surrogates", "clean_text"):
-        fn = getattr(_io, name, None)
-        if callable(fn):
-            return lambda s, fn=fn: fn(s) if isinstance(s, str) else s
-    return lambda s: s
+        return None
+    fn = getattr(_io, "clean_text", None)
+    return fn if callable(fn) else None
 
 
 _CLEAN = _find_cleaner()
+
+
+def clean_text(text: str) -> tuple[str, int]:
+    """The one place where training text enters drmix: every query, positive and negative passes here.
+
+    Returns the text with lone surrogates replaced by U+FFFD (``drmix.io.clean_text``) and how many were.
+    """
+    if _CLEAN is None or text.isascii():
+        return text, 0
+    out = _CLEAN(text)
+    if isinstance(out, tuple):
+        return out[0], int(out[1])
+    return out, int(out != text)
 
 
 @dataclass(frozen=True)
@@ -347,6 +350,20 @@ class Converter:
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self.rows = 0  # rows converted (0 after a conversion served from the cache)
+        self.surrogates = 0  # lone surrogates replaced by U+FFFD
+
+    def clean(self, text: str) -> str:
+        text, n = clean_text(text)
+        self.surrogates += n
+        return text
+
+    def finish(self) -> None:
+        """After the last row: the one warning of replaced surrogates (kept with the other warnings)."""
+        if self.surrogates:
+            msg = (f"{self.source}: {self.surrogates} lone surrogate(s) (such as \"\\ud800\", not Unicode text) "
+                   "replaced by U+FFFD.")
+            self.warnings.append(msg)
+            log.warning("%s", msg)
 
     def warn_string_column(self, column: str, role: str) -> None:
         if column in self._warned:
@@ -369,7 +386,7 @@ class Converter:
                                    "store real lists (JSONL, JSON, parquet or a saved dataset), or one text per "
                                    "column (negative_1, negative_2, ...) in CSV.")
                 self.warn_string_column(column, role)
-            return [clean_text(value) if value.strip() else None]
+            return [self.clean(value) if value.strip() else None]
         if isinstance(value, Mapping) and isinstance(value.get("text"), (list, tuple)):
             # a legacy datasets Sequence of passages comes as columns: {"title": [...], "text": [...]}
             texts, titles = list(value["text"]), value.get("title")
@@ -382,17 +399,17 @@ class Converter:
             if column in lists:
                 self.warn_string_column(column, role)
             t = _passage(value, column)
-            return [clean_text(t) if t else None]
+            return [self.clean(t) if t else None]
         if isinstance(value, (list, tuple)):
             out: list[str | None] = []
             for v in value:
                 if v is None:
                     out.append(None)
                 elif isinstance(v, str):
-                    out.append(clean_text(v) if v.strip() else None)
+                    out.append(self.clean(v) if v.strip() else None)
                 elif isinstance(v, Mapping) and "text" in v:
                     t = _passage(v, column)
-                    out.append(clean_text(t) if t else None)
+                    out.append(self.clean(t) if t else None)
                 else:
                     raise RowError(f'"{column}" must be a string or a list of strings, got a list holding '
                                    f'{type(v).__name__}.', f'write "{column}": "text" or "{column}": ["text", ...].')
@@ -424,13 +441,13 @@ class Converter:
         if not isinstance(query, str):
             raise RowError(f'"{p.query}" must be a string, got {type(query).__name__}.',
                            f'write the query as text: "{p.query}": "...".')
-        query = clean_text(query)
+        query = self.clean(query)
         if p.prompt:
             prompt = obj.get(p.prompt)
             if prompt is not None and not isinstance(prompt, str):
                 raise RowError(f'"{p.prompt}" must be a string, got {type(prompt).__name__}.',
                                f'write "{p.prompt}" as text.')
-            query = apply_instruction(prompt, query)
+            query = apply_instruction(self.clean(prompt) if prompt else prompt, query)
         positives: list[str | None] = []
         present = False
         for c in p.positives:

@@ -88,9 +88,9 @@ from drmix.mixture.influence.metrics import (batch_ndcg, dev_loss_metric, dev_nd
                                              gradcos_rewards)
 from drmix.mixture.influence.reptile import DeltaBuffer, reptile_update
 from drmix.mixture.influence.scorer import Scorer, initial_scores, reinforce_gradient, scale_rewards, softmax
-from drmix.mixture.influence.strategy import InfluenceStrategy, MultiDDSStrategy, build_influence_strategy
+from drmix.mixture.influence.strategy import InfluenceStrategy, MultiDDSStrategy
 
 __all__ = ["DeltaBuffer", "InfDDSConfig", "InfluenceStrategy", "MultiDDSStrategy", "Scorer", "batch_ndcg",
-           "build_influence_strategy", "dev_loss_metric", "dev_ndcg_metric", "flat_grad", "gradcos_rewards",
+           "dev_loss_metric", "dev_ndcg_metric", "flat_grad", "gradcos_rewards",
            "initial_scores", "lookahead_step", "reinforce_gradient", "reptile_update", "scale_rewards", "softmax",
            "trainable_parameters"]

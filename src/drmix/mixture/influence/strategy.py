@@ -20,7 +20,8 @@ from drmix.mixture.influence.metrics import (dev_loss_metric, dev_ndcg_metric, f
                                              probe_gradcos_rewards)
 from drmix.mixture.influence.reptile import DeltaBuffer, reptile_update
 from drmix.mixture.influence.scorer import Scorer, initial_scores, scale_rewards, softmax
-from drmix.mixture.registry import StrategySpec, parse_options, register_strategy
+from drmix.mixture.registry import StrategySpec, register_strategy
+from drmix.papers import INFDDS, MULTIDDS
 
 log = logging.getLogger(__name__)
 
@@ -276,27 +277,21 @@ class MultiDDSStrategy(InfluenceStrategy):
         super().__init__(resolved(config or InfDDSConfig(), "multidds"), seed)
 
 
-def build_influence_strategy(strategy: str, options: dict[str, Any] | InfDDSConfig | None, seed: int,
-                             batch_size: int | None = None) -> InfluenceStrategy:
-    """``strategy`` is "infdds" or "multidds"; ``options`` is ``TrainConfig.infdds``.
-
-    ``batch_size`` (the training batch size) fills ``train_batch_size`` / ``dev_batch_size`` left unset.
-    """
-    if strategy not in _SPECS:
-        raise ConfigError(f"unknown influence strategy '{strategy}'.", fix="use infdds or multidds.")
-    config = parse_options(_SPECS[strategy], options)
-    if batch_size is not None:
-        config = config.model_copy(update={"train_batch_size": config.train_batch_size or batch_size,
-                                           "dev_batch_size": config.dev_batch_size or batch_size})
-    return MultiDDSStrategy(config, seed) if strategy == "multidds" else InfluenceStrategy(config, seed)
-
-
 def _build(config, options: InfDDSConfig | None, names: list[str], weights: list) -> InfluenceStrategy:
-    return build_influence_strategy(config.strategy.lower(), options, config.seed, batch_size=config.batch_size)
+    """``config.strategy`` is "infdds" or "multidds"; the training batch size fills ``train_batch_size`` /
+    ``dev_batch_size`` left unset."""
+    options = options or InfDDSConfig()
+    options = options.model_copy(update={"train_batch_size": options.train_batch_size or config.batch_size,
+                                         "dev_batch_size": options.dev_batch_size or config.batch_size})
+    cls = MultiDDSStrategy if config.strategy.lower() == "multidds" else InfluenceStrategy
+    return cls(options, config.seed)
 
 
-_SPECS = {name: register_strategy(StrategySpec(
-    name=name, build=_build, options=InfDDSConfig, options_field="infdds", family="influence", help=text,
-    learns_weights=True, needs_dev=True, docs="docs/influence.md"))
-    for name, text in (("infdds", "Inf-DDS: sample collections by their look-ahead influence on dev sets (--infdds)."),
-                       ("multidds", "MultiDDS: sample collections by train/dev gradient similarity (--infdds)."))}
+for _name, _paper, _text, _card in (
+        ("infdds", INFDDS, "Inf-DDS: sample collections by their look-ahead influence on dev sets (--infdds).",
+         "learned by Inf-DDS: a sampling policy rewarded by look-ahead influence on dev sets"),
+        ("multidds", MULTIDDS, "MultiDDS: sample collections by train/dev gradient similarity (--infdds).",
+         "learned by MultiDDS: gradient-similarity rewards against dev sets")):
+    register_strategy(StrategySpec(
+        name=_name, build=_build, options=InfDDSConfig, options_field="infdds", family="influence", help=_text,
+        paper=_paper, card_text=_card, learns_weights=True, needs_dev=True, docs="docs/influence.md"))

@@ -20,15 +20,15 @@ registration holds everything the rest of drmix needs to know about the policy:
   ``n`` corpora on a grid (one fraction per corpus); ``sweep``: the specs it adds to the default sweep,
   placed by ``sweep_order``.
 
-Every module of the policies package is imported on first use, so adding a policy is one new file
-(plus its docs and tests). The registry is modelled on peft's ``register_peft_method``.
+The built-in policy modules are listed in :data:`BUILTIN` and imported on first use, so adding a policy is
+one new file and one line there (plus its docs and tests); a policy of another package registers through the
+``drmix.policies`` entry-point group. The registry is a :class:`drmix.registry.Registry` (the one idiom of
+strategies, policies, augmentation steps and command areas, modelled on peft's ``register_peft_method``).
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-import pkgutil
 import re
 import types
 import typing
@@ -37,7 +37,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from drmix.errors import ConfigError
+from drmix.registry import Registry
 from drmix.retrieval.multi.base import AllocationPolicy
+
+#: the modules that register the built-in policies (help order is each policy's ``order``, not this list's)
+BUILTIN = tuple(f"drmix.retrieval.multi.policies.{m}" for m in (
+    "calibrated", "confidence", "coverage", "crcs", "equal", "fixed", "naive", "oracle", "redde", "zscore"))
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,11 @@ class PolicyInfo:
             if dataclasses.is_dataclass(self.cls) else {}
 
 
-_REGISTRY: dict[str, PolicyInfo] = {}
+#: every allocation policy, by name, in help order (``order``, then name)
+POLICIES: Registry[PolicyInfo] = Registry("allocation policy", BUILTIN, entry_points="drmix.policies",
+                                          order=lambda i: (i.order, i.name))
+#: names that no longer exist -> (message, fix) raised when a policy string names one (``rrf``)
 _REMOVED: dict[str, tuple[str, str]] = {}
-_LOADED = False
 
 
 def register_policy(name: str, *, usage: str, help: str, **flags: Any) -> Callable[[type], type]:
@@ -88,15 +95,17 @@ def register_policy(name: str, *, usage: str, help: str, **flags: Any) -> Callab
     def deco(cls: type) -> type:
         if not (isinstance(cls, type) and issubclass(cls, AllocationPolicy)):
             raise TypeError(f"{cls!r} is not an AllocationPolicy")
-        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
-            raise ValueError(f"allocation policy {name!r} is registered twice")
         info = PolicyInfo(name=name, cls=cls, usage=usage, help=help, **flags)
+        old = POLICIES.registered(name)
+        if old is not None and old.cls is not cls:
+            raise ValueError(f"allocation policy {name!r} is registered twice")
         unknown = (set(info.positional) | {f for _, f in info.aliases} | set(info.required)) - set(info.params)
         if unknown:
             raise ValueError(f"policy {name!r} names unknown parameters {sorted(unknown)}")
         cls.name = name
         cls.needs_relevance = info.needs_labels
-        _REGISTRY[name] = info
+        POLICIES.unregister(name)  # the same class registered again (a module reloaded) replaces its entry
+        POLICIES.register(info)
         return cls
 
     return deco
@@ -108,31 +117,21 @@ def register_removed(name: str, message: str, fix: str) -> None:
 
 
 def load_policies() -> None:
-    """Import every module of :mod:`drmix.retrieval.multi.policies` (each registers its policy)."""
-    global _LOADED
-    if _LOADED:
-        return
-    from drmix.retrieval.multi import policies
-
-    for mod in sorted(pkgutil.iter_modules(policies.__path__), key=lambda m: m.name):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{policies.__name__}.{mod.name}")
-    _LOADED = True
+    """Import the built-in policy modules (:data:`BUILTIN`) and the plug-ins (each registers its policy)."""
+    POLICIES.load()
 
 
 def registered_policies() -> list[PolicyInfo]:
     """Every registered policy, in help order."""
-    load_policies()
-    return sorted(_REGISTRY.values(), key=lambda i: (i.order, i.name))
+    return list(POLICIES)
 
 
 def policy_info(name: str | AllocationPolicy) -> PolicyInfo:
     """The registration of a policy name (or of a policy object's name)."""
-    load_policies()
     key = name.name if isinstance(name, AllocationPolicy) else str(name).strip().lower()
-    if key not in _REGISTRY:
+    if key not in POLICIES:
         raise ConfigError(f"unknown allocation policy {key!r}.", fix=policy_help())
-    return _REGISTRY[key]
+    return POLICIES.get(key)
 
 
 def policy_help() -> str:
@@ -248,16 +247,15 @@ def parse_policy(spec: str | AllocationPolicy) -> AllocationPolicy:
     """Build a policy from ``name[:args]``, e.g. ``naive``, ``fixed:0.5``, ``confidence:0.9,temperature=0.1``."""
     if isinstance(spec, AllocationPolicy):
         return spec
-    load_policies()
     text = spec.strip()
     name, _, rest = text.partition(":")
     name = name.strip().lower()
     if name in _REMOVED:
         message, fix = _REMOVED[name]
         raise ConfigError(message, fix=fix)
-    if name not in _REGISTRY:
+    if name not in POLICIES:
         raise ConfigError(f"unknown allocation policy {text!r}.", fix=policy_help())
-    info = _REGISTRY[name]
+    info = POLICIES.get(name)
     pos, kw = _split_args(rest)
     return info.build(parse_args(info, pos, kw, text))
 
@@ -289,18 +287,18 @@ def expand_policy_specs(specs: Iterable[str], n_corpora: int | None = None) -> l
     """Expand ranges of policies with a sweep range: ``fixed:0.0..1.0`` -> ``fixed:0``, ``fixed:0.1``, ...
     ``fixed:1`` (step 0.1, or ``/0.25``); ``fixed:simplex[/step]`` -> every split over ``n_corpora`` corpora
     (step 0.1 by default: 66 specs for three corpora); other specs are kept (stripped)."""
-    load_policies()
+    policies = POLICIES.all()
     out: list[str] = []
     for spec in specs:
         s = _SIMPLEX.fullmatch(spec)
-        if s and s.group(1) in _REGISTRY and _REGISTRY[s.group(1)].sweep_simplex:
+        if s and s.group(1) in policies and policies[s.group(1)].sweep_simplex:
             if not n_corpora:
                 raise ConfigError(f"{spec!r} needs the number of corpora.", fix="use it in drmix multicorpus sweep.")
             out.extend(f"{s.group(1)}:" + ",".join(f"{f:g}" for f in g)
                        for g in simplex_grid(n_corpora, float(s.group(2) or 0.1)))
             continue
         m = _RANGE.fullmatch(spec)
-        info = _REGISTRY.get(m.group(1)) if m else None
+        info = policies.get(m.group(1)) if m else None
         if not m or info is None or not info.sweep_range:
             out.append(spec.strip())
             continue
