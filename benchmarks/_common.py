@@ -38,3 +38,108 @@ def scifact_passages(data: Path, n: int) -> list[str]:
             if len(texts) == n:
                 break
     return texts
+
+
+# ------------------------------------------------------------------------------------ reuse of earlier results
+#: configuration fields that only change how fast a run goes (never what it computes): a run made on a machine
+#: with more cores is reused on one with fewer
+SPEED_ONLY = frozenset({"tokenize_num_proc", "num_proc", "input_workers", "input_prefetch"})
+
+
+def _identity(value: Any) -> Any:
+    """What a path in a configuration stands for: a file by its content (BLAKE2b digest), a benchmark's starting
+    model (a folder with a ``done`` marker, e.g. the truncated MiniLM of ``_models.py``) by that marker, another
+    folder by its real path, so runs of processes with their own ``--work`` (their own copies of the same
+    collections, links to one shared ``loo-<target>``) compare equal."""
+    if not isinstance(value, str) or not value.startswith(os.sep):
+        return value
+    p = Path(value)
+    if p.is_file():
+        return "file:" + _digest(str(p), p.stat().st_size, p.stat().st_mtime_ns)
+    if (p / "done").is_file():
+        return "model:" + (p / "done").read_text(encoding="utf-8").strip()
+    if p.is_dir():          # a shared folder reached through a worker's link to it
+        return os.path.realpath(p)
+    return value
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _digest(path: str, size: int, mtime: int) -> str:
+    if (path, size, mtime) not in _DIGESTS:
+        from drmix.io import file_digest
+
+        _DIGESTS[(path, size, mtime)] = file_digest(path)
+    return _DIGESTS[(path, size, mtime)]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items() if k not in SPEED_ONLY}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return _identity(value)
+
+
+def settings_changes(out: Path, config: Any, record: str = "config.yaml") -> dict[str, dict[str, Any]]:
+    """The fields in which the run recorded in ``out/record`` differs from ``config`` (empty: the same settings),
+    by the recipes' reuse rules (:class:`drmix.recipes.stages.Stage`, the trainer's resume rules) with paths
+    compared by what they hold (:func:`_identity`) and speed-only fields (:data:`SPEED_ONLY`) left out."""
+    from drmix.recipes.stages import Stage
+    from drmix.train.resume_check import training_changes
+
+    stage = Stage(Path(out).name, config, Path(out), record=Path(out) / record)
+    before = stage.recorded()
+    if before is None:
+        return {}
+    return training_changes(_canonical(before), _canonical(stage.settings()))
+
+
+def reusable(out: Path, config: Any, *, record: str = "config.yaml", finished=None) -> bool:
+    """True when ``out`` holds a finished run made with ``config``'s settings; False when it holds no finished
+    run (train it). A finished run made with other settings stops the benchmark (``SystemExit`` naming the
+    fields and the fix): a cached model is reused only when it was made with the settings asked for."""
+    from drmix.outputs import run_finished
+
+    if not (finished or run_finished)(Path(out)):
+        return False
+    changes = settings_changes(out, config, record)
+    if changes:
+        listed = ", ".join(f"{k} {v['before']!r} -> {v['after']!r}" for k, v in changes.items())
+        raise SystemExit(f"{out} was made with other settings ({listed}); it is not reused. Give another --work "
+                         f"(or remove {out} to train it again).")
+    return True
+
+
+def keyed_read(path: Path, key: dict[str, Any]) -> Any | None:
+    """The value cached in ``path`` when it was stored under ``key`` (see :func:`keyed_write`), else None."""
+    import json
+
+    try:
+        stored = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict) or stored.get("key") != json.loads(json.dumps(key)):
+        return None
+    return stored.get("value")
+
+
+def keyed_write(path: Path, key: dict[str, Any], value: Any) -> None:
+    """Cache ``value`` in ``path`` (atomically) under ``key``: every setting it was computed with."""
+    from drmix.io import atomic_write_json
+
+    atomic_write_json(path, {"key": key, "value": value}, indent=None)
+
+
+def dataset_key(dataset: Any) -> dict[str, Any]:
+    """What an evaluation set is: its folder, split, and a digest of the query and document ids it kept (so
+    every cap, seed and subsampling rule is in it)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=12)
+    for part in (sorted(dataset.queries), sorted(dataset.corpus),
+                 sorted((q, d, s) for q, r in dataset.qrels.items() for d, s in r.items())):
+        h.update(repr(part).encode("utf-8"))
+    return {"data": Path(getattr(dataset, "root", "")).name, "split": getattr(dataset, "split", None),
+            "queries": len(dataset.queries), "documents": len(dataset.corpus), "ids": h.hexdigest()}

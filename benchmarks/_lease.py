@@ -56,7 +56,8 @@ def estimate_line(est: Estimate, what: str = "") -> str:
     """One line: the estimate at the assumed speed and at the last measured one, and whether it fits."""
     s, slow = est.seconds(), est.seconds(LAST_MEASURED_SAMPLES_PER_S)
     fits = "fits one 10-minute command" if s <= COMMAND_LIMIT_S else "DOES NOT fit one 10-minute command: split it"
+    fixed = f", {est.fixed_s:,.0f} s the benchmark adds itself" if est.fixed_s else ""
     return (f"estimated device time{(' of ' + what) if what else ''}: {s / 60:.1f} min on one H100 ({fits}; "
             f"{est.runs} models, {est.samples:,.0f} training examples at {TRAIN_SAMPLES_PER_S:,.0f}/s assumed with "
-            f"pre-tokenised inputs, {est.passages:,.0f} passages encoded; {slow / 60:.1f} min at the last measured "
-            f"{LAST_MEASURED_SAMPLES_PER_S:,.0f} samples/s)")
+            f"pre-tokenised inputs, {est.passages:,.0f} passages encoded{fixed}; {slow / 60:.1f} min at the last "
+            f"measured {LAST_MEASURED_SAMPLES_PER_S:,.0f} samples/s)")

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 log = logging.getLogger("bench_coco")
+from _common import reusable  # noqa: E402
 from _lease import estimate_line  # noqa: E402
 TARGETS = ("scifact", "nfcorpus")
 SOURCES = ("altlex", "msrp", "sick", "xquad", "walmart_amazon", "amazon_google")
@@ -99,7 +100,6 @@ def scores_of(model, test: list[str], p: dict, cache_dir: Path) -> dict:
 
 def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     from drmix.config import TrainConfig
-    from drmix.outputs import run_finished
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
     from drmix.train.trainer import train
 
@@ -109,9 +109,10 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     model = getattr(args, "model", None)
     t0 = time.perf_counter()
     coco_dir = out / "coco"
-    if not run_finished(coco_dir):
-        pretrain_coco(CocoConfig(corpus=corpora, output_dir=str(coco_dir), seed=seed, show_progress=False, model=model,
-                                 resume=True, save_every=10_000, log_every=5, **p["coco"]))
+    coco_cfg = CocoConfig(corpus=corpora, output_dir=str(coco_dir), seed=seed, show_progress=False, model=model,
+                          resume=True, save_every=10_000, log_every=5, **p["coco"])
+    if not reusable(coco_dir, coco_cfg, record="coco.yaml"):      # made with other settings: stops the run
+        pretrain_coco(coco_cfg)
     times["coco"] = time.perf_counter() - t0
     data = [str(collections / f"{s}.jsonl") for s in SOURCES]
     runs = {"base-uniform": (model, "static"), "coco-uniform": (str(coco_dir / "model"), "static"),
@@ -122,28 +123,31 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     for label, (start, strategy) in runs.items():
         t0 = time.perf_counter()
         d = out / label
-        if not run_finished(d):
-            train(TrainConfig(model=start, data=data, output_dir=str(d), seed=seed, strategy=strategy,
-                              idro=p["idro"] if strategy == "idro" else {}, show_progress=False, resume=True,
-                              save_every=10_000, log_every=5, **{"num_negatives": 1, **p["finetune"]}))
+        cfg = TrainConfig(model=start, data=data, output_dir=str(d), seed=seed, strategy=strategy,
+                          idro=p["idro"] if strategy == "idro" else {}, show_progress=False, resume=True,
+                          save_every=10_000, log_every=5, **{"num_negatives": 1, **p["finetune"]})
+        if not reusable(d, cfg):
+            train(cfg)
         times[label] = time.perf_counter() - t0
         models[label] = d / "model"
     if p.get("control"):
         source = source_corpus(collections, out.parent)
         t0 = time.perf_counter()
         ctrl_dir = out / "coco-source"
-        if not run_finished(ctrl_dir):
-            pretrain_coco(CocoConfig(corpus=[str(source)], output_dir=str(ctrl_dir), seed=seed, show_progress=False,
-                                     model=model, resume=True, save_every=10_000, log_every=5,
-                                     **{**p["coco"], "max_documents": p["coco"]["max_documents"] * len(TARGETS)}))
+        ctrl_cfg = CocoConfig(corpus=[str(source)], output_dir=str(ctrl_dir), seed=seed, show_progress=False,
+                              model=model, resume=True, save_every=10_000, log_every=5,
+                              **{**p["coco"], "max_documents": p["coco"]["max_documents"] * len(TARGETS)})
+        if not reusable(ctrl_dir, ctrl_cfg, record="coco.yaml"):
+            pretrain_coco(ctrl_cfg)
         times["coco-source"] = time.perf_counter() - t0
         models["coco-source"] = ctrl_dir / "model"
         t0 = time.perf_counter()
         d = out / "coco-source-uniform"
-        if not run_finished(d):
-            train(TrainConfig(model=str(ctrl_dir / "model"), data=data, output_dir=str(d), seed=seed,
-                              strategy="static", show_progress=False, resume=True, save_every=10_000, log_every=5,
-                              **{"num_negatives": 1, **p["finetune"]}))
+        cfg = TrainConfig(model=str(ctrl_dir / "model"), data=data, output_dir=str(d), seed=seed, strategy="static",
+                          show_progress=False, resume=True, save_every=10_000, log_every=5,
+                          **{"num_negatives": 1, **p["finetune"]})
+        if not reusable(d, cfg):
+            train(cfg)
         times["coco-source-uniform"] = time.perf_counter() - t0
         models["coco-source-uniform"] = d / "model"
     log.info("seed %d training seconds: %s", seed, {k: round(v) for k, v in times.items()})
@@ -260,10 +264,36 @@ def shift_tables(args, p, collections, test, coco_model, model=None) -> dict:
     return {"report": rep, "au": au}
 
 
-def report(args, p, seeds, scores, zero, shift, t_start) -> None:
-    from drmix.recipes.coco import paired_test
+#: the models of the table, in its order, with what each is
+MODEL_NAMES = {"base-uniform": "base-uniform (fine-tuning only)",
+               "coco-source-uniform": "coco-source-uniform (COCO on XQuAD paragraphs → fine-tuning)",
+               "coco-uniform": "coco-uniform (COCO on the targets → fine-tuning)",
+               "coco-idro": "coco-idro (COCO on the targets → iDRO fine-tuning)"}
+COMPARISONS = (("COCO on the targets vs no COCO", "base-uniform", "coco-uniform"),
+               ("iDRO vs uniform (both after COCO)", "coco-uniform", "coco-idro"),
+               ("COCO + iDRO vs no COCO, uniform", "base-uniform", "coco-idro"),
+               ("COCO on a source corpus vs no COCO", "base-uniform", "coco-source-uniform"),
+               ("COCO on the targets vs COCO on a source corpus", "coco-source-uniform", "coco-uniform"))
+DATASET_NAMES = {"scifact": "SciFact", "nfcorpus": "NFCorpus"}
 
-    rep, au = shift["report"], shift["au"]
+
+def _signed(x: float) -> str:
+    return f"{x:+.4f}".replace("-", "−")
+
+
+def _p2(p: float) -> str:
+    return f"{p:#.2g}"
+
+
+def result_tables(scores: dict[str, list[dict]], zero: dict, seeds: list[int],
+                  start_label: str = "MiniLM, not fine-tuned") -> tuple[str, dict, dict]:
+    """The two tables of docs/benchmarks.md from per-query nDCG@10 (``scores[label][i][dataset][query]`` for the
+    i-th of ``seeds``; ``zero``: the starting model's): per model the mean over seeds per dataset and on average,
+    each seed's average and the 95% t-interval over seeds; per comparison the difference with its 95% interval
+    and paired t-test over queries (each query's score averaged over the seeds first; bold: p < 0.05), each
+    seed's difference, and the paired t-test over the seeds' averages. Returns (markdown, summary, tests)."""
+    from drmix.evaluation.significance import t_test
+    from drmix.recipes.coco import paired_test
 
     def avg(run: dict) -> float:
         return float(np.mean([np.mean(list(s.values())) for s in run.values()]))
@@ -274,33 +304,53 @@ def report(args, p, seeds, scores, zero, shift, t_start) -> None:
     def seed_mean(runs: list[dict]) -> dict:
         return {d: {q: float(np.mean([r[d][q] for r in runs])) for q in runs[0][d]} for d in runs[0]}
 
-    lines = [f"Preset `{args.preset}`, seeds {seeds}; nDCG@10 on "
-             f"{p['test']['max_queries'] or 'all'} test queries and a {p['test']['max_docs'] or 'full'}-document "
-             f"corpus per dataset (seeded subsample, the same for every model).", "",
-             "| model | " + " | ".join(TARGETS) + " | average (mean over seeds) | 95% interval (seeds) |",
-             "|---|" + "---:|" * len(TARGETS) + "---:|---|"]
-    lines.append("| MiniLM, no fine-tuning | " + " | ".join(f"{per_dataset(zero, d):.4f}" for d in TARGETS)
-                 + f" | {avg(zero):.4f} | |")
+    names = " / ".join(str(s) for s in seeds)
+    lines = ["| model | " + " | ".join(DATASET_NAMES.get(t, t) for t in TARGETS)
+             + f" | average | per seed ({names}) | 95% interval (seeds) |",
+             "|---|" + "---:|" * len(TARGETS) + "---:|---|---|",
+             f"| {start_label} | " + " | ".join(f"{per_dataset(zero, d):.4f}" for d in TARGETS)
+             + f" | {avg(zero):.4f} | | |"]
     summary = {}
-    for label, runs in scores.items():
+    for label in [lb for lb in MODEL_NAMES if lb in scores] + [lb for lb in scores if lb not in MODEL_NAMES]:
+        runs = scores[label]
         m, lo, hi = t_interval([avg(r) for r in runs])
         summary[label] = {"per_seed": [avg(r) for r in runs], "mean": m, "low": lo, "high": hi,
                           "per_dataset": {d: float(np.mean([per_dataset(r, d) for r in runs])) for d in TARGETS}}
-        lines.append(f"| {label} | " + " | ".join(f"{summary[label]['per_dataset'][d]:.4f}" for d in TARGETS)
-                     + f" | {m:.4f} | " + (f"[{lo:.4f}, {hi:.4f}]" if len(runs) > 1 else "– (one seed)") + " |")
-    lines += ["", "| comparison | queries | mean difference | 95% interval | p (paired t over queries) |",
-              "|---|---:|---:|---|---:|"]
+        lines.append(f"| {MODEL_NAMES.get(label, label)} | "
+                     + " | ".join(f"{summary[label]['per_dataset'][d]:.4f}" for d in TARGETS)
+                     + f" | {m:.4f} | " + " / ".join(f"{v:.4f}" for v in summary[label]["per_seed"]) + " | "
+                     + (f"[{lo:.4f}, {hi:.4f}]" if len(runs) > 1 else "– (one seed)") + " |")
     tests = {}
-    for name, a, b in (("COCO vs no COCO (uniform fine-tuning)", "base-uniform", "coco-uniform"),
-                       ("iDRO vs uniform (both after COCO)", "coco-uniform", "coco-idro"),
-                       ("COCO + iDRO vs no COCO, uniform", "base-uniform", "coco-idro"),
-                       ("COCO on a source corpus vs no COCO", "base-uniform", "coco-source-uniform"),
-                       ("COCO on the targets vs COCO on a source corpus", "coco-source-uniform", "coco-uniform")):
+    rows = []
+    for name, a, b in COMPARISONS:
         if a not in scores or b not in scores:
             continue
         t = paired_test(seed_mean(scores[a]), seed_mean(scores[b]))
-        tests[name] = t
-        lines.append(f"| {name} | {t['n']} | {t['mean']:+.4f} | [{t['low']:+.4f}, {t['high']:+.4f}] | {t['p']:.3g} |")
+        per_seed = [avg(rb) - avg(ra) for ra, rb in zip(scores[a], scores[b])]
+        seed_p = t_test(per_seed)[0]
+        tests[name] = {**t, "per_seed": per_seed, "seed_p": seed_p}
+        delta = f"**{_signed(t['mean'])}**" if t["p"] < 0.05 else _signed(t["mean"])
+        rows.append(f"| {name} | {delta} [{_signed(t['low'])}, {_signed(t['high'])}] | {_p2(t['p'])} | "
+                    + " / ".join(_signed(x) for x in per_seed) + f" | {_p2(seed_p) if len(per_seed) > 1 else '–'} |")
+    if rows:
+        n = next(iter(tests.values()))["n"]
+        lines += ["", f"| comparison | Δ nDCG@10 [95% CI over the {n} queries] | p (paired t over queries) | "
+                      "per-seed Δ | p (paired t over seeds) |", "|---|---:|---:|---|---:|", *rows]
+    return "\n".join(lines) + "\n", summary, tests
+
+
+def report(args, p, seeds, scores, zero, shift, t_start) -> None:
+    rep, au = shift["report"], shift["au"]
+
+    def avg(run: dict) -> float:
+        return float(np.mean([np.mean(list(s.values())) for s in run.values()]))
+
+    layers = getattr(args, "model_layers", None) or p.get("model_layers")
+    tables, summary, tests = result_tables(scores, zero, seeds, f"the {layers}-layer model, not fine-tuned"
+                                           if layers else "MiniLM, not fine-tuned")
+    lines = [f"Preset `{args.preset}`, seeds {seeds}; nDCG@10 on "
+             f"{p['test']['max_queries'] or 'all'} test queries and a {p['test']['max_docs'] or 'full'}-document "
+             f"corpus per dataset (seeded subsample, the same for every model).", "", tables.rstrip("\n")]
 
     tr = rep.names.index
     lines += ["", "Distribution shift (weighted Jaccard of unigram distributions; query types: App. C.1):", "",

@@ -28,8 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import DEFAULT_DATA  # noqa: E402  (and the offline environment)
+from _common import (DEFAULT_DATA, dataset_key, keyed_read, keyed_write,  # noqa: E402  (and the offline environment)
+                     reusable)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from drmix.io import atomic_write_json  # noqa: E402
+from drmix.outputs import run_finished  # noqa: E402
 
 log = logging.getLogger("bench_infdds")
 
@@ -68,12 +72,15 @@ def build_collections(data: Path, work: Path, scifact_split: Path, *, cap_size: 
         "sick": lambda: bc.sick(data, max_words=max_words, seed=seed),
         "xquad": lambda: bc.xquad(data, max_words=max_words, seed=seed),
     }
+    key = {"cap": cap_size, "seed": seed, "max_words": max_words, "scifact": str(scifact_split)}
+    fresh = keyed_read(out / "build.json", key) is not None     # built with these settings: reused
     paths = []
     for name, build in builders.items():
         path = out / f"{name}.jsonl"
-        if not path.exists():
+        if not (fresh and path.exists()):
             write_jsonl_atomic(path, bc.cap(build(), cap_size, seed))
         paths.append(str(path))
+    keyed_write(out / "build.json", key, sorted(builders))
     return paths
 
 
@@ -86,8 +93,6 @@ def train_run(name: str, work: Path, data_paths: list[str], args, *, strategy: s
 
     out = work / "runs" / name
     summary_path = out / "summary.json"
-    if summary_path.exists():
-        return json.loads(summary_path.read_text())
     mixture = "uniform" if init_tau is None else "temperature"
     cfg = TrainConfig(data=data_paths, output_dir=str(out), max_steps=args.steps, batch_size=args.batch_size,
                       learning_rate=args.lr, warmup_ratio=0.1, num_negatives=0, query_max_length=32,
@@ -98,6 +103,8 @@ def train_run(name: str, work: Path, data_paths: list[str], args, *, strategy: s
                               "lookahead_steps": args.lookahead, "init_temperature": init_tau,
                               "scorer_lr": args.scorer_lr, "dev_batch_size": args.dev_batch_size,
                               "lookahead_optimizer": lookahead})
+    if reusable(out, cfg, finished=lambda d: (d / "summary.json").exists() and run_finished(d)):
+        return json.loads(summary_path.read_text())     # trained with these settings (others stop the run)
     t0 = time.perf_counter()
     result = train(cfg)  # the registry builds the strategy (static: --mixture at mixture_temperature)
     wall = time.perf_counter() - t0
@@ -134,6 +141,16 @@ def small_test_set(data, *, queries: int, docs: int, judged_per_query: int, seed
     corpus = {d: data.corpus[d] for d in sorted(keep)}
     return BeirDataset(root=data.root, corpus=corpus, queries={q: data.queries[q] for q in qids},
                        qrels={q: r for q, r in qrels.items() if r}, split=data.split)
+
+
+def evaluation_key(model_dir: str | None, tests: dict, args) -> dict:
+    """Everything a cached score depends on: the model (its path and a fingerprint of its files), each test set
+    (the ids its caps and seed kept) and the length documents are encoded at."""
+    from drmix.evaluation.suite import model_stamp
+
+    return {"model": str(model_dir), "model_files": model_stamp(model_dir),
+            "tests": {name: dataset_key(data) for name, data in tests.items()}, "max_length": args.doc_max_length,
+            "metric": "ndcg@10"}
 
 
 def evaluate(model_dir: str | None, tests: dict, args) -> dict[str, float]:
@@ -207,19 +224,32 @@ def main(argv: list[str] | None = None) -> int:
         plan += [("multidds-nf-tau1", "multidds", 1.0, [nf_dev], 2)]
     rows = []
     scores_path = work / "scores.json"
-    scores = json.loads(scores_path.read_text()) if scores_path.exists() else {}
-    if "base" not in scores and not args.report_only:
-        scores["base"] = evaluate(None, tests, args)
-        scores_path.write_text(json.dumps(scores))
+    cached = json.loads(scores_path.read_text()) if scores_path.exists() else {}
+    scores: dict[str, dict[str, float]] = {}
+
+    def score(name: str, model_dir: str | None) -> dict[str, float] | None:
+        """The model's test scores: cached in scores.json under :func:`evaluation_key` (a score made with
+        another model, test set or length is computed again; with --report-only, left out)."""
+        key = evaluation_key(model_dir, tests, args)
+        entry = cached.get(name)
+        if isinstance(entry, dict) and entry.get("key") == json.loads(json.dumps(key)):
+            return entry["value"]
+        if args.report_only:
+            return None
+        cached[name] = {"key": key, "value": evaluate(model_dir, tests, args)}
+        atomic_write_json(scores_path, cached)
+        return cached[name]["value"]
+
+    if (base := score("base", None)) is not None:
+        scores["base"] = base
     for name, strategy, tau, dev, seed in plan:
-        if args.report_only and not (work / "runs" / name / "summary.json").exists() or \
-                args.report_only and name not in scores:
+        if args.report_only and not (work / "runs" / name / "summary.json").exists():
             continue
         summary = train_run(name, work, paths, args, strategy=strategy, init_tau=tau, dev=dev, seed=seed,
                             lookahead=name.rsplit("-", 1)[-1] if strategy == "infdds" else "adam")
-        if name not in scores:
-            scores[name] = evaluate(str(work / "runs" / name / "model"), tests, args)
-            scores_path.write_text(json.dumps(scores))
+        if (s := score(name, str(work / "runs" / name / "model"))) is None:
+            continue
+        scores[name] = s
         rows.append(summary)
 
     static_wall = {r["init_tau"]: r["wall_s"] for r in rows if r["strategy"] == "static"}

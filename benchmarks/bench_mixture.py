@@ -92,6 +92,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build_collections import DEFAULT_DATA, build_all  # noqa: E402
 
+from _common import dataset_key, keyed_read, keyed_write, reusable  # noqa: E402
 from drmix.outputs import run_finished  # noqa: E402
 
 log = logging.getLogger("bench_mixture")
@@ -142,6 +143,12 @@ STAGE1_SETTINGS = {
 }
 #: dev-selected arms: candidates (stage-1 strategy x transfer) chosen among on the target's dev split
 DEV_ARMS = {"tdro:dev": ("tdro",), "tdro@prev:dev": ("tdro@prev",), "tdro:dev-temperature": ("tdro", "tdro@t05")}
+#: the settings every arm's models and scores are made with, and those only some arms use: the results of one
+#: ``--work`` (``results.json``) are reused, and merged with others, only where these are the same
+SETTINGS = ("steps", "batch_size", "lr", "query_len", "doc_len", "negatives_per_query", "model_layers",
+            "max_per_collection", "test_queries", "test_docs", "negatives")
+ARM_SETTINGS = {"stage1": ("stage1_steps", "stage1_batch_size", "stage1_seed"), "infdds": ("infdds",),
+                "multidds": ("infdds",), "coco": ("coco",), "idro": ("idro",), "dev": ("dev_queries", "dev_docs")}
 
 
 def stage1_setting(strategy: str) -> tuple[str, dict, str]:
@@ -280,8 +287,8 @@ class _Locked:
         self.lock.unlink(missing_ok=True)
 
 
-def _trained(out: Path) -> bool:
-    return run_finished(out)
+def _stage1_finished(out: Path) -> bool:
+    return (out / "weights.json").exists() and run_finished(out)
 
 
 def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
@@ -292,8 +299,6 @@ def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
     if arm == "uniform" and seed == args.stage1_seed:
         return prep.reference()
     out = prep.root / f"{arm.replace(':', '-')}-s{seed}"
-    if _trained(out):
-        return out / "model"
     v = base_values(args, prep.data, out, seed)
     v.update(batching="homogeneous", mixture="uniform", strategy="static")
     if arm in ("size", "temperature"):
@@ -308,10 +313,13 @@ def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
     elif ":" in arm:
         strat, transfer = arm.split(":", 1)
         v.update(transfer=transfer, weights_file=str(prep.weights(strat)))
+    cfg = TrainConfig.model_validate(v)
+    if reusable(out, cfg):               # made with these settings (another set of settings stops the run)
+        return out / "model"
     with _Locked(out):
-        if not _trained(out):
+        if not reusable(out, cfg):
             t0 = time.perf_counter()
-            train(TrainConfig.model_validate(v))
+            train(cfg)
             log.info("%s %s seed %d trained in %.0f s", target, arm, seed, time.perf_counter() - t0)
     return out / "model"
 
@@ -323,14 +331,14 @@ def coco_model(args, prep: "Prep", seed: int, target: str) -> Path:
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
 
     out = prep.root / f"coco-pretrain-s{seed}"
-    if not _trained(out):
+    cfg = CocoConfig(corpus=[str(args.data / target)], output_dir=str(out), seed=seed, model=args.model,
+                     show_progress=False, resume=True, save_every=100000, log_every=5, device=args.device,
+                     num_proc=min(8, os.cpu_count() or 1), **args.coco)
+    if not reusable(out, cfg, record="coco.yaml"):
         with _Locked(out):
-            if not _trained(out):
+            if not reusable(out, cfg, record="coco.yaml"):
                 t0 = time.perf_counter()
-                pretrain_coco(CocoConfig(corpus=[str(args.data / target)], output_dir=str(out), seed=seed,
-                                         model=args.model, show_progress=False, resume=True, save_every=100000,
-                                         log_every=5, device=args.device,
-                                         num_proc=min(8, os.cpu_count() or 1), **args.coco))
+                pretrain_coco(cfg)
                 log.info("%s COCO seed %d in %.0f s", target, seed, time.perf_counter() - t0)
     return out / "model"
 
@@ -378,22 +386,33 @@ def estimate(args):
     return est
 
 
-def evaluate(args, model_dir: Path, dataset, cache: Path) -> dict[str, float]:
-    """Per-query nDCG@10 of a model on ``dataset`` (the subsampled test or dev set), cached next to the model."""
+def evaluation_key(args, model_dir: Path | str | None, dataset) -> dict:
+    """Everything a cached score depends on: the model (its path and a fingerprint of its files), the evaluation
+    set (folder, split and the ids its caps and seed kept) and the length it was encoded at (as
+    :mod:`drmix.evaluation.suite` keys its caches)."""
+    from drmix.evaluation.suite import model_stamp
+
+    return {"model": str(model_dir), "model_files": model_stamp(model_dir), **dataset_key(dataset),
+            "max_length": args.doc_len, "metric": "ndcg@10"}
+
+
+def evaluate(args, model_dir: Path | str | None, dataset, cache: Path) -> dict[str, float]:
+    """Per-query nDCG@10 of a model on ``dataset`` (the subsampled test or dev set), cached next to the model
+    under :func:`evaluation_key`: a score made with another model, set or length is computed again."""
     from drmix.evaluation.evaluate import evaluate_dataset
-    from drmix.io import atomic_write_json
     from drmix.model.encoder import load_encoder
 
-    if cache.exists():
-        return json.loads(cache.read_text())
+    key = evaluation_key(args, model_dir, dataset)
+    if (scores := keyed_read(cache, key)) is not None:
+        return scores
     with _Locked(cache):
-        if cache.exists():
-            return json.loads(cache.read_text())
-        model = load_encoder(str(model_dir))
+        if (scores := keyed_read(cache, key)) is not None:
+            return scores
+        model = load_encoder(None if model_dir is None else str(model_dir))
         per_query: dict = {}
         evaluate_dataset(model, dataset, metrics=("ndcg@10",), max_length=args.doc_len, per_query=per_query)
         scores = {q: v["ndcg@10"] for q, v in per_query.items()}
-        atomic_write_json(cache, scores, indent=None)
+        keyed_write(cache, key, scores)
     return scores
 
 
@@ -421,13 +440,14 @@ class Prep:
         from drmix.train.trainer import train
 
         out = self.root / f"uniform-s{self.args.stage1_seed}"
-        if not _trained(out):
+        v = base_values(self.args, self.data, out, self.args.stage1_seed)
+        v.update(batching="homogeneous", mixture="uniform", strategy="static")
+        cfg = TrainConfig.model_validate(v)
+        if not reusable(out, cfg):
             with _Locked(out):
-                if not _trained(out):
-                    v = base_values(self.args, self.data, out, self.args.stage1_seed)
-                    v.update(batching="homogeneous", mixture="uniform", strategy="static")
+                if not reusable(out, cfg):
                     t0 = time.perf_counter()
-                    train(TrainConfig.model_validate(v))
+                    train(cfg)
                     self.tr["seconds"]["stage0"] = round(time.perf_counter() - t0, 1)
         return out / "model"
 
@@ -464,17 +484,17 @@ class Prep:
         args = self.args
         name, overrides, fill = stage1_setting(strategy)
         out = self.root / f"stage1-{strategy.replace('@', '-')}"
-        if not ((out / "weights.json").exists() and _trained(out)):
-            reference = None if name == "groupdro" else str(self.reference())
+        reference = None if name == "groupdro" else str(self.reference())
+        base = TrainConfig.model_validate(base_values(args, self.data, out, args.stage1_seed))
+        cfg = stage1_config(base, strategy=name, reference=reference, output_dir=out,
+                            overrides={"max_steps": args.stage1_steps, "batch_size": args.stage1_batch_size,
+                                       **overrides})
+        if fill == "mine":      # mined once for every setting that mines (the same negatives), then used as given
+            cfg = cfg.model_copy(update={"data": self.stage1_data(cfg.num_negatives)})
+            fill = "off"
+        if not reusable(out, cfg, finished=_stage1_finished):
             with _Locked(out):
-                if not ((out / "weights.json").exists() and _trained(out)):
-                    base = TrainConfig.model_validate(base_values(args, self.data, out, args.stage1_seed))
-                    cfg = stage1_config(base, strategy=name, reference=reference, output_dir=out,
-                                        overrides={"max_steps": args.stage1_steps,
-                                                   "batch_size": args.stage1_batch_size, **overrides})
-                    if fill == "mine":      # mined once for every setting that mines (the same negatives)
-                        cfg = cfg.model_copy(update={"data": self.stage1_data(cfg.num_negatives)})
-                        fill = "off"
+                if not reusable(out, cfg, finished=_stage1_finished):
                     t0 = time.perf_counter()
                     optimize_weights(cfg, fill_negatives=fill)
                     self.tr["seconds"][f"stage1-{strategy}"] = round(time.perf_counter() - t0, 1)
@@ -500,7 +520,9 @@ def select_tdro(args, target: str, prep: Prep, results: dict, arm: str = "tdro:d
     ``DEV_ARMS[arm]`` with each of ``TDRO_TRANSFERS`` -- trained with ``--stage1-seed`` and scored on the target's
     dev split (:func:`dev_dir`, subsampled to ``dev_queries``/``dev_docs``); the better mean nDCG@10 wins (ties:
     the first). Test scores are never looked at. Returns the chosen arm (``tdro:reweight``, ...); recorded in
-    ``results[target]["selection"][arm]`` and in ``loo-<target>/<arm>-selection.json`` (shared by processes)."""
+    ``results[target]["selections"][arm]`` and in ``loo-<target>/<arm>-selection.json`` (a record: the choice is
+    made again from the candidates, which are reused when trained with these settings, and their dev scores,
+    cached under :func:`evaluation_key`)."""
     from drmix.data.beir import load_beir
     from drmix.evaluation.evaluate import subsample
     from drmix.io import atomic_write_json
@@ -510,10 +532,7 @@ def select_tdro(args, target: str, prep: Prep, results: dict, arm: str = "tdro:d
     if arm == "tdro:dev" and "selection" in tr and arm not in chosen_of:      # results of earlier versions
         chosen_of[arm] = {**tr["selection"], "chosen": f"tdro:{tr['selection']['chosen']}"}
     shared = prep.root / ("tdro-selection.json" if arm == "tdro:dev" else f"{arm.replace(':', '-')}-selection.json")
-    if arm not in chosen_of and shared.exists():
-        stored = json.loads(shared.read_text())
-        chosen_of[arm] = stored if ":" in stored["chosen"] else {**stored, "chosen": f"tdro:{stored['chosen']}"}
-    if arm in chosen_of:
+    if arm in chosen_of:            # this run's results.json (its settings were checked when it was read)
         return chosen_of[arm]["chosen"]
     src, split = dev_dir(args, target)
     dev = subsample(load_beir(src, split), max_queries=args.dev_queries, max_docs=args.dev_docs, seed=0)
@@ -714,7 +733,147 @@ def summarise(results: dict, arms: list[str] = ARMS) -> dict:
     return out
 
 
-def report(summary: dict, results: dict) -> str:
+TARGET_NAMES = {"nfcorpus": "NFCorpus", "scifact": "SciFact"}
+TRANSFER_NAMES = {"top:0.7": "top-70%", "reweight": "reweight", "loss": "loss"}
+STRATEGY_NAMES = {"tdro": "tDRO", "doremi": "DoReMi", "groupdro": "GroupDRO"}
+ARM_NAMES = {"uniform": "uniform", "size": "size-proportional", "temperature": "temperature (τ = 2)", "idro": "iDRO"}
+
+
+def _signed(x: float) -> str:
+    """``+0.0010`` / ``−0.0052`` (a typographic minus, as the docs' tables write it)."""
+    return f"{x:+.4f}".replace("-", "−")
+
+
+def _p2(p: float) -> str:
+    """A p-value to two significant digits (``0.011``, ``0.40``, ``3.5e-05``)."""
+    return f"{p:#.2g}"
+
+
+STAGE1_NAMES = {"prev": "earlier stage 1", "t05": "stage-1 temperature 0.05"}
+
+
+def strategy_name(strategy: str) -> str:
+    """``tdro`` -> ``tDRO``; ``tdro@prev`` -> ``tDRO (earlier stage 1)``."""
+    base, _, setting = strategy.partition("@")
+    name = STRATEGY_NAMES.get(base, base)
+    return f"{name} ({STAGE1_NAMES.get(setting, setting)})" if setting else name
+
+
+def candidate_name(candidate: str) -> str:
+    """A dev-selection candidate: ``tdro:top:0.7`` (or, in results of earlier versions, ``top:0.7``) -> ``top-70%``;
+    another stage-1 setting keeps its name (``tDRO (stage-1 temperature 0.05) reweight``)."""
+    if candidate in TRANSFER_NAMES:
+        return TRANSFER_NAMES[candidate]
+    strategy, _, transfer = candidate.partition(":")
+    name = TRANSFER_NAMES.get(transfer, transfer)
+    return name if strategy == "tdro" else f"{strategy_name(strategy)} {name}"
+
+
+def selection_of(results: dict, target: str, arm: str) -> dict | None:
+    """The dev selection of ``arm`` (``selections``; results of earlier versions: ``selection`` of tdro:dev)."""
+    tr = results[target]
+    sel = tr.get("selections", {}).get(arm)
+    return sel if sel is not None or arm != "tdro:dev" else tr.get("selection")
+
+
+def arm_name(arm: str, target: str, results: dict) -> str:
+    """How the seed table names an arm (a dev-selected arm with its choice and the dev scores)."""
+    name = TARGET_NAMES.get(target, target)
+    if arm in ARM_NAMES:
+        return ARM_NAMES[arm]
+    if arm in DEV_ARMS:
+        strategies = DEV_ARMS[arm]
+        head = (f"{strategy_name(strategies[0])}, dev-selected" if len(strategies) == 1 else
+                "tDRO, dev-selected over " + " and ".join(strategy_name(x) for x in strategies))
+        sel = selection_of(results, target, arm)
+        if not sel:
+            return head
+        chosen, means = sel["chosen"], sel["dev_ndcg@10"]
+        if chosen not in means:                   # earlier versions: chosen "reweight", keys "top:0.7"
+            chosen = chosen.partition(":")[2] if chosen.partition(":")[2] in means else chosen
+        others = ", ".join(f"{means[c]:.4f} for {candidate_name(c)}" for c in means if c != chosen)
+        return (f"{head} (chose {candidate_name(chosen)}: {sel['split']} nDCG@10 {means[chosen]:.4f} vs "
+                f"{others})")
+    if arm in ("infdds", "multidds"):
+        dev = "dev" if target != "scifact" else "train queries"
+        return f"{'Inf-DDS' if arm == 'infdds' else 'MultiDDS'} (rewarded on {name} {dev})"
+    if arm == "coco":
+        return f"COCO ({name} corpus, no labels) → fine-tune"
+    if ":" not in arm:
+        return arm
+    strategy, transfer = arm.split(":", 1)
+    return f"{strategy_name(strategy)} {TRANSFER_NAMES.get(transfer, transfer)}"
+
+
+def short_name(arm: str) -> str:
+    """An arm's name in running text (the per-seed line)."""
+    short = {"tdro:dev": "tDRO dev-selected", "infdds": "Inf-DDS", "multidds": "MultiDDS", "coco": "COCO"}
+    if arm in short or arm in ARM_NAMES:
+        return short.get(arm) or ARM_NAMES[arm]
+    if ":" not in arm or arm in DEV_ARMS:
+        return arm
+    strategy, transfer = arm.split(":", 1)
+    return (TRANSFER_NAMES.get(transfer, transfer) if strategy == "tdro"
+            else f"{strategy_name(strategy)} {TRANSFER_NAMES.get(transfer, transfer)}")
+
+
+def seed_table(summary: dict, results: dict, target: str,
+               start_label: str = "the starting model, not fine-tuned") -> str:
+    """One target's table as docs/benchmarks.md gives it: per arm the mean nDCG@10 over seeds with its 95%
+    interval over seeds; against uniform, Δ with its 95% interval over queries (each query's score averaged
+    over the seeds first; bold: p < 0.05 in both tests), the paired t / randomisation p over queries, and the
+    seed-paired p (paired t-test over the seeds' means); the starting model's row first; then each arm's
+    per-seed means and tDRO's stage-1 weights."""
+    from drmix.evaluation.significance import t_test
+
+    tr = results[target]
+    lines = ["| model | nDCG@10 (95% CI over seeds) | Δ vs uniform [95% CI over queries] | "
+             "p (paired t / randomisation) | seed-paired p |", "|---|---:|---:|---:|---:|"]
+    if "start" in tr:
+        start = tr["start"]
+        lines.append(f"| {start_label} | {sum(start.values()) / len(start):.4f} | | | |")
+
+    def seed_means(arm: str) -> dict[str, float]:
+        return {s: sum(r.values()) / len(r) for s, r in tr["arms"][arm].items()}
+
+    per_seed = []
+    for arm, row in summary["arms"].items():
+        if target not in row:
+            continue
+        r = row[target]
+        cells = [f"{r['mean']:.4f} [{r['mean'] - r['ci']:.4f}, {r['mean'] + r['ci']:.4f}]"]
+        if "delta" in r:
+            mine, base = seed_means(arm), seed_means("uniform")
+            shared = sorted(set(mine) & set(base), key=int)
+            seed_p = t_test([mine[s] - base[s] for s in shared])[0]
+            delta = f"**{_signed(r['delta'])}**" if r["significant"] else _signed(r["delta"])
+            cells += [f"{delta} [{_signed(r['low'])}, {_signed(r['high'])}]",
+                      f"{_p2(r['t_p'])} / {_p2(r['fisher_p'])}", _p2(seed_p)]
+        else:
+            cells += ["—" if arm == "uniform" else "", "", ""]
+        line = f"| {arm_name(arm, target, results)} | " + " | ".join(cells) + " |"
+        while "|  |" in line:              # an empty cell is "| |"
+            line = line.replace("|  |", "| |")
+        lines.append(line)
+        means = seed_means(arm)
+        order = sorted(means, key=int)
+        per_seed.append((arm, [means[x] for x in order], order))
+    seeds = max((x[2] for x in per_seed), key=len, default=[])
+    lines += ["", f"Per-seed nDCG@10 ({' / '.join(seeds)}): "
+              + "; ".join(f"{short_name(a)} " + " / ".join(f"{m:.4f}" for m in ms)
+                          + ("" if ss == seeds else f" (seeds {' / '.join(ss)})") for a, ms, ss in per_seed) + "."]
+    w = tr.get("weights", {}).get("tdro")
+    if w:
+        lo = min(w["weights"], key=w["weights"].get)
+        hi = max(w["weights"], key=w["weights"].get)
+        kept = sorted(w["top70"], key=lambda n: -w["weights"][n])
+        tail = f"; the top-70% kept {', '.join(kept[:-1])} and {kept[-1]}." if len(kept) > 1 else "."
+        lines.append(f"tDRO's stage-1 weights range from {w['weights'][lo]:.4f} ({lo}) to "
+                     f"{w['weights'][hi]:.4f} ({hi}){tail}")
+    return "\n".join(lines)
+
+
+def report(summary: dict, results: dict, start_label: str = "the starting model, not fine-tuned") -> str:
     targets = summary["targets"]
     cols = targets + (["average"] if len(targets) > 1 else [])
     lines = ["| arm | " + " | ".join(f"{c} nDCG@10 (95% CI over seeds) | Δ vs uniform (p t / p rand.)" for c in cols)
@@ -754,6 +913,8 @@ def report(summary: dict, results: dict) -> str:
         for arm, sel in sorted(results[t].get("selections", {}).items()):
             lines += [f"{arm} chose {sel['chosen']} on {sel['split']} ({sel['queries']} queries, seed {sel['seed']}; "
                       + ", ".join(f"{c} {v:.4f}" for c, v in sel["dev_ndcg@10"].items()) + ").", ""]
+    for t in targets:
+        lines += [f"LOO {t}, every arm against uniform:", "", seed_table(summary, results, t, start_label), ""]
     return "\n".join(lines)
 
 
@@ -780,6 +941,26 @@ def pair_report(results: dict, pairs: list[str]) -> str:
             lines.append(f"| {a} | {b} | {d.dataset} | {d.queries} | {n} | {d.value:.4f} | {d.baseline:.4f} | "
                          f"{d.delta:+.4f}{star} [{d.low:+.4f}, {d.high:+.4f}] | {d.t_p:.3g} | {d.fisher_p:.3g} |")
     return "\n".join(lines)
+
+
+def settings_of(arms) -> list[str]:
+    """The option names the scores of ``arms`` depend on (:data:`SETTINGS` and each arm's own)."""
+    keys = list(SETTINGS)
+    for arm in arms:
+        extra = ARM_SETTINGS.get(arm, ()) + (ARM_SETTINGS["dev"] if arm in DEV_ARMS else ()) \
+            + (ARM_SETTINGS["stage1"] if ":" in arm else ())
+        keys += [k for k in extra if k not in keys]
+    return keys
+
+
+def stored_arms(results: dict) -> set[str]:
+    return {arm for tr in results.values() for arm in tr.get("arms", {})}
+
+
+def settings_differ(a: dict, b: dict, arms) -> dict[str, tuple[str, str]]:
+    """``{option: (a's, b's)}`` for the options ``arms`` depend on that both recorded and that differ
+    (``a``, ``b``: the ``args`` of two ``results.json``, every value as text)."""
+    return {k: (a[k], b[k]) for k in settings_of(arms) if k in a and k in b and a[k] != b[k]}
 
 
 def load_results(work: Path, negatives: str | None) -> dict:
@@ -809,6 +990,11 @@ def merge_results(into: dict, results: dict) -> dict:
         for key in ("weights", "seconds"):
             for k, v in tr.get(key, {}).items():
                 mine[key].setdefault(k, v)
+        for key in ("start", "selection"):
+            if key in tr:
+                mine.setdefault(key, tr[key])
+        for arm, sel in tr.get("selections", {}).items():
+            mine.setdefault("selections", {}).setdefault(arm, sel)
     return into
 
 
@@ -848,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="starting model folder (default: the bundled all-MiniLM-L6-v2; on a GPU machine without "
                          "it, /tmp/drmix-model from ../shared/tools/gpu-pack.sh)")
     ap.add_argument("--model-layers", type=int, default=None,
-                    help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 2; others: all 6)")
+                    help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 1; others: all 6)")
     ap.add_argument("--negatives", choices=("tfidf", "mined"), default="tfidf",
                     help="training collections' hard negatives: the TF-IDF ones of build_collections.py, or "
                          "mined by `drmix mine`'s defaults (reference model over each collection's documents)")
@@ -893,8 +1079,23 @@ def main(argv: list[str] | None = None) -> int:
     stored = load_results(args.work, args.negatives) if res_path.exists() else {}
     results = stored.get("results", {})
     mined_meta = stored.get("mined", {})
+    now = {k: str(v) for k, v in vars(args).items()}
+    if results and not args.report_only:           # scores of this --work are reused only under the same settings
+        differ = settings_differ(stored.get("args", {}), now, stored_arms(results))
+        if differ:
+            raise SystemExit(f"{res_path} holds scores made with other settings ("
+                             + ", ".join(f"--{k.replace('_', '-')} {a} -> {b}" for k, (a, b) in differ.items())
+                             + "): give another --work, or the same options.")
     for other in args.merge:                     # per target, per arm, per seed
-        merge_results(results, load_results(other, args.negatives)["results"])
+        o = load_results(other, args.negatives)
+        differ = settings_differ(stored.get("args", {}), o.get("args", {}),
+                                 stored_arms(results) & stored_arms(o["results"]))
+        if differ:
+            raise SystemExit(f"{other / 'results.json'} was made with other settings than {res_path} ("
+                             + ", ".join(f"--{k.replace('_', '-')} {a} / {b}" for k, (a, b) in differ.items())
+                             + "): its scores cannot be merged.")
+        merge_results(results, o["results"])
+
 
     def save() -> None:
         res_path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
@@ -917,10 +1118,14 @@ def main(argv: list[str] | None = None) -> int:
             log.info("mined negatives ready in %.0f s", time.perf_counter() - t0)
             collections = args.mined_dir or args.work / "collections-mined"
         preps = {t: prepare_target(args, collections, t, results) for t in args.targets}
+        for t, prep in preps.items():            # the starting model, not fine-tuned: the row the others moved from
+            results[t]["start"] = evaluate(args, args.model, prep.test, args.work / f"start-test-{t}.json")
         save()
         run_all(args, preps, results, save)
     summary = summarise(results, args.arms)
-    text = report(summary, results)
+    layers = getattr(args, "model_layers", None)
+    text = report(summary, results, f"the {layers}-layer starting model, not fine-tuned" if layers
+                  else "all-MiniLM-L6-v2, not fine-tuned")
     if args.versus:
         other: dict = {}
         other_neg = None

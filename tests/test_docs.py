@@ -1,11 +1,19 @@
-"""Every CLI command and option is described in docs/ (the reference users read)."""
+"""Every CLI command and option is described in the guides of docs/ (the pages users read), and every page they
+link to exists; docs/cli.md (generated from --help) is up to date."""
+import re
 from pathlib import Path
 
 import typer
 
 from drmix.cli import app
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def guides() -> dict[str, str]:
+    """The hand-written guides: every page of docs/ but the reference generated from --help (docs/cli.md)."""
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(DOCS.glob("*.md")) if p.name != "cli.md"}
 
 
 def walk(cmd, path: tuple[str, ...] = ()):
@@ -15,8 +23,8 @@ def walk(cmd, path: tuple[str, ...] = ()):
             yield from walk(sub, path + (name,))
 
 
-def test_every_command_and_option_is_documented():
-    text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS.glob("*.md"))
+def undocumented(text: str) -> list[str]:
+    """Commands and options of the CLI that ``text`` does not name (an option by its flag or its config field)."""
     missing = []
     for path, cmd in walk(typer.main.get_command(app)):
         if path and f"drmix {' '.join(path)}" not in text:
@@ -27,7 +35,40 @@ def test_every_command_and_option_is_documented():
             names = [o for o in param.opts if o.startswith("--")] + [param.name]
             if not any(n in text for n in names):
                 missing.append(f"option {param.opts[0]} of drmix {' '.join(path)}")
-    assert not missing, "undocumented in docs/: " + ", ".join(missing)
+    return missing
+
+
+def test_every_command_and_option_is_described_in_a_guide():
+    pages = guides()
+    assert len(pages) >= 10, sorted(pages)
+    missing = undocumented("\n".join(pages.values()))
+    assert not missing, "described in no guide of docs/ (docs/cli.md does not count): " + ", ".join(missing)
+
+
+def test_the_check_fails_without_the_guides():
+    """Only the generated reference: commands and options are missing (the check reads the guides)."""
+    assert undocumented((DOCS / "cli.md").read_text(encoding="utf-8").replace("drmix", "")) != []
+    without_drama = undocumented("\n".join(t for n, t in guides().items() if n != "drama.md"))
+    assert "option --mlp-keep of drmix prune" in without_drama
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_every_linked_page_exists_and_every_guide_is_linked():
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    linked, broken = set(), []
+    for page in pages:
+        for target in LINK.findall(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", target):             # http:, https:, mailto:
+                continue
+            path = (page.parent / target).resolve()
+            linked.add(path)
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, "links to missing pages: " + ", ".join(broken)
+    unlinked = [p.name for p in DOCS.glob("*.md") if p.resolve() not in linked]
+    assert not unlinked, "guides no page links to: " + ", ".join(unlinked)
 
 
 def test_cli_reference_is_up_to_date():
@@ -38,3 +79,16 @@ def test_cli_reference_is_up_to_date():
     spec.loader.exec_module(gen)
     assert (DOCS / "cli.md").read_text(encoding="utf-8") == gen.render(), \
         "docs/cli.md is out of date: run python scripts/gen_cli_docs.py"
+
+
+def test_every_file_the_docs_cite_exists():
+    """A test, benchmark or source file of drmix named in README.md or a guide (``tests/...py::name`` too) exists
+    (``scripts/`` is left out: the guides also cite the papers' authors' scripts)."""
+    cited = re.compile(r"\b((?:tests|benchmarks|src/drmix|examples)/[\w./-]+\.(?:py|yaml|sh))(?:::(\w+))?")
+    missing = []
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for path, name in cited.findall(page.read_text(encoding="utf-8")):
+            f = ROOT / path
+            if not f.is_file() or (name and f"def {name}(" not in f.read_text(encoding="utf-8")):
+                missing.append(f"{page.name}: {path}{'::' + name if name else ''}")
+    assert not missing, "cited but not found: " + ", ".join(missing)

@@ -36,8 +36,13 @@ def make_run(tmp_path, tiny_model_path):
     return run
 
 
+def _snapshot(root):
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
 def test_push_uploads_model_card_report_and_records(tmp_path, tiny_model_path, online, hub):
     run = make_run(tmp_path, tiny_model_path)
+    before = _snapshot(tmp_path)
     result = push_to_hub(run, "me/tiny-retriever", token="hf_test", endpoint=hub.url)
     files = hub.repos["me/tiny-retriever"]
     assert hub.created[0]["name"] == "tiny-retriever" and result.commit == "abc123"
@@ -48,7 +53,8 @@ def test_push_uploads_model_card_report_and_records(tmp_path, tiny_model_path, o
     card = files["README.md"].decode()
     assert 'SentenceTransformer("me/tiny-retriever")' in card  # the usage snippet loads the pushed repo
     assert yaml.safe_load(card.split("---")[1]) == {"tags": ["drmix"]}
-    assert b"<!DOCTYPE html>" in files["report.html"] and (run / "report.html").is_file()
+    # the report is rendered for the upload only: push writes nothing local (docs/outputs.md)
+    assert b"<!DOCTYPE html>" in files["report.html"] and _snapshot(tmp_path) == before
     assert set(hub.tokens) == {"Bearer hf_test"}
 
 
@@ -69,8 +75,10 @@ def test_unreachable_hub_and_offline_mode(tmp_path, tiny_model_path, online, mon
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    before = _snapshot(tmp_path)
     with pytest.raises(HubError, match="HF_HUB_OFFLINE"):
         push_to_hub(run, "me/x", token="t", endpoint=url)
+    assert _snapshot(tmp_path) == before  # refused before anything was written (no report.html)
 
 
 def test_bad_inputs(tmp_path):

@@ -207,3 +207,89 @@ def test_report_refuses_a_users_report_html_and_keeps_every_byte(tmp_path):
     r = CliRunner().invoke(app, ["report", str(run)])
     assert isinstance(r.exception, DrmixError) and "--overwrite" in str(r.exception)
     assert _snapshot(tmp_path) == before
+
+
+# -- every file drmix writes: a user's file inside an earlier output of a folder kind, and the LLM cache ---------
+def _own_index(p: Path) -> None:
+    (p / "vectors.npy").write_bytes(b"\x93NUMPY")
+    (p / "meta.json").write_text(json.dumps({"format_version": 2}))
+    (p / "ids.json").write_text("[]")
+
+
+def _own_multicorpus(p: Path) -> None:
+    (p / "manifest.json").write_text(json.dumps({"format": "drmix-multicorpus/1", "corpora": {"a": "a"},
+                                                 "train": {"a": "train/a.jsonl"}}))
+    (p / "a" / "qrels").mkdir(parents=True)
+    (p / "a" / "corpus.jsonl").write_text("{}\n")
+    (p / "train").mkdir()
+    (p / "train" / "a.jsonl").write_text("{}\n")
+
+
+def _own_localdocs(p: Path) -> None:
+    (p / "train").mkdir()
+    (p / "train" / "stdlib.jsonl").write_text("{}\n")
+    (p / "beir" / "stdlib" / "qrels").mkdir(parents=True)
+    (p / "stats.json").write_text(json.dumps({"families": []}))
+
+
+FOLDER_KINDS = {
+    "index": (_own_index, ["notes.txt"], lambda w, o: ["index", "--corpus", w["data"], "--output", o, "--model", M]),
+    "multicorpus build": (_own_multicorpus, ["notes.txt", "train/my_extra_pairs.txt", "a/qrels/mine.tsv.bak"],
+                          lambda w, o: ["multicorpus", "build", w["src"], o]),
+    "localdocs build": (_own_localdocs, ["train/my_pairs.txt", "beir/stdlib/notes.md"],
+                        lambda w, o: ["localdocs", "build", o, "--family", "stdlib"]),
+}
+
+
+@pytest.mark.parametrize("command", list(FOLDER_KINDS))
+def test_a_users_file_inside_an_earlier_output_is_refused_and_named(command, tmp_path):
+    """A command that replaces its earlier output without a flag first checks every file in it: a file the
+    user put there (at the top or in a sub-folder the command writes) is refused, named, and kept."""
+    own, foreign, build = FOLDER_KINDS[command]
+    w = _world(tmp_path)
+    out = tmp_path / "earlier"
+    out.mkdir()
+    own(out)
+    for rel in foreign:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("the user's")
+    before = _snapshot(tmp_path)
+    r = CliRunner().invoke(app, [str(a) for a in build(w, out)])
+    assert isinstance(r.exception, DrmixError), (r.exception, r.output)
+    for rel in foreign:
+        assert rel in str(r.exception), (rel, str(r.exception))
+    assert _snapshot(tmp_path) == before
+
+
+CACHE_CASES = ("an input", "inside an input", "a user's file", "the output", "the stats file", "a folder")
+
+
+@pytest.mark.parametrize("case", CACHE_CASES)
+@pytest.mark.parametrize("command", ["augment generate", "augment rerank"])
+def test_the_llm_cache_is_an_output_too(command, case, tmp_path):
+    """--cache is appended to: it may not be an input, lie inside one, be a user's file, or be another output."""
+    w = _world(tmp_path)
+    out = tmp_path / "gen.jsonl"
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text('{"my": "data"}\n')
+    cache = {"an input": w["coll"] if command == "augment rerank" else w["data"] / "corpus.jsonl",
+             "inside an input": w["data"] / "cache.jsonl", "a user's file": notes, "the output": out,
+             "the stats file": tmp_path / "gen.jsonl.stats.json", "a folder": w["src"]}[case]
+    argv = (["augment", "generate", "--corpus", w["data"]] if command == "augment generate"
+            else ["augment", "rerank", "--input", w["coll"], "--corpus", w["data"]])
+    before = _snapshot(tmp_path)
+    r = CliRunner().invoke(app, [str(a) for a in [*argv, "--output", out, "--cache", cache]])
+    assert isinstance(r.exception, DrmixError), (r.exception, r.output)
+    assert "cache" in str(r.exception).lower() and str(cache) in str(r.exception)
+    assert _snapshot(tmp_path) == before
+
+
+def test_an_earlier_llm_cache_is_reused(tmp_path):
+    from drmix.outputs import claim_cache, is_llm_cache
+
+    cache = tmp_path / "run.llm-cache.jsonl"
+    cache.write_text(json.dumps({"key": "a" * 64, "model": "m", "text": "Query: x"}) + "\n" + '{"key": "b')
+    assert is_llm_cache(cache)  # a torn last line (a killed write) is still drmix's cache
+    assert claim_cache(cache) == cache
+    cache.write_text('{"_id": "d1", "text": "a corpus line"}\n')
+    assert not is_llm_cache(cache)

@@ -119,3 +119,217 @@ def test_run_finished_and_model_saved(tmp_path):
     (run / "model" / "modules.json").unlink()
     (run / "model" / "modules.json").mkdir()                 # not a file: not saved
     assert not run_finished(run)
+
+
+# ------------------------------------------------------------------- claim_output, case by case (drmix.outputs)
+from drmix.outputs import KINDS, claim_output, claim_run, config_inputs  # noqa: E402
+
+
+def _claim_error(*args, **kwargs) -> ConfigError:
+    with pytest.raises(ConfigError) as e:
+        claim_output(*args, **kwargs)
+    return e.value
+
+
+def _own(kind: str, folder):
+    """Make ``folder`` hold drmix's own output of ``kind`` (the files its writer always produces)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    make = {
+        "index": lambda: ((folder / "vectors.npy").write_bytes(b""),
+                          (folder / "meta.json").write_text(json.dumps({"format_version": 1}))),
+        "multicorpus": lambda: (folder / "manifest.json").write_text(json.dumps({"format": "drmix-multicorpus/2"})),
+        "localdocs": lambda: ((folder / "train").mkdir(), (folder / "stats.json").write_text('{"families": []}')),
+        "model": lambda: ((folder / "modules.json").write_text("[]"), (folder / "drmix_prune.json").write_text("{}")),
+        "train": lambda: (folder / "metrics.jsonl").write_text('{"step": 1}\n'),
+        "recipe": lambda: (folder / "pipeline.yaml").write_text("seed: 1\n"),
+        "demo": lambda: (folder / "demo.json").write_text("{}"),
+        "eval": lambda: (folder / "eval.json").write_text('{"results": {}}'),
+        "compare": lambda: (folder / "compare.json").write_text('{"baseline": "a"}'),
+        "shift": lambda: (folder / "shift.json").write_text("{}"),
+        "sweep": lambda: (folder / "results.json").write_text('[{"setting": "s"}]'),
+    }[kind]
+    make()
+    return folder
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "file"])
+def test_each_kind_recognises_its_own_output_and_nothing_else(kind, tmp_path):
+    folder = _own(kind, tmp_path / kind)
+    assert is_output_of(folder, kind)
+    assert [k for k in KINDS if k not in (kind, "recipe") and is_output_of(folder, k)] == []
+
+
+@pytest.mark.parametrize("kind, content, own", [
+    ("index", {"meta.json": '{"format_version": 1}', "index.faiss": ""}, True),
+    ("index", {"meta.json": '{"version": 1}', "vectors.npy": ""}, False),            # not drmix's meta.json
+    ("index", {"meta.json": '{"format_version": 1}'}, False),                        # no vectors
+    ("index", {"meta.json": "[1]", "vectors.npy": ""}, False),                       # not a JSON object
+    ("index", {"meta.json": "{broken", "vectors.npy": ""}, False),
+    ("multicorpus", {"manifest.json": '{"format": "other-multicorpus/1"}'}, False),
+    ("localdocs", {"stats.json": '{"families": []}'}, False),                        # no train/
+    ("model", {"modules.json": "[]"}, False),                                        # a model, not a pruned one
+    ("train", {"model/modules.json": "[]"}, True),                                   # a finished run
+    ("train", {"checkpoints/step-1/x": ""}, True),                                   # an interrupted one
+    ("train", {"metrics.jsonl": "[1]\n"}, False),
+    ("train", {"metrics.jsonl": "not json\n"}, False),
+    ("recipe", {"drama.yaml": ""}, True),
+    ("recipe", {"summary.json": "{}"}, True),
+    ("recipe", {"stage0/metrics.jsonl": '{"step": 1}\n'}, True),                     # a stage folder
+    ("recipe", {"notes/readme.txt": ""}, False),
+    ("eval", {"eval.json": '{"model": "m"}'}, False),
+    ("compare", {"compare.json": '{"models": {}}'}, False),
+    ("sweep", {"results.json": '[{"setting": "s"}, {"other": 1}]'}, False),
+    ("sweep", {"results.json": '{"setting": "s"}'}, False),
+    ("sweep", {"results.json": "{broken"}, False),
+])
+def test_markers_by_hand(kind, content, own, tmp_path):
+    for name, text in content.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert is_output_of(tmp_path, kind) is own
+
+
+def test_a_new_or_empty_output_is_created_and_an_own_one_follows_the_kinds_policy(tmp_path):
+    assert claim_output(tmp_path / "new", "eval") == tmp_path / "new"
+    (tmp_path / "empty").mkdir()
+    assert claim_output(tmp_path / "empty", "eval") == tmp_path / "empty"
+    for kind in ("index", "recipe"):                              # replace / continue: no flag needed
+        assert claim_output(_own(kind, tmp_path / kind), kind) == tmp_path / kind
+    ev = _own("eval", tmp_path / "ev")                            # overwrite: only with the flag
+    e = _claim_error(ev, "eval", flag="--force")
+    assert e.message == "the output folder holds an evaluation written by drmix eval (eval.json, eval.md)."
+    assert (e.path, e.fix) == (str(ev), "pass --force to replace it, or choose another folder.")
+    assert claim_output(ev, "eval", overwrite=True) == ev
+    run = _own("train", tmp_path / "run")                         # resume: with --resume (or --overwrite)
+    e = _claim_error(run, "train")
+    assert e.message == "the output folder holds a drmix training run (metrics.jsonl, checkpoints/, model/)."
+    assert e.fix == "pass --resume to continue it, or choose another folder."
+    assert claim_output(run, "train", resume=True) == run and claim_output(run, "train", overwrite=True) == run
+
+
+def test_foreign_content_is_refused_with_what_is_there(tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    for name in "abcdef":
+        (user / f"{name}.txt").write_text(name)
+    e = _claim_error(user, "index")
+    assert e.message == ("the output folder is not empty and does not hold an index written by drmix index "
+                         "(vectors.npy or index.faiss, meta.json): a.txt, b.txt, c.txt, d.txt, e.txt ....")
+    assert e.fix == "choose a new or empty folder, or pass --overwrite to replace it (its contents are deleted)."
+    assert claim_output(user, "index", overwrite=True) == user    # a whole folder may be replaced when asked
+    e = _claim_error(user, "eval", overwrite=True)                # a command writing its own files never may
+    assert e.message == ("the output folder holds files drmix did not write: a.txt, b.txt, c.txt, d.txt, e.txt ...; "
+                         "it writes an evaluation written by drmix eval (eval.json, eval.md).")
+    assert e.fix == "choose a new or empty folder (nothing in this one is touched)."
+    own_and_more = _own("eval", tmp_path / "ev")
+    (own_and_more / "mine.txt").write_text("x")                   # the kind's files plus a user's one
+    assert _claim_error(own_and_more, "eval", overwrite=True).message.startswith(
+        "the output folder holds files drmix did not write: mine.txt;")
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "x").write_text("")
+    assert _claim_error(one, "index").message.endswith("(vectors.npy or index.faiss, meta.json): x.")
+
+
+def test_files_and_folders_in_the_wrong_place(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    e = _claim_error(f, "index")
+    assert (e.message, e.fix) == ("the output path is a file; a folder is written here.",
+                                  "choose a new folder (the file is left as it is).")
+    e = _claim_error(tmp_path, "file")
+    assert (e.message, e.fix) == ("the output path is a folder; a file is written here.",
+                                  "name a file (the folder is left as it is).")
+    e = _claim_error(f, "file")
+    assert (e.message, e.fix) == (f"the output file exists ({f}).", "pass --overwrite to replace it, or choose "
+                                                                   "another output file.")
+    assert claim_output(f, "file", overwrite=True) == f
+    side = tmp_path / "new.jsonl.stats.json"
+    side.write_text("{}")
+    e = _claim_error(tmp_path / "new.jsonl", "file", sidecars=[side], flag="--replace")
+    assert (e.message, e.fix) == (f"the output file exists ({side}).",
+                                  "pass --replace to replace it, or choose another output file.")
+    assert claim_output(tmp_path / "other.jsonl", "file", sidecars=[tmp_path / "other.stats.json"]) \
+        == tmp_path / "other.jsonl"
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    e = _claim_error(link, "index")
+    assert (e.message, e.fix) == ("the output path is a broken symbolic link.", "remove it or choose another path.")
+
+
+def test_an_output_overlapping_an_input_is_refused_whatever_the_flags(tmp_path):
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    for out, how in ((data, "is"), (data / "sub" / "out", "lies inside"), (tmp_path, "contains")):
+        e = _claim_error(out, "index", inputs=[None, tmp_path / "absent", data], overwrite=True)
+        assert e.message == (f"the output overlaps the input {data} (it {how} it); writing it would overwrite the "
+                             "input.")
+        assert (e.path, e.fix) == (str(out), "choose an output outside the inputs.")
+    assert claim_output(tmp_path / "beside", "index", inputs=[data]) == tmp_path / "beside"
+
+
+def test_an_unreadable_output_folder_is_one_error(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    (tmp_path / "locked").mkdir()
+    monkeypatch.setattr(Path, "iterdir", lambda self: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    e = _claim_error(tmp_path / "locked", "index")
+    assert (e.message, e.fix) == ("the output folder cannot be read.", "check its permissions or choose another folder.")
+    assert e.path == str(tmp_path / "locked")
+
+
+def test_claim_run_reads_the_configs_inputs_and_resume(tmp_path):
+    from drmix.config import TrainConfig
+
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"query": "q", "positive": "p"}\n')
+    cfg = TrainConfig(data=[str(data), {"path": str(data), "name": "again"}], output_dir=str(tmp_path / "run"),
+                      eval_data=[str(tmp_path / "absent")], model="org/hub-id")
+    assert config_inputs(cfg) == [data, data]                     # a spec's path too; hub ids and absent paths not
+    assert claim_run(cfg) == tmp_path / "run"
+    _own("train", tmp_path / "run")
+    with pytest.raises(ConfigError, match="pass --resume"):
+        claim_run(cfg)
+    assert claim_run(cfg.model_copy(update={"resume": True})) == tmp_path / "run"
+    e = pytest.raises(ConfigError, claim_run, cfg.model_copy(update={"output_dir": str(data)})).value
+    assert "overlaps the input" in e.message
+    assert check_output_dir(tmp_path / "x", "index") == tmp_path / "x"
+
+
+def test_every_refusal_names_the_output_path(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("mine")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "gone")
+    five = tmp_path / "five"
+    five.mkdir()
+    for name in "abcde":
+        (five / name).write_text("")
+    run = _own("train", tmp_path / "run")
+    cases = [(f, "index", {}), (tmp_path, "file", {}), (f, "file", {}), (link, "index", {}), (five, "index", {}),
+             (five, "eval", {}), (run, "train", {})]
+    for path, kind, kw in cases:
+        assert _claim_error(path, kind, **kw).path == str(path), (path, kind)
+    assert _claim_error(five, "index").message.endswith("meta.json): a, b, c, d, e.")    # five: none left out
+    half = tmp_path / "half"                        # only a file of the kind's names, but not its marker
+    half.mkdir()
+    (half / "eval.md").write_text("")
+    assert _claim_error(half, "eval").message == ("the output folder holds files drmix did not write; it writes an "
+                                                  "evaluation written by drmix eval (eval.json, eval.md).")
+    out, side = tmp_path / "o.jsonl", tmp_path / "o.stats.json"
+    out.write_text("")
+    side.write_text("")
+    assert _claim_error(out, "file", sidecars=[side]).message == f"the output file exists ({out}, {side})."
+    e = pytest.raises(ConfigError, check_output_dir, five, "index").value                   # the default flag
+    assert e.fix == "choose a new or empty folder, or pass --overwrite to replace it (its contents are deleted)."
+    assert pytest.raises(ConfigError, check_output_dir, five, "index", flag="--force").value.fix.startswith(
+        "choose a new or empty folder, or pass --force")
+
+
+def test_claim_run_of_a_config_without_resume_and_empty_paths(tmp_path):
+    from types import SimpleNamespace
+
+    run = _own("train", tmp_path / "run")
+    with pytest.raises(ConfigError, match="pass --resume"):
+        claim_run(SimpleNamespace(output_dir=str(run)))              # no resume field: not resuming
+    assert config_inputs(SimpleNamespace(model="", data=["", str(run)])) == [run]    # "" is not the current folder

@@ -46,3 +46,7 @@ class IndexLoadError(DrmixError):
 
 class CheckpointError(DrmixError):
     """A checkpoint that cannot be resumed from."""
+
+
+class DiskFullError(DrmixError):
+    """The filesystem (or the file size limit, ``ulimit -f``) had no room for an output; nothing was replaced."""

@@ -67,6 +67,8 @@ def check_can_push(repo_id: str, folder: str | Path | None = None) -> None:
 
 
 def _operations(model_dir: Path, run_dir: Path | None, repo_id: str) -> list:
+    """The files of one commit. A run without ``report.html`` gets one rendered in memory for the upload:
+    push writes nothing local (docs/outputs.md)."""
     from huggingface_hub import CommitOperationAdd
 
     ops = []
@@ -82,6 +84,10 @@ def _operations(model_dir: Path, run_dir: Path | None, repo_id: str) -> list:
     if run_dir is not None:
         if (run_dir / "report.html").is_file():
             ops.append(CommitOperationAdd("report.html", str(run_dir / "report.html")))
+        elif (run_dir / "metrics.jsonl").is_file():
+            from drmix.report.html import render_report
+
+            ops.append(CommitOperationAdd("report.html", render_report(run_dir).encode("utf-8")))
         for name in RUN_FILES:
             if (run_dir / name).is_file():
                 ops.append(CommitOperationAdd(f"drmix/{name}", str(run_dir / name)))
@@ -98,10 +104,6 @@ def push_to_hub(folder: str | Path, repo_id: str, *, token: str | None = None, p
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ConfigError(f"{repo_id!r} is not a Hub repository id.", fix="write it as USER/NAME or ORG/NAME.")
     model_dir, run_dir = model_folder_of(folder)
-    if run_dir is not None and not (run_dir / "report.html").is_file() and (run_dir / "metrics.jsonl").is_file():
-        from drmix.report.html import write_report
-
-        write_report(run_dir)
     if constants.is_offline_mode():
         raise HubError("the Hugging Face Hub is switched off here (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set).",
                        path=folder, fix=f"unset HF_HUB_OFFLINE and TRANSFORMERS_OFFLINE, then run "

@@ -15,8 +15,16 @@ starts. The contract, in one place (docs/outputs.md has it per command):
   (replaced only with ``--overwrite``), and -- even with ``--overwrite`` -- an output that is one of the
   command's inputs, lies inside one, or contains one;
 * **replacement is atomic** and touches nothing but the output itself: whole folders through
-  :func:`drmix.io.atomic_dir` (a sibling ``.NAME.old`` of the user's is never touched), files through
-  :mod:`drmix.io`'s atomic writes; a command that writes files into a folder writes only its own names.
+  :func:`drmix.io.atomic_dir` (the path holds the complete old or the complete new folder at every instant;
+  a sibling ``.NAME.old`` of the user's is never touched), files through :mod:`drmix.io`'s atomic writes; a
+  command that writes files into a folder writes only its own names. "Its own names" go down into the
+  folders a command writes (``train/<name>.jsonl`` of a benchmark), so a user's file anywhere in an
+  earlier output is foreign;
+* an output that cannot be written (a path under a file, a read-only folder) is refused before the work
+  (:func:`drmix.io.check_writable`), and the hidden folders of a killed replacement are recovered or
+  removed first (:func:`drmix.io.recover_swap`);
+* an LLM cache (``--cache``) is an output too (:func:`claim_cache`): never an input, never a file that is
+  not a drmix cache.
 """
 from __future__ import annotations
 
@@ -41,6 +49,26 @@ def _json_has(name: str, key: str, value_prefix: str | None = None) -> Callable[
             return False
         return value_prefix is None or str(obj[key]).startswith(value_prefix)
     return check
+
+
+def _multicorpus_files(folder: Path) -> tuple[str, ...]:
+    """What drmix multicorpus build wrote in ``folder``, from its manifest: the manifest, one BEIR folder
+    per corpus and ``train/<name>.jsonl`` per side."""
+    try:
+        man = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        man = {}
+    corpora = man.get("corpora") if isinstance(man, dict) else None
+    train = man.get("train") if isinstance(man, dict) else None
+    out = ["manifest.json"]
+    for rel in (corpora.values() if isinstance(corpora, dict) else ()):
+        if isinstance(rel, str) and rel and "/" not in rel.strip("/"):
+            rel = rel.strip("/")
+            out += [f"{rel}/corpus.jsonl", f"{rel}/queries.jsonl", f"{rel}/qrels/*.tsv"]
+    for rel in (train.values() if isinstance(train, dict) else ()):
+        if isinstance(rel, str) and rel:
+            out.append(rel.strip("/"))
+    return tuple(out)
 
 
 def _metrics_run(folder: Path) -> bool:
@@ -72,6 +100,12 @@ class OutputKind:
     existing: Literal["replace", "continue", "resume", "overwrite"]
     marker: Callable[[Path], bool] = lambda p: False
     names: tuple[str, ...] = ("*",)             # entries the command writes in its folder (glob patterns)
+    # a pattern without "/" owns a top-level entry with all below it; "train/*.jsonl" owns files below a
+    # folder (the others in it are foreign)
+    own: Callable[[Path], tuple[str, ...]] | None = None  # the names read from the folder (its manifest)
+
+    def own_names(self, folder: Path) -> tuple[str, ...]:
+        return self.own(folder) if self.own is not None else self.names
 
 
 def model_saved(folder: str | Path) -> bool:
@@ -92,10 +126,11 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
                and _json_has("meta.json", "format_version")(d),
                ("index.faiss", "vectors.npy", "ids.json", "meta.json", "docs.jsonl", "docs.offsets.npy")),
     OutputKind("multicorpus", "a benchmark written by drmix multicorpus build (manifest.json)", "folder", "replace",
-               _json_has("manifest.json", "format", "drmix-multicorpus")),
+               _json_has("manifest.json", "format", "drmix-multicorpus"), own=_multicorpus_files),
     OutputKind("localdocs", "collections written by drmix localdocs build (train/, stats.json)", "folder", "replace",
                lambda d: (d / "train").is_dir() and _json_has("stats.json", "families")(d),
-               ("train", "beir", "stats.json")),
+               ("train/*.jsonl", "beir/*/corpus.jsonl", "beir/*/queries.jsonl", "beir/*/qrels/*.tsv",
+                "stats.json")),
     OutputKind("model", "a backbone written by drmix prune (modules.json, drmix_prune.json)", "folder", "overwrite",
                lambda d: model_saved(d) and (d / "drmix_prune.json").is_file()),
     OutputKind("train", "a drmix training run (metrics.jsonl, checkpoints/, model/)", "files", "resume",
@@ -136,8 +171,31 @@ def _resolved(path: str | Path) -> Path:
     return Path(os.path.abspath(Path(path).expanduser())).resolve()
 
 
+def _matches(rel: tuple[str, ...], pattern: str) -> bool:
+    parts = pattern.split("/")
+    return len(parts) == len(rel) and all(fnmatch.fnmatchcase(r, p) for r, p in zip(rel, parts))
+
+
 def _foreign(folder: Path, kind: OutputKind) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if not any(fnmatch.fnmatch(p.name, n) for n in kind.names))
+    """Entries of ``folder`` the command did not write, as relative paths (a wholly foreign folder once)."""
+    patterns = kind.own_names(folder)
+    whole = [p for p in patterns if "/" not in p]
+    nested = [p for p in patterns if "/" in p]
+    out: list[str] = []
+    for entry in sorted(folder.iterdir()):
+        if any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
+            continue
+        inner = [p for p in nested if fnmatch.fnmatchcase(entry.name, p.split("/", 1)[0])]
+        if not inner or entry.is_symlink() or not entry.is_dir():
+            out.append(entry.name + ("/" if entry.is_dir() else ""))
+            continue
+        for p in sorted(entry.rglob("*")):
+            if p.is_dir() and not p.is_symlink():
+                continue
+            rel = p.relative_to(folder).parts
+            if not any(_matches(rel, pat) for pat in inner):
+                out.append("/".join(rel))
+    return out
 
 
 def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | None] = (), overwrite: bool = False,
@@ -155,6 +213,8 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
         flag: the option that sets ``overwrite``, named in the errors' fixes.
         sidecars: files written next to a ``file`` output (e.g. ``OUT.stats.json``): they count as the output.
     """
+    from drmix.io import check_writable, recover_swap
+
     k = KINDS[kind]
     path = Path(path).expanduser()
     resolved = _resolved(path)
@@ -168,6 +228,9 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
                               "the input.", path=path, fix="choose an output outside the inputs.")
     if path.is_symlink() and not path.exists():
         raise ConfigError("the output path is a broken symbolic link.", path=path, fix="remove it or choose another path.")
+    if k.layout == "folder":
+        recover_swap(path)  # a killed replacement: the complete folder back at path, the hidden rest removed
+    check_writable(path, into=k.layout == "files")
     if k.layout == "file":
         if path.is_dir():
             raise ConfigError("the output path is a folder; a file is written here.", path=path,
@@ -237,3 +300,64 @@ def claim_run(config: object, kind: str = "train") -> Path:
     pipelines: ``recipe``): its ``output_dir`` against its inputs and ``--resume``."""
     return claim_output(getattr(config, "output_dir"), kind, inputs=config_inputs(config),
                         resume=bool(getattr(config, "resume", False)))
+
+
+def is_llm_cache(path: str | Path, *, lines: int = 5) -> bool:
+    """Whether ``path`` holds a drmix LLM cache (:mod:`drmix.llm.cache`): its first complete lines are
+    ``{"key": <SHA-256 hex>, "text": ...}`` records (an empty file counts; a torn last line is ignored)."""
+    import re
+
+    key = re.compile(r"[0-9a-f]{64}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 20)
+    except OSError:
+        return False
+    complete = head.split(b"\n")[:-1] if not head.endswith(b"\n") else head.split(b"\n")
+    seen = 0
+    for raw in complete:
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return False
+        if not (isinstance(obj, dict) and isinstance(obj.get("key"), str) and key.fullmatch(obj["key"])
+                and isinstance(obj.get("text"), str)):
+            return False
+        seen += 1
+        if seen >= lines:
+            break
+    return seen > 0 or not head.strip()
+
+
+def claim_cache(path: str | Path, *, inputs: Iterable[str | Path | None] = (),
+                outputs: Iterable[str | Path] = ()) -> Path:
+    """The output contract for an LLM cache (``--cache``), before any work: it is appended to, so it may not
+    be (or lie inside) an input or be one of the command's other outputs, and an existing file must be a
+    drmix LLM cache (:func:`is_llm_cache`); a user's file is never appended to."""
+    from drmix.io import check_writable
+
+    path = Path(path).expanduser()
+    resolved = _resolved(path)
+    for src in inputs:
+        if src is None or not Path(src).expanduser().exists():
+            continue
+        s = _resolved(src)
+        if resolved == s or s in resolved.parents:
+            raise ConfigError(f"the LLM cache {'is' if resolved == s else 'lies inside'} the input {src}; "
+                              "drmix appends to its cache and would change the input.", path=path,
+                              fix="choose a cache file outside the inputs (or leave --cache out).")
+    for out in outputs:
+        if resolved == _resolved(out):
+            raise ConfigError("the LLM cache is also an output file of this command.", path=path,
+                              fix="give --cache another file name (or leave it out).")
+    if path.is_dir():
+        raise ConfigError("the LLM cache path is a folder; a JSONL file is written here.", path=path,
+                          fix="name a file such as run.llm-cache.jsonl.")
+    if path.exists() and not is_llm_cache(path):
+        raise ConfigError("the LLM cache file exists and is not a drmix LLM cache (its lines are not "
+                          "{\"key\", \"text\"} records); drmix appends to its cache.", path=path,
+                          fix="choose a new cache file (the file is left as it is).")
+    check_writable(path, what="LLM cache")
+    return path

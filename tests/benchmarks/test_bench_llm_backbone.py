@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from drmix.data.beir import BeirDataset
 
@@ -45,5 +46,15 @@ def test_summary_means_intervals_and_paired_contrasts():
     assert float(diff[3]) < 0.01  # every query moves the same way
 
 
-def test_gpu_preset_fits_one_ten_minute_call():
-    assert bb.gpu_estimate(bb.PRESETS["gpu"]) < 600
+def test_gpu_preset_estimate_is_the_lease_line_and_says_whether_it_fits():
+    from _lease import COMMAND_LIMIT_S, RUN_OVERHEAD_S, START_S, estimate_line
+
+    p = bb.PRESETS["gpu"]
+    est = bb.estimate(p)
+    # hand count: 4 variants x 3 seeds; each cell 6 * 135e6 * (200 * 64 * (64 + 2 * 256)) training FLOPs and
+    # 2 * 135e6 * (5183 * 256 + 300 * 64) encoding FLOPs at 30% of 989 TFLOP/s, plus 15 s loading
+    cell = (6 * 135e6 * 200 * 64 * 576 + 2 * 135e6 * (5183 * 256 + 300 * 64)) / (0.3 * 989e12)
+    assert est.seconds() == pytest.approx(START_S + 12 * RUN_OVERHEAD_S + 12 * (cell + 15 - RUN_OVERHEAD_S))
+    assert est.seconds() < COMMAND_LIMIT_S and "(fits one 10-minute command" in estimate_line(est)
+    longer = bb.estimate({**p, "steps": 2000})
+    assert longer.seconds() > COMMAND_LIMIT_S and "DOES NOT fit" in estimate_line(longer)

@@ -166,6 +166,75 @@ def test_a_slice_without_uniform_reports_its_arms_and_merges_into_deltas(tmp_pat
         bm.load_results(tmp_path / "absent", None)
 
 
+def test_a_cached_score_is_reused_only_for_the_same_model_set_and_length(tmp_path, tiny_model_path, monkeypatch):
+    import argparse
+    import shutil
+
+    import drmix.evaluation.evaluate as ev
+    from drmix.data.beir import load_beir, write_beir
+    from drmix.evaluation.evaluate import subsample
+
+    words = ["cat", "dog", "bread", "rice", "saw", "axe"]
+    root = write_beir(tmp_path / "beir", {f"d{i}": {"title": "", "text": f"the {w}"} for i, w in enumerate(words)},
+                      {f"q{i}": w for i, w in enumerate(words)}, {"test": {f"q{i}": {f"d{i}": 1} for i in range(6)}})
+    calls = []
+    real = ev.evaluate_dataset
+    monkeypatch.setattr(ev, "evaluate_dataset", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    model = tmp_path / "arm-s42" / "model"
+    shutil.copytree(tiny_model_path, model)
+    cache = model.parent / "test-nfcorpus.json"
+    args = argparse.Namespace(doc_len=16)
+    full = load_beir(root, "test")
+    first = bm.evaluate(args, model, full, cache)
+    assert set(first) == {f"q{i}" for i in range(6)} and len(calls) == 1
+    assert bm.evaluate(args, model, full, cache) == first and len(calls) == 1       # the same: reused
+    capped = subsample(full, max_queries=3, seed=0)
+    assert len(bm.evaluate(args, model, capped, cache)) == 3 and len(calls) == 2   # another test cap
+    bm.evaluate(argparse.Namespace(doc_len=8), model, capped, cache)
+    assert len(calls) == 3                                                          # another length
+    os.utime(model / "modules.json", ns=(1, 1))                                     # the model saved again
+    bm.evaluate(argparse.Namespace(doc_len=8), model, capped, cache)
+    assert len(calls) == 4
+
+
+def test_results_of_a_work_folder_are_reused_and_merged_only_under_the_same_settings(tmp_path):
+    stored = {"args": {"steps": "300", "lr": "5e-05", "coco": "{'max_steps': 100}", "stage1_steps": "100"},
+              "negatives": "tfidf", "results": {"nfcorpus": _arm({"42": {"q": 0.5}})}}
+    (tmp_path / "results.json").write_text(json.dumps(stored))
+    with pytest.raises(SystemExit, match=r"--steps 300 -> 8"):
+        bm.main(["--preset", "medium", "--work", str(tmp_path), "--steps", "8", "--data", str(tmp_path)])
+    # merging: settings the stored arms depend on must agree; a coco setting matters only to the coco arm
+    other = tmp_path / "w2"
+    other.mkdir()
+    (other / "results.json").write_text(json.dumps({**stored, "args": {**stored["args"], "coco": "{'max_steps': 2}"}}))
+    bm.main(["--report-only", "--work", str(tmp_path), "--merge", str(other), "--arms", "x"])
+    (other / "results.json").write_text(json.dumps({**stored, "args": {**stored["args"], "lr": "0.001"}}))
+    with pytest.raises(SystemExit, match=r"--lr 5e-05 / 0.001"):
+        bm.main(["--report-only", "--work", str(tmp_path), "--merge", str(other), "--arms", "x"])
+    assert bm.settings_of(["coco"])[-1] == "coco" and "stage1_steps" in bm.settings_of(["tdro:reweight"])
+
+
+MEDIUM_ARMS = ["uniform", "tdro:top:0.7", "tdro:reweight", "tdro:dev", "infdds", "coco"]
+FIXTURE = Path(__file__).parent / "fixtures" / "mixture-medium-results.json"
+
+
+def test_the_medium_table_of_the_docs_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys):
+    """The stored results of docs/benchmarks.md's medium run (both workers' results.json, merged): the report
+    printed from them holds the docs' table, per-seed line and stage-1 weights line byte for byte."""
+    import shutil
+
+    shutil.copy(FIXTURE, tmp_path / "results.json")
+    bm.main(["--report-only", "--preset", "medium", "--work", str(tmp_path), "--arms", *MEDIUM_ARMS])
+    printed = capsys.readouterr().out
+    block = printed[printed.index("| model | nDCG@10 (95% CI over seeds) |"):].rstrip("\n")
+    assert block.count("\n") == 11 and "| the 1-layer starting model, not fine-tuned | 0.2181 | | | |" in block
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert block in docs
+    results = json.loads(FIXTURE.read_text())["results"]
+    assert bm.seed_table(bm.summarise(results, MEDIUM_ARMS), results, "nfcorpus",
+                         "the 1-layer starting model, not fine-tuned") == block
+
+
 def test_stage1_settings_and_the_pair_report():
     """``tdro@prev`` is drmix's earlier stage 1 (1 negative at 0.05, random fill), bare ``tdro`` the authors'
     (no overrides: stage1_config's 7 mined negatives at 0.002); --pair A=B pairs two arms over queries."""

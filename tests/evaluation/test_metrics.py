@@ -101,3 +101,55 @@ def test_bad_inputs():
         evaluate_run({"q": {"d": 1}}, {"q": {"d": float("nan")}})
     with pytest.raises(ConfigError, match="no metrics"):
         evaluate_run(QRELS, RUN, [])
+
+
+def test_errors_name_the_problem_and_the_fix():
+    cases = [
+        (lambda: parse_metric("bleu@10"), ConfigError, "unknown metric 'bleu@10'.",
+         "use one of: ndcg@k, recall@k, mrr@k, map@k, precision@k (and bare ndcg, map, mrr)."),
+        (lambda: parse_metric("recall"), ConfigError, "metric 'recall' needs a cutoff.",
+         "write it as recall@k, e.g. recall@100."),
+        (lambda: parse_metric("p"), ConfigError, "metric 'p' needs a cutoff.", "write it as precision@k, e.g. precision@100."),
+        (lambda: parse_metric("ndcg@0"), ConfigError, "metric 'ndcg@0' has a cutoff below 1.", "use a cutoff of 1 or more."),
+        (lambda: evaluate_run({}, RUN), DataError, "qrels are empty: there is nothing to evaluate.",
+         "pass qrels with at least one judged query."),
+        (lambda: evaluate_run({"q": {"d": 0.5}}, {"q": {"d": 1.0}}), DataError,
+         "qrels score for query 'q', doc 'd' is not an integer (0.5).", "use integer relevance scores."),
+        (lambda: evaluate_run({"q": {"d": True}}, {"q": {"d": 1.0}}), DataError,
+         "qrels score for query 'q', doc 'd' is not an integer (True).", "use integer relevance scores."),
+        (lambda: evaluate_run({"q": {"d": 1}}, {"q": {"d": float("nan")}}), DataError,
+         "run score for query 'q', doc 'd' is NaN.", "check the model's embeddings for NaNs."),
+        (lambda: evaluate_run(QRELS, RUN, []), ConfigError, "no metrics requested.",
+         "ask for at least one metric, e.g. ndcg@10."),
+    ]
+    for call, kind, message, fix in cases:
+        with pytest.raises(kind) as e:
+            call()
+        assert (e.value.message, e.value.fix) == (message, fix)
+
+
+def test_p_at_k_is_precision_at_k():
+    spec = parse_metric("P@2")
+    assert (spec.name, spec.family, spec.k, spec.measure) == ("p@2", "precision", 2, "P.2")
+    pq = evaluate_run(QRELS, RUN, ["p@2", "precision@2"], per_query=True)
+    assert pq["q1"]["p@2"] == pq["q1"]["precision@2"] == pytest.approx(0.5)   # d2 (0), d1 (1) in the top 2
+
+
+def test_judged_queries_without_a_ranking_are_counted_in_a_warning(caplog):
+    import logging
+
+    run = {"q9": {"d1": 1.0}, "q1": dict(RUN["q1"]), "q2": {}}     # unjudged first; q2 ranks nothing
+    with caplog.at_level(logging.WARNING, logger="drmix.evaluation.metrics"):
+        pq = evaluate_run(QRELS, run, ["ndcg@10"], per_query=True)
+    assert caplog.messages == ["2 of 3 judged queries have no ranking in the run; they score 0"]
+    assert pq["q1"]["ndcg@10"] == pytest.approx(Q1_NDCG10) and pq["q2"]["ndcg@10"] == 0.0
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="drmix.evaluation.metrics"):
+        evaluate_run({"q1": QRELS["q1"]}, {"q1": RUN["q1"]}, ["ndcg@10"])
+    assert caplog.messages == []
+
+
+def test_mrr_at_k_next_to_other_metrics_and_several_cutoffs():
+    pq = evaluate_run(QRELS, RUN, ["mrr@1", "ndcg@10", "mrr@2", "recall@3"], per_query=True)
+    assert pq["q1"] == {"mrr@1": 0.0, "ndcg@10": pytest.approx(Q1_NDCG10), "mrr@2": 0.5, "recall@3": 0.5}
+    assert evaluate_run(QRELS, RUN, ["mrr@10"], per_query=True)["q2"]["mrr@10"] == pytest.approx(0.2)

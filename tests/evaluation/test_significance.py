@@ -76,3 +76,65 @@ def test_paired_summary_by_hand():
     assert s["low"] == pytest.approx(2.5 - 3.182446 * se, abs=1e-5)
     one = paired_summary([0.2])
     assert one["n"] == 1 and one["mean"] == 0.2 and math.isnan(one["low"]) and math.isnan(one["p"])
+
+
+def test_two_values_get_an_interval_and_an_exact_test():
+    # d = [1, 3]: mean 2, sd sqrt(2), se 1, t(0.975, 1) = 12.7062; t = 2 with 1 df: p = 1 - 2 atan(2) / pi
+    mean, half = t_interval([1.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(12.706204736174698)
+    p, low, high = t_test([1.0, 3.0])
+    assert p == pytest.approx(1 - 2 * math.atan(2) / math.pi) and (low, high) == pytest.approx((2 - 12.7062047,
+                                                                                               2 + 12.7062047))
+    s = paired_summary([1.0, 3.0])
+    assert (s["n"], s["mean"]) == (2, 2.0) and (s["low"], s["high"]) == pytest.approx((2 - 12.7062047, 2 + 12.7062047))
+    # randomisation over two queries: sums +-1 +-3 = 4, 2, -2, -4; |sum| >= 4 in 2 of 4 patterns
+    assert randomization_test([1.0, 3.0]) == 0.5
+
+
+def test_empty_input_is_nan_without_numpy_warnings():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # numpy's "mean of empty slice" would be an error here
+        mean, half = t_interval([])
+        s = paired_summary([])
+    assert math.isnan(mean) and math.isnan(half)
+    assert s["n"] == 0 and all(math.isnan(s[k]) for k in ("mean", "low", "high", "p"))
+
+
+def test_every_statistic_is_computed_in_float64_whatever_the_input():
+    x32 = np.array([0.1, 0.25, 0.3, 0.55, 0.7], dtype=np.float32)
+    x64 = x32.astype(np.float64)
+    assert t_interval(x32) == t_interval(x64)
+    assert t_test(x32) == t_test(x64)
+    assert paired_summary(x32) == paired_summary(x64)
+    d = np.array([0.3, -0.1, 0.2], dtype=np.float32)
+    w = np.array([0.2, 0.3, 0.5], dtype=np.float32)
+    assert randomization_test(d, w) == randomization_test(d.astype(np.float64), w.astype(np.float64))
+
+
+def test_randomization_defaults_enumerate_up_to_13_queries_and_sample_10000_seeded_patterns_beyond():
+    d13 = np.array([0.3, -0.1, 0.5, 0.2, 0.4, 0.1, -0.2, 0.6, 0.3, 0.2, 0.1, 0.05, -0.3])  # 8192 <= 10000: exact
+    signs = ((np.arange(2 ** 13)[:, None] >> np.arange(13)) & 1) * 2 - 1
+    assert randomization_test(d13) == pytest.approx(float((np.abs(signs @ d13) >= abs(d13.sum()) - 1e-12).mean()))
+    d15 = np.concatenate([d13, [0.15, -0.05]])                                              # 32768: sampled
+    p = randomization_test(d15)
+    assert p == randomization_test(d15, permutations=10000, seed=0)
+    assert p != randomization_test(d15, permutations=10000, seed=1)
+    assert p != randomization_test(d15, permutations=9999, seed=0)
+    hits = round(p * 10001) - 1                   # p = (1 + hits) / (1 + permutations) on each side, doubled
+    assert 0 <= hits <= 10000
+
+
+def test_weights_change_the_randomization_test():
+    # one large difference with a small weight against five small ones: weighted, the five decide (p = 4/64:
+    # only the patterns keeping the five signs, or flipping them all, reach |-0.089|); unweighted the large one
+    # dominates every pattern (p = 1)
+    d = np.array([1.0, -0.1, -0.1, -0.1, -0.1, -0.1])
+    w = np.array([0.01, 0.198, 0.198, 0.198, 0.198, 0.198])
+    signs = ((np.arange(64)[:, None] >> np.arange(6)) & 1) * 2 - 1
+    weighted = float((np.abs(signs @ (w * d)) >= abs((w * d).sum()) - 1e-12).mean())
+    unweighted = float((np.abs(signs @ d) >= abs(d.sum()) - 1e-12).mean())
+    assert (weighted, unweighted) == (pytest.approx(4 / 64), 1.0)
+    assert randomization_test(d, w) == pytest.approx(weighted)
+    assert randomization_test(d) == pytest.approx(unweighted)

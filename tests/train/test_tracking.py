@@ -51,7 +51,7 @@ def test_tensorboard_resume_drops_events_after_the_checkpoint(tmp_path):
     for s in (1, 2, 3, 4):
         t.record({"step": s, "loss": float(s)})
     t.close()
-    t = Tracking.from_config(["tensorboard"], tmp_path, start_step=3)  # resumed from the step-2 checkpoint
+    t = Tracking.from_config(["tensorboard"], tmp_path, start_step=2)  # resumed from the step-2 checkpoint
     t.record({"step": 3, "loss": 30.0})
     t.close()
     assert _events(tmp_path / "tensorboard")["train/loss"] == [(1, 1.0), (2, 2.0), (3, 30.0)]

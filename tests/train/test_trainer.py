@@ -67,16 +67,28 @@ def test_resume_gives_identical_weights(tiny_model_path, data, tmp_path):
 
 def test_gradient_accumulation_matches_the_big_batch_without_in_batch_negatives(tiny_model_path, data, tmp_path):
     # With hard-negative-only loss each example's loss is independent of its batch-mates, so two micro-batches
-    # of 4 accumulate to exactly the gradient of one batch of 8 (in mixed mode both draw the same rows).
-    a = Trainer(config(tiny_model_path, data, tmp_path / "a", max_steps=2, batch_size=8, in_batch_negatives=False,
-                       batching="mixed"))
-    a.train()
-    b = Trainer(config(tiny_model_path, data, tmp_path / "b", max_steps=2, batch_size=4, gradient_accumulation_steps=2,
-                       in_batch_negatives=False, batching="mixed"))
-    b.train()
+    # of 4 accumulate to exactly the gradient of one batch of 8 (in mixed mode both draw the same rows): the
+    # optimiser sees the same gradient at each step, and after two steps the weights are the same. A loss divided
+    # by any other factor than the accumulation steps changes the accumulated gradient by that factor.
+    def run(out, **kw):
+        trainer = Trainer(config(tiny_model_path, data, out, max_steps=2, in_batch_negatives=False, batching="mixed",
+                                 **kw))
+        weight = next(p for n, p in trainer.model.named_parameters() if p.ndim == 2 and "encoder" in n)
+        grads = []      # the weight's .grad each time a backward has accumulated into it
+        weight.register_post_accumulate_grad_hook(lambda p: grads.append(p.grad.detach().clone()))
+        trainer.train()
+        return trainer, grads
+
+    a, grads_a = run(tmp_path / "a", batch_size=8)
+    b, grads_b = run(tmp_path / "b", batch_size=4, gradient_accumulation_steps=2)
     ma, mb = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
     assert ma[0]["collection_counts"] == mb[0]["collection_counts"] == {"greek": 4, "letters": 4}
-    assert ma[0]["raw_loss"] == pytest.approx(mb[0]["raw_loss"], rel=1e-4)
+    assert (len(grads_a), len(grads_b)) == (2, 4)                    # a backward per batch / per micro-batch
+    for step in (0, 1):                                              # after the last micro-batch of each step
+        assert torch.linalg.vector_norm(grads_a[step]) > 0
+        torch.testing.assert_close(grads_b[2 * step + 1], grads_a[step], rtol=1e-4, atol=1e-8)
+    torch.testing.assert_close(params(b.model), params(a.model), rtol=1e-4, atol=1e-6)
+    assert [m["raw_loss"] for m in mb] == pytest.approx([m["raw_loss"] for m in ma], rel=1e-4)
 
 
 def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):

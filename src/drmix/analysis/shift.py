@@ -202,12 +202,14 @@ class ShiftReport:
         return self.__dict__.copy()
 
     def to_markdown(self) -> str:
+        from drmix.report.markdown import md_cell
+
         src = [i for i, r in enumerate(self.roles) if r == "source"]
         tgt = [i for i, r in enumerate(self.roles) if r == "target"]
         lines = ["| source | target | corpus Jaccard | query Jaccard | query-type Jaccard |", "|---|---|---|---|---|"]
         for s in src:
             for t in tgt:
-                lines.append(f"| {self.names[s]} | {self.names[t]} | {self.corpus_jaccard[s][t]:.4f} | "
+                lines.append(f"| {md_cell(self.names[s])} | {md_cell(self.names[t])} | {self.corpus_jaccard[s][t]:.4f} | "
                              f"{self.query_jaccard[s][t]:.4f} | {self.intent_jaccard[s][t]:.4f} |")
         lines += ["", "| dataset | role | documents | queries | " + " | ".join(QUERY_TYPES)
                   + (" | alignment | uniformity |" if self.alignment else " |"),
@@ -216,10 +218,10 @@ class ShiftReport:
             qt = " | ".join(f"{self.query_types[n][t]:.3f}" for t in QUERY_TYPES)
             au = (f" | {self.alignment.get(n, float('nan')):.4f} | {self.uniformity.get(n, float('nan')):.4f}"
                   if self.alignment else "")
-            lines.append(f"| {n} | {self.roles[i]} | {self.sizes[n]['documents']} | {self.sizes[n]['queries']} | "
+            lines.append(f"| {md_cell(n)} | {self.roles[i]} | {self.sizes[n]['documents']} | {self.sizes[n]['queries']} | "
                          f"{qt}{au} |")
         if self.model:
-            lines.append(f"\nalignment / uniformity of model: {self.model} (lower is better for both)")
+            lines.append(f"\nalignment / uniformity of model: {md_cell(self.model)} (lower is better for both)")
         return "\n".join(lines) + "\n"
 
 

@@ -30,15 +30,18 @@ POSITIVES = RankWindow(1, 10)
 NEGATIVES = RankWindow(30, 50)
 
 
-def write_collection(path: str | Path, rows: Sequence[dict[str, Any]], *, why: str | None = None) -> None:
-    """Write collection lines atomically; refuses to write an empty collection (``why``: the fix it names)."""
+def write_collection(path: str | Path, rows: Sequence[dict[str, Any]], *, why: str | None = None,
+                     write: bool = True) -> None:
+    """Write collection lines atomically; refuses to write an empty collection (``why``: the fix it names).
+    ``write=False`` only checks (the caller writes the lines with other files)."""
     from drmix.io import write_jsonl_atomic
 
     if not rows:
         raise DataError("no example survived; nothing to write.", path=path,
                         fix=why or "check the counts logged above (too short sentences, empty windows, "
                                    "dropped outputs).")
-    write_jsonl_atomic(path, list(rows))
+    if write:
+        write_jsonl_atomic(path, list(rows))
 
 
 def read_query_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -1,12 +1,16 @@
 """The ``drmix`` command line. Thin: it validates options and calls the Python API.
 
 Errors a user can cause (:class:`~drmix.errors.DrmixError`) are printed as one line on stderr with
-exit code 2, never as a traceback.
+exit code 2, never as a traceback; so is a full disk (or file size limit) hit by a writer underneath.
+SIGTERM (what schedulers and ``kill`` send) is handled like Ctrl-C (SIGINT): the command stops the way an
+interrupt stops it (an LLM run writes its ``stats.json``, training names the checkpoint to resume from), and
+the exit code is 128 + the signal (130 for SIGINT, 143 for SIGTERM).
 """
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import typer
@@ -106,14 +110,90 @@ def _plain_help(typer_app: typer.Typer) -> None:
 _register_all()
 
 
+_SIGNALS: list[int] = []  # SIGTERMs received by this process
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM stops the command as Ctrl-C does: it is passed on as SIGINT, so whatever handles Ctrl-C where
+    the command is (Python's KeyboardInterrupt, asyncio's runner cancelling its task) handles it the same."""
+    _SIGNALS.append(signum)
+    signal.raise_signal(signal.SIGINT)
+
+
+def _install_signal_handlers() -> None:
+    sigterm = getattr(signal, "SIGTERM", None)
+    if sigterm is None:
+        return
+    try:
+        if signal.getsignal(sigterm) == signal.SIG_DFL and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(sigterm, _on_sigterm)
+    except ValueError:  # not the main thread (drmix called from a thread): leave the handlers alone
+        pass
+
+
+def interrupt_exit_code() -> int:
+    """The exit code of an interrupted command: 128 + the signal (130 Ctrl-C / SIGINT, 143 SIGTERM)."""
+    return 128 + int(_SIGNALS[-1] if _SIGNALS else signal.SIGINT)
+
+
+def interrupt_name() -> str:
+    """``"interrupted"`` (Ctrl-C) or ``"terminated (SIGTERM)"``: how an interrupt message starts."""
+    return "terminated (SIGTERM)" if _SIGNALS else "interrupted"
+
+
+def _interrupted(e: BaseException) -> bool:
+    """Whether the exit ``e`` is typer's silent answer to a KeyboardInterrupt (not a command's own exit that
+    already said where to resume: those raise ``from None``)."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        if isinstance(x, KeyboardInterrupt):
+            return True
+        seen.add(id(x))
+        x = x.__cause__ if x.__cause__ is not None else (None if x.__suppress_context__ else x.__context__)
+    return False
+
+
+def _disk_full_line(e: BaseException) -> str | None:
+    """One line for a full disk hit outside drmix's own writers (an appended log, a library's file)."""
+    from drmix.io import disk_full_error, is_disk_full
+
+    if not is_disk_full(e):
+        return None
+    filename = None
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen and filename is None:
+        seen.add(id(x))
+        filename = getattr(x, "filename", None)
+        x = x.__cause__ or x.__context__
+    return disk_full_error(e, filename or os.getcwd(), unchanged=False).format()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``drmix`` console script."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _install_signal_handlers()
     try:
         app(args=argv, prog_name="drmix", standalone_mode=True)
     except DrmixError as e:
         err_console.print(f"[bold red]error:[/bold red] {e.format()}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        err_console.print("interrupted; resume with --resume where the command supports it.")
-        sys.exit(130)
+        err_console.print(f"{interrupt_name()}; run the same command again to continue where it can "
+                          "(training: with --resume; LLM runs reuse their cache).")
+        sys.exit(interrupt_exit_code())
+    except SystemExit as e:
+        if e.code in (1, 130) and _interrupted(e):  # typer/click turned the interrupt into an exit
+            err_console.print(f"{interrupt_name()}; run the same command again to continue where it can "
+                              "(training: with --resume; LLM runs reuse their cache).")
+            sys.exit(interrupt_exit_code())
+        if e.code == 130 and _SIGNALS:  # a command that said where to resume itself, after a SIGTERM
+            sys.exit(interrupt_exit_code())
+        raise
+    except Exception as e:
+        line = _disk_full_line(e)
+        if line is None:
+            raise
+        err_console.print(f"[bold red]error:[/bold red] {line}", highlight=False, soft_wrap=True)
+        sys.exit(2)

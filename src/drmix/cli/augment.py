@@ -36,19 +36,31 @@ def _stats_path(output: Path) -> Path:
     return output.with_name(output.name + ".stats.json")
 
 
-def _claim(output: Path, overwrite: bool, inputs: list[Path | None]) -> None:
-    """The output contract (drmix.outputs) before any work: the collection file and its .stats.json."""
-    from drmix.outputs import claim_output
+def _claim(output: Path, overwrite: bool, inputs: list[Path | None], llm: dict[str, Any] | None = None) -> None:
+    """The output contract (drmix.outputs) before any work: the collection file and its .stats.json, and the
+    LLM cache of generate / rerank (never an input or a user's file)."""
+    from drmix.outputs import claim_cache, claim_output
 
     claim_output(output, "file", overwrite=overwrite, inputs=inputs, sidecars=[_stats_path(output)])
+    if llm is not None:
+        claim_cache(_cache_path(output, llm), inputs=inputs, outputs=[output, _stats_path(output)])
 
 
-def _write_stats(output: Path, stats: dict[str, Any]) -> Path:
-    from drmix.io import atomic_write_json
+def _cache_path(output: Path, llm: dict[str, Any]) -> Path:
+    return llm["cache"] or output.with_name(output.name + ".llm-cache.jsonl")
 
-    path = _stats_path(output)
-    atomic_write_json(path, stats)
-    return path
+
+def _write_outputs(output: Path, rows: list[dict[str, Any]], stats: dict[str, Any]) -> None:
+    """The collection and its .stats.json, replaced together (a full disk leaves both as they were)."""
+    import json
+
+    from drmix.augment.examples import write_collection
+    from drmix.io import AtomicFiles
+
+    write_collection(output, rows, write=False)  # refuses an empty collection
+    with AtomicFiles() as files:
+        files.write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        files.write_json(_stats_path(output), stats)
 
 
 def _why_empty(stats: Any, stats_path: Path) -> str:
@@ -75,7 +87,9 @@ def _llm_params() -> list[inspect.Parameter]:
         "llm_batch_size": (int, typer.Option(8, "--llm-batch-size", min=1,
                                              help=LLMConfig.model_fields["batch_size"].description)),
         "cache": (Optional[Path], typer.Option(None, "--cache", help="LLM call cache (JSONL; default: "
-                                               "<output>.llm-cache.jsonl next to the output). A rerun reuses it.")),
+                                               "<output>.llm-cache.jsonl next to the output). A rerun reuses it. "
+                                               "An input, the output, or a file that is not a drmix LLM cache "
+                                               "is refused (answers are appended to it).")),
     }
     return [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=o, annotation=a) for n, (a, o) in opts.items()]
 
@@ -91,8 +105,7 @@ def _backend(output: Path, kw: dict[str, Any]):
     except Exception as e:  # pydantic ValidationError
         raise ConfigError(f"invalid LLM options: {e.errors()[0]['msg'] if hasattr(e, 'errors') else e}.",
                           fix="--backend is transformers or openai.") from None
-    cache = kw["cache"] or output.with_name(output.name + ".llm-cache.jsonl")
-    return build_backend(cfg, cache_path=cache)
+    return build_backend(cfg, cache_path=_cache_path(output, kw))
 
 
 def _with_llm(fn):
@@ -143,8 +156,7 @@ def crop_command(
     queries = crop_queries({d: docs[d] for d in ids}, min_words=min_words, max_per_doc=max_per_doc,
                            language=language, seed=seed, include_title=include_title)
     rows = crop_rows(queries, {d: doc_text(docs[d]) for d in ids})
-    write_collection(output, rows)
-    _write_stats(output, {"documents": len(ids), "queries": len(rows)})
+    _write_outputs(output, rows, {"documents": len(ids), "queries": len(rows)})
     _console().print(f"wrote {len(rows)} sentence queries from {len(ids)} documents to {output}")
 
 
@@ -174,8 +186,7 @@ def mine_command(
     out, counts = mine_examples(rows, {d: doc_text(x) for d, x in docs.items()}, model, positives=positives,
                                 negatives=negatives, keep_candidates=keep_candidates, batch_size=batch_size,
                                 teacher_name=teacher or "default")
-    write_collection(output, out)
-    _write_stats(output, {"queries": len(rows), **counts})
+    _write_outputs(output, out, {"queries": len(rows), **counts})
     _console().print(f"wrote {len(out)} mined examples to {output} ({dict(counts)})")
 
 
@@ -202,7 +213,7 @@ def generate_command(
     from drmix.llm.base import GenerationParams
     from drmix.llm.runstats import llm_stats
 
-    _claim(output, overwrite, [corpus, template])
+    _claim(output, overwrite, [corpus, template], llm)
     docs = _load_corpus(corpus)
     ids = sample_ids(list(docs), max_docs, seed)
     qgen = QGenTemplate.load(template)
@@ -243,7 +254,7 @@ def rerank_command(
     from drmix.data.beir import doc_text
     from drmix.llm.runstats import llm_stats
 
-    _claim(output, overwrite, [input, corpus, template])
+    _claim(output, overwrite, [input, corpus, template], llm)
     rows = read_query_rows(input)
     docs = _load_corpus(corpus)
     rtemplate = RerankTemplate.load(template)

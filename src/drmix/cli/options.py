@@ -54,11 +54,20 @@ def _annotation(field_type: Any) -> tuple[Any, str]:
     return Optional[str], "scalar"
 
 
+#: the example a mapping flag's error shows (a training field's override for the others: --stage1, --coco)
+MAPPING_EXAMPLES = {
+    "--query-instructions": "scifact='Given a scientific claim, retrieve documents that support or refute it'",
+    "--tdro": "lr=0.02", "--idro": "clusters=16", "--infdds": "update_every=50", "--strategy-options": "lr=0.02",
+    "--llm": "backend=openai",
+}
+
+
 def _parse_mapping(items: list[str], flag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"{flag} expects KEY=VALUE, got '{item}'.", fix=f"write e.g. {flag} lr=0.02.")
+            example = MAPPING_EXAMPLES.get(flag, "max_steps=200")
+            raise ConfigError(f"{flag} expects KEY=VALUE, got '{item}'.", fix=f"write e.g. {flag} {example}.")
         k, v = item.split("=", 1)
         out[k.strip()] = yaml.safe_load(v)
     return out

@@ -177,6 +177,7 @@ def index_command(
     corpus_file = resolve_corpus_file(corpus)
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
+    _check_index_room(output, docs, encoder, store_texts=not no_texts)
     params: dict[str, Any] = {}
     if kind is IndexKind.hnsw:
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
@@ -187,6 +188,31 @@ def index_command(
                          metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}, **params)
     index.save(output)
     _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
+
+
+def _check_index_room(output: Path, docs: dict[str, dict[str, str]], encoder: Any, *, store_texts: bool) -> None:
+    """Before encoding: refuse an index the disk (or ``ulimit -f``) has no room for (float32 vectors, plus
+    the texts when stored: their length in characters, a lower bound of docs.jsonl's size), and say what
+    is coming when the corpus is large or holds a huge document (its tokenising shows no progress)."""
+    import logging
+
+    from drmix.io import check_free_space
+
+    dim = encoder.get_sentence_embedding_dimension() or 0
+    vectors = len(docs) * int(dim) * 4
+    sizes = {d: len(x.get("title", "")) + len(x.get("text", "")) for d, x in docs.items()}
+    texts = sum(sizes.values())
+    check_free_space(output, vectors + (texts if store_texts else 0), what=f"the index of {len(docs)} documents",
+                     largest_file=max(vectors, texts if store_texts else 0))
+    log = logging.getLogger("drmix.index")
+    if texts > 50_000_000:
+        log.info("tokenising %d documents (%.0f MB of text) before the encoding bar moves", len(docs), texts / 1e6)
+    longest = max(sizes, key=sizes.get, default=None)
+    if longest is not None and sizes[longest] > 1_000_000:
+        limit = getattr(encoder, "max_seq_length", None)
+        log.warning("document %r holds %.1f MB of text: tokenising it takes a while before the encoding bar "
+                    "moves, and the model reads only its first %s tokens (split long documents into passages)",
+                    longest, sizes[longest] / 1e6, limit or "few hundred")
 
 
 def stored_model_name(model: str | None) -> str:

@@ -45,15 +45,15 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
 
 
 def _interrupted(out: Path) -> int:
-    """Say where an interrupted (Ctrl-C) run can be resumed from; the exit code (130)."""
-    from drmix.cli import err_console
+    """Say where an interrupted (Ctrl-C, SIGTERM) run can be resumed from; the exit code (130, 143)."""
+    from drmix.cli import err_console, interrupt_exit_code, interrupt_name
     from drmix.train.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(out)
     where = (f"the last checkpoint is {ckpt}; run the same command with --resume to continue from it"
              if ckpt is not None else "no checkpoint was written yet; run the same command again to start over")
-    err_console.print(f"interrupted: {where} (--output-dir {out}).", highlight=False, soft_wrap=True)
-    return 130
+    err_console.print(f"{interrupt_name()}: {where} (--output-dir {out}).", highlight=False, soft_wrap=True)
+    return interrupt_exit_code()
 
 
 def register(app: typer.Typer) -> None:

@@ -86,8 +86,10 @@ class Comparison:
         return sum(d.dropped for rows in self.rows.values() for d in rows if d.dataset != AVERAGE)
 
     def to_markdown(self) -> str:
+        from drmix.report.markdown import md_cell, md_code
+
         counts = self.dropped > 0
-        lines = [f"{self.metric}, delta vs `{self.baseline}` with 95% interval; p: paired t-test / Fisher "
+        lines = [f"{md_cell(self.metric)}, delta vs {md_code(self.baseline)} with 95% interval; p: paired t-test / Fisher "
                  f"randomisation over queries; * = both p < {self.alpha}."
                  + (f" The evaluations cover different queries (--intersect): only the shared ones are compared, "
                     f"{self.dropped} dropped; each row counts the queries compared, evaluated for the baseline, "
@@ -99,7 +101,7 @@ class Comparison:
             for d in rows:
                 star = "*" if self.significant(d) else ""
                 extra = f"{d.baseline_queries} | {d.model_queries} | {d.dropped} | " if counts else ""
-                lines.append(f"| {label} | {d.dataset} | {d.queries} | {extra}{d.baseline:.4f} | {d.value:.4f} | "
+                lines.append(f"| {md_cell(label)} | {md_cell(d.dataset)} | {d.queries} | {extra}{d.baseline:.4f} | {d.value:.4f} | "
                              f"{d.delta:+.4f}{star} | [{d.low:+.4f}, {d.high:+.4f}] | {_p(d.t_p)} | {_p(d.fisher_p)} |")
         return "\n".join(lines) + "\n"
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from drmix.data.beir import BeirDataset, available_splits, load_beir
 from drmix.evaluation.metrics import DEFAULT_METRICS, evaluate_run, parse_metric
-from drmix.io import atomic_write_json, atomic_write_text
 from drmix.retrieval.index import index_corpus, model_name, search_queries
 
 log = logging.getLogger(__name__)
@@ -61,10 +60,12 @@ class EvalReport:
 
     def to_markdown(self) -> str:
         metrics = self.metrics
-        lines = [f"Model: `{self.model}` — split: `{self.split}`", "",
-                 "| dataset | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
+        from drmix.report.markdown import md_cell, md_code
+
+        lines = [f"Model: {md_code(self.model)} — split: {md_code(self.split)}", "",
+                 "| dataset | " + " | ".join(map(md_cell, metrics)) + " |", "|---|" + "---:|" * len(metrics)]
         for name, row in list(self.results.items()) + [(AVERAGE, self.average())]:
-            lines.append(f"| {name} | " + " | ".join(_fmt(row.get(m)) for m in metrics) + " |")
+            lines.append(f"| {md_cell(name)} | " + " | ".join(_fmt(row.get(m)) for m in metrics) + " |")
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
@@ -72,10 +73,13 @@ class EvalReport:
                 "average": self.average(), "info": self.info, "per_query": self.per_query}
 
     def write(self, out_dir: str | Path) -> None:
-        """Write ``eval.json`` and ``eval.md`` into ``out_dir`` (each atomically)."""
+        """Write ``eval.json`` and ``eval.md`` into ``out_dir``, replaced together (a full disk leaves both)."""
+        from drmix.io import AtomicFiles
+
         out = Path(out_dir)
-        atomic_write_json(out / "eval.json", self.to_json())
-        atomic_write_text(out / "eval.md", self.to_markdown())
+        with AtomicFiles() as files:
+            files.write_json(out / "eval.json", self.to_json())
+            files.write_text(out / "eval.md", self.to_markdown())
 
 
 def _fmt(value: float | None) -> str:

@@ -295,10 +295,12 @@ def format_table(results: Sequence[SweepResult], *, bold_best: bool = True) -> s
 
     Cells are ``pc_recall@k (x100) / pc_mrr@k``; the best recall of each column (oracle excluded) is bold.
     """
+    from drmix.report.markdown import md_cell
+
     labels: list[str] = []
     for r in results:
         labels += [lab for lab in r.rows if lab not in labels]
-    header = "| Known corpus → | " + " | ".join(f"{r.setting} (k={r.k})" for r in results) + " |"
+    header = "| Known corpus → | " + " | ".join(f"{md_cell(r.setting)} (k={r.k})" for r in results) + " |"
     lines = [header, "|---|" + "---|" * len(results)]
     best = {}
     for i, r in enumerate(results):
@@ -313,8 +315,8 @@ def format_table(results: Sequence[SweepResult], *, bold_best: bool = True) -> s
                     and math.isclose(m[f"pc_recall@{r.k}"], best[i]):
                 c = f"**{c}**"
             cells.append(c)
-        lines.append(f"| {lab} | " + " | ".join(cells) + " |")
-    chosen = [f"{r.setting}: {', '.join(r.chosen.values())}" for r in results if r.chosen]
+        lines.append(f"| {md_cell(lab)} | " + " | ".join(cells) + " |")
+    chosen = [f"{md_cell(r.setting)}: {', '.join(map(md_cell, r.chosen.values()))}" for r in results if r.chosen]
     if chosen:
         lines += ["", "Chosen on the validation split: " + "; ".join(chosen) + "."]
     return "\n".join(lines) + "\n"

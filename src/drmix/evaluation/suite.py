@@ -137,6 +137,8 @@ def results_table(results: Results, metrics: Sequence[str] = ("ndcg@10",), *, de
     row with the unweighted mean over datasets (when there are several and every model has them all).
     ``share=(num, den)``: a last column ``num / den`` as a percentage (e.g. student / teacher).
     """
+    from drmix.report.markdown import md_cell
+
     labels = list(results)
     datasets = list(dict.fromkeys(d for r in results.values() for d in r))
     base = labels[0]
@@ -156,14 +158,16 @@ def results_table(results: Results, metrics: Sequence[str] = ("ndcg@10",), *, de
         if share is not None:
             num, den = values.get(share[0]), values.get(share[1])
             cells.append(f"{num / den:.1%}" if den and num is not None else "")
-        return (f"| {name} | {metric} | " if by_metric else f"| {name} | ") + " | ".join(cells) + " |"
+        return (f"| {md_cell(name)} | {md_cell(metric)} | " if by_metric else f"| {md_cell(name)} | ") \
+            + " | ".join(cells) + " |"
 
     extra = [f"{share[0]} / {share[1]}"] if share is not None else []
     if by_metric:
-        lines = ["| dataset | metric | " + " | ".join(labels + extra) + " |",
+        lines = ["| dataset | metric | " + " | ".join(map(md_cell, labels + extra)) + " |",
                  "|---|---|" + "---:|" * (len(labels) + len(extra))]
     else:
-        lines = [f"| {metrics[0]} | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
+        lines = [f"| {md_cell(metrics[0])} | " + " | ".join(map(md_cell, labels)) + " |",
+                 "|---|" + "---:|" * len(labels)]
     for d in datasets:
         for m in metrics:
             line = row(d, m, {lb: results[lb].get(d, {}).get(m) for lb in labels})

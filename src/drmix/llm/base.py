@@ -94,6 +94,23 @@ class Completion:
         return None if self.error is None else (self.cause or "other")
 
 
+def clean_answer(comp: Completion) -> tuple[Completion, int]:
+    """``comp`` with the lone surrogates of its text replaced by U+FFFD (:func:`drmix.io.clean_text`, the one
+    rule for text entering drmix) and how many were; an answer left with no other character is a failure
+    counted as ``unparsable``."""
+    from drmix.io import REPLACEMENT, counted_clean_text
+
+    if comp.error is not None:
+        return comp, 0
+    text, n = counted_clean_text(comp.text)
+    if not n:
+        return comp, 0
+    if not text.replace(REPLACEMENT, "").strip():
+        return Completion("", error=f"the answer holds only {n} lone surrogate(s), no text", cached=comp.cached,
+                          seconds=comp.seconds, cause="unparsable"), n
+    return Completion(text, cached=comp.cached, seconds=comp.seconds), n
+
+
 def describe_failures(failures: Mapping[str, int]) -> str:
     """``"timeout 7, http_5xx 3"``: failure counts by cause, most frequent first (``"none"`` when empty)."""
     items = sorted(((c, n) for c, n in failures.items() if n), key=lambda kv: (-kv[1], kv[0]))

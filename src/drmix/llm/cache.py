@@ -7,7 +7,10 @@ most once a second and on close (a power cut loses at most the last second; an f
 5 ms here, a bottleneck for a fast endpoint). The key is
 :meth:`ChatRequest.key` (SHA-256 of model id, messages and sampling parameters), so a changed prompt template,
 model or temperature is a cache miss; identical requests in one call are asked once. Failed requests are not
-cached (they are retried on the next run).
+cached (they are retried on the next run). An answer's lone surrogates (``"\ud800"`` in the endpoint's JSON: no
+Unicode text, and no UTF-8 file can hold it) are replaced by U+FFFD before it is stored or used
+(:func:`drmix.llm.base.clean_answer`; an answer with nothing else is an ``unparsable`` failure), counted and
+logged once when the cache closes.
 
 A kill during a write can leave a torn last line (no newline). Loading ignores it (it is never an answer),
 and the first append of the next run cuts it off (a complete record that only lacks its newline is kept and
@@ -25,7 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from drmix.llm.base import ChatRequest, Completion, LLMBackend, OnResult
+from drmix.io import clean_text
+from drmix.llm.base import ChatRequest, Completion, LLMBackend, OnResult, clean_answer
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ def _record(line: bytes) -> tuple[str, str] | None:
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("key"), str) or not isinstance(obj.get("text"), str):
         return None
-    return obj["key"], obj["text"]
+    return obj["key"], clean_text(obj["text"])
 
 
 class CachedBackend(LLMBackend):
@@ -50,6 +54,7 @@ class CachedBackend(LLMBackend):
         self.path = Path(path)
         self.hits = 0
         self.misses = 0
+        self.surrogates = 0  # lone surrogates replaced in this run's answers
         self._lock = threading.Lock()
         self._file: BinaryIO | None = None
         self._synced = 0.0  # time.monotonic() of the last fsync
@@ -143,6 +148,8 @@ class CachedBackend(LLMBackend):
 
             def arrived(j: int, comp: Completion) -> None:
                 key = order[j]
+                comp, n = clean_answer(comp)
+                self.surrogates += n
                 if comp.ok:
                     self._store(key, comp.text)
                 for i in asked[key]:
@@ -160,6 +167,10 @@ class CachedBackend(LLMBackend):
         return self.backend.describe()
 
     def close(self) -> None:
+        if self.surrogates:
+            log.warning("%s: %d lone surrogate(s) in the LLM's answers replaced by U+FFFD", self.path,
+                        self.surrogates)
+            self.surrogates = 0
         with self._lock:
             if self._file is not None:
                 os.fsync(self._file.fileno())

@@ -32,7 +32,7 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from drmix.llm.base import ChatRequest, Completion, LLMBackend, LLMError, OnResult
+from drmix.llm.base import ChatRequest, Completion, LLMBackend, LLMError, OnResult, clean_answer
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class OpenAIBackend(LLMBackend):
                                   seconds=secs, cause="unparsable")
             if not text.strip():
                 return Completion("", error="empty completion", seconds=secs, cause="empty")
-            return Completion(text, seconds=secs)
+            return clean_answer(Completion(text, seconds=secs))[0]
         if cause == "connection":
             self._unreachable_run += 1
             if not self._reached:

@@ -1,5 +1,10 @@
 """The counts of an LLM run written to ``stats.json`` on every exit path: success, an empty result, an
-:class:`~drmix.llm.base.LLMError` half-way (an endpoint that went away, a bad API key), an interrupt.
+:class:`~drmix.llm.base.LLMError` half-way (an endpoint that went away, a bad API key), an interrupt (Ctrl-C,
+or SIGTERM, which the command line turns into the same interrupt).
+
+The run's output file is written once, at the end (atomically, like every drmix output): it does not grow
+as answers arrive. Each answer is in the LLM cache the moment it arrives, so a stopped run loses nothing;
+running the same command again reuses the cached answers and writes the whole output.
 
 ``with llm_stats(path, stats):`` writes ``stats.as_dict()`` atomically when the block ends, however it
 ends (``"finished": false`` and the error when it raised), logs the failure counts by cause, and appends
@@ -46,6 +51,10 @@ def llm_stats(path: str | Path, stats: RunStats) -> Iterator[Path]:
         error = e
         if isinstance(e, DrmixError):
             e.fix = ((e.fix.rstrip(".") + "; ") if e.fix else "") + failure_line(stats, path) + "."
+        elif isinstance(e, KeyboardInterrupt):
+            log.warning("stopped before the end: every answer received so far is in the LLM cache, the counts "
+                        "in %s; the output is written only at the end: run the same command again to continue "
+                        "(cached answers are not asked again)", path)
         raise
     finally:
         record = stats.as_dict()

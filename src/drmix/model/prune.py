@@ -184,10 +184,14 @@ def check_equivalence(model: Any, pruned: Any, layers: Sequence[int], *, atol: f
 
 
 def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, *, max_seq_length: int = 512,
-                              query_prompt: str = QUERY_PROMPT, card: Any = None) -> Path:
+                              query_prompt: str = QUERY_PROMPT, card: Any = None,
+                              json_files: dict[str, Any] | None = None) -> Path:
     """Save ``encoder`` + ``tokenizer`` as a SentenceTransformer folder (mean pooling, L2 normalisation,
     ``query``/``document`` prompts), written atomically; ``card`` (a :class:`drmix.report.card.CardInfo`)
-    becomes its README.md."""
+    becomes its README.md, and ``json_files`` (name -> object) are written inside the folder before it is
+    swapped into place (a marker such as ``drmix_prune.json`` is never missing from a complete folder)."""
+    from drmix.io import atomic_write_json
+
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
@@ -211,6 +215,8 @@ def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, 
         import shutil
 
         shutil.rmtree(hf)
+        for name, obj in (json_files or {}).items():
+            atomic_write_json(tmp / name, obj)
     return output
 
 
@@ -220,7 +226,6 @@ def prune_to_sentence_transformer(source: str | Path | None, output: str | Path,
                                   max_seq_length: int = 512, query_prompt: str = QUERY_PROMPT) -> dict[str, Any]:
     """Load a causal LM (folder, hub id, ``.gguf``; default: the packaged SmolLM2), prune it and save it as a
     SentenceTransformer folder. Returns what was done (also written as ``drmix_prune.json`` in the folder)."""
-    from drmix.io import atomic_write_json
     from drmix.llm.local import load_causal_lm
 
     try:
@@ -253,13 +258,12 @@ def prune_to_sentence_transformer(source: str | Path | None, output: str | Path,
                f"{lm.config.intermediate_size}", f"parameters: {params:,} ({params - emb:,} without embeddings)",
                f"attention: {'bidirectional' if bidirectional else 'causal'}; pooling: mean; query prompt: "
                f"{query_prompt!r}"])
-    save_sentence_transformer(pruned, tok, output, max_seq_length=max_seq_length, query_prompt=query_prompt,
-                              card=card)
     info = {"source": model_id, "source_layers": n, "layers": chosen, "mlp_width": pruned.config.intermediate_size,
             "source_mlp_width": lm.config.intermediate_size, "bidirectional": bidirectional, "pooling": "mean",
             "query_prompt": query_prompt, "parameters": params, "non_embedding_parameters": params - emb,
             "rewrite_max_abs_diff": diff}
-    atomic_write_json(Path(output) / "drmix_prune.json", info)
+    save_sentence_transformer(pruned, tok, output, max_seq_length=max_seq_length, query_prompt=query_prompt,
+                              card=card, json_files={"drmix_prune.json": info})
     log.info("pruned %s: kept layers %s of %d; %.1fM parameters (%.1fM without embeddings)", model_id, chosen, n,
              params / 1e6, (params - emb) / 1e6)
     return info

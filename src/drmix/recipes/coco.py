@@ -89,13 +89,16 @@ def paired_test(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) 
 def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, other: str,
                      metric: str = "ndcg@10") -> str:
     """Markdown: per dataset and on average the two models, the difference and the paired test."""
-    lines = [f"| {metric} | {base} | {other} | difference | 95% interval | p (paired t, queries) |",
+    from drmix.report.markdown import md_cell
+
+    lines = [f"| {md_cell(metric)} | {md_cell(base)} | {md_cell(other)} | difference | 95% interval | "
+             "p (paired t, queries) |",
              "|---|---:|---:|---:|---|---:|"]
     for d in scores[base]:
         t = paired_test({d: scores[base][d]}, {d: scores[other][d]})
         a = float(np.mean(list(scores[base][d].values())))
         b = float(np.mean(list(scores[other][d].values())))
-        lines.append(f"| {d} | {a:.4f} | {b:.4f} | {b - a:+.4f} | [{t['low']:+.4f}, {t['high']:+.4f}] | {t['p']:.3g} |")
+        lines.append(f"| {md_cell(d)} | {a:.4f} | {b:.4f} | {b - a:+.4f} | [{t['low']:+.4f}, {t['high']:+.4f}] | {t['p']:.3g} |")
     if len(scores[base]) > 1:
         a = float(np.mean([np.mean(list(v.values())) for v in scores[base].values()]))
         b = float(np.mean([np.mean(list(v.values())) for v in scores[other].values()]))

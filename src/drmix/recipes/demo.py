@@ -165,14 +165,17 @@ def explanation(weights: dict[str, dict[str, float]], losses: dict[str, float], 
     learned = weights.get("learned", {})
     if not learned:
         return ""
+    from drmix.report.markdown import md_cell
+
     order = sorted(learned, key=learned.get, reverse=True)
     top, low = order[0], order[-1]
+    t, lo = md_cell(top), md_cell(low)
     text = (f"Both runs trained on the same {steps} batches (each holds every family equally); only the loss "
             f"weights differ. GroupDRO raised the weight of the families with the highest training loss: "
-            f"{top} ended at {learned[top]:.3f} and {low} at {learned[low]:.3f} (uniform: "
+            f"{t} ended at {learned[top]:.3f} and {lo} at {learned[low]:.3f} (uniform: "
             f"{1 / len(learned):.3f} each).")
     if losses.get(top) is not None and losses.get(low) is not None:
-        text += (f" Mean training loss: {top} {losses[top]:.3f}, {low} {losses[low]:.3f}.")
+        text += (f" Mean training loss: {t} {losses[top]:.3f}, {lo} {losses[low]:.3f}.")
     text += (" The difference between the uniform and learned columns is the effect of these weights in one "
              "seeded run on a few dozen test queries per family, not a significance test.")
     return text
@@ -193,22 +196,24 @@ def _evaluate(model: Any, data: LocalDocsData, name: str, out: Path, opts: DemoO
 def results_markdown(result_table: dict[str, dict[str, float]], weights: dict[str, dict[str, float]],
                      sizes: dict[str, int], *, steps: int, model: str, losses: dict[str, float] | None = None) -> str:
     """The demo's results page: nDCG@10 per family and on average, then the weights and why they moved."""
+    from drmix.report.markdown import md_cell, md_code
+
     cols = ["base", *MIXTURES]
     losses = losses or {}
     lines = ["# drmix demo results", "",
-             f"Model `{model}`, {steps} training steps per run; held-out test split of each family; "
+             f"Model {md_code(model)}, {steps} training steps per run; held-out test split of each family; "
              f"{METRIC} (higher is better). base: before training; uniform: trained with equal family "
              f"weights; learned: trained on the same batches with family weights learned by GroupDRO.", "",
              "| family | " + " | ".join(cols) + " | learned - uniform |", "|---|" + "---:|" * (len(cols) + 1)]
     for fam, row in result_table.items():
-        lines.append(f"| {fam} | " + " | ".join(f"{row[c]:.4f}" for c in cols)
+        lines.append(f"| {md_cell(fam)} | " + " | ".join(f"{row[c]:.4f}" for c in cols)
                      + f" | {row['learned'] - row['uniform']:+.4f} |")
     lines += ["", "Family weights in the training loss (uniform run, and the learned run's final weights), "
               "with each family's training pairs and mean training loss in the learned run:", "",
               "| family | pairs | mean training loss | uniform | learned |", "|---|---:|---:|---:|---:|"]
     for fam, n in sizes.items():
         loss = f"{losses[fam]:.3f}" if fam in losses else ""
-        lines.append(f"| {fam} | {n} | {loss} | " + " | ".join(f"{weights[m].get(fam, 0.0):.3f}" for m in MIXTURES)
+        lines.append(f"| {md_cell(fam)} | {n} | {loss} | " + " | ".join(f"{weights[m].get(fam, 0.0):.3f}" for m in MIXTURES)
                      + " |")
     text = explanation(weights, losses, steps)
     if text:

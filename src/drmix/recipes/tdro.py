@@ -141,12 +141,14 @@ def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | 
     """Markdown: collections sorted by learned weight, with which transfers keep them."""
     names = weights_json["collections"]
     w = dict(zip(names, weights_json["weights"]))
+    from drmix.report.markdown import md_cell
+
     kept = kept or {}
-    head = "| collection | weight | " + " | ".join(kept) + (" |" if kept else "|")
+    head = "| collection | weight | " + " | ".join(map(md_cell, kept)) + (" |" if kept else "|")
     lines = [head, "|---|---:|" + "---|" * len(kept)]
     for n in sorted(names, key=lambda x: -w[x]):
         marks = " | ".join("yes" if n in k else "" for k in kept.values())
-        lines.append(f"| {n} | {w[n]:.4f} | " + marks + (" |" if kept else "|"))
+        lines.append(f"| {md_cell(n)} | {w[n]:.4f} | " + marks + (" |" if kept else "|"))
     return "\n".join(lines) + "\n"
 
 
@@ -181,6 +183,10 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
                                                            else f"stage2-{config.strategy}-{slug(transfer)}")))
                for label, transfer in runs}
     stages = ([Stage("stage 0", s0_cfg)] if s0_cfg is not None else []) + [Stage("stage 1", s1_cfg)]
+    # how stage 1 completes missing hard negatives is a recipe field (pipeline.yaml), not a training field
+    stages.append(Stage("stage 1 (missing negatives)", {k: config.model_dump(mode="json")[k] for k in
+                                                        ("stage1_fill_negatives", "stage1_miner")},
+                        output_dir=s1_out, record=root / "pipeline.yaml"))
     stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
     prepare_stages(stages, allow_changes=config.resume_with_changes, overwrite=config.overwrite)
     record_config(root, "pipeline.yaml", config)
@@ -329,29 +335,34 @@ def _link_model(root: Path, target: Path) -> None:
 
 
 def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept: dict[str, list[str]]) -> str:
-    parts = [f"# tDRO pipeline ({config.strategy})", ""]
+    from drmix.report.markdown import md_cell, md_code
+
+    parts = [f"# tDRO pipeline ({md_cell(config.strategy)})", ""]
     if result.selection:
         avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in result.selection.items()}
         losers = [lb for lb, v in avg.items() if lb != BASELINE and v < avg.get(BASELINE, -1)]
-        parts += [f"## Selected: {result.selected}", "",
-                  f"Chosen on the {config.select_split} split of {', '.join(Path(d).name for d in config.select_on)} "
+        parts += [f"## Selected: {md_cell(result.selected)}", "",
+                  f"Chosen on the {md_cell(config.select_split)} split of "
+                  f"{', '.join(md_cell(Path(d).name) for d in config.select_on)} "
                   f"(never the test split) by average nDCG@10; `model` in the output folder links to it.", "",
                   results_table(result.selection), ""]
         if losers:
-            parts += [f"Warning: {', '.join(losers)} scored below uniform on {config.select_split}.", ""]
+            parts += [f"Warning: {', '.join(map(md_cell, losers))} scored below uniform on "
+                      f"{md_cell(config.select_split)}.", ""]
     elif result.selected is not None:
-        parts += [f"## Selected: {result.selected} (default)", "",
+        parts += [f"## Selected: {md_cell(result.selected)} (default)", "",
                   "No --select-on dev set was given, so nothing was chosen by measurement: the result is "
-                  f"`default_selection` ({result.selected}); `model` in the output folder links to it. In the "
+                  f"`default_selection` ({md_cell(result.selected)}); `model` in the output folder links to it. In the "
                   "leave-one-out benchmark (docs/benchmarks.md) no learned transfer beat uniform significantly; "
                   "give a dev split of your target domains with --select-on to choose a transfer.", ""]
     if result.results:
-        parts += [f"## {config.test_split} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
+        parts += [f"## {md_cell(config.test_split)} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
     if result.comparison is not None:
-        parts += [f"## Paired tests vs uniform ({config.test_split})", "", result.comparison.to_markdown(), ""]
+        parts += [f"## Paired tests vs uniform ({md_cell(config.test_split)})", "", result.comparison.to_markdown(),
+                  ""]
     parts += [f"## Learned weights ({learned.get('output', 'final')}, {learned.get('steps', '?')} steps)", "",
               weights_table(learned, kept=kept), "",
-              "Models: " + ", ".join(f"{k}: `{v}`" for k, v in result.models.items()), ""]
+              "Models: " + ", ".join(f"{md_cell(k)}: {md_code(v)}" for k, v in result.models.items()), ""]
     text = "\n".join(parts)
     write_summary(result.output_dir, text, {
         "strategy": config.strategy, "reference": result.reference, "weights_file": str(result.weights_path),

@@ -26,6 +26,7 @@ from typing import Any
 
 from drmix.io import atomic_write_text
 from drmix.papers import PAPERS, Paper
+from drmix.report.markdown import md_cell, md_code, md_entities, md_fence
 
 log = logging.getLogger(__name__)
 
@@ -176,9 +177,9 @@ def _read_weights_file(path: str | None) -> dict | None:
 def _learned_source(path: str | None) -> str | None:
     obj = _read_weights_file(path)
     if obj is None:
-        return f"`{path}`" if path else None
+        return md_code(path) if path else None
     strategy = obj.get("strategy")
-    return f"learned by {strategy} (`{path}`)" if strategy else f"`{path}`"
+    return f"learned by {md_cell(strategy)} ({md_code(path)})" if strategy else md_code(path)
 
 
 def _strategy_spec(name: Any) -> Any:
@@ -224,29 +225,29 @@ def drmix_sections(info: CardInfo) -> str:
     if info.summary or info.notes:
         out += ["### About this model", ""]
         if info.summary:
-            out += [info.summary, ""]
-        out += [f"- {n}" for n in info.notes] + ([""] if info.notes else [])
+            out += [md_cell(info.summary), ""]
+        out += [f"- {md_cell(n)}" for n in info.notes] + ([""] if info.notes else [])
     if info.collections:
         out += ["### Training Mixture", ""]
-        if info.weights_how:
+        if info.weights_how:  # drmix's sentence; a weights file's path in it is a code span already
             out += [f"Mixture weights: {info.weights_how}.", ""]
         total = sum(c.size or 0 for c in info.collections)
         out += ["| collection | examples | share of data | final weight |", "|---|---:|---:|---:|"]
         for c in info.collections:
             share = f"{c.size / total:.4f}" if c.size and total else ""
-            out.append(f"| {c.name} | {'' if c.size is None else f'{c.size:,}'} | {share} | {_fmt_weight(c.weight)} |")
+            out.append(f"| {md_cell(c.name)} | {'' if c.size is None else f'{c.size:,}'} | {share} | {_fmt_weight(c.weight)} |")
         out.append("")
     if info.loss:
         out += ["### Loss", "", f"{info.loss}" + (" with these parameters:" if info.loss_config else "."), ""]
         if info.loss_config:
-            out += ["```json", json.dumps(info.loss_config, indent=4), "```", ""]
+            out += [md_fence(json.dumps(info.loss_config, indent=4), "json"), ""]
     if info.command or info.config:
         out += ["### Reproduce", ""]
         if info.command:
-            out += ["This model was produced by:", "", "```bash", info.command, "```", ""]
+            out += ["This model was produced by:", "", md_fence(info.command, "bash"), ""]
         if info.config:
-            out += ["<details><summary>Resolved configuration (config.yaml)</summary>", "", "```yaml",
-                    _yaml(info.config).rstrip(), "```", "", "</details>", ""]
+            out += ["<details><summary>Resolved configuration (config.yaml)</summary>", "",
+                    md_fence(_yaml(info.config).rstrip(), "yaml"), "", "</details>", ""]
     return "\n".join(out)
 
 
@@ -264,11 +265,16 @@ def _hyperparameters(info: CardInfo) -> tuple[dict[str, Any], dict[str, Any]]:
     return allp, nondefault
 
 
-def card_data(model: Any, info: CardInfo) -> Any:
-    """A filled :class:`SentenceTransformerModelCardData` (registered with ``model``)."""
+def card_data(model: Any, info: CardInfo, *, body: bool = False) -> Any:
+    """A filled :class:`SentenceTransformerModelCardData` (registered with ``model``).
+
+    ``body``: the names (collections, evaluation datasets, a local base model's folder) are written with
+    :func:`~drmix.report.markdown.md_entities`, for the template's body, which puts them in prose, headings,
+    tables and raw HTML; the front matter is rendered from the plain data (:func:`render_model_card`)."""
     from sentence_transformers import SentenceTransformerModelCardData
 
-    datasets = [{"name": c.name, "size": c.size, "columns": ["query", "positive", "negative"],
+    name = md_entities if body else str
+    datasets = [{"name": name(c.name), "size": c.size, "columns": ["query", "positive", "negative"],
                  "loss": {"fullname": "drmix.model.losses.contrastive_losses"}}
                 for c in info.collections]
     data = SentenceTransformerModelCardData(local_files_only=True, train_datasets=datasets,
@@ -279,18 +285,19 @@ def card_data(model: Any, info: CardInfo) -> Any:
     hub = hub_id_of(info.base_model)
     data.base_model = hub
     if hub is None and info.base_model:
-        data.model_name = f"SentenceTransformer {info.kind} from {Path(info.base_model).name} with drmix"
+        data.model_name = f"SentenceTransformer {info.kind} from {name(Path(info.base_model).name)} with drmix"
     elif hub:
         data.model_name = f"SentenceTransformer {info.kind} from {hub} with drmix"
-    data.datasets = [c.name for c in info.collections]
+    data.datasets = [name(c.name) for c in info.collections]
     data.add_tags(["generated_from_drmix", *info.tags, "loss:InfoNCE" if info.loss else "drmix"])
     allp, nondefault = _hyperparameters(info)
     data.all_hyperparameters = allp
     data.non_default_hyperparameters = nondefault
     data.eval_results_dict = {
-        _ReportedEvaluation(name, info.eval_split, "ndcg@10" if "ndcg@10" in metrics else None):
+        _ReportedEvaluation(name(dataset), name(info.eval_split) if info.eval_split else None,
+                            "ndcg@10" if "ndcg@10" in metrics else None):
             {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
-        for name, metrics in info.eval_results.items()}
+        for dataset, metrics in info.eval_results.items()}
     citations = {"Sentence Transformers": _ST_CITATION}
     for paper in info.papers:
         paper = paper if isinstance(paper, Paper) else PAPERS[paper]
@@ -325,15 +332,24 @@ def render_model_card(model: Any, info: CardInfo) -> str:
     """The card's text: sentence-transformers' template, filled from ``info``, plus drmix's sections."""
     from huggingface_hub import ModelCard
 
-    data = card_data(model, info)
     previous = getattr(model, "model_card_data", None)
     try:
+        front = card_data(model, info).to_yaml()  # the plain names: the Hub reads them as data
+        data = card_data(model, info, body=True)
         model.model_card_data = data
         card = ModelCard.from_template(card_data=data, template_path=str(data.template_path), hf_emoji="🤗").content
     finally:
         if previous is not None:
             model.model_card_data = previous
-    return _insert(card, drmix_sections(info))
+    return _insert(_with_front_matter(card, front), drmix_sections(info))
+
+
+def _with_front_matter(card: str, front: str) -> str:
+    """``card`` with its YAML front matter replaced by ``front``."""
+    if not card.startswith("---\n"):
+        return card
+    end = card.find("\n---\n", 4)
+    return card if end < 0 else "---\n" + front.strip("\n") + card[end:]
 
 
 def write_model_card(model: Any, model_dir: str | Path, info: CardInfo) -> Path:

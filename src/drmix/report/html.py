@@ -9,8 +9,12 @@ demo) is a folder whose sub-folders (to two levels) are runs. The page shows, fr
 * periodic evaluation curves (``eval`` records of ``metrics.jsonl``);
 * mixture-weight trajectories and final weights (``weights.jsonl`` / ``weights.json``);
 * the evaluation and comparison tables (``eval.md``, ``compare.md``, ``summary.md``, ``results.md``,
-  rendered by the ``markdown`` package);
+  rendered by :func:`drmix.report.markdown.render_html`: raw HTML and script links in them stay text);
 * links (relative) to every artefact of the folder.
+
+Every name that reaches the page (folder and file names, dataset and collection names in tables, the
+configuration) is escaped; file links are percent-encoded relative paths (``:`` too), so a file named
+``javascript:alert(1)`` is a file, not a script. The page runs no script.
 
 Figures are drawn by matplotlib (Agg canvas, no pyplot state; see :mod:`drmix.report.plots`) as SVG with
 text as paths, so the page needs no fonts or files besides itself. The page layout (HTML/CSS) is written
@@ -198,9 +202,17 @@ def _figure(svg: str | None, caption: str) -> str:
 
 
 def _markdown(text: str) -> str:
-    import markdown
+    from drmix.report.markdown import render_html
 
-    return markdown.markdown(text, extensions=["tables", "fenced_code"], output_format="html")
+    return render_html(text)
+
+
+def _href(rel: Path, folder: bool = False) -> str:
+    """A link to a file of the report's folder: relative and percent-encoded (``:`` too), so never read as
+    a URL scheme (a file named ``javascript:alert(1)`` links to itself)."""
+    from urllib.parse import quote
+
+    return _esc(quote(rel.as_posix()) + ("/" if folder else ""))
 
 
 def _run_sections(run: Path, base: Path, level: int = 2) -> str:
@@ -291,7 +303,7 @@ def _artefacts(folder: Path, out_file: Path) -> str:
             continue
         label = str(rel) + ("/" if p.is_dir() else "")
         size = "" if p.is_dir() else f" <span class='meta'>({_size(p)})</span>"
-        items.append(f"<li><a href='{_esc(rel.as_posix())}{'/' if p.is_dir() else ''}'>{_esc(label)}</a>{size}</li>")
+        items.append(f"<li><a href='{_href(rel, p.is_dir())}'>{_esc(label)}</a>{size}</li>")
     return "<ul class='files'>" + "".join(items) + "</ul>" if items else "<p class='empty'>no files</p>"
 
 
@@ -350,7 +362,7 @@ def render_report(folder: str | Path) -> str:
         parts = ["<h2 id='stages'>Runs</h2>"]
         for run in runs:
             rel = run.relative_to(folder).as_posix()
-            link = f" <a href='{_esc(rel)}/{REPORT}'>(its report)</a>" if (run / REPORT).is_file() else ""
+            link = f" <a href='{_href(Path(rel) / REPORT)}'>(its report)</a>" if (run / REPORT).is_file() else ""
             parts.append(f"<h3>{_esc(rel)}{link}</h3>")
             parts.append(_run_sections(run, folder, level=4) or "<p class='empty'>no training records</p>")
             run_tables = _tables(run)

@@ -68,7 +68,9 @@ class Tracker(ABC):
 
 
 class TensorBoardTracker(Tracker):
-    """Event files under ``log_dir`` (``purge_step`` drops events after a resumed checkpoint)."""
+    """Event files under ``log_dir``. ``purge_step``: the first step a resumed run logs again; TensorBoard
+    drops the earlier files' events from that step on (logged after the checkpoint by the killed run), so
+    every step shows once and the checkpoint's own step is kept."""
 
     def __init__(self, log_dir: str | Path, *, purge_step: int | None = None, config: dict | None = None) -> None:
         try:
@@ -145,10 +147,13 @@ class Tracking:
     @classmethod
     def from_config(cls, report_to: Iterable[str], run_dir: str | Path, *, start_step: int = 0,
                     config: dict | None = None) -> "Tracking":
+        """The trackers of ``report_to``; ``start_step``: the steps already done (a resumed checkpoint's
+        step; 0 for a new run): TensorBoard purges the earlier events from ``start_step + 1`` on."""
         trackers: list[Tracker] = []
         for name in parse_report_to(report_to):
             if name == "tensorboard":
-                trackers.append(TensorBoardTracker(Path(run_dir) / "tensorboard", purge_step=start_step,
+                trackers.append(TensorBoardTracker(Path(run_dir) / "tensorboard",
+                                                   purge_step=start_step + 1 if start_step > 0 else None,
                                                    config=config))
             elif name == "wandb":
                 trackers.append(WandbTracker(run_dir, config=config, resume=start_step > 0))

@@ -125,10 +125,12 @@ STATS_COLUMNS = ["family", "modules", "train_pairs", "signature_pairs", "summary
 
 def stats_table(data: LocalDocsData | list[dict[str, Any]]) -> str:
     """The per-family statistics as a Markdown table (one row per family)."""
+    from drmix.report.markdown import md_cell
+
     rows = data.stats if isinstance(data, LocalDocsData) else data
     lines = ["| " + " | ".join(STATS_COLUMNS) + " |", "|" + "---|" * len(STATS_COLUMNS)]
     for r in rows:
-        lines.append("| " + " | ".join(str(r.get(c, "")) for c in STATS_COLUMNS) + " |")
+        lines.append("| " + " | ".join(md_cell(r.get(c, "")) for c in STATS_COLUMNS) + " |")
     return "\n".join(lines)
 
 

@@ -1,0 +1,316 @@
+"""drmix.io: the folder swap killed between every pair of filesystem operations, the recovery of what a killed
+swap leaves, a full disk, the writability checks, the grouped atomic files, and the one rule for text."""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from drmix import io
+from drmix.errors import ConfigError, DiskFullError
+from drmix.io import (
+    AtomicFiles,
+    atomic_dir,
+    atomic_write_text,
+    check_free_space,
+    check_writable,
+    clean_json,
+    clean_text,
+    counted_clean_text,
+    is_disk_full,
+    iter_jsonl,
+    recover_swap,
+    swap_leftovers,
+)
+
+SRC = str(Path(io.__file__).resolve().parents[1])
+EXCHANGE_STEPS = ("created", "built", "exchanged", "removing")
+FALLBACK_STEPS = ("created", "built", "marked-new", "moved-old", "moved-new", "removing")
+
+# A child process that replaces OUT (holding old.txt) by a folder holding new.txt, killed with os._exit at one
+# step: "removing" kills half-way through deleting the previous folder.
+CHILD = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from drmix import io
+    out, step, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    io._USE_EXCHANGE = mode == "exchange"
+    def fault(name):
+        if name == step:
+            os._exit(137)
+    io._fault_point = fault
+    if step == "removing":
+        def remove(p):
+            files = sorted(f for f in p.rglob("*") if f.is_file())
+            if files:
+                files[0].unlink()
+            os._exit(137)
+        io._remove = remove
+    with io.atomic_dir(out) as tmp:
+        (tmp / "new.txt").write_text("new")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "more.txt").write_text("more")
+    """)
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+OLD = {"old.txt": "old", "sub/keep.txt": "keep"}
+NEW = {"new.txt": "new", "sub/more.txt": "more"}
+
+
+def _old_output(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "old.txt").write_text("old")
+    (out / "sub" / "keep.txt").write_text("keep")
+    (tmp_path / ".out.old").mkdir()  # the user's own hidden sibling: never touched
+    (tmp_path / ".out.old" / "mine.txt").write_text("mine")
+    return out
+
+
+def _kill_at(out: Path, step: str, mode: str) -> None:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    r = subprocess.run([sys.executable, "-c", CHILD, str(out), step, mode], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 137, r.stderr
+
+
+@pytest.mark.parametrize("step", EXCHANGE_STEPS)
+def test_exchange_swap_killed_at_every_step_leaves_the_old_or_the_new_folder(tmp_path, step):
+    out = _old_output(tmp_path)
+    _kill_at(out, step, "exchange")
+    # no recovery needed: the path holds one complete folder right after the kill
+    assert _tree(out) == (OLD if step in ("created", "built") else NEW)
+    leftovers = swap_leftovers(out)
+    assert len(leftovers) == 1 and leftovers[0][1] == "tmp"
+    assert recover_swap(out) is None and _tree(out) == (OLD if step in ("created", "built") else NEW)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.old", "out"]
+    assert (tmp_path / ".out.old" / "mine.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("step", FALLBACK_STEPS)
+def test_rename_fallback_killed_at_every_step_is_recovered_to_the_old_or_the_new_folder(tmp_path, step):
+    out = _old_output(tmp_path)
+    _kill_at(out, step, "fallback")
+    if step != "moved-old":  # the one instant without a folder at the path (the exchange has none)
+        assert _tree(out) == (OLD if step in ("created", "built", "marked-new") else NEW)
+    else:
+        assert not out.exists()
+    recover_swap(out)
+    # the folder at the path stays; a missing one is put back from the complete new folder, else the old one
+    assert _tree(out) == (OLD if step in ("created", "built", "marked-new") else NEW)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.old", "out"]
+    assert (tmp_path / ".out.old" / "mine.txt").read_text() == "mine"
+
+
+def test_next_swap_removes_leftovers_and_replaces(tmp_path, monkeypatch):
+    out = _old_output(tmp_path)
+    _kill_at(out, "exchanged", "exchange")
+    first = swap_leftovers(out)
+    _kill_at(out, "built", "exchange")  # the second run removed the first's leftover before its own swap
+    second = swap_leftovers(out)
+    assert len(first) == len(second) == 1 and first[0][0] != second[0][0] and not first[0][0].exists()
+    legacy = tmp_path / ".out.ab12cd_9.old"  # what an earlier drmix (mkdtemp names) left
+    legacy.mkdir()
+    with atomic_dir(out) as tmp:
+        (tmp / "v3.txt").write_text("3")
+    assert _tree(out) == {"v3.txt": "3"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.old", "out"]
+
+
+def test_a_live_swap_is_left_alone_by_another_process_recovery(tmp_path):
+    out = _old_output(tmp_path)
+    with atomic_dir(out) as tmp:
+        (tmp / "x").write_text("x")
+        assert swap_leftovers(out) == []  # locked: a running swap is not a leftover
+        code = f"from drmix.io import recover_swap; recover_swap({str(out)!r})"
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC}, check=True, timeout=120)
+        assert (tmp / "x").is_file()
+    assert _tree(out) == {"x": "x"}
+
+
+def test_missing_path_with_only_an_unfinished_folder_is_not_recovered(tmp_path):
+    out = tmp_path / "fresh"
+    _kill_at(out, "built", "exchange")  # a first build killed before its rename: nothing complete existed
+    assert not out.exists() and len(swap_leftovers(out)) == 1
+    assert recover_swap(out) is None
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_swap_into_a_symlink_replaces_the_link_and_keeps_its_target(tmp_path):
+    target = tmp_path / "real"
+    target.mkdir()
+    (target / "a.txt").write_text("a")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with atomic_dir(link) as tmp:
+        (tmp / "b.txt").write_text("b")
+    assert not link.is_symlink() and _tree(link) == {"b.txt": "b"}
+    assert _tree(target) == {"a.txt": "a"}
+
+
+def test_disk_full_while_building_names_the_output_and_keeps_the_old(tmp_path):
+    out = _old_output(tmp_path)
+    with pytest.raises(DiskFullError) as e:
+        with atomic_dir(out) as tmp:
+            (tmp / "a").write_text("a")
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp / "a"))
+    assert str(out) in str(e.value) and ".tmp" not in str(e.value) and "left as it was" in str(e.value)
+    assert _tree(out) == OLD and sorted(p.name for p in tmp_path.iterdir()) == [".out.old", "out"]
+
+
+def test_disk_full_is_recognised_through_the_writers_that_hide_the_errno():
+    assert is_disk_full(OSError(errno.EFBIG, "File too large"))
+    assert is_disk_full(OSError("76800 requested and 51168 written"))  # numpy's tofile
+    assert is_disk_full(RuntimeError('Error while serializing: IoError(Os { code: 27, kind: FileTooLarge, '
+                                     'message: "File too large" })'))  # safetensors
+    wrapped = RuntimeError("saving failed")
+    wrapped.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded")
+    assert is_disk_full(wrapped)
+    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
+    assert not is_disk_full(RuntimeError("file write failed"))  # torch's words alone: only with a full folder
+
+
+def test_file_size_limit_in_a_child_process_ends_in_one_error(tmp_path):
+    """ulimit -f (SIGXFSZ ignored, as Python does): a write past the limit is a DiskFullError naming the file,
+    and the earlier file is left as it was."""
+    target = tmp_path / "big.json"
+    target.write_text("earlier")
+    code = textwrap.dedent(f"""
+        import resource, signal, sys
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
+        from drmix.errors import DiskFullError
+        from drmix.io import atomic_write_text
+        try:
+            atomic_write_text({str(target)!r}, "x" * 5000)
+        except DiskFullError as e:
+            print(e.format())
+            sys.exit(3)
+        """)
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC}, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 3, r.stderr
+    assert r.stdout.startswith(f"{target}: no room to write") and "ulimit -f: 1000 bytes" in r.stdout
+    assert target.read_text() == "earlier" and sorted(p.name for p in tmp_path.iterdir()) == ["big.json"]
+
+
+def test_check_free_space_before_the_work(tmp_path, monkeypatch):
+    check_free_space(tmp_path / "x", 10)
+    with pytest.raises(DiskFullError, match="needs about"):
+        check_free_space(tmp_path / "x", 10**18)
+    monkeypatch.setattr(io, "file_size_limit", lambda: 1000)
+    with pytest.raises(DiskFullError, match="ulimit -f: 1000 bytes"):
+        check_free_space(tmp_path / "x", 5000, largest_file=4000)
+    check_free_space(tmp_path / "x", 5000, largest_file=900)
+
+
+def test_check_writable_path_under_a_file_and_read_only_folder(tmp_path, monkeypatch):
+    f = tmp_path / "notes.txt"
+    f.write_text("n")
+    with pytest.raises(ConfigError, match="lies under a file") as e:
+        check_writable(f / "out" / "index")
+    assert str(f) in str(e.value)
+    check_writable(tmp_path / "new" / "deeper")  # the nearest existing folder is probed
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(io.tempfile, "mkstemp", read_only)
+    with pytest.raises(ConfigError, match="read-only") as e:
+        check_writable(tmp_path / "out")
+    assert str(tmp_path) in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_atomic_files_replace_all_or_none(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.md"
+    a.write_text("old a")
+    b.write_text("old b")
+    with pytest.raises(DiskFullError) as e:
+        with AtomicFiles() as files:
+            files.write_json(a, {"new": 1})
+            raise OSError(errno.ENOSPC, "No space left on device")  # as the second file's write would
+    assert str(a) in str(e.value)
+    assert a.read_text() == "old a" and b.read_text() == "old b"
+    with AtomicFiles() as files:
+        files.write_json(a, {"new": 1})
+        files.write_text(b, "new b")
+    assert json.loads(a.read_text()) == {"new": 1} and b.read_text() == "new b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.md"]
+
+
+def test_clean_text_replaces_lone_surrogates_only():
+    assert counted_clean_text("a\ud800b\udfffc") == ("a\ufffdb\ufffdc", 2)
+    assert clean_text("a\ud800b") == "a\ufffdb"  # what other readers call per string (drmix.data.formats)
+    text = "emoji 😀 rtl \u05d0 nul \x00 sep \u2028"
+    assert counted_clean_text(text) == (text, 0) and clean_text(text) == text
+    obj, n = clean_json({"q\ud800": ["x\udc00", {"y": "\ud83d"}], "n": 1})
+    assert obj == {"q\ufffd": ["x\ufffd", {"y": "\ufffd"}], "n": 1} and n == 3
+
+
+def test_iter_jsonl_replaces_surrogates_and_logs_once_per_file(tmp_path, caplog):
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"q": "a\\ud800"}\n{"q": "fine \\ud83d\\ude00"}\n{"q": "\\udc00\\udc01"}\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="drmix.io"):
+        rows = [obj for _, obj in iter_jsonl(p)]
+    assert rows == [{"q": "a\ufffd"}, {"q": "fine 😀"}, {"q": "\ufffd\ufffd"}]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "drmix.io"]
+    assert warnings == [f"{p}:1: 3 lone surrogate(s) (such as \"\\ud800\", not Unicode text) in 2 line(s) "
+                        "replaced by U+FFFD"]
+
+
+def test_atomic_write_of_text_with_a_surrogate_is_not_reached(tmp_path):
+    """The rule is applied where text enters; a surrogate that still reached a writer is a plain error."""
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write_text(tmp_path / "x", "\ud800")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_permission_error_names_the_folder_not_the_temporary_file(tmp_path):
+    """drmix report into a run folder that became read-only after the checks: the error names the folder."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        from pathlib import Path
+        from drmix.errors import ConfigError
+        from drmix.io import atomic_write_text
+        os.setgroups([]); os.setegid(65534); os.seteuid(65534)
+        try:
+            atomic_write_text(Path(sys.argv[1]) / "report.html", "x")
+        except ConfigError as e:
+            print(e.format()); sys.exit(3)
+        """)
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to nobody")
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="drmix-ro-"))
+    try:
+        top.chmod(0o555)
+        r = subprocess.run([sys.executable, "-c", code, str(top)], env={**os.environ, "PYTHONPATH": SRC},
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        top.chmod(0o755)
+        top.rmdir()
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert r.stdout.startswith(f"{top}: no permission") and ".tmp" not in r.stdout
+
+
+def test_a_peek_at_the_first_record_logs_nothing(tmp_path, caplog):
+    """Readers that look at the first record to detect a layout, then read the file, log the count once."""
+    p = tmp_path / "c.jsonl"
+    p.write_text('{"q": "a\\ud800"}\n{"q": "b"}\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="drmix.io"):
+        assert next(iter(iter_jsonl(p)))[1] == {"q": "a\ufffd"}
+        assert len(list(iter_jsonl(p))) == 2
+    assert len([r for r in caplog.records if "surrogate" in r.getMessage()]) == 1
