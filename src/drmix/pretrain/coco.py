@@ -249,8 +249,16 @@ def _build_spans_locked(f: Path, root: Path, tokenizer: Any, *, name: str, seed:
     if next(iter_lines(f), None) is None:
         raise DataError("the corpus is empty.", path=f, fix="pass a corpus with at least one document.")
     tmp_cache = Path(cache_dir) / ".arrow-cache"
-    raw = datasets.Dataset.from_generator(_doc_texts, gen_kwargs={"path": str(f)}, cache_dir=str(tmp_cache),
-                                          features=datasets.Features({"text": datasets.Value("string")}))
+    try:
+        raw = datasets.Dataset.from_generator(_doc_texts, gen_kwargs={"path": str(f)}, cache_dir=str(tmp_cache),
+                                              features=datasets.Features({"text": datasets.Value("string")}))
+    except Exception as e:  # datasets wraps the generator's errors: surface the DataError naming file and line
+        from drmix.data.collections import _unwrap
+
+        inner = _unwrap(e)
+        if inner is not None:
+            raise inner from None
+        raise
     if len(raw) == 0:
         raise DataError("the corpus is empty.", path=f, fix="pass a corpus with at least one document.")
     if max_documents is not None and len(raw) > max_documents:
