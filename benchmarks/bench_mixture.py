@@ -490,7 +490,7 @@ class Prep:
                             overrides={"max_steps": args.stage1_steps, "batch_size": args.stage1_batch_size,
                                        **overrides})
         if fill == "mine":      # mined once for every setting that mines (the same negatives), then used as given
-            cfg = cfg.model_copy(update={"data": self.stage1_data(cfg.num_negatives)})
+            cfg = cfg.replace(data=self.stage1_data(cfg.contrastive.num_negatives))
             fill = "off"
         if not reusable(out, cfg, finished=_stage1_finished):
             with _Locked(out):

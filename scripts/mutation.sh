@@ -32,10 +32,11 @@ case "$PACKAGE" in
     TESTS="tests/train/test_trainer.py tests/train/test_guard.py tests/train/test_resume_check.py
            tests/train/test_run_outputs.py" ;;
   mixture)      # the mixture algorithms (tDRO, DoReMi, GroupDRO, iDRO, Inf-DDS, MultiDDS, transfer), COCO, InfoNCE
-    MUTATE="src/drmix/mixture/*.py src/drmix/mixture/influence/*.py src/drmix/pretrain/coco.py src/drmix/model/losses.py"
+    MUTATE="src/drmix/mixture/*.py src/drmix/mixture/influence/*.py src/drmix/recipes/optimize.py src/drmix/pretrain/coco.py
+            src/drmix/model/losses.py"
     # the trainer runs and spawned processes (30-60 s each) are left out so a run stays under 30 minutes on 2
     # cores; the rules they exercise are covered by the transcription tests (docs/testing.md)
-    TESTS="tests/mixture tests/model/test_losses.py tests/pretrain/test_coco.py
+    TESTS="tests/mixture tests/recipes/test_optimize.py tests/model/test_losses.py tests/pretrain/test_coco.py
            tests/recipes/test_tdro.py::test_stage1_config_is_the_authors_setting_and_overrides_win
            tests/recipes/test_tdro.py::test_stage1_fill_rules_from_the_config
            tests/recipes/test_tdro.py::test_mine_missing_negatives_tops_every_example_up

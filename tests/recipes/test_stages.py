@@ -112,7 +112,7 @@ def test_the_default_model_matches_the_path_the_trainer_records(tmp_path):
     from drmix.model.encoder import resolve_model_path
 
     out = tmp_path / "s"
-    earlier = _config(out).model_copy(update={"model": resolve_model_path(None)})   # what train() writes
+    earlier = _config(out).replace(**{"model": resolve_model_path(None)})   # what train() writes
     _finished(earlier)
     assert Stage("s", _config(out)).changes() == {}
     assert set(Stage("s", _config(out, model="org/other-model")).changes()) == {"model"}

@@ -200,7 +200,7 @@ def test_a_rerun_with_a_changed_stage_setting_is_refused_or_reruns_that_stage(pi
     assert (root / "pipeline.yaml").read_bytes() == recorded
     assert read_jsonl(root / "stage1-tdro" / "weights.jsonl")[-1]["step"] == 2
     with pytest.raises(ResumeMismatchError, match=r"stage 1 \(missing negatives\): stage1_fill_negatives"):
-        run_tdro_pipeline(cfg.model_copy(update={"stage1_fill_negatives": "off"}))   # a recipe field of stage 1
+        run_tdro_pipeline(cfg.replace(**{"stage1_fill_negatives": "off"}))   # a recipe field of stage 1
 
     with caplog.at_level(logging.WARNING, logger="drmix.recipes"):
         run_tdro_pipeline(changed.replace(**{"resume_with_changes": True}))

@@ -38,7 +38,7 @@ several strategies can share one root and one reference; a rerun reuses the stag
 interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json`` (selection:
 ``select-<split>.json``) next to each model (:mod:`drmix.evaluation.suite`).
 
-Stage 1's setting is the authors' (:mod:`drmix.mixture.optimize`): seven hard negatives per query,
+Stage 1's setting is the authors' (:mod:`drmix.recipes.optimize`): seven hard negatives per query,
 hard-negative-only InfoNCE at temperature 0.002 on cosine scores; ``stage1: {num_negatives: 1, temperature:
 0.05}`` gives drmix's earlier setting. Examples with fewer than seven hard negatives get the missing ones mined
 by drmix's miner (``stage1_fill_negatives: mine``, the default; the counts go to

@@ -1,4 +1,4 @@
-"""Stage 1 on its own (drmix.mixture.optimize): the negatives rules and the checks before training, with the
+"""Stage 1 on its own (drmix.recipes.optimize): the negatives rules and the checks before training, with the
 trainer replaced by a recorder (the training itself is tested in tests/recipes/test_tdro.py)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
-from drmix.mixture import optimize as opt
+from drmix.recipes import optimize as opt
 
 
 def _data(tmp_path):
@@ -24,8 +24,8 @@ def _data(tmp_path):
 
 @pytest.fixture
 def recorded(monkeypatch):
-    """drmix.train.trainer.train replaced: records the config, the strategy and the collections it gets."""
-    import drmix.train.trainer as trainer_mod
+    """drmix.api.train replaced: records the config, the strategy and the collections it gets."""
+    import drmix.api as trainer_mod
 
     calls = {}
 
@@ -69,7 +69,7 @@ def test_mine_rule_tops_up_and_writes_the_counts(tmp_path, recorded, hand_miner)
     assert report["num_negatives"] == 3 and report["rule"] == "mine"
     assert report["collections"]["a"]["needed"] == 5 and report["collections"]["a"]["mined"] == 10
     assert report["collections"]["b"]["needed"] == 5 and report["collections"]["b"]["mined"] == 5 * 3
-    assert recorded["strategy"].name == "tdro" and recorded["config"].strategy == "tdro"
+    assert recorded["strategy"].name == "tdro" and recorded["config"].mixture.strategy == "tdro"
 
 
 def test_random_and_off_rules(tmp_path, recorded):
@@ -102,15 +102,15 @@ def test_checks_before_training(tmp_path, recorded, caplog):
         opt.optimize_weights(_config(tmp_path), fill_negatives="bogus")
     with pytest.raises(ConfigError, match="weight-learning strategy"):
         opt.optimize_weights(_config(tmp_path), strategy="static")
-    no_ref = _config(tmp_path).model_copy(update={"reference_model": None})
+    no_ref = _config(tmp_path).replace(reference_model=None)
     with pytest.raises(ConfigError, match="frozen reference"):
         opt.optimize_weights(no_ref)
     assert recorded == {}
     opt.optimize_weights(no_ref, strategy="GroupDRO", fill_negatives="off")     # raw: no reference needed
-    assert recorded["config"].strategy == "groupdro" and recorded["strategy"].config.measurement == "raw"
+    assert recorded["config"].mixture.strategy == "groupdro" and recorded["strategy"].config.measurement == "raw"
     import logging
 
-    with caplog.at_level(logging.WARNING, logger="drmix.mixture.optimize"):
+    with caplog.at_level(logging.WARNING, logger="drmix.recipes.optimize"):
         opt.optimize_weights(_config(tmp_path, batching="homogeneous"), fill_negatives="off")
     assert any("mixed batches" in r.message for r in caplog.records)
 
