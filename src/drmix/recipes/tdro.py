@@ -212,9 +212,9 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
                for label, transfer in runs}
     stages = ([Stage("stage 0", s0_cfg)] if s0_cfg is not None else []) + [Stage("stage 1", s1_cfg)]
     # how stage 1 completes missing hard negatives is a recipe field (pipeline.yaml), not a training field
-    stages.append(Stage("stage 1 (missing negatives)", {k: config.model_dump(mode="json")[k] for k in
-                                                        ("stage1_fill_negatives", "stage1_miner")},
-                        output_dir=s1_out, record=root / "pipeline.yaml"))
+    flat = config.flat()
+    stages.append(Stage("stage 1 (missing negatives)", {k: flat[k] for k in ("stage1_fill_negatives", "stage1_miner")},
+                        output_dir=s1_out, record=root / "pipeline.yaml", kind=type(config)))
     stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
     prepare_stages(stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
     record_config(root, "pipeline.yaml", config)
