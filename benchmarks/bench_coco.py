@@ -93,7 +93,7 @@ def scores_of(model, test: list[str], p: dict, cache_dir: Path) -> dict:
 def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
     from drmix.config import TrainConfig
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     out = args.out / f"seed{seed}"
     corpora = [str(args.data / t) for t in TARGETS]

@@ -133,7 +133,8 @@ def reranked(sets: dict, p: dict, out: Path, gen_files: list[str]) -> tuple[list
     """(d) training data: SmolLM2's listwise rerank (DRAMA Sec. 3.1.3) of every generated query's teacher top
     ``rerank_k`` (passages cut to ``rerank_words`` words): reranked top-1 positive, reranked ranks 10-20 hard
     negatives; queries whose output has no identifier are dropped (counted)."""
-    from drmix.augment.examples import rerank_examples, write_collection
+    from drmix.augment.examples import write_collection
+    from drmix.augment.rerank import rerank_examples
     from drmix.data.beir import doc_text
     from drmix.io import iter_jsonl
     from drmix.llm.cache import CachedBackend
@@ -167,7 +168,7 @@ def train_student(init: str, files: list[str], out: Path, seed: int, lr: float, 
                   num_negatives: int | None = None) -> str:
     from drmix.config import TrainConfig
     from drmix.outputs import run_finished
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     if run_finished(out):
         return str(out / "model")
@@ -216,7 +217,8 @@ def paired(base: dict, runs: list[dict], metric: str) -> dict:
 
 def llm_part(sets: dict, teacher, p: dict, out: Path) -> dict:
     """(c): generated queries and listwise rerank with the packaged SmolLM2 on a small subset."""
-    from drmix.augment.examples import mine_examples, rerank_examples
+    from drmix.augment.examples import mine_examples
+    from drmix.augment.rerank import rerank_examples
     from drmix.augment.generate import document_texts, generate_queries
     from drmix.data.beir import doc_text
     from drmix.llm.base import GenerationParams

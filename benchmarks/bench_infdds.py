@@ -89,7 +89,7 @@ def train_run(name: str, work: Path, data_paths: list[str], args, *, strategy: s
               dev: list[str], seed: int, lookahead: str = "adam") -> dict:
     """Train one model (or reuse a finished run); return its summary."""
     from drmix.config import TrainConfig
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     out = work / "runs" / name
     summary_path = out / "summary.json"

@@ -120,7 +120,7 @@ def base_model(p: dict, out: Path) -> str:
 def run_cell(name: str, seed: int, p: dict, data_dir: Path, out: Path, test) -> dict:
     from drmix.config import TrainConfig
     from drmix.evaluation.evaluate import evaluate_dataset
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     run_dir = out / "runs" / f"{name}-s{seed}"
     done = run_dir / "cell.json"

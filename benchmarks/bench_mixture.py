@@ -271,7 +271,7 @@ def _stage1_finished(out: Path) -> bool:
 def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
     """Train (or reuse) ``arm`` with ``seed``; :class:`Busy` while another process trains the same model."""
     from drmix.config import TrainConfig
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     if arm == "uniform" and seed == args.stage1_seed:
         return prep.reference()
@@ -414,7 +414,7 @@ class Prep:
 
     def reference(self) -> Path:
         from drmix.config import TrainConfig
-        from drmix.train.trainer import train
+        from drmix.api import train
 
         out = self.root / f"uniform-s{self.args.stage1_seed}"
         v = base_values(self.args, self.data, out, self.args.stage1_seed)
@@ -428,9 +428,35 @@ class Prep:
                     self.tr["seconds"]["stage0"] = round(time.perf_counter() - t0, 1)
         return out / "model"
 
+    def stage1_data(self, num_negatives: int) -> list[str]:
+        """The training collections topped up to ``num_negatives`` hard negatives by drmix's miner (what stage 1
+        does with ``negatives: mine``), mined once per target and shared by every stage-1 setting that mines:
+        ``loo-<target>/stage1-collections/`` with ``negatives.json`` (the counts)."""
+        from drmix.data.collections import load_collections
+        from drmix.io import atomic_write_json, write_jsonl_atomic
+        from drmix.recipes.optimize import mine_missing_negatives
+
+        out = self.root / f"stage1-collections-{num_negatives}"
+        done = out / "negatives.json"
+        if not done.exists():
+            with _Locked(out):
+                if not done.exists():
+                    t0 = time.perf_counter()
+                    cols = load_collections(self.data, seed=self.args.stage1_seed)
+                    report = mine_missing_negatives(cols, num_negatives)
+                    out.mkdir(parents=True, exist_ok=True)
+                    for c in cols:
+                        write_jsonl_atomic(out / f"{c.name}.jsonl",
+                                           [{"query": q, "positives": pos, "negatives": neg} for q, pos, neg in
+                                            zip(c.dataset["query"], c.dataset["positives"], c.dataset["negatives"])])
+                    atomic_write_json(done, {"num_negatives": num_negatives, "rule": "mine", "collections": report,
+                                             "seconds": round(time.perf_counter() - t0, 1)})
+                    log.info("stage-1 collections mined in %.0f s: %s", time.perf_counter() - t0, report)
+        return sorted(str(out / f"{Path(d).stem}.jsonl") for d in self.data)
+
     def weights(self, strategy: str) -> Path:
         from drmix.config import TrainConfig
-        from drmix.mixture.optimize import optimize_weights, stage1_config
+        from drmix.recipes.optimize import optimize_weights, stage1_config
 
         args = self.args
         name, overrides, fill = stage1_setting(strategy)
@@ -440,6 +466,9 @@ class Prep:
         cfg = stage1_config(base, strategy=name, reference=reference, output_dir=out,
                             overrides={"max_steps": args.stage1_steps, "batch_size": args.stage1_batch_size,
                                        **overrides})
+        if fill == "mine":      # mined once for every setting that mines (the same negatives), then used as given
+            cfg = cfg.replace(data=self.stage1_data(cfg.contrastive.num_negatives))
+            fill = "off"
         if not reusable(out, cfg, finished=_stage1_finished):
             with _Locked(out):
                 if not reusable(out, cfg, finished=_stage1_finished):
@@ -450,8 +479,11 @@ class Prep:
         learned = json.loads((out / "weights.json").read_text())
         self.tr["weights"][strategy] = {"weights": dict(zip(learned["collections"], learned["weights"])),
                                         "top70": learned.get("top", {}).get("70", [])}
-        if (out / "negatives.json").exists():    # how many hard negatives stage 1 mined
-            mined = json.loads((out / "negatives.json").read_text())["collections"]
+        if stage1_setting(strategy)[2] == "mine":    # how many hard negatives stage 1's collections got mined
+            import yaml
+
+            k = yaml.safe_load((out / "config.yaml").read_text())["num_negatives"]
+            mined = json.loads((self.root / f"stage1-collections-{k}" / "negatives.json").read_text())["collections"]
             self.tr["weights"][strategy]["mined"] = {n: c["mined"] for n, c in mined.items()}
         return out / "weights.json"
 

@@ -37,15 +37,10 @@ def render() -> str:
 
 
 def main() -> int:
-    text = render()
-    if "--check" in sys.argv:
-        if not DOC.exists() or DOC.read_text(encoding="utf-8") != text:
-            print(f"{DOC} is out of date: run python scripts/gen_cli_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text, encoding="utf-8")
-    print(f"wrote {DOC}")
-    return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _docgen import write_or_check
+
+    return write_or_check(DOC, render(), "gen_cli_docs.py")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Mutation testing of one package with mutmut 3 (docs/testing.md): which changes to the code do its tests catch?
 #
-#   scripts/mutation.sh PACKAGE [MAX_CHILDREN]      PACKAGE: evaluation | outputs | train
+#   scripts/mutation.sh PACKAGE [MAX_CHILDREN]      PACKAGE: evaluation | outputs | train | mixture
 #
 # mutmut reads one configuration per project (pyproject.toml [tool.mutmut] or setup.cfg [mutmut]); to restrict a
 # run to one package and the tests that cover it, this script copies the tracked files of the checkout into
@@ -11,7 +11,7 @@
 # folder to start over. MAX_CHILDREN (default: the number of cores) is how many mutants are tested at once.
 set -euo pipefail
 
-PACKAGE=${1:?"usage: scripts/mutation.sh evaluation|outputs|train [MAX_CHILDREN]"}
+PACKAGE=${1:?"usage: scripts/mutation.sh evaluation|outputs|train|mixture [MAX_CHILDREN]"}
 CHILDREN=${2:-$(nproc)}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
@@ -31,7 +31,31 @@ case "$PACKAGE" in
             src/drmix/train/checkpoint.py"
     TESTS="tests/train/test_trainer.py tests/train/test_guard.py tests/train/test_resume_check.py
            tests/train/test_run_outputs.py" ;;
-  *) echo "unknown package '$PACKAGE': use evaluation, outputs or train" >&2; exit 2 ;;
+  mixture)      # the mixture algorithms (tDRO, DoReMi, GroupDRO, iDRO, Inf-DDS, MultiDDS, transfer), COCO, InfoNCE
+    MUTATE="src/drmix/mixture/*.py src/drmix/mixture/influence/*.py src/drmix/recipes/optimize.py src/drmix/pretrain/coco.py
+            src/drmix/model/losses.py"
+    # the trainer runs and spawned processes (30-60 s each) are left out so a run stays under 30 minutes on 2
+    # cores; the rules they exercise are covered by the transcription tests (docs/testing.md)
+    TESTS="tests/mixture tests/recipes/test_optimize.py tests/model/test_losses.py tests/pretrain/test_coco.py
+           tests/recipes/test_tdro.py::test_stage1_config_is_the_authors_setting_and_overrides_win
+           tests/recipes/test_tdro.py::test_stage1_fill_rules_from_the_config
+           tests/recipes/test_tdro.py::test_mine_missing_negatives_tops_every_example_up
+           tests/recipes/test_tdro.py::test_fill_missing_negatives_uses_other_examples_of_the_same_collection
+           --deselect tests/mixture/test_influence.py::test_trainer_run_writes_trajectory_and_resumes_exactly
+           --deselect tests/mixture/test_influence.py::test_policy_moves_towards_dev_like_collection
+           --deselect tests/mixture/test_idro.py::test_idro_run_refreshes_clusters_writes_weights_and_resumes
+           --deselect tests/mixture/test_idro.py::test_grad_cache_gives_the_per_cluster_gradients_of_the_uncached_batch
+           --deselect tests/mixture/test_idro.py::test_idro_rejects_more_clusters_than_queries
+           --deselect tests/mixture/test_strategy_contract.py::test_strategy_contract
+           --deselect tests/mixture/test_file_weights.py::test_trainer_mixes_by_the_yaml_weight_keys
+           --deselect tests/mixture/test_dro.py::test_ddp_ranks_make_the_global_update
+           --deselect tests/mixture/test_transfer.py::test_drmix_train_with_transfer_drops_low_weight_collections"
+    # the text of log lines and error messages is not mutated (each such mutant only changes a message; the
+    # conditions that log or raise, and the error types, still are)
+    PATTERNS='^\s*log\.(debug|info|warning|error|exception)\(
+              raise \w+Error\(
+              ^\s*logging\.getLogger\(__name__\)\.warning\(' ;;
+  *) echo "unknown package '$PACKAGE': use evaluation, outputs, train or mixture" >&2; exit 2 ;;
 esac
 
 mkdir -p "$WORK"
@@ -46,6 +70,10 @@ mkdir -p "$WORK"
   echo "pytest_add_cli_args_test_selection ="
   for t in $TESTS; do echo "    $t"; done
   echo "pytest_add_cli_args = -p no:cacheprovider"
+  if [ -n "${PATTERNS:-}" ]; then
+    echo "do_not_mutate_patterns ="
+    while read -r pat; do [ -n "$pat" ] && echo "    $pat"; done <<< "$PATTERNS"
+  fi
 } > "$WORK/setup.cfg"
 
 cd "$WORK"

@@ -53,7 +53,7 @@ def test_config_values_checked_before_anything_is_written(tmp_path):
         load_config(TrainConfig, None, {"matryoshka_dims": [16, -4]})
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("mixed_precision: no\n")  # YAML 1.1 reads `no` as false
-    assert load_config(TrainConfig, cfg_file).mixed_precision == "no"
+    assert load_config(TrainConfig, cfg_file).optim.mixed_precision == "no"
 
 
 def test_matryoshka_larger_than_embedding_and_missing_gpu(tiny_model_path, tmp_path):
@@ -167,7 +167,7 @@ def test_checkpoint_with_pickled_object_or_truncated_weights(tmp_path):
 
 def test_resume_after_a_collection_changed_size(tiny_model_path, tmp_path):
     from drmix.train.resume_check import ResumeMismatchError
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     from train_helpers import config, make_collections
 
@@ -228,7 +228,7 @@ def test_eval_warns_when_every_judgement_is_zero(tiny_model_path, tmp_path, capl
 def test_interrupt_says_where_to_resume(monkeypatch, tmp_path, capsys):
     import typer
 
-    import drmix.train.trainer as trainer_mod
+    import drmix.api as trainer_mod
     from drmix.cli.train import run_train
 
     def interrupted(config):

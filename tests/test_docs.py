@@ -12,8 +12,10 @@ DOCS = ROOT / "docs"
 
 
 def guides() -> dict[str, str]:
-    """The hand-written guides: every page of docs/ but the reference generated from --help (docs/cli.md)."""
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted(DOCS.glob("*.md")) if p.name != "cli.md"}
+    """The hand-written guides: every page of docs/ but the references generated from --help (docs/cli.md) and
+    from the config classes (docs/configuration.md)."""
+    generated = {"cli.md", "configuration.md"}
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted(DOCS.glob("*.md")) if p.name not in generated}
 
 
 def walk(cmd, path: tuple[str, ...] = ()):
@@ -79,6 +81,21 @@ def test_cli_reference_is_up_to_date():
     spec.loader.exec_module(gen)
     assert (DOCS / "cli.md").read_text(encoding="utf-8") == gen.render(), \
         "docs/cli.md is out of date: run python scripts/gen_cli_docs.py"
+
+
+def test_configuration_reference_is_up_to_date():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_config_docs", DOCS.parent / "scripts" / "gen_config_docs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    text = gen.render()
+    assert (DOCS / "configuration.md").read_text(encoding="utf-8") == text, \
+        "docs/configuration.md is out of date: run python scripts/gen_config_docs.py"
+    from drmix.config import TrainConfig
+
+    for flat in TrainConfig.flat_fields():     # every field, with its flag, is in the table
+        assert f"`--{flat.replace('_', '-')}`" in text, flat
 
 
 def test_every_file_the_docs_cite_exists():

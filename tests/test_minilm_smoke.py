@@ -5,7 +5,7 @@ import numpy as np
 
 from drmix.config import TrainConfig
 from drmix.model.encoder import load_encoder
-from drmix.train.trainer import train
+from drmix.api import train
 
 ROWS = [{"query": "sort a list", "positive": "sorted() returns a sorted list"},
         {"query": "read a file", "positive": "open(path).read() returns the text"},

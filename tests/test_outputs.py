@@ -290,8 +290,8 @@ def test_claim_run_reads_the_configs_inputs_and_resume(tmp_path):
     _own("train", tmp_path / "run")
     with pytest.raises(ConfigError, match="pass --resume"):
         claim_run(cfg)
-    assert claim_run(cfg.model_copy(update={"resume": True})) == tmp_path / "run"
-    e = pytest.raises(ConfigError, claim_run, cfg.model_copy(update={"output_dir": str(data)})).value
+    assert claim_run(cfg.replace(**{"resume": True})) == tmp_path / "run"
+    e = pytest.raises(ConfigError, claim_run, cfg.replace(**{"output_dir": str(data)})).value
     assert "overlaps the input" in e.message
     assert check_output_dir(tmp_path / "x", "index") == tmp_path / "x"
 

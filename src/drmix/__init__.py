@@ -16,9 +16,9 @@ from drmix.errors import DrmixError  # noqa: E402
 _LAZY = {
     "TrainConfig": "drmix.config",
     "CollectionSpec": "drmix.data.spec",
-    "train": "drmix.train.trainer",
+    "train": "drmix.api",
     "Trainer": "drmix.train.trainer",
-    "TrainResult": "drmix.train.trainer",
+    "TrainResult": "drmix.train.saving",
     "load_collections": "drmix.data.collections",
     "Collection": "drmix.data.collections",
     "load_encoder": "drmix.model.encoder",

@@ -283,11 +283,17 @@ INPUT_FIELDS = ("data", "dev", "eval_data", "test_data", "select_on", "corpus", 
                 "weights_file", "teacher", "prune_from")
 
 
+def _field(config: object, name: str) -> object:
+    """A config field by its flat name (a config of parts: :meth:`drmix.config.Config.flat`)."""
+    flat = config.flat(mode="python") if hasattr(config, "flat") else {}
+    return flat[name] if name in flat else getattr(config, name, None)
+
+
 def config_inputs(config: object) -> list[Path]:
     """The existing local paths a config reads (see :data:`INPUT_FIELDS`); hub ids and names are skipped."""
     out: list[Path] = []
     for name in INPUT_FIELDS:
-        value = getattr(config, name, None)
+        value = _field(config, name)
         for v in (value if isinstance(value, (list, tuple)) else [value]):
             v = getattr(v, "path", v)
             if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists():
@@ -298,8 +304,8 @@ def config_inputs(config: object) -> list[Path]:
 def claim_run(config: object, kind: str = "train") -> Path:
     """:func:`claim_output` for a config-driven command (train, pretrain, mixture optimize: ``train``; the
     pipelines: ``recipe``): its ``output_dir`` against its inputs and ``--resume``."""
-    return claim_output(getattr(config, "output_dir"), kind, inputs=config_inputs(config),
-                        resume=bool(getattr(config, "resume", False)))
+    return claim_output(_field(config, "output_dir"), kind, inputs=config_inputs(config),
+                        resume=bool(_field(config, "resume")))
 
 
 def is_llm_cache(path: str | Path, *, lines: int = 5) -> bool:

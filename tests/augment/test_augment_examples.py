@@ -70,3 +70,20 @@ def test_rerank_examples_use_the_llm_order(tmp_path):
 def test_empty_output_is_refused(tmp_path):
     with pytest.raises(DataError, match="nothing to write"):
         ex.write_collection(tmp_path / "none.jsonl", [])
+
+
+def test_rerank_defaults_are_the_papers_k20_n10():
+    """DRAMA Sec. 3.1.3 as written: the LLM reranks the teacher's top k = 20; its top-1 is the positive and its
+    top [k - n, k] with n = 10 (1-based, inclusive: ranks 10..20) the hard negatives."""
+    from fake_llm import FakeBackend
+
+    k, n = 20, 10
+    row = {"query": "q", "augment": "generate+mine", "positives": ["x"], "negatives": [],
+           "teacher": {"candidates": [[f"d{i:02d}", 0.5] for i in range(30)]}}     # more than k: only k shown
+    llm_order = [7, 3, 20, 1, 19, 2, 18, 4, 17, 5, 16, 6, 15, 8, 14, 9, 13, 10, 12, 11]   # a full permutation
+    out, stats = rerank_examples([row], CORPUS, FakeBackend(lambda m: " > ".join(f"[{i}]" for i in llm_order)))
+    reranked = [f"d{i - 1:02d}" for i in llm_order]
+    assert out[0]["llm_rerank"]["order"] == reranked and stats.outcomes["complete"] == 1
+    assert out[0]["positives"] == [CORPUS[reranked[0]]]
+    assert out[0]["negatives"] == [CORPUS[d] for d in reranked[k - n - 1:k]]           # ranks 10..20: 11 passages
+    assert len(out[0]["negatives"]) == 11

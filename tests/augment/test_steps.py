@@ -18,7 +18,7 @@ def test_builtin_steps_in_order_with_their_flags():
 
 
 def test_enabled_steps_follow_the_recipe_flags():
-    names = lambda cfg: [s.name for s in enabled_steps(cfg)]  # noqa: E731
+    names = lambda cfg: [s.name for s in enabled_steps(cfg.recipe)]  # noqa: E731
     assert names(DramaConfig(corpus=["x"])) == ["crop"]
     assert names(DramaConfig(corpus=["x"], generate=True)) == ["crop", "generate"]
     assert names(DramaConfig(corpus=["x"], generate=True, rerank=True)) == ["crop", "generate", "rerank"]
@@ -27,9 +27,9 @@ def test_enabled_steps_follow_the_recipe_flags():
 
 def test_step_options_are_typed_from_the_recipe_config():
     steps = registered_steps()
-    opts = step_options(steps["crop"], DramaConfig(corpus=["x"], min_words=7, max_per_doc=3))
+    opts = step_options(steps["crop"], DramaConfig(corpus=["x"], min_words=7, max_per_doc=3).augment)
     assert (opts.min_words, opts.max_per_doc, opts.max_queries) == (7, 3, None)
-    assert step_options(steps["generate"], DramaConfig(corpus=["x"], generate_max_docs=9)).generate_max_docs == 9
+    assert step_options(steps["generate"], DramaConfig(corpus=["x"], generate_max_docs=9).augment).generate_max_docs == 9
     with pytest.raises(ValidationError):
         steps["crop"].options.model_validate({"min_words": 0})
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from drmix.config import TrainConfig
 from drmix.evaluation.multi import LABEL_FREE_ROW, SweepResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -59,7 +60,7 @@ def test_finetune_runs_drmix_train_on_every_weight_and_reuses_the_model(tiny_mod
     model, took = bm.finetune(data, tmp_path / "run", 1, args)
     assert model == tmp_path / "run" / "model" and (model / "config.json").exists() and took is not None
     assert calls[0][1]["OMP_NUM_THREADS"] == "1"
-    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    saved = TrainConfig.flatten(yaml.safe_load((tmp_path / "run" / "config.yaml").read_text()))
     assert (saved["model"], saved["max_steps"], saved["batch_size"], saved["learning_rate"], saved["seed"],
             saved["num_negatives"], saved["query_max_length"], saved["doc_max_length"]) == \
         (tiny_model_path, 2, 4, 5e-5, 1, 0, 32, 48)

@@ -29,10 +29,10 @@ def test_a_run_made_with_other_settings_stops_the_benchmark(tmp_path):
     cfg = _run(tmp_path / "run", data, max_steps=300, learning_rate=5e-5)
     assert common.reusable(tmp_path / "run", cfg)
     # operational and speed-only fields may differ
-    assert common.reusable(tmp_path / "run", cfg.model_copy(update={"log_every": 1, "tokenize_num_proc": 8,
+    assert common.reusable(tmp_path / "run", cfg.replace(**{"log_every": 1, "tokenize_num_proc": 8,
                                                                     "device": "cpu"}))
     with pytest.raises(SystemExit, match=r"max_steps 300 -> 8.*another --work"):
-        common.reusable(tmp_path / "run", cfg.model_copy(update={"max_steps": 8}))
+        common.reusable(tmp_path / "run", cfg.replace(**{"max_steps": 8}))
     assert not common.reusable(tmp_path / "none", cfg)          # nothing there: train it
 
 
@@ -49,7 +49,7 @@ def test_paths_compare_by_what_they_hold(tmp_path):
     copy.parent.mkdir()
     shutil.copy(data, copy)
     (tmp_path / "w2" / "loo").symlink_to(shared)
-    worker2 = cfg.model_copy(update={"data": [str(copy)], "reference_model": str(tmp_path / "w2" / "loo")})
+    worker2 = cfg.replace(**{"data": [str(copy)], "reference_model": str(tmp_path / "w2" / "loo")})
     assert common.settings_changes(tmp_path / "w1" / "loo" / "run", worker2) == {}
     copy.write_text('{"query": "q", "positive": "other"}\n')
     assert set(common.settings_changes(tmp_path / "w1" / "loo" / "run", worker2)) == {"data"}

@@ -86,11 +86,11 @@ def test_pipeline_end_to_end_and_rerun_skips(tiny_model_path, tmp_path):
     # fine-tuning of its model run again, the fine-tuning without COCO is reused
     from drmix.train.resume_check import ResumeMismatchError
 
-    changed = cfg.model_copy(update={"coco": {"max_steps": 3, "span_max_tokens": 8}})
+    changed = cfg.replace(**{"coco": {"max_steps": 3, "span_max_tokens": 8}})
     base_stamp = (tmp_path / "p" / "finetune-base-uniform" / "model" / "modules.json").stat().st_mtime
     with pytest.raises(ResumeMismatchError, match="COCO: max_steps 2 -> 3"):
         run_coco_pipeline(changed)
-    run_coco_pipeline(changed.model_copy(update={"resume_with_changes": True}))
+    run_coco_pipeline(changed.replace(**{"resume_with_changes": True}))
     assert [json.loads(r)["step"] for r in (tmp_path / "p" / "coco" / "metrics.jsonl").read_text().splitlines()] == [3]
     assert (tmp_path / "p" / "finetune-base-uniform" / "model" / "modules.json").stat().st_mtime == base_stamp
     assert (tmp_path / "p" / "coco" / "model" / "modules.json").stat().st_mtime != mtime

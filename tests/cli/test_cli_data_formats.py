@@ -27,7 +27,7 @@ def test_train_on_a_parquet_file_with_mapped_columns(tmp_path, tiny_model_path):
     assert r.exit_code == 0, r.output
     import yaml
 
-    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    cfg = yaml.safe_load((out / "config.yaml").read_text())["data"]
     assert cfg["columns"] == {"query": "question", "positive": "answer", "negatives": "hard"} and cfg["format"] == "auto"
     assert (out / "model").is_dir()
 

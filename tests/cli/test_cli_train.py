@@ -30,7 +30,7 @@ def test_help_lists_commands_and_train_fields(capsys, monkeypatch):
 def test_yaml_config_with_flag_overrides(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump({"data": ["a.jsonl"], "batch_size": 8, "max_steps": 5}))
     cfg = load_config(TrainConfig, tmp_path / "c.yaml", {"batch_size": 16, "tdro": {"lr": 0.1}})
-    assert (cfg.batch_size, cfg.max_steps, cfg.data, cfg.tdro) == (16, 5, ["a.jsonl"], {"lr": 0.1})
+    assert (cfg.contrastive.batch_size, cfg.optim.max_steps, cfg.data.collections, cfg.dro) == (16, 5, ["a.jsonl"], {"lr": 0.1})
 
 
 def test_mapping_flags_parse_yaml_values():
@@ -65,5 +65,5 @@ def test_train_from_the_command_line(tiny_model_path, tmp_path, capsys):
                           str(tmp_path / "run"), "--no-show-progress"], capsys)
     assert code == 0, err
     assert "trained 3 steps" in out
-    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    saved = TrainConfig.flatten(yaml.safe_load((tmp_path / "run" / "config.yaml").read_text()))
     assert saved["batch_size"] == 2 and saved["max_steps"] == 3

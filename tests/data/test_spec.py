@@ -41,8 +41,8 @@ def test_train_config_format_and_columns_flags():
 
     assert FromConfig is CollectionSpec                       # config imports it from the data package
     c = TrainConfig(format="flag", columns="query=question,positive=answer")
-    assert c.format == "flag" and c.columns == {"query": "question", "positive": "answer"}
-    assert TrainConfig().format == "auto" and TrainConfig().columns == {}
+    assert c.data.format == "flag" and c.data.columns == {"query": "question", "positive": "answer"}
+    assert TrainConfig().data.format == "auto" and TrainConfig().data.columns == {}
     with pytest.raises(ConfigError, match="columns"):
         load_config(TrainConfig, None, {"columns": "query"})
 

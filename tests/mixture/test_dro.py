@@ -462,3 +462,70 @@ def test_two_processes_make_the_single_process_update_and_loss(monkeypatch, stra
     for step in range(3):
         ddp = (results[0][0][step] + results[1][0][step]) / 2
         assert ddp.item() == pytest.approx(out_single[step].item(), rel=1e-12)
+
+
+def test_trajectory_record_and_final_weights_exactly():
+    """weights.jsonl's line and weights.json, key by key: an absent collection's measurement is null, a
+    collection without a reference loss has null reference losses."""
+    s = make("tdro")
+    assert s.trajectory_record(0) is None                         # nothing measured yet
+    ids = np.array([0, 0, 1, 1])                                  # c absent
+    s.loss(torch.tensor(PROXY[:4]), batch_of(ids), ctx_for(REF[:4]))
+    rec = s.trajectory_record(7)
+    m = s.last
+    assert rec == {
+        "step": 7, "weights": dict(zip(NAMES, s.weights.tolist())),
+        "proxy_loss": {"a": 2.0, "b": 2.0, "c": None}, "reference_loss": {"a": 1.0, "b": 2.0, "c": None},
+        "measurement": {"a": float(m.measurement[0]), "b": float(m.measurement[1]), "c": None},
+        "counts": {"a": 2, "b": 2, "c": 0}, "skipped": False}
+    g = make("groupdro")
+    g.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(None))
+    rec = g.trajectory_record(1)
+    assert rec["reference_loss"] == {"a": None, "b": None, "c": None} and rec["measurement"] == {
+        "a": 2.0, "b": 2.0, "c": 0.75}
+    fw = s.final_weights()
+    named = dict(zip(NAMES, s.weights.tolist()))
+    assert fw == {"collections": NAMES, "weights": s.weights.tolist(), "strategy": "tdro", "measurement": "ratio",
+                  "output": "final", "steps": 1, "skipped_steps": 0, "final": named,
+                  "mean": dict(zip(NAMES, s.mean_weights.tolist())), "ema": dict(zip(NAMES, s.ema_weights.tolist())),
+                  "top": {str(k): top_k_selection(NAMES, s.weights, k) for k in range(10, 100, 10)}}
+    ema = make("tdro", output="ema")
+    ema.loss(torch.tensor(PROXY), batch_of(IDS), ctx_for(REF))
+    assert ema.final_weights()["weights"] == ema.ema_weights.tolist() and ema.output_weights() is ema.ema_weights
+
+
+def test_every_option_resolves_to_its_measurements_default():
+    t = DROConfig().resolved("tdro")
+    assert (t.absent, t.accumulation, t.objective, t.mean_counts_initial, t.min_relative_reference, t.output) == (
+        "renormalise", "micro", "examples", False, 1e-4, "final")
+    d = DROConfig().resolved("doremi")
+    assert (d.absent, d.accumulation, d.objective, d.mean_counts_initial) == ("previous", "joined", "examples", True)
+    g = DROConfig().resolved("groupdro")
+    assert (g.absent, g.accumulation, g.objective, g.mean_counts_initial, g.output) == (
+        "renormalise", "joined", "groups", False, "final")
+    assert DROConfig(reference_guard="mean").resolved("tdro").min_relative_reference == 0.2
+    given = DROConfig(lr=0.5, normalize_gradient=False, smoothing=0.2, output="ema", absent="keep",
+                      accumulation="joined", objective="groups", mean_counts_initial=True,
+                      min_relative_reference=0.0).resolved("tdro")
+    assert (given.lr, given.normalize_gradient, given.smoothing, given.output, given.absent, given.accumulation,
+            given.objective, given.mean_counts_initial, given.min_relative_reference) == (
+        0.5, False, 0.2, "ema", "keep", "joined", "groups", True, 0.0)
+    assert DROConfig(normalize_gradient=False).resolved("tdro").normalize_gradient is False
+
+
+def test_registry_builds_each_dro_strategy_with_its_options():
+    from drmix.config import TrainConfig
+    from drmix.errors import ConfigError
+    from drmix.mixture.dro import build_dro_strategy
+    from drmix.mixture.registry import build_strategy
+
+    for name, measurement in (("tdro", "ratio"), ("doremi", "difference"), ("groupdro", "raw")):
+        s = build_strategy(TrainConfig(data=["x"], strategy=name, tdro={"lr": 0.3}), NAMES)
+        assert isinstance(s, DROStrategy) and s.name == name and s.config.measurement == measurement
+        assert s.config.lr == 0.3
+    s = build_strategy(TrainConfig(data=["x"], strategy="TDRO"), NAMES)
+    assert s.name == "tdro"
+    assert build_strategy(TrainConfig(data=["x"], strategy="groupdro", tdro={"lr": 0.7}), NAMES).config.lr == 0.7
+    assert build_strategy(TrainConfig(data=["x"], strategy="tdro"), NAMES).config.lr == 0.02
+    with pytest.raises(ConfigError, match="unknown DRO strategy"):
+        build_dro_strategy("static")

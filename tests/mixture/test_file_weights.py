@@ -59,5 +59,5 @@ def test_trainer_mixes_by_the_yaml_weight_keys(tiny_model_path, tmp_path):
     assert np.allclose(trainer.strategy.weights, [0.25, 0.75])
     # a weights file wins over the keys (and says so)
     (tmp_path / "w.yaml").write_text("a: 1\nb: 1\n")
-    trainer = Trainer(cfg.model_copy(update={"weights_file": str(tmp_path / "w.yaml")}))
+    trainer = Trainer(cfg.replace(weights_file=str(tmp_path / "w.yaml")))
     assert np.allclose(trainer.strategy.weights, [0.5, 0.5])

@@ -156,8 +156,10 @@ def test_idro_run_refreshes_clusters_writes_weights_and_resumes(tiny_model_path,
                            device="cpu", seed=0, strategy="idro",
                            idro={"clusters": 3, "refresh_every": 2, "kmeans_iterations": 5}, **kw)
 
-    full = Trainer(cfg(tmp_path / "full"))
-    full.train()
+    from drmix.api import default_listeners
+
+    full = Trainer(cfg(tmp_path / "full"), listeners=default_listeners(cfg(tmp_path / "full")))
+    full.train()                           # with the default listeners: the report draws weights.png
     out = tmp_path / "full"
     traj = [json.loads(line) for line in (out / "weights.jsonl").read_text().splitlines()]
     assert len(traj) == 4 and set(traj[0]["weights"]) == {"cluster0", "cluster1", "cluster2"}
@@ -328,3 +330,82 @@ def test_loss_and_update_match_the_authors_forward_step_by_step():
             for p_, gr in zip(model.parameters(), g_ours):
                 p_ -= 0.5 * gr
     assert moved and s.h[K - 1] == 0.01
+
+
+def _cluster_ctx(log=None, n_per=4, encode=True, queries=True):
+    """12 queries in three tight groups around (5, 0), (0, 5) and (-5, -5)."""
+    from drmix.mixture.base import StepContext
+
+    centres = {"x": (5.0, 0.0), "y": (0.0, 5.0), "z": (-5.0, -5.0)}
+    texts = [f"{k}{i}" for k in centres for i in range(n_per)]
+
+    def enc(batch, batch_size=128):
+        return np.array([[centres[t[0]][0] + 0.01 * int(t[1:]), centres[t[0]][1]] for t in batch], np.float32)
+
+    return StepContext(step=0, model=None, optimizer=None, scheduler=None, collection_names=["a"],
+                       collection_sizes=[len(texts)], compute_losses=lambda b: None,
+                       encode_queries=enc if encode else None,
+                       training_queries=(lambda: texts) if queries else None,
+                       log=(log.append if log is not None else (lambda r: None)))
+
+
+def test_refresh_assign_schedule_state_and_outputs_without_a_trainer():
+    records = []
+    s = IDROStrategy(IDROConfig(clusters=3, refresh_every=2, kmeans_iterations=10, kmeans_restarts=2), seed=1)
+    s.setup(["a"], [12])
+    ctx = _cluster_ctx(records)
+    s.refresh(ctx)
+    assert s.refreshes == 1 and sorted(s.cluster_sizes.tolist()) == [4, 4, 4]
+    assert records[-1]["idro_refresh"] == 1 and records[-1]["queries"] == 12
+    assert sorted(records[-1]["cluster_sizes"]) == [4, 4, 4]
+    groups = s.assign(ctx.encode_queries(["x0", "x3", "y1", "z2"]))
+    assert groups[0] == groups[1] and len({groups[0], groups[2], groups[3]}) == 3
+    # the authors' L2 assignment: a far point goes to the nearest centroid, not the largest dot product
+    cent = s.centroids
+    far = np.array([[100.0, 0.0]], np.float32)
+    assert s.assign(far)[0] == int(np.argmin(((cent - far) ** 2).sum(1)))
+    # refresh every 2 steps after a step; 0 = never
+    for step, expected in ((1, 1), (2, 2), (3, 2), (4, 3)):
+        ctx.step = step
+        s.after_step(ctx)
+        assert s.refreshes == expected
+    never = IDROStrategy(IDROConfig(clusters=3, refresh_every=0, kmeans_iterations=5))
+    never.centroids = cent
+    ctx.step = 1000
+    never.after_step(ctx)
+    assert never.refreshes == 0
+    # outputs and exact state
+    s.h = np.array([0.5, 0.25, 0.01])
+    s.last = {"present": 2}
+    rec = s.trajectory_record(4)
+    assert rec == {"weights": {"cluster0": 0.5, "cluster1": 0.25, "cluster2": 0.01}, "present": 2}
+    fw = s.final_weights()
+    assert fw["strategy"] == "idro" and fw["cluster_weights"] == [0.5, 0.25, 0.01] and fw["clusters"] == 3
+    assert fw["refreshes"] == 3 and sorted(fw["cluster_sizes"]) == [4, 4, 4] and fw["options"]["refresh_every"] == 2
+    copy = IDROStrategy(IDROConfig(clusters=3))
+    copy.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert copy.h.tolist() == s.h.tolist() and copy.refreshes == 3
+    assert np.array_equal(copy.centroids, s.centroids) and copy.cluster_sizes.tolist() == s.cluster_sizes.tolist()
+    untouched = IDROStrategy(IDROConfig(clusters=3))
+    untouched.load_state_dict({})
+    assert untouched.centroids is None and untouched.h.tolist() == [1.0, 1.0, 1.0]
+    assert untouched.weight_names == ["cluster0", "cluster1", "cluster2"]
+
+
+def test_refresh_samples_at_most_max_queries_and_spherical_assignment():
+    records = []
+    s = IDROStrategy(IDROConfig(clusters=3, max_queries=6, kmeans="spherical", kmeans_iterations=10), seed=2)
+    ctx = _cluster_ctx(records)
+    s.refresh(ctx)
+    assert records[-1]["queries"] == 6 and s.cluster_sizes.sum() == 6
+    x = np.array([[3.0, 0.1]], np.float32)
+    assert s.assign(x)[0] == int(np.argmax(s.centroids @ x[0]))        # spherical: the largest dot product
+
+
+def test_refresh_needs_queries_an_encoder_and_enough_queries():
+    with pytest.raises(ConfigError, match="training queries"):
+        IDROStrategy(IDROConfig(clusters=3)).refresh(_cluster_ctx(queries=False))
+    with pytest.raises(ConfigError, match="embed queries"):
+        IDROStrategy(IDROConfig(clusters=3)).refresh(_cluster_ctx(encode=False))
+    with pytest.raises(ConfigError, match="K=13"):
+        IDROStrategy(IDROConfig(clusters=13)).refresh(_cluster_ctx())

@@ -20,12 +20,15 @@ from drmix.mixture.influence import (
     MultiDDSStrategy,
     Scorer,
     batch_ndcg,
+    dev_loss_metric,
+    dev_ndcg_metric,
     initial_scores,
     lookahead_step,
     reinforce_gradient,
     reptile_update,
     scale_rewards,
     softmax,
+    trainable_parameters,
 )
 
 
@@ -427,9 +430,9 @@ def test_build_validates_options():
     s = build_strategy(TrainConfig(strategy="infdds", infdds={"dev_batch_size": 3}, batch_size=16), ["a"])
     assert type(s) is InfluenceStrategy and (s.config.dev_batch_size, s.config.train_batch_size) == (3, 16)
     with pytest.raises(ConfigError, match="update_every"):
-        TrainConfig(strategy="infdds", infdds={"update_every": 0})
+        build_strategy(TrainConfig(strategy="infdds", infdds={"update_every": 0}), ["a"])
     with pytest.raises(ConfigError):
-        TrainConfig(strategy="infdds", infdds={"no_such_option": 1})
+        build_strategy(TrainConfig(strategy="infdds", infdds={"no_such_option": 1}), ["a"])
 
 
 def test_state_round_trip_resumes_exactly():
@@ -559,7 +562,7 @@ def _train_config(root, tiny_model_path, out: str, **kw):
 
 
 def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_path):
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     _write_task_data(tmp_path)
 
@@ -592,10 +595,191 @@ def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_
     cfg_b = _train_config(tmp_path, tiny_model_path, "resumed")
     with pytest.raises(Stop):
         train(cfg_b, strategy=strategy(cfg_b), callbacks=[stop_at_5])
-    cfg_b = cfg_b.model_copy(update={"resume": True})
+    cfg_b = cfg_b.replace(resume=True)
     train(cfg_b, strategy=strategy(cfg_b))
     resumed = json.loads((tmp_path / "resumed" / "weights.json").read_text())
     assert resumed["weights"] == final["weights"]
     assert resumed["mean_weights"] == final["mean_weights"]
     traj_b = [json.loads(line) for line in (tmp_path / "resumed" / "weights.jsonl").read_text().splitlines()]
     assert [r["weights"] for r in traj_b] == [r["weights"] for r in traj]
+
+
+class _HandEncoder(torch.nn.Module):
+    """A stand-in SentenceTransformer: prompts, eval/train, and encode() from a table of 2-d vectors."""
+
+    def __init__(self, table, prompts=None):
+        super().__init__()
+        self.table, self.prompts, self.seen = table, prompts or {}, []
+
+    def encode(self, texts, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False):
+        assert convert_to_tensor and normalize_embeddings and not show_progress_bar and not self.training
+        self.seen.append(list(texts))
+        return torch.nn.functional.normalize(torch.tensor([self.table[t] for t in texts], dtype=torch.float32), dim=-1)
+
+
+def test_dev_ndcg_metric_ranks_the_dev_batch_pool_with_the_models_prompts():
+    """Queries (with the query prompt) rank the pool of the batch's positives then negatives (document prompt);
+    query i's relevant document is positive i. q0's positive ranks 2nd behind n0 -> 1/log2(3); q1's first -> 1."""
+    table = {"Q: q0": [1.0, 0.0], "Q: q1": [0.0, 1.0], "D: p0": [0.9, 0.45], "D: p1": [0.0, 1.0],
+             "D: n0": [1.0, 0.05], "D: n1": [-1.0, 0.0]}
+    model = _HandEncoder(table, {"query": "Q: ", "document": "D: "})
+    model.train()
+    batch = Batch(["q0", "q1"], ["p0", "p1"], [["n0"], ["n1"]], np.zeros(2, dtype=np.int64))
+    assert dev_ndcg_metric(model, batch, k=10) == pytest.approx((1 / math.log2(3) + 1) / 2)
+    assert dev_ndcg_metric(model, batch, k=1) == pytest.approx(0.5)
+    assert model.seen[0] == ["Q: q0", "Q: q1"] and model.seen[1] == ["D: p0", "D: p1", "D: n0", "D: n1"]
+    assert model.training                                   # eval mode only for the measurement
+    table.update({"q0": [1.0, 0.0], "q1": [0.0, 1.0], "p0": [1.0, 0.0], "p1": [0.0, 1.0], "n0": [0.5, 0.5],
+                  "n1": [0.5, 0.5]})
+    assert dev_ndcg_metric(_HandEncoder(table, {"query": "", "passage": ""}), batch, k=10) == pytest.approx(1.0)
+
+
+def test_batch_ndcg_ties_and_cutoff():
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    docs = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    # a tie with the relevant document does not push it down (strictly greater scores count)
+    assert batch_ndcg(q, docs, [1], k=1) == pytest.approx(1.0)
+    # rank 3 > k = 2: 0; within k = 3: 1/log2(4) = 0.5
+    assert batch_ndcg(q, docs, [2], k=2) == 0.0 and batch_ndcg(q, docs, [2], k=3) == pytest.approx(0.5)
+    assert isinstance(batch_ndcg(q, docs, range(1), 10), float)
+
+
+def test_dev_loss_metric_is_the_negative_mean_loss_in_eval_mode():
+    task = ToyTask()
+    modes = []
+
+    def losses(batch):
+        modes.append(task.model.training)
+        return torch.tensor([1.0, 3.0], requires_grad=True)
+
+    task.model.train()
+    assert dev_loss_metric(losses, task.model, task.batch(-1, 2)) == -2.0
+    assert modes == [False] and task.model.training
+
+
+def test_lookahead_weight_decay_missing_grads_and_non_adam_state():
+    # AdamW with decoupled weight decay: theta <- theta * (1 - lr * wd) before the Adam step
+    q = torch.nn.Parameter(torch.tensor([1.0]))
+    opt = torch.optim.AdamW([q], lr=0.01, weight_decay=0.5)
+    q.grad = torch.tensor([2.0])
+    opt.step()
+    before = q.item()
+    lookahead_step([q], [torch.tensor([3.0])], lr=0.1, optimizer=opt, mode="adam")
+    assert q.item() == pytest.approx(before * (1 - 0.1 * 0.5) - 0.0990807, abs=1e-5)
+    # a parameter without a gradient is left as it is; one without Adam state takes an SGD step
+    a, b = torch.nn.Parameter(torch.tensor([1.0])), torch.nn.Parameter(torch.tensor([1.0]))
+    opt2 = torch.optim.AdamW([a, b], lr=0.01)
+    lookahead_step([a, b], [None, torch.tensor([2.0])], lr=0.1, optimizer=opt2, mode="adam")
+    assert a.item() == 1.0 and b.item() == pytest.approx(0.8)
+    # adam mode without an optimiser, and an SGD optimiser (no moments): plain SGD
+    c = torch.nn.Parameter(torch.tensor([1.0]))
+    lookahead_step([c], [torch.tensor([2.0])], lr=0.1, optimizer=None, mode="adam")
+    assert c.item() == pytest.approx(0.8)
+    sgd = torch.optim.SGD([c], lr=0.1, momentum=0.9)
+    c.grad = torch.tensor([1.0])
+    sgd.step()
+    before = c.item()
+    lookahead_step([c], [torch.tensor([2.0])], lr=0.1, optimizer=sgd, mode="rmsprop")
+    assert c.item() == pytest.approx(before - 0.2)
+    from drmix.mixture.influence.lookahead import _unwrap_optimizer
+
+    class Wrapped:
+        optimizer = sgd
+
+    assert _unwrap_optimizer(Wrapped()) is sgd and _unwrap_optimizer(sgd) is sgd
+    layer = torch.nn.Linear(2, 1)
+    layer.bias.requires_grad_(False)
+    assert trainable_parameters(layer) == [layer.weight]
+
+
+def test_delta_buffer_edges():
+    saved = [torch.zeros(2)]
+    empty = DeltaBuffer(saved, temperature=1.0)
+    assert empty.norm == 0.0 and empty.mean()[0].tolist() == [0.0, 0.0]
+    # one delta, any score: the softmax of one element is 1
+    one = DeltaBuffer(saved, temperature=0.5)
+    one.add([torch.tensor([2.0, 4.0])], saved, -3.0)
+    assert one.mean()[0].tolist() == pytest.approx([2.0, 4.0]) and one.norm == pytest.approx(1.0)
+    # a smaller score after a larger one is weighted down, not rescaled: exp((-1 - 1) / 1)
+    two = DeltaBuffer(saved, temperature=1.0)
+    two.add([torch.tensor([1.0, 0.0])], saved, 1.0)
+    two.add([torch.tensor([0.0, 1.0])], saved, -1.0)
+    w = math.exp(-2.0)
+    assert two.mean()[0].tolist() == pytest.approx([1 / (1 + w), w / (1 + w)])
+    assert two.max == 1.0
+
+
+def test_influence_strategy_bookkeeping_records_and_outputs():
+    """What weights.jsonl / weights.json / metrics.jsonl get, key by key, after two updates; the first record is
+    the initial policy at step 1; the schedule; an update is skipped at learning rate 0."""
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(update_every=2, warmup_steps=2, reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 30])
+    assert [strat.is_update_step(s) for s in range(1, 7)] == [False, True, False, True, False, True]
+    strat.after_step(task.ctx(1))                             # no update; the record of the initial policy
+    first = strat.trajectory_record(1)
+    assert first["step"] == 1 and first["updates"] == 0 and first["rewards"] == {} and first["influence_per_dev"] is None
+    assert first["weights"] == {"near": 0.5, "far": 0.5} and strat.trajectory_record(1) is None   # handed out once
+    strat.after_step(task.ctx(2))
+    rec = strat.trajectory_record(2)
+    assert rec["updates"] == 1 and rec["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
+    assert rec["influence_per_dev"] == {"near": {"dev": pytest.approx(0.375)}, "far": {"dev": pytest.approx(-0.625)}}
+    assert set(rec) == {"step", "weights", "updates", "lookahead_s", "regular_s", "rewards", "influence_per_dev"}
+    log = task.logged[-1]
+    assert log["step"] == 2 and log["strategy"] == "infdds" and set(log) == {
+        "step", "strategy", "lookahead_s", "lookahead_total_s", "regular_total_s", "weights", "rewards"}
+    p1 = strat.sampling_weights().copy()
+    strat.after_step(task.ctx(3))
+    strat.after_step(task.ctx(4))
+    p2 = strat.sampling_weights().copy()
+    fw = strat.final_weights()
+    assert fw["collections"] == ["near", "far"] and fw["updates"] == 2 and fw["reward"] == "influence"
+    assert fw["weights"] == p2.tolist() and fw["final"] == dict(zip(["near", "far"], p2.tolist()))
+    assert fw["mean_weights"] == pytest.approx(((p1 + p2) / 2).tolist()) and fw["strategy"] == "infdds"
+    assert fw["lookahead_s"] > 0 and fw["regular_s"] >= 0
+    fresh = InfluenceStrategy(toy_config(), seed=0)
+    fresh.setup(["near", "far"], [10, 30])
+    assert fresh.final_weights()["mean_weights"] == [0.5, 0.5]      # no update yet: the current policy
+    # learning rate 0 (end of a linear decay): the look-ahead cannot move the model, the update is skipped
+    zero = ToyTask(lr=0.0)
+    lazy = InfluenceStrategy(toy_config(), seed=0)
+    lazy.setup(["near", "far"], [10, 10])
+    lazy.after_step(zero.ctx(1))
+    assert lazy.updates == 0 and zero.drawn == []
+    forced = InfluenceStrategy(toy_config(lookahead_lr=0.5), seed=0)     # an explicit look-ahead rate still runs
+    forced.setup(["near", "far"], [10, 10])
+    forced.after_step(zero.ctx(1))
+    assert forced.updates == 1
+
+
+def test_scorer_state_objectives_and_pretraining():
+    s = Scorer(np.array([0.0, 0.5]), lr=0.1, optimizer="adam", steps=3)
+    first = s.update([1.0, -1.0])
+    assert first.tolist() == pytest.approx(reinforce_gradient(torch.tensor([0.0, 0.5], dtype=torch.float64),
+                                                              torch.tensor([1.0, -1.0])).tolist())
+    assert int(s.optimizer.state[s.psi]["step"]) == 3                 # three steps on the same rewards
+    state = json.loads(json.dumps(s.state_dict()))
+    t = Scorer(np.zeros(2), lr=0.1, optimizer="adam", steps=3)
+    t.load_state_dict(state)
+    s.update([0.2, 0.1])
+    t.update([0.2, 0.1])
+    assert t.psi.tolist() == s.psi.tolist()
+    bare = Scorer(np.zeros(2), lr=0.1)
+    bare.load_state_dict({"psi": [0.3, 0.1]})
+    assert bare.psi.tolist() == [0.3, 0.1] and not bare.optimizer.state
+    # the MultiDDS objective: ascent on sum_i R_i log softmax(psi)_i, gradient R - P * sum R
+    m = Scorer(np.zeros(2), lr=1.0, optimizer="sgd", objective="multidds")
+    d = m.update([1.0, 3.0])
+    assert d.tolist() == pytest.approx([1.0 - 0.5 * 4.0, 3.0 - 0.5 * 4.0])
+    assert m.psi.tolist() == pytest.approx([-1.0, 1.0])
+    sub = Scorer(np.zeros(3), lr=1.0, optimizer="sgd", objective="multidds")
+    assert sub.update([2.0, 2.0], subset=[0, 2]).tolist() == pytest.approx([0.0, 0.0, 0.0])
+    # pretraining to a target keeps the learning rate afterwards and reaches the target
+    p = Scorer(np.zeros(3), lr=1e-4)
+    steps = p.pretrain(np.array([0.2, 0.3, 0.5]))
+    assert steps > 10 and p.optimizer.param_groups[0]["lr"] == 1e-4
+    assert ((p.probs() - np.array([0.2, 0.3, 0.5])) ** 2).mean() <= 1e-6 * 1.5
+    capped = Scorer(np.zeros(3), lr=1e-4)
+    assert capped.pretrain(np.array([0.2, 0.3, 0.5]), max_steps=5) == 5
+    done = Scorer(np.log(np.array([0.2, 0.3, 0.5])), lr=1e-4)
+    assert done.pretrain(np.array([0.2, 0.3, 0.5])) == 1             # already there: one step, as the authors

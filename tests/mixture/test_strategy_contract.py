@@ -19,7 +19,7 @@ import drmix
 from drmix.config import TrainConfig
 from drmix.device import all_reduce
 from drmix.errors import ConfigError
-from drmix.mixture.registry import (BUILTIN, STRATEGIES, StrategySpec, build_strategy, get_strategy,
+from drmix.mixture.registry import (BUILTIN, STRATEGIES, StrategySpec, build_strategy, check_config, get_strategy,
                                     register_strategy, registered_strategies, strategy_names, unregister_strategy)
 from drmix.train.trainer import Trainer
 
@@ -62,17 +62,27 @@ def test_the_reference_need_follows_the_measurement_option():
     assert not get_strategy("infdds").needs_reference_with(None)
 
 
-def test_unknown_names_and_options_are_refused_when_the_config_is_read():
+def test_unknown_names_and_options_are_refused_before_anything_loads(tmp_path):
     with pytest.raises(ConfigError, match="unknown strategy 'tdr0'.*tdro"):
-        TrainConfig(strategy="tdr0")
-    with pytest.raises(ConfigError, match="tdro option .*lrr"):
-        TrainConfig(strategy="tdro", tdro={"lrr": 1})
-    with pytest.raises(ConfigError, match="infdds option .*update_every"):
-        TrainConfig(strategy="infdds", infdds={"update_every": 0})
+        check_config(TrainConfig(strategy="tdr0"))
+    with pytest.raises(ConfigError, match="dro option .*lrr"):
+        check_config(TrainConfig(strategy="tdro", tdro={"lrr": 1}))
+    with pytest.raises(ConfigError, match="influence option .*update_every"):
+        check_config(TrainConfig(strategy="infdds", infdds={"update_every": 0}))
     with pytest.raises(ConfigError, match="takes no options"):
-        TrainConfig(strategy="static", strategy_options={"x": 1})
+        check_config(TrainConfig(strategy="static", strategy_options={"x": 1}))
+    # the trainer checks first: the missing model and data are never reached
+    with pytest.raises(ConfigError, match="unknown strategy 'tdr0'"):
+        Trainer(TrainConfig(strategy="tdr0", model=str(tmp_path / "no-model"), data=[str(tmp_path / "no-data")]))
+    # and so does the command line, naming the config file
+    from drmix.cli import main
+
+    (tmp_path / "c.yaml").write_text("mixture: {strategy: groupdro}\ndro: {lrr: 1}\n")
+    with pytest.raises(SystemExit) as e:
+        main(["train", str(tmp_path / "c.yaml"), "--data", str(tmp_path / "no-data")])
+    assert e.value.code == 2
     cfg = TrainConfig(strategy="groupdro", tdro={"lr": 0.5})  # written as given (config.yaml, resume checks)
-    assert cfg.tdro == {"lr": 0.5} and "measurement" not in cfg.model_dump()["tdro"]
+    assert cfg.dro == {"lr": 0.5} and "measurement" not in cfg.model_dump()["dro"]
 
 
 def test_a_strategy_of_another_module_registers_with_its_own_options(tmp_path):
@@ -95,7 +105,7 @@ def test_a_strategy_of_another_module_registers_with_its_own_options(tmp_path):
         s.setup(["a", "b", "c"], [1, 1, 1])
         np.testing.assert_allclose(s.sampling_weights(), [0.75, 0.125, 0.125])
         with pytest.raises(ConfigError, match="strategy_options option .*second"):
-            TrainConfig(strategy="contract-first", strategy_options={"second": 1})
+            check_config(TrainConfig(strategy="contract-first", strategy_options={"second": 1}))
     finally:
         unregister_strategy("contract-first")
     assert "contract-first" not in registered_strategies()

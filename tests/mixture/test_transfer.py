@@ -168,3 +168,84 @@ def test_drmix_train_with_transfer_drops_low_weight_collections(tmp_path, tiny_m
     counts = [json.loads(x)["collection_counts"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert counts == [{"x": 2, "y": 0}] * 3
     assert json.loads((out / "weights.json").read_text())["kept"] == ["x"]
+
+
+def test_fixed_weights_outputs_and_float64_loss(weights_file):
+    """weights.json of a transfer run, key by key; the loss scales keep the losses' dtype (float64 here)."""
+    s = setup(build_transfer_strategy(weights_file, "loss", NAMES))
+    fw = s.final_weights()
+    assert fw["collections"] == NAMES and fw["weights"] == pytest.approx([0.1] * 10)
+    assert fw["loss_scales"] == pytest.approx([10 * w for w in LEARNED])
+    assert fw["transfer"] == "loss" and fw["weights_file"] == weights_file
+    assert fw["learned"] == pytest.approx(dict(zip(NAMES, LEARNED)))
+    losses = torch.tensor([1.0, 3.0], dtype=torch.float64)
+    out = s.loss(losses, batch_of(np.array([0, 9], dtype=np.int32)), CTX)
+    assert out.dtype == torch.float64 and out.item() == pytest.approx((0.1 * 1 + 2.8 * 3) / 2, rel=1e-12)
+    top = setup(build_transfer_strategy(weights_file, "top:0.2", NAMES))
+    assert top.loss_scales().tolist() == [1.0] * 10 and top.name == "top:0.2"
+    assert top.final_weights()["loss_scales"] == [1.0] * 10 and top.final_weights()["kept"] == ["j", "i"]
+    rw = setup(build_transfer_strategy(weights_file, "REWEIGHT", NAMES))
+    assert rw.name == "reweight" and "kept" not in rw.final_weights()
+    from drmix.mixture.transfer import FixedWeightsStrategy
+
+    with pytest.raises(ConfigError, match="cover 2 collections, training has 3"):
+        FixedWeightsStrategy(np.array([0.5, 0.5])).setup(["a", "b", "c"], [1, 1, 1])
+
+
+def test_read_weights_file_keys_and_shapes(tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"collections": ["a", "b"], "weights": [0.25, 0.75], "final": {"a": 0.5, "b": 0.5},
+                               "mean": {"a": 0.1, "b": 0.9}, "ema": [1, 2]}))
+    assert read_weights_file(run) == {"a": 0.25, "b": 0.75}
+    assert read_weights_file(run, key="mean") == {"a": 0.1, "b": 0.9}
+    with pytest.raises(ConfigError, match="no 'ema' weights"):
+        read_weights_file(run, key="ema")
+    with pytest.raises(ConfigError, match="no 'other' weights"):
+        read_weights_file(run, key="other")
+    mapping = tmp_path / "m.json"
+    mapping.write_text(json.dumps({"weights": {"a": 1, "b": 0}}))
+    assert read_weights_file(mapping) == {"a": 1.0, "b": 0.0}
+    for bad in ({"collections": ["a"], "weights": [1, 2]}, {"weights": 3}, {"collections": "a", "weights": [1]}):
+        mapping.write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match="'weights' must be"):
+            read_weights_file(mapping)
+    for bad in ({"a": True}, {"a": "1"}, {"a": float("inf")}):
+        mapping.write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match="not a finite number"):
+            read_weights_file(mapping)
+    for bad in ({}, {"a": 0, "b": 0}):
+        mapping.write_text(json.dumps(bad))
+        with pytest.raises(ConfigError, match="no positive weight"):
+            read_weights_file(mapping)
+    mapping.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        read_weights_file(mapping)
+
+
+def test_align_weights_orders_renormalises_and_refuses_zero(caplog):
+    import logging
+
+    from drmix.mixture.transfer import align_weights
+
+    with caplog.at_level(logging.WARNING, logger="drmix.mixture.transfer"):
+        w = align_weights({"a": 1.0, "b": 3.0, "c": 4.0}, ["b", "a"])
+    assert w.tolist() == [0.75, 0.25] and any("['c']" in r.message for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="drmix.mixture.transfer"):
+        align_weights({"a": 1.0, "b": 3.0}, ["b", "a"])
+    assert not caplog.records
+    with pytest.raises(ConfigError, match="all have weight 0"):
+        align_weights({"a": 0.0, "b": 0.0, "c": 1.0}, ["a", "b"])
+
+
+@pytest.mark.parametrize("spec, frac", [("top:0.7", 0.7), ("top:70", 0.7), ("top:70%", 0.7), ("top:1", 1.0),
+                                        ("top:1.5%", 0.015), ("top: 0.25 ", 0.25), ("top:100", 1.0)])
+def test_parse_top_fraction(spec, frac):
+    assert parse_top_fraction(spec) == pytest.approx(frac, abs=1e-15)
+
+
+@pytest.mark.parametrize("spec, match", [("top:1.5", "neither a fraction"), ("top", "cannot read"),
+                                         ("top:0", "keeps 0%"), ("top:101", "keeps"), ("top:-0.5", "keeps")])
+def test_parse_top_fraction_refuses(spec, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_top_fraction(spec)

@@ -99,13 +99,13 @@ def test_training_saves_collection_and_evaluation_instructions(tiny_model_path, 
     from sentence_transformers import SentenceTransformer
     from train_helpers import config, make_collections
 
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     data = make_collections(tmp_path / "data", n=8)
     spec = [{"path": str(data / "greek.jsonl"), "instruction": "Match the letters"}]
     cfg = config(tiny_model_path, data, tmp_path / "run", max_steps=1,
                  query_instructions={"scifact": "Retrieve evidence"})
-    cfg.data = spec
+    cfg.data.collections = spec
     result = train(cfg)
     prompts = SentenceTransformer(str(result.model_dir), device="cpu").prompts
     assert prompts["greek"] == "Match the letters " and prompts["scifact"] == "Retrieve evidence "

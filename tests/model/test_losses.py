@@ -117,3 +117,96 @@ def test_in_batch_losses_are_tevatrons():
     target = torch.tensor([0, 3, 6, 8])                                  # positions of the positives after removal
     theirs = torch.nn.functional.cross_entropy(scores, target, reduction="none")
     assert torch.allclose(info_nce(q, p, negs, mask, temperature=0.05), theirs, rtol=1e-10, atol=1e-12)
+
+
+def _matryoshka_reference(q, p, negs, mask, dims, temperature, in_batch):
+    """DRAMA's Matryoshka loss written out: the loss at full size and at each dim < d of the embeddings cut to
+    their first dims and re-normalised, averaged; each loss is Tevatron's (in-batch) or tDRO's (own passages)."""
+    def one(qq, pp, nn):
+        B, H = nn.shape[:2]
+        if in_batch:
+            docs = torch.cat([pp, nn.reshape(B * H, -1)])
+            valid = torch.cat([torch.ones(B, dtype=torch.bool), mask.reshape(-1)])
+            scores = (qq @ docs.T).masked_fill(~valid, float("-inf")) / temperature
+            return torch.nn.functional.cross_entropy(scores, torch.arange(B), reduction="none")
+        scores = torch.cat([(qq * pp).sum(-1, keepdim=True), torch.einsum("bd,bhd->bh", qq, nn)], 1)
+        scores = scores.masked_fill(torch.cat([torch.ones(B, 1, dtype=torch.bool), mask], 1).logical_not(),
+                                    float("-inf")) / temperature
+        return torch.nn.functional.cross_entropy(scores, torch.zeros(B, dtype=torch.long), reduction="none")
+
+    n = torch.nn.functional.normalize
+    parts = [one(q, p, negs)] + [one(n(q[:, :k], dim=-1), n(p[:, :k], dim=-1), n(negs[..., :k], dim=-1))
+                                 for k in dims if k < q.shape[-1]]
+    return sum(parts) / len(parts)
+
+
+@pytest.mark.parametrize("in_batch", [True, False])
+def test_matryoshka_with_hard_negatives_and_a_mask_against_the_reference(in_batch):
+    gen = torch.Generator().manual_seed(3)
+    B, H, d = 3, 2, 6
+    q, p = torch.randn(B, d, generator=gen, dtype=torch.float64), torch.randn(B, d, generator=gen, dtype=torch.float64)
+    negs = torch.randn(B, H, d, generator=gen, dtype=torch.float64)
+    mask = torch.tensor([[True, True], [True, False], [False, True]])
+    dims = [2, 4, 6, 8]                                           # 6 is the full size, 8 above it: both left out
+    ours = contrastive_losses(q, p, negs, mask, temperature=0.07, in_batch=in_batch, gather=False,
+                              matryoshka_dims=dims)
+    theirs = _matryoshka_reference(q, p, negs, mask, dims, 0.07, in_batch)
+    assert torch.allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    # the truncated terms count: without them the loss differs
+    assert not torch.allclose(ours, _matryoshka_reference(q, p, negs, mask, [], 0.07, in_batch), atol=1e-6)
+
+
+def test_negatives_without_a_mask_and_an_empty_negative_list():
+    losses_all = info_nce(Q, P, N, temperature=1.0, in_batch=False)
+    assert torch.equal(losses_all, info_nce(Q, P, N, torch.ones(2, 1, dtype=torch.bool), temperature=1.0,
+                                            in_batch=False))
+    empty = torch.zeros(2, 0, 2)
+    assert torch.equal(info_nce(Q, P, empty, temperature=1.0), info_nce(Q, P, temperature=1.0))
+    # hard-negative-only with no negative at all: the positive is the only candidate, loss exactly 0
+    assert info_nce(Q, P, None, temperature=1.0, in_batch=False).tolist() == [0.0, 0.0]
+
+
+def _fake_world(monkeypatch, other_p, other_n=None, other_mask=None):
+    """Process 1 of 2: all_gather returns process 0's tensors (given) and ours; dist_info says (2, 1)."""
+    import torch.distributed.nn.functional as dist_fn
+
+    import drmix.model.losses as losses_mod
+
+    def all_gather(t):
+        if t.dtype == torch.uint8:                       # the hard negatives' mask
+            return [other_mask.reshape(-1).to(torch.uint8), t]
+        if t.shape[0] == other_p.shape[0]:               # the positives (B rows)
+            return [other_p, t]
+        return [other_n.reshape(-1, t.shape[-1]), t]     # the flattened hard negatives (B x H rows)
+
+    monkeypatch.setattr(dist_fn, "all_gather", all_gather)
+    monkeypatch.setattr(losses_mod, "dist_info", lambda: (2, 1))
+
+
+def test_cross_device_negatives_take_the_other_process_documents(monkeypatch):
+    """gather=True on process 1 of 2: the candidates are both processes' positives (and hard negatives); the
+    target of local example i is global row B + i; the losses equal those of the global batch's rows of process 1."""
+    from drmix.model.losses import gather_with_grad
+
+    gen = torch.Generator().manual_seed(4)
+    B, H, d = 2, 2, 3
+    q0, p0, n0 = torch.randn(B, d, generator=gen), torch.randn(B, d, generator=gen), torch.randn(B, H, d, generator=gen)
+    q1, p1, n1 = torch.randn(B, d, generator=gen), torch.randn(B, d, generator=gen), torch.randn(B, H, d, generator=gen)
+    whole = info_nce(torch.cat([q0, q1]), torch.cat([p0, p1]), torch.cat([n0, n1]), temperature=0.5)
+    _fake_world(monkeypatch, p0, n0, torch.ones(B, H, dtype=torch.bool))
+    assert torch.equal(gather_with_grad(p1), torch.cat([p0, p1]))
+    ours = info_nce(q1, p1, n1, temperature=0.5, gather=True)
+    # the whole batch orders documents [p0, p1, n0, n1]; ours [p0, p1, n0, n1] too: the same candidates
+    assert torch.allclose(ours, whole[B:], atol=1e-6)
+    assert not torch.allclose(info_nce(q1, p1, n1, temperature=0.5, gather=False), whole[B:], atol=1e-4)
+    # with the gather off, or in_batch off, nothing of process 0 is used
+    assert torch.allclose(contrastive_losses(q1, p1, n1, None, temperature=0.5, in_batch=True, gather=True), ours)
+    assert torch.equal(info_nce(q1, p1, n1, temperature=0.5, in_batch=False, gather=True),
+                       info_nce(q1, p1, n1, temperature=0.5, in_batch=False))
+
+
+def test_gather_is_the_identity_on_one_process():
+    from drmix.model.losses import gather_with_grad
+
+    t = torch.randn(3, 2)
+    assert gather_with_grad(t) is t

@@ -175,7 +175,7 @@ def test_loss_at_drmixs_defaults_is_the_authors_on_cosines_over_the_temperature(
     authors' compute_contrastive_loss on the normalised spans with every score divided by 0.05."""
     from drmix.pretrain.runner import CocoConfig
 
-    assert CocoConfig().temperature == 0.05 and CocoConfig().normalize is True
+    assert CocoConfig().contrastive.temperature == 0.05 and CocoConfig().model.normalize is True
     gen = torch.Generator().manual_seed(6)
     B = 5
     a = torch.nn.functional.normalize(torch.randn(B, 6, generator=gen, dtype=torch.float64), dim=-1)
@@ -184,7 +184,93 @@ def test_loss_at_drmixs_defaults_is_the_authors_on_cosines_over_the_temperature(
     theirs = _authors_contrastive_loss(spans / math.sqrt(0.05))          # (x / sqrt(t)) . (y / sqrt(t)) = x.y / t
     ours = coco_losses(a, b)                                             # the default temperature
     assert torch.allclose(ours, 0.5 * (theirs[0::2] + theirs[1::2]), rtol=1e-10, atol=1e-12)
-    from drmix.pretrain.coco import coco_loss_fn
+    from drmix.pretrain.objective import CocoObjective
 
-    fn = coco_loss_fn(0.05)        # the trainer's hook: queries = first spans, documents = second spans (+ unused)
-    assert torch.allclose(fn(a, torch.cat([b, a]), gather=False), ours, rtol=1e-12)
+    # the trainer's objective: queries = first spans, documents = second spans (+ unused), in float32 as trained
+    objective = CocoObjective(temperature=0.05)
+    got = objective.losses(a, torch.cat([b, a]), torch.zeros(B, 0, dtype=torch.bool), gather=False)
+    assert got.dtype == torch.float32 and torch.allclose(got.double(), ours, rtol=1e-5, atol=1e-6)
+
+
+def test_spans_are_cached_sampled_and_the_builder_resumes(tmp_path, tiny_model_path):
+    """build_spans reuses its cache (same file, same settings), keeps a seeded max_documents sample, writes
+    title + text; SpanBuilder's state resumes the same pairs; SpanStats.describe names every count."""
+    from transformers import AutoTokenizer
+
+    from drmix.pretrain.coco import corpus_file, corpus_name, token_counter
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps({"title": f"Title {i}.", "text": LONG}) + "\n" for i in range(5)))
+    ds, stats = build_spans(f, tmp_path / "cache", tok, max_tokens=12, new_chunk_probability=0.0, name="c",
+                            max_documents=3, seed=1)
+    assert (stats.documents, stats.kept, stats.name, stats.path) == (3, 3, "c", str(f))
+    assert ds["chunks"][0][0].startswith("Title ")                       # the title leads the text
+    cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    ds2, stats2 = build_spans(f, tmp_path / "cache", tok, max_tokens=12, new_chunk_probability=0.0, name="c",
+                              max_documents=3, seed=1)
+    assert stats2 == stats and ds2["chunks"] == ds["chunks"]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == cached   # reused, nothing new built
+    _, other = build_spans(f, tmp_path / "cache", tok, max_tokens=12, new_chunk_probability=0.0, name="c",
+                           max_documents=4, seed=1)
+    assert other.documents == 4                                          # another setting: another entry
+    assert stats.describe() == ("c: 3 documents, 3 kept (%d chunks), 0 dropped with fewer than 2 chunks, 0 empty"
+                                % stats.chunks)
+    builder = SpanBuilder([type("C", (), {"dataset": ds})()], seed=7)
+    builder.build([(0, 0), (0, 2)])
+    state = builder.state_dict()
+    first = builder.build([(0, 1), (0, 2), (0, 1)])
+    resumed = SpanBuilder([type("C", (), {"dataset": ds})()], seed=0)
+    resumed.load_state_dict(state)
+    again = resumed.build([(0, 1), (0, 2), (0, 1)])
+    assert (first.queries, first.positives) == (again.queries, again.positives)
+    assert first.negatives == [[], [], []] and first.collection_ids.tolist() == [0, 0, 0]
+    assert token_counter(tok)(["a b c", ""]) == [len(tok("a b c", add_special_tokens=False)["input_ids"]), 0]
+    # corpus arguments: a BEIR folder (its corpus.jsonl) or a file; names from the folder or the file
+    beir = tmp_path / "scifact"
+    beir.mkdir()
+    with pytest.raises(DataError, match="no corpus.jsonl"):
+        corpus_file(beir)
+    (beir / "corpus.jsonl").write_text(f.read_text())
+    assert corpus_file(beir) == beir / "corpus.jsonl" and corpus_name(beir) == "scifact"
+    assert corpus_name(beir / "corpus.jsonl") == "scifact" and corpus_name(f) == "c"
+    with pytest.raises(DataError, match="not found"):
+        corpus_file(tmp_path / "missing.jsonl")
+
+
+def test_corpus_records_need_string_text(tmp_path, tiny_model_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    for i, (bad, match) in enumerate(((({"title": "x"}), "no 'text' field"), ({"text": 3}, "must be strings"),
+                                      ({"text": "a", "title": 5}, "must be strings"))):
+        f = tmp_path / f"bad{i}.jsonl"
+        f.write_text(json.dumps({"text": LONG}) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(DataError, match=match) as e:
+            build_spans(f, tmp_path / f"cache{i}", tok)
+        assert e.value.line == 2
+    ok = tmp_path / "contents.jsonl"                                     # "contents" is read as the text
+    ok.write_text(json.dumps({"contents": LONG + " " + LONG}) + "\n")
+    _, stats = build_spans(ok, tmp_path / "cache-ok", tok, max_tokens=12, new_chunk_probability=0.0)
+    assert stats.kept == 1
+
+
+def test_loss_gathers_the_other_process_spans(monkeypatch):
+    """gather=True on process 1 of 2: every local span scores both processes' spans, its partner at the global
+    index; the losses equal the rows of process 1 in the whole batch."""
+    import torch.distributed.nn.functional as dist_fn
+
+    import drmix.device as device
+
+    gen = torch.Generator().manual_seed(8)
+    a0, b0, a1, b1 = (torch.randn(2, 4, generator=gen) for _ in range(4))
+    whole = coco_losses(torch.cat([a0, a1]), torch.cat([b0, b1]), temperature=0.5)
+    others = {id(a1): a0, id(b1): b0}
+    monkeypatch.setattr(dist_fn, "all_gather", lambda t: [others[id(t)], t] if id(t) in others else [t, t])
+    monkeypatch.setattr(device, "dist_info", lambda: (2, 1))
+    import drmix.model.losses as losses_mod
+
+    monkeypatch.setattr(losses_mod, "dist_info", lambda: (2, 1))
+    ours = coco_losses(a1, b1, temperature=0.5, gather=True)
+    assert torch.allclose(ours, whole[2:], atol=1e-6)
+    assert not torch.allclose(coco_losses(a1, b1, temperature=0.5, gather=False), whole[2:], atol=1e-3)

@@ -47,16 +47,16 @@ def test_a_rerun_with_a_changed_augmentation_setting_is_refused_or_redoes_it(tmp
     crop = tmp_path / "run" / "augment" / "toy-crop.jsonl"
     assert len(crop.read_text().splitlines()) == 16
     recorded = (tmp_path / "run" / "drama.yaml").read_bytes()
-    changed = cfg.model_copy(update={"max_per_doc": 1})
+    changed = cfg.replace(**{"max_per_doc": 1})
     with pytest.raises(ResumeMismatchError, match="augment: max_per_doc 2 -> 1"):
         run_drama_pipeline(changed)
     assert (tmp_path / "run" / "drama.yaml").read_bytes() == recorded
     with caplog.at_level(logging.WARNING, logger="drmix.recipes"):
-        run_drama_pipeline(changed.model_copy(update={"resume_with_changes": True}))
+        run_drama_pipeline(changed.replace(**{"resume_with_changes": True}))
     assert len(crop.read_text().splitlines()) == 8          # one cropped query per document now
     assert "student: re-run with the changed settings (it is built on augment)" in caplog.text
     # a test-set setting changes no step: reused as it is
-    run_drama_pipeline(changed.model_copy(update={"test_max_queries": 3}))
+    run_drama_pipeline(changed.replace(**{"test_max_queries": 3}))
 
 
 def test_summary_table_share_of_teacher():
@@ -108,12 +108,13 @@ def test_defaults_are_the_papers_recipe():
     from drmix.augment.steps import enabled_steps
 
     bare = DramaConfig(corpus=["x"])
-    assert (bare.positive_ranks, bare.negative_ranks, bare.num_negatives) == ("1:10", "30:50", 7)
+    assert (bare.recipe.positive_ranks, bare.recipe.negative_ranks, bare.contrastive.num_negatives) == \
+        ("1:10", "30:50", 7)
     assert (RERANK_NEGATIVES.start, RERANK_NEGATIVES.end) == (10, 20)
-    assert (bare.generate, bare.rerank) == (False, False)
-    assert [s.name for s in enabled_steps(bare)] == ["crop"]
+    assert (bare.recipe.generate, bare.recipe.rerank) == (False, False)
+    assert [s.name for s in enabled_steps(bare.recipe)] == ["crop"]
     llm = DramaConfig(corpus=["x"], llm={"backend": "openai", "base_url": "http://h/v1", "model": "m"})
-    assert (llm.generate, llm.rerank) == (True, True)
-    assert [s.name for s in enabled_steps(llm)] == ["crop", "generate", "rerank"]
-    assert DramaConfig(corpus=["x"], llm={"model": "m"}, rerank=False).rerank is False
-    assert DramaConfig(corpus=["x"], generate=True).generate is True
+    assert (llm.recipe.generate, llm.recipe.rerank) == (True, True)
+    assert [s.name for s in enabled_steps(llm.recipe)] == ["crop", "generate", "rerank"]
+    assert DramaConfig(corpus=["x"], llm={"model": "m"}, rerank=False).recipe.rerank is False
+    assert DramaConfig(corpus=["x"], generate=True).recipe.generate is True

@@ -17,7 +17,7 @@ def _config(out: Path, **kw) -> TrainConfig:
 
 def _finished(cfg: TrainConfig) -> Path:
     """A stage folder as the trainer leaves it: config.yaml recorded, model saved."""
-    out = Path(cfg.output_dir)
+    out = Path(cfg.run.output_dir)
     (out / "model").mkdir(parents=True)
     (out / "model" / "modules.json").write_text("[]")
     (out / "eval-test.json").write_text("{}")
@@ -78,7 +78,7 @@ def test_stages_built_on_a_changed_stage_are_rerun_and_the_others_reused(tmp_pat
     other = _config(tmp_path / "stage0b")        # a name that starts like stage0's folder: not built on it
     for c in (s0, s1, s2, other):
         _finished(c)
-    stages = [Stage("stage 0", s0.model_copy(update={"learning_rate": 3e-4})), Stage("stage 1", s1),
+    stages = [Stage("stage 0", s0.replace(**{"learning_rate": 3e-4})), Stage("stage 1", s1),
               Stage("stage 2", s2), Stage("other", other)]
     with pytest.raises(ResumeMismatchError):
         check_stages(stages)
@@ -112,7 +112,7 @@ def test_the_default_model_matches_the_path_the_trainer_records(tmp_path):
     from drmix.model.encoder import resolve_model_path
 
     out = tmp_path / "s"
-    earlier = _config(out).model_copy(update={"model": resolve_model_path(None)})   # what train() writes
+    earlier = _config(out).replace(**{"model": resolve_model_path(None)})   # what train() writes
     _finished(earlier)
     assert Stage("s", _config(out)).changes() == {}
     assert set(Stage("s", _config(out, model="org/other-model")).changes()) == {"model"}

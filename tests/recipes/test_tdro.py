@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from drmix.mixture.optimize import fill_missing_negatives
+from drmix.config import TrainConfig
+from drmix.recipes.optimize import fill_missing_negatives
 from drmix.recipes.tdro import PipelineConfig, results_table, run_tdro_pipeline
 
 WORDS = {
@@ -64,17 +65,17 @@ def pipeline_config(tmp_path, tiny_model_path) -> PipelineConfig:
 
 def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
     result = run_tdro_pipeline(pipeline_config)
-    root = Path(pipeline_config.output_dir)
+    root = Path(pipeline_config.run.output_dir)
 
     # Stage 0 is the uniform baseline and the reference of stage 1.
     s1 = root / "stage1-tdro"
-    s1_cfg = yaml.safe_load((s1 / "config.yaml").read_text())
+    s1_cfg = TrainConfig.flatten(yaml.safe_load((s1 / "config.yaml").read_text()))
     assert s1_cfg["reference_model"] == str(root / "stage0-reference" / "model")
     assert (s1_cfg["batching"], s1_cfg["in_batch_negatives"], s1_cfg["max_steps"]) == ("mixed", False, 4)
     # the authors' seven negatives (s1_tdro.sh: train_n_passages 8); the temperature is the stage1 override here
     # (at the authors' 0.002 the tiny model's losses underflow to exactly 0 in float32) -- stage 0 keeps its own
     assert (s1_cfg["num_negatives"], s1_cfg["temperature"]) == (7, 0.05)
-    s0_cfg = yaml.safe_load((root / "stage0-reference" / "config.yaml").read_text())
+    s0_cfg = TrainConfig.flatten(yaml.safe_load((root / "stage0-reference" / "config.yaml").read_text()))
     assert (s0_cfg["num_negatives"], s0_cfg["temperature"]) == (1, 0.05)
     # every example had fewer than 7 negatives: the missing ones were mined, and the counts are written
     mined = json.loads((s1 / "negatives.json").read_text())
@@ -106,8 +107,8 @@ def test_pipeline_runs_all_stages_and_resumes(pipeline_config, caplog):
     assert set(result.results) == {"uniform", "top:0.7", "reweight"}
     from drmix.evaluation.evaluate import evaluate_model
 
-    direct = evaluate_model(str(result.models["reweight"]), pipeline_config.test_data, show_progress=False,
-                            max_length=pipeline_config.doc_max_length)
+    direct = evaluate_model(str(result.models["reweight"]), pipeline_config.test.test_data, show_progress=False,
+                            max_length=pipeline_config.data.doc_max_length)
     assert result.results["reweight"]["beir-test"] == pytest.approx(direct.results["beir-test"], abs=1e-6)
     cache = json.loads((root / "stage2-tdro-reweight" / "eval-test.json").read_text())
     pq = cache["per_query"]["beir-test"]
@@ -159,13 +160,13 @@ def test_results_table_deltas_against_the_first_column():
 
 
 def test_groupdro_pipeline_forwards_no_reference(pipeline_config):
-    cfg = pipeline_config.model_copy(update={"strategy": "groupdro", "transfers": ["loss"], "test_data": [],
+    cfg = pipeline_config.replace(**{"strategy": "groupdro", "transfers": ["loss"], "test_data": [],
                                              "max_steps": 2, "stage1": {"max_steps": 2}})
     result = run_tdro_pipeline(cfg)
-    root = Path(cfg.output_dir)
+    root = Path(cfg.run.output_dir)
     # stage 0 still trains the uniform baseline, but stage 1 forwards no reference model
     assert result.models["uniform"] == root / "stage0-reference" / "model"
-    assert yaml.safe_load((root / "stage1-groupdro" / "config.yaml").read_text())["reference_model"] is None
+    assert yaml.safe_load((root / "stage1-groupdro" / "config.yaml").read_text())["mixture"]["reference_model"] is None
     assert set(result.models) == {"uniform", "loss"}
     w = json.loads((root / "stage1-groupdro" / "weights.json").read_text())
     assert w["strategy"] == "groupdro" and w["measurement"] == "raw"
@@ -185,30 +186,30 @@ def test_a_rerun_with_a_changed_stage_setting_is_refused_or_reruns_that_stage(pi
     unchanged stage 0 is reused."""
     from drmix.train.resume_check import ResumeMismatchError
 
-    cfg = pipeline_config.model_copy(update={"transfers": ["reweight"], "test_data": [], "max_steps": 2,
+    cfg = pipeline_config.replace(**{"transfers": ["reweight"], "test_data": [], "max_steps": 2,
                                              "stage1": {"max_steps": 2}})
     run_tdro_pipeline(cfg)
-    root = Path(cfg.output_dir)
+    root = Path(cfg.run.output_dir)
     recorded = (root / "pipeline.yaml").read_bytes()
     stamps = {d: (root / d / "model" / "modules.json").stat().st_mtime_ns
               for d in ("stage0-reference", "stage1-tdro", "stage2-tdro-reweight")}
-    changed = cfg.model_copy(update={"stage1": {"max_steps": 3}})
+    changed = cfg.replace(**{"stage1": {"max_steps": 3}})
     with pytest.raises(ResumeMismatchError, match=r"stage 1: max_steps 2 -> 3") as e:
         run_tdro_pipeline(changed)
     assert "stage 0" not in str(e.value) and "--resume-with-changes" in str(e.value)
     assert (root / "pipeline.yaml").read_bytes() == recorded
     assert read_jsonl(root / "stage1-tdro" / "weights.jsonl")[-1]["step"] == 2
     with pytest.raises(ResumeMismatchError, match=r"stage 1 \(missing negatives\): stage1_fill_negatives"):
-        run_tdro_pipeline(cfg.model_copy(update={"stage1_fill_negatives": "off"}))   # a recipe field of stage 1
+        run_tdro_pipeline(cfg.replace(**{"stage1_fill_negatives": "off"}))   # a recipe field of stage 1
 
     with caplog.at_level(logging.WARNING, logger="drmix.recipes"):
-        run_tdro_pipeline(changed.model_copy(update={"resume_with_changes": True}))
+        run_tdro_pipeline(changed.replace(**{"resume_with_changes": True}))
     assert "stage 1: re-run with the changed settings (max_steps 2 -> 3)" in caplog.text
     assert "stage 2 (reweight): re-run with the changed settings (it is built on stage 1)" in caplog.text
     assert [r["step"] for r in read_jsonl(root / "stage1-tdro" / "weights.jsonl")] == [1, 2, 3]
     assert (root / "stage0-reference" / "model" / "modules.json").stat().st_mtime_ns == stamps["stage0-reference"]
     assert (root / "stage2-tdro-reweight" / "model" / "modules.json").stat().st_mtime_ns != stamps["stage2-tdro-reweight"]
-    assert yaml.safe_load((root / "pipeline.yaml").read_text())["stage1"] == {"max_steps": 3}
+    assert yaml.safe_load((root / "pipeline.yaml").read_text())["stages"]["stage1"] == {"max_steps": 3}
 
 
 def test_cli_optimize_learns_weights(tmp_path, tiny_model_path):
@@ -220,7 +221,7 @@ def test_cli_optimize_learns_weights(tmp_path, tiny_model_path):
               "--strategy", "groupdro", "--max-steps", "2", "--batch-size", "6", "--query-max-length", "16",
               "--doc-max-length", "16", "--output-dir", str(out), "--no-show-progress", "--device", "cpu"])
     assert e.value.code == 0
-    cfg = yaml.safe_load((out / "config.yaml").read_text())
+    cfg = TrainConfig.flatten(yaml.safe_load((out / "config.yaml").read_text()))
     # paper settings applied: mixed batches, hard-negative-only InfoNCE
     assert (cfg["batching"], cfg["in_batch_negatives"], cfg["strategy"]) == ("mixed", False, "groupdro")
     w = json.loads((out / "weights.json").read_text())
@@ -247,7 +248,7 @@ def test_stage1_killed_and_resumed_matches_an_uninterrupted_run(tmp_path, tiny_m
     # tDRO stage 1 (the tiny model is its own reference); a run killed after step 3 (checkpoint at step 2)
     # and resumed ends with the same weights, trajectory and DRO state as a run that was never interrupted.
     from drmix.config import TrainConfig
-    from drmix.mixture.optimize import optimize_weights, stage1_config
+    from drmix.recipes.optimize import optimize_weights, stage1_config
 
     data = str(write_collections(tmp_path))
 
@@ -263,7 +264,7 @@ def test_stage1_killed_and_resumed_matches_an_uninterrupted_run(tmp_path, tiny_m
         if ctx.step == 3:
             raise RuntimeError("killed")
 
-    from drmix.train import trainer as trainer_mod
+    from drmix import api as trainer_mod
 
     original = trainer_mod.train
     with monkeypatch.context() as m:
@@ -295,10 +296,10 @@ def test_stage1_killed_and_resumed_matches_an_uninterrupted_run(tmp_path, tiny_m
 def test_pipeline_validates_everything_before_stage0(pipeline_config, change, message):
     from drmix.errors import ConfigError
 
-    cfg = pipeline_config.model_copy(update=change)
+    cfg = pipeline_config.replace(**change)
     with pytest.raises(ConfigError, match=message):
         run_tdro_pipeline(cfg)
-    assert not (Path(cfg.output_dir) / "stage0-reference").exists()
+    assert not (Path(cfg.run.output_dir) / "stage0-reference").exists()
 
 
 def test_cli_pipeline_bad_override_is_one_line_before_training(pipeline_config, capsys):
@@ -306,12 +307,12 @@ def test_cli_pipeline_bad_override_is_one_line_before_training(pipeline_config, 
 
     c = pipeline_config
     with pytest.raises(SystemExit) as e:
-        main(["pipeline", "tdro", "--model", c.model, "--data", c.data[0], "--output-dir", c.output_dir,
+        main(["pipeline", "tdro", "--model", c.model.name_or_path, "--data", c.data.collections[0], "--output-dir", c.run.output_dir,
               "--stage1", "max_stepz=5", "--device", "cpu"])
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "max_stepz" in err and "Traceback" not in err
-    assert not (Path(c.output_dir) / "stage0-reference").exists()
+    assert not (Path(c.run.output_dir) / "stage0-reference").exists()
 
 
 def test_selection_reads_only_the_dev_split(pipeline_config, tmp_path, monkeypatch, caplog):
@@ -320,7 +321,7 @@ def test_selection_reads_only_the_dev_split(pipeline_config, tmp_path, monkeypat
     # A selection directory whose *test* qrels are garbage: reading them would raise. Its dev qrels favour
     # nothing in particular; the test evaluation is switched off, so only dev can have chosen.
     dev = tmp_path / "beir-dev"
-    src = Path(pipeline_config.test_data[0])
+    src = Path(pipeline_config.test.test_data[0])
     (dev / "qrels").mkdir(parents=True)
     for f in ("corpus.jsonl", "queries.jsonl"):
         (dev / f).write_text((src / f).read_text())
@@ -334,7 +335,7 @@ def test_selection_reads_only_the_dev_split(pipeline_config, tmp_path, monkeypat
         return real(root, split, **kw)
 
     monkeypatch.setattr(beir, "load_beir", spy)
-    cfg = pipeline_config.model_copy(update={"select_on": [str(dev)], "test_data": [], "transfers": ["reweight"],
+    cfg = pipeline_config.replace(**{"select_on": [str(dev)], "test_data": [], "transfers": ["reweight"],
                                              "max_steps": 2, "stage1": {"max_steps": 2}})
     result = run_tdro_pipeline(cfg)
     assert ("beir-dev", "dev") in calls and ("beir-dev", "test") not in calls
@@ -343,7 +344,7 @@ def test_selection_reads_only_the_dev_split(pipeline_config, tmp_path, monkeypat
     avg = {lb: r["beir-dev"]["ndcg@10"] for lb, r in result.selection.items()}
     best = max(avg, key=lambda lb: (avg[lb], lb == "uniform"))
     assert result.selected == best
-    root = Path(cfg.output_dir)
+    root = Path(cfg.run.output_dir)
     assert (root / "model").resolve() == result.models[best].resolve()
     summary = json.loads((root / "summary.json").read_text())
     assert summary["selected"] == best and summary["select_split"] == "dev"
@@ -353,30 +354,31 @@ def test_selection_reads_only_the_dev_split(pipeline_config, tmp_path, monkeypat
 def test_selection_on_the_test_split_of_test_data_is_refused(pipeline_config):
     from drmix.errors import ConfigError
 
-    cfg = pipeline_config.model_copy(update={"select_on": list(pipeline_config.test_data), "select_split": "test"})
+    cfg = pipeline_config.replace(**{"select_on": list(pipeline_config.test.test_data), "select_split": "test"})
     with pytest.raises(ConfigError, match="would be made on the test set"):
         run_tdro_pipeline(cfg)
 
 
 def test_stage1_config_is_the_authors_setting_and_overrides_win():
     from drmix.config import TrainConfig
-    from drmix.mixture.optimize import STAGE1_NEGATIVES, STAGE1_TEMPERATURE, stage1_config
+    from drmix.recipes.optimize import STAGE1_NEGATIVES, STAGE1_TEMPERATURE, stage1_config
 
     assert (STAGE1_NEGATIVES, STAGE1_TEMPERATURE) == (7, 0.002)       # s1_tdro.sh: train_n_passages 8, 0.002
     base = TrainConfig(data=["x"], num_negatives=1, temperature=0.05, in_batch_negatives=True, batching="homogeneous")
     cfg = stage1_config(base, strategy="tdro", reference="r", output_dir="o")
-    assert (cfg.num_negatives, cfg.temperature, cfg.in_batch_negatives, cfg.cross_device_negatives, cfg.batching,
-            cfg.mixture) == (7, 0.002, False, False, "mixed", "uniform")
+    c = cfg.contrastive
+    assert (c.num_negatives, c.temperature, c.in_batch_negatives, c.cross_device_negatives, c.batching,
+            cfg.mixture.scheme) == (7, 0.002, False, False, "mixed", "uniform")
     prev = stage1_config(base, strategy="tdro", reference="r", output_dir="o",
                          overrides={"num_negatives": 1, "temperature": 0.05})
-    assert (prev.num_negatives, prev.temperature) == (1, 0.05)           # the earlier setting, by name
+    assert (prev.contrastive.num_negatives, prev.contrastive.temperature) == (1, 0.05)           # the earlier setting, by name
 
 
 def test_stage1_fill_rules_from_the_config():
-    assert PipelineConfig(data=["x"]).stage1_fill_negatives == "mine"
-    assert PipelineConfig(data=["x"], stage1_fill_negatives=False).stage1_fill_negatives == "off"
-    assert PipelineConfig(data=["x"], stage1_fill_negatives=True).stage1_fill_negatives == "mine"
-    assert PipelineConfig(data=["x"], stage1_fill_negatives="random").stage1_fill_negatives == "random"
+    assert PipelineConfig(data=["x"]).stages.stage1_fill_negatives == "mine"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives=False).stages.stage1_fill_negatives == "off"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives=True).stages.stage1_fill_negatives == "mine"
+    assert PipelineConfig(data=["x"], stage1_fill_negatives="random").stages.stage1_fill_negatives == "random"
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
@@ -388,7 +390,7 @@ def test_mine_missing_negatives_tops_every_example_up(tmp_path, monkeypatch):
     embeddings: one coordinate per word, so the ranking is known); the report counts what was mined."""
     from drmix.augment import mine as mine_mod
     from drmix.data.collections import load_collections
-    from drmix.mixture.optimize import mine_missing_negatives
+    from drmix.recipes.optimize import mine_missing_negatives
 
     cols = load_collections([str(write_collections(tmp_path))])
     vocab = {w: i for i, w in enumerate(sorted({w for ws in WORDS.values() for w in ws}))}

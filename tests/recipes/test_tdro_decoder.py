@@ -9,6 +9,7 @@ import yaml
 from test_tdro import write_beir, write_collections
 from tiny_decoder import build_tiny_decoder
 
+from drmix.config import TrainConfig
 from drmix.recipes.tdro import PipelineConfig, run_tdro_pipeline
 
 
@@ -24,8 +25,8 @@ def test_tdro_pipeline_with_a_decoder_backbone(tmp_path):
         transfers=["top:0.7"], device="cpu", temperature=0.002,
         query_instructions={beir.name: "Find the sentence about"})
     result = run_tdro_pipeline(cfg)
-    root = Path(cfg.output_dir)
-    stage1 = yaml.safe_load((root / "stage1-tdro" / "config.yaml").read_text())
+    root = Path(cfg.run.output_dir)
+    stage1 = TrainConfig.flatten(yaml.safe_load((root / "stage1-tdro" / "config.yaml").read_text()))
     assert stage1["temperature"] == 0.002 and stage1["reference_model"].endswith("stage0-reference/model")
     for label, model_dir in result.models.items():
         adapter = json.loads((Path(model_dir).parent / "adapter" / "adapter_config.json").read_text())

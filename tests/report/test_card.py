@@ -53,7 +53,7 @@ def test_body_has_mixture_sizes_weights_loss_hyperparameters_command_and_papers(
     assert "eprint = {2408.10613}" in text and "reimers-2019-sentence-bert" in text
     # the resolved configuration reproduces the run
     block = text.split("```yaml\n")[1].split("```")[0]
-    assert yaml.safe_load(block)["learning_rate"] == 3e-5
+    assert yaml.safe_load(block)["optim"]["learning_rate"] == 3e-5   # as config.yaml holds it
     # sentence-transformers' sections are all there, in their order
     order = ["## Model Details", "## Usage", "## Evaluation", "## Training Details", "### Training Mixture",
              "### Training Hyperparameters", "## Citation"]

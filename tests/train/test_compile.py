@@ -118,7 +118,7 @@ def _check_resume_exact(tiny_model_path, data, tmp_path, backend: str) -> None:
     assert torch.equal(params(full.model), params(resumed.model))
     assert [m["loss"] for m in read_metrics(tmp_path / "cut")] == [m["loss"] for m in read_metrics(tmp_path / "full")]
     state = json.loads((tmp_path / "cut" / "checkpoints" / "step-6" / "trainer_state.json").read_text())
-    assert state["config"]["compile"] is True
+    assert state["config"]["optim"]["compile"] is True
 
 
 def test_compiled_run_resumes_exactly(tiny_model_path, data, tmp_path):

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 from train_helpers import config, make_collections
 
+from drmix.api import default_listeners
 from drmix.train.trainer import Trainer
 
 
@@ -12,8 +13,9 @@ def test_lora_trains_adapters_and_saves_a_loadable_merged_model(tiny_model_path,
     from sentence_transformers import SentenceTransformer
 
     data = make_collections(tmp_path / "data", n=16)
-    trainer = Trainer(config(tiny_model_path, data, tmp_path / "run", max_steps=3, lora_r=4, lora_alpha=8,
-                             lora_targets=["query", "value"]))
+    cfg = config(tiny_model_path, data, tmp_path / "run", max_steps=3, lora_r=4, lora_alpha=8,
+                 lora_targets=["query", "value"])
+    trainer = Trainer(cfg, listeners=default_listeners(cfg))   # with the card (drmix.api.train's listeners)
     trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
     result = trainer.train()

@@ -6,8 +6,9 @@ import json
 import pytest
 import yaml
 
+from drmix.config import TrainConfig
 from drmix.train.resume_check import ResumeMismatchError, training_changes
-from drmix.train.trainer import train
+from drmix.api import train
 
 from train_helpers import config, make_collections
 
@@ -17,7 +18,11 @@ def test_training_changes_ignores_bookkeeping_fields():
     after = {"seed": 1, "learning_rate": 2e-3, "log_every": 5, "output_dir": "b", "tdro": {"eta": 0.2},
              "new_field": 3}
     assert training_changes(before, after) == {"learning_rate": {"before": 1e-3, "after": 2e-3},
-                                               "tdro": {"before": {"eta": 0.1}, "after": {"eta": 0.2}}}
+                                               "dro": {"before": {"eta": 0.1}, "after": {"eta": 0.2}}}
+    # a recorded config of either layout compares with a current one field by field
+    grouped = TrainConfig(seed=1, learning_rate=2e-3, log_every=5, output_dir="b", dro={"eta": 0.2})
+    assert training_changes(before, grouped.model_dump(mode="json")) == \
+        {"learning_rate": {"before": 1e-3, "after": 2e-3}, "dro": {"before": {"eta": 0.1}, "after": {"eta": 0.2}}}
 
 
 def test_a_checkpoint_recorded_before_model_paths_were_resolved():
@@ -37,7 +42,7 @@ def test_resume_with_other_hyperparameters(tiny_model_path, tmp_path):
         train(config(tiny_model_path, data, out, max_steps=3, resume=True, seed=7, temperature=0.1))
     msg = str(e.value)
     assert "seed 0 -> 7" in msg and "temperature 0.05 -> 0.1" in msg and "max_steps 2 -> 3" in msg
-    assert yaml.safe_load((out / "config.yaml").read_text())["seed"] == 0  # not rewritten
+    assert yaml.safe_load((out / "config.yaml").read_text())["optim"]["seed"] == 0  # not rewritten
 
     res = train(config(tiny_model_path, data, out, max_steps=3, resume=True, seed=7, resume_with_changes=True,
                        log_every=2))

@@ -8,7 +8,8 @@ import yaml
 from huggingface_hub import ModelCard
 
 from drmix.config import TrainConfig
-from drmix.train.trainer import Trainer, train
+from drmix.api import train
+from drmix.train.trainer import Trainer
 from train_helpers import make_collections
 
 
@@ -64,11 +65,11 @@ def test_config_yaml_records_the_resolved_model(run, tiny_model_path, data, tmp_
     from drmix.model.encoder import default_model_path
 
     out, _ = run
-    assert yaml.safe_load((out / "config.yaml").read_text())["model"] == tiny_model_path
+    assert yaml.safe_load((out / "config.yaml").read_text())["model"]["name_or_path"] == tiny_model_path
     config = cfg(None, data, tmp_path / "default", max_steps=1)
     train(config)  # the bundled all-MiniLM-L6-v2
-    assert yaml.safe_load((tmp_path / "default" / "config.yaml").read_text())["model"] == default_model_path()
-    assert config.model is None  # the caller's config object is left as it was
+    assert yaml.safe_load((tmp_path / "default" / "config.yaml").read_text())["model"]["name_or_path"] == default_model_path()
+    assert config.model.name_or_path is None  # the caller's config object is left as it was
 
 
 def test_report_html_is_written(run):

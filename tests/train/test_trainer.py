@@ -9,7 +9,8 @@ import torch
 
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
-from drmix.train.trainer import Trainer, train
+from drmix.api import train
+from drmix.train.trainer import Trainer
 
 from train_helpers import WORDS, config, make_collections, params, read_metrics
 
@@ -30,7 +31,7 @@ def test_loss_goes_down_and_outputs_are_written(tiny_model_path, data, tmp_path)
 
     assert SentenceTransformer(str(result.model_dir), device="cpu").encode(["alpha"]).shape == (1, 32)
     saved = TrainConfig.model_validate(__import__("yaml").safe_load((out / "config.yaml").read_text()))
-    assert saved.max_steps == 40 and saved.scheduler == "constant"
+    assert saved.optim.max_steps == 40 and saved.optim.scheduler == "constant"
     weights = json.loads((out / "weights.json").read_text())
     assert weights["collections"] == ["greek", "letters"] and weights["weights"] == [0.5, 0.5]
 

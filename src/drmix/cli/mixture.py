@@ -8,8 +8,8 @@ from typing import Any
 import typer
 
 from drmix.cli.areas import AREAS, CommandArea
-from drmix.cli.options import config_command, paragraphs
-from drmix.config import TrainConfig, load_config
+from drmix.cli.options import config_command, load_checked, paragraphs
+from drmix.config import TrainConfig
 from drmix.outputs import claim_run
 
 OPTIMIZE_HELP = """Learn collection weights (stage 1 of tDRO; DoReMi and GroupDRO as baselines).
@@ -28,18 +28,18 @@ see docs/mixture.md.
 
 def run_optimize(config_path: Path | None, overrides: dict[str, Any], paper_settings: bool = True) -> None:
     from drmix.cli import console
-    from drmix.mixture.optimize import optimize_weights, stage1_config
+    from drmix.recipes.optimize import optimize_weights, stage1_config
 
     if overrides.get("strategy") is None:
-        raw = load_config(TrainConfig, config_path, overrides)
-        if raw.strategy == "static":
+        raw = load_checked(TrainConfig, config_path, overrides)
+        if raw.mixture.strategy == "static":
             overrides = {**overrides, "strategy": "tdro"}
-    config = load_config(TrainConfig, config_path, overrides)
+    config = load_checked(TrainConfig, config_path, overrides)
     if paper_settings:
-        resume = config.resume           # stage1_config turns resume on; keep the user's choice here
+        resume = config.run.resume           # stage1_config turns resume on; keep the user's choice here
         given = {k: overrides[k] for k in ("num_negatives", "temperature") if overrides.get(k) is not None}
-        config = stage1_config(config, strategy=config.strategy, reference=config.reference_model,
-                               output_dir=config.output_dir, overrides=given).model_copy(update={"resume": resume})
+        config = stage1_config(config, strategy=config.mixture.strategy, reference=config.mixture.reference_model,
+                               output_dir=config.run.output_dir, overrides=given).replace(resume=resume)
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     result = optimize_weights(config)
     weights = result.weights_path

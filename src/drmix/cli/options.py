@@ -75,9 +75,20 @@ def _parse_mapping(items: list[str], flag: str) -> dict[str, Any]:
 
 def config_params(model_cls: type[BaseModel], *, skip: set[str] = frozenset(),
                   help_panel: str | None = None) -> tuple[list[inspect.Parameter], dict[str, str]]:
-    """typer parameters for every field of ``model_cls`` (default None = "not given on the command line")."""
+    """typer parameters for every field of ``model_cls`` (default None = "not given on the command line").
+
+    For a config of parts (:class:`drmix.config.Config`) every part's field is a flag under its flat name, in a
+    help panel titled after the part, and a field's older names (``aliases``) are accepted as flags too."""
+    from drmix.config import Config
+
+    if isinstance(model_cls, type) and issubclass(model_cls, Config):
+        groups = model_cls.groups()
+        fields = [(flat, f.info, (groups[f.group].title or f.group.title()) if f.group else help_panel, f.aliases)
+                  for flat, f in model_cls.flat_fields().items()]
+    else:
+        fields = [(name, info, help_panel, ()) for name, info in model_cls.model_fields.items()]
     params, kinds = [], {}
-    for name, field in model_cls.model_fields.items():
+    for name, field, panel, aliases in fields:
         if name in skip:
             continue
         ann, kind = _annotation(field.annotation)
@@ -88,10 +99,30 @@ def config_params(model_cls: type[BaseModel], *, skip: set[str] = frozenset(),
         default = field.get_default(call_default_factory=True)
         if default not in (None, [], {}):
             help_text += f" [default: {default}]"
-        decls = [_flag(name)] if kind != "bool" else [f"{_flag(name)}/--no-{name.replace('_', '-')}"]
-        opt = typer.Option(None, *decls, help=help_text, show_default=False, rich_help_panel=help_panel)
+        names = [name, *aliases]
+        decls = ([_flag(n) for n in names] if kind != "bool" else
+                 [f"{_flag(n)}/--no-{n.replace('_', '-')}" for n in names])
+        opt = typer.Option(None, *decls, help=help_text, show_default=False, rich_help_panel=panel)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
     return params, kinds
+
+
+def load_checked(model_cls: type[BaseModel], path: Path | None, overrides: dict[str, Any]) -> Any:
+    """The config a command runs with (:func:`drmix.config.load_config`), its strategy and the strategy's options
+    checked by the registry before anything loads; errors name the config file."""
+    from drmix.config import load_config
+
+    config = load_config(model_cls, path, overrides)
+    if "mixture" in getattr(model_cls, "groups", dict)():
+        from drmix.mixture.registry import check_config
+
+        try:
+            check_config(config)
+        except ConfigError as e:
+            if e.path is None and path is not None:
+                raise ConfigError(e.message, path=path, fix=e.fix) from None
+            raise
+    return config
 
 
 def overrides_from_kwargs(kwargs: dict[str, Any], kinds: dict[str, str]) -> dict[str, Any]:

@@ -11,9 +11,8 @@ from typing import Any
 import typer
 
 from drmix.cli.areas import AREAS, CommandArea
-from drmix.cli.options import config_command, paragraphs
+from drmix.cli.options import config_command, load_checked, paragraphs
 from drmix.cli.report import after_run, before_run
-from drmix.config import load_config
 from drmix.outputs import claim_run
 
 TDRO_HELP = """Run the tDRO recipe end to end: stage 0 (uniform reference, unless --reference-model),
@@ -69,7 +68,7 @@ def _finish(table: Any, summary: Path, output_dir: Any, config: Any) -> None:
 def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.recipes.tdro import PipelineConfig, run_tdro_pipeline
 
-    config = load_config(PipelineConfig, config_path, overrides)
+    config = load_checked(PipelineConfig, config_path, overrides)
     result = _run_recipe(config, run_tdro_pipeline)
     _finish(result.table, result.output_dir / "summary.md", result.output_dir, config)
 
@@ -77,17 +76,17 @@ def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:
 def run_coco_recipe(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.recipes.coco import CocoPipelineConfig, run_coco_pipeline
 
-    config = load_config(CocoPipelineConfig, config_path, overrides)
+    config = load_checked(CocoPipelineConfig, config_path, overrides)
     result = _run_recipe(config, run_coco_pipeline)
     _finish(result.table, result.output_dir / "summary.md", result.output_dir, config)
 
 
 def run_drama(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.recipes.drama import load_drama_config, run_drama_pipeline
+    from drmix.recipes.drama import DramaConfig, run_drama_pipeline
 
-    config = load_drama_config(config_path, overrides)
+    config = load_checked(DramaConfig, config_path, overrides)
     summary = _run_recipe(config, run_drama_pipeline)
-    _finish(summary.get("table"), Path(config.output_dir) / "summary.json", config.output_dir, config)
+    _finish(summary.get("table"), Path(config.run.output_dir) / "summary.json", config.run.output_dir, config)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,9 +7,8 @@ from typing import Any
 import typer
 
 from drmix.cli.areas import AREAS, CommandArea
-from drmix.cli.options import config_command, paragraphs
+from drmix.cli.options import config_command, load_checked, paragraphs
 from drmix.cli.report import after_run, before_run
-from drmix.config import load_config
 from drmix.outputs import claim_run
 
 COCO_HELP = """Continuous contrastive pretraining (COCO) on target corpora, no labels needed.
@@ -23,28 +22,22 @@ that `drmix train --model OUT/model` fine-tunes), spans.json (documents kept and
 metrics.jsonl and checkpoints/; --resume continues a killed run exactly. See docs/coco.md.
 """
 
-#: training fields that mean nothing for COCO (no labelled data, no strategy, spans set the lengths)
-COCO_SKIP = {"data", "strategy", "strategy_options", "transfer", "weights_file", "reference_model", "dev", "dev_split",
-             "tdro", "infdds", "idro", "num_negatives", "query_max_length", "doc_max_length", "in_batch_negatives",
-             "mixture_temperature", "max_collection_size"}
-
-
 def run_coco(config_path: Path | None, overrides: dict[str, Any]) -> None:
     from drmix.cli import console
     from drmix.pretrain.runner import CocoConfig, pretrain_coco
 
-    config = load_config(CocoConfig, config_path, overrides)
+    config = load_checked(CocoConfig, config_path, overrides)
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     before_run(config)
     result = pretrain_coco(config)
-    for s in getattr(result, "span_stats", []):
+    for s in result.details.get("span_stats", []):
         console.print(s.describe(), highlight=False)
     console.print(f"[green]pretrained[/green] {result.steps} steps; model: {result.model_dir}")
     after_run(result.output_dir, config)
 
 
 def register(app: typer.Typer) -> None:
-    from drmix.pretrain.runner import CocoConfig
+    from drmix.pretrain.runner import COCO_SKIP, CocoConfig
 
     pretrain = typer.Typer(help="Unsupervised pretraining on target corpora (COCO).", no_args_is_help=True)
     pretrain.command("coco", help=paragraphs(COCO_HELP), no_args_is_help=True)(

@@ -63,10 +63,10 @@ def push_command(
 
 def before_run(config) -> None:
     """What a training command checks first: a ``--push-to-hub`` that cannot succeed fails before training."""
-    if getattr(config, "push_to_hub", None):
+    if config.run.push_to_hub:
         from drmix.hub import check_can_push
 
-        check_can_push(config.push_to_hub, config.output_dir)
+        check_can_push(config.run.push_to_hub, config.run.output_dir)
 
 
 def after_run(output_dir: str | Path, config, *, pipeline: bool = False) -> None:
@@ -78,10 +78,10 @@ def after_run(output_dir: str | Path, config, *, pipeline: bool = False) -> None
 
         check_report_target(output_dir)
         console.print(f"report: {write_report(output_dir)}")
-    if getattr(config, "push_to_hub", None):
+    if config is not None and config.run.push_to_hub:
         from drmix.hub import push_to_hub
 
-        result = push_to_hub(output_dir, config.push_to_hub)
+        result = push_to_hub(output_dir, config.run.push_to_hub)
         console.print(f"pushed {len(result.files)} files to {result.url}")
 
 

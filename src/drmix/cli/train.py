@@ -8,9 +8,9 @@ from typing import Any
 import typer
 
 from drmix.cli.areas import AREAS, CommandArea
-from drmix.cli.options import config_command
+from drmix.cli.options import config_command, load_checked
 from drmix.cli.report import after_run, before_run
-from drmix.config import TrainConfig, load_config
+from drmix.config import TrainConfig
 from drmix.outputs import claim_run
 
 log = logging.getLogger(__name__)
@@ -27,15 +27,15 @@ weights.json and checkpoints/; --resume continues a killed run. Multi-GPU: accel
 
 
 def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.train.trainer import train
+    from drmix.api import train
 
-    config = load_config(TrainConfig, config_path, overrides)
+    config = load_checked(TrainConfig, config_path, overrides)
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     before_run(config)
     try:
         result = train(config)
     except KeyboardInterrupt:
-        raise typer.Exit(_interrupted(Path(config.output_dir))) from None
+        raise typer.Exit(_interrupted(Path(config.run.output_dir))) from None
     from drmix.cli import console
 
     console.print(f"[green]trained[/green] {result.steps} steps; model: {result.model_dir}")

@@ -664,9 +664,11 @@ def load_collections(specs: list[str | CollectionSpec], *, split: str | None = N
 
 
 def collections_for(config: Any, **kw: Any) -> list[Collection]:
-    """The training collections of a config (``data``, ``format``, ``columns``, ``max_collection_size``, ``seed``)."""
-    return load_collections(config.data, max_size=config.max_collection_size, seed=config.seed,
-                            format=getattr(config, "format", None), columns=getattr(config, "columns", None), **kw)
+    """The training collections of a config: its ``data`` part (collections, format, columns,
+    max_collection_size) and its seed."""
+    d = config.data
+    return load_collections(d.collections, max_size=d.max_collection_size, seed=config.optim.seed,
+                            format=d.format, columns=d.columns, **kw)
 
 
 __all__ = ["Collection", "load_collections", "collections_for", "load_collection_spec", "load_jsonl_collection",

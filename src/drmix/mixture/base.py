@@ -98,6 +98,11 @@ class Strategy:
         n = len(self.collection_names)
         return np.full(n, 1.0 / n)
 
+    @property
+    def weight_names(self) -> list[str]:
+        """Names of what the weights of ``weights.jsonl`` weigh: the collections (iDRO: its clusters)."""
+        return self.collection_names
+
     def loss(self, losses: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
         """Scalar to back-propagate from the per-example losses of this rank's slice of the batch."""
         return losses.mean()

@@ -370,7 +370,7 @@ class DROStrategy(Strategy):
         ref = None
         if self.config.measurement != "raw":
             if ctx.reference_losses is None:
-                raise RuntimeError(f"strategy {self.name!r} needs a reference model (config.reference_model).")
+                raise RuntimeError(f"strategy {self.name!r} needs a reference model (--reference-model).")
             ref = ctx.reference_losses(batch).detach().float().cpu().numpy()
         proxy = losses.detach().float().cpu().numpy()
         ids = np.asarray(batch.collection_ids)
@@ -524,7 +524,7 @@ def build_dro_strategy(strategy: str, config: DROConfig | None = None) -> DROStr
 
 
 def _build(config, options: DROConfig | None, names: list[str], weights: list) -> DROStrategy:
-    return build_dro_strategy(config.strategy.lower(), options)
+    return build_dro_strategy(config.mixture.strategy.lower(), options)
 
 
 def _reference_needed(name: str):
@@ -533,13 +533,13 @@ def _reference_needed(name: str):
 
 
 _SPECS = {name: register_strategy(StrategySpec(
-    name=name, build=_build, options=DROConfig, options_field="tdro", family="dro", help=text, paper=paper,
+    name=name, build=_build, options=DROConfig, options_field="dro", family="dro", help=text, paper=paper,
     card_text=card, needs_reference=STRATEGY_MEASUREMENT[name] != "raw", reference_needed=_reference_needed(name),
     learns_weights=True, requires_mixed_batches=True, docs="docs/mixture.md"))
     for name, paper, text, card in (
-        ("tdro", TDRO, "tDRO: learn collection weights from the proxy/reference loss ratio (options: --tdro).",
+        ("tdro", TDRO, "tDRO: learn collection weights from the proxy/reference loss ratio (options: --dro).",
          "learned by task-level DRO (tDRO): exponentiated-gradient ascent on the proxy/reference loss ratio"),
-        ("doremi", DOREMI, "DoReMi: learn collection weights from the excess loss over a reference (--tdro).",
+        ("doremi", DOREMI, "DoReMi: learn collection weights from the excess loss over a reference (--dro).",
          "learned by DoReMi: excess loss of a proxy over a frozen reference model"),
-        ("groupdro", GROUPDRO, "GroupDRO: learn collection weights from the raw loss (--tdro).",
+        ("groupdro", GROUPDRO, "GroupDRO: learn collection weights from the raw loss (--dro).",
          "learned by GroupDRO: exponentiated group losses"))}

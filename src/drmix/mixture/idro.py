@@ -195,14 +195,14 @@ class IDROStrategy(Strategy):
     def _embed(self, ctx: StepContext, texts: list[str]) -> np.ndarray:
         if ctx.encode_queries is None:
             raise ConfigError("iDRO needs a trainer that can embed queries (StepContext.encode_queries).",
-                              fix="use drmix.train.trainer.train.")
+                              fix="use drmix.api.train.")
         return ctx.encode_queries(texts, batch_size=self.config.encode_batch_size)
 
     def refresh(self, ctx: StepContext) -> None:
         """Re-cluster the training queries with the current model (rank 0 computes, every rank receives)."""
         if ctx.training_queries is None:
             raise ConfigError("iDRO needs the training queries (StepContext.training_queries).",
-                              fix="use drmix.train.trainer.train.")
+                              fix="use drmix.api.train.")
         queries = list(ctx.training_queries())
         K = self.config.clusters
         if K > len(queries):
@@ -341,7 +341,7 @@ class IDROStrategy(Strategy):
 
 
 SPEC = register_strategy(StrategySpec(
-    name="idro", build=lambda config, options, names, weights: IDROStrategy(options, seed=config.seed), options=IDROConfig,
+    name="idro", build=lambda config, options, names, weights: IDROStrategy(options, seed=config.optim.seed), options=IDROConfig,
     options_field="idro", help="iDRO (COCO-DR): reweight the loss over k-means query clusters (options: --idro).",
     paper=COCO,
     card_text="iDRO reweights k-means query clusters inside each batch (the collection sampling stays fixed)",

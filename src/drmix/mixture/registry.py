@@ -15,7 +15,7 @@ model card prints its ``paper`` and ``card_text``, the trainer's preflight
 :class:`~drmix.config.TrainConfig`, ``options`` the validated instance of the spec's pydantic ``options``
 model (or None when the strategy takes none), ``names`` the training collections' names and ``weights``
 their ``weight:`` keys (None where a collection has none). Options are written under the strategy's own key of the
-config (``tdro:``, ``infdds:``, ``idro:``: ``options_field``) or, for a strategy without one, under
+config (``dro:``, ``influence:``, ``idro:``: ``options_field``; the older ``tdro:`` and ``infdds:`` are read too) or, for a strategy without one, under
 ``strategy_options:``; on the command line ``--tdro KEY=VALUE`` / ``--strategy-options KEY=VALUE``.
 :class:`~drmix.config.TrainConfig` asks this registry to check the strategy name and its options when it
 is loaded, before any model or collection is read.
@@ -148,14 +148,14 @@ def parse_options(spec: StrategySpec, values: dict[str, Any] | BaseModel | None)
 
 
 def strategy_of(config: "TrainConfig") -> tuple[StrategySpec, BaseModel | None]:
-    """The spec ``config.strategy`` names and its validated options."""
-    spec = get_strategy(config.strategy)
+    """The spec ``config.mixture.strategy`` names and its validated options."""
+    spec = get_strategy(config.mixture.strategy)
     return spec, parse_options(spec, getattr(config, spec.field))
 
 
 def check_config(config: "TrainConfig") -> None:
     """Check the strategy name and its options (called when a TrainConfig is built)."""
-    spec = get_strategy(config.strategy)
+    spec = get_strategy(config.mixture.strategy)
     parse_options(spec, getattr(config, spec.field))
     for other in option_fields() - {spec.field}:  # options given to a strategy family not selected: still checked
         values = getattr(config, other, None)
@@ -166,10 +166,10 @@ def check_config(config: "TrainConfig") -> None:
 
 def build_strategy(config: "TrainConfig", collection_names: list[str],
                    collection_weights: list[float | None] | None = None) -> "Strategy":
-    """The strategy ``config.strategy`` names, built by its registered builder with its validated options
+    """The strategy ``config.mixture.strategy`` names, built by its registered builder with its validated options
     (``collection_weights``: the collections' ``weight:`` keys, used by ``--mixture file`` without a file)."""
-    spec = get_strategy(config.strategy)
-    if config.transfer and spec.name != "static":
+    spec = get_strategy(config.mixture.strategy)
+    if config.mixture.transfer and spec.name != "static":
         raise ConfigError(f"--transfer applies learned weights to static training, not to strategy '{spec.name}'.",
                           fix="drop --strategy or --transfer.")
     names = list(collection_names)

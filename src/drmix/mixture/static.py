@@ -95,19 +95,19 @@ def build_static_strategy(config, options: None, names: list[str],
                           weights: list[float | None] | None = None) -> Strategy:
     """``--strategy static``: the ``--mixture`` weights (``weights``: the collections' ``weight:`` keys, used by
     ``--mixture file`` without a file), or learned weights applied by ``--transfer``."""
-    if config.transfer:
-        if not config.weights_file:
+    if config.mixture.transfer:
+        if not config.mixture.weights_file:
             raise ConfigError("--transfer needs --weights-file (a weights.json from `drmix mixture optimize`).",
                               fix="add --weights-file RUN/weights.json.")
         from drmix.mixture.transfer import build_transfer_strategy
 
-        return build_transfer_strategy(config.weights_file, config.transfer, names)
-    if config.mixture == "file":
-        return StaticStrategy(file_mixture_weights(config.weights_file, names, weights))
+        return build_transfer_strategy(config.mixture.weights_file, config.mixture.transfer, names)
+    if config.mixture.scheme == "file":
+        return StaticStrategy(file_mixture_weights(config.mixture.weights_file, names, weights))
     if any(w is not None for w in weights or ()):
         log.warning("the collections' weight: keys are used only with --mixture file; mixing %s instead",
-                    config.mixture)
-    return StaticStrategy(scheme=config.mixture, temperature=config.mixture_temperature)
+                    config.mixture.scheme)
+    return StaticStrategy(scheme=config.mixture.scheme, temperature=config.mixture.mixture_temperature)
 
 
 register_strategy(StrategySpec(

@@ -139,13 +139,6 @@ def coco_losses(a: torch.Tensor, b: torch.Tensor, *, temperature: float = 0.05, 
     return 0.5 * (per_span[:B] + per_span[B:])
 
 
-def coco_loss_fn(temperature: float) -> Callable[..., torch.Tensor]:
-    """The trainer's ``loss_fn`` hook: queries are the first spans, documents the second spans."""
-    def loss_fn(q: torch.Tensor, d: torch.Tensor, *, gather: bool) -> torch.Tensor:
-        return coco_losses(q, d[: q.size(0)], temperature=temperature, gather=gather)
-    return loss_fn
-
-
 # ------------------------------------------------------------------------------------------------ corpora
 
 @dataclass
@@ -241,8 +234,16 @@ def _build_spans_locked(f: Path, root: Path, tokenizer: Any, *, name: str, seed:
     if next(iter_lines(f), None) is None:
         raise DataError("the corpus is empty.", path=f, fix="pass a corpus with at least one document.")
     tmp_cache = Path(cache_dir) / ".arrow-cache"
-    raw = datasets.Dataset.from_generator(_doc_texts, gen_kwargs={"path": str(f)}, cache_dir=str(tmp_cache),
-                                          features=datasets.Features({"text": datasets.Value("string")}))
+    try:
+        raw = datasets.Dataset.from_generator(_doc_texts, gen_kwargs={"path": str(f)}, cache_dir=str(tmp_cache),
+                                              features=datasets.Features({"text": datasets.Value("string")}))
+    except Exception as e:  # datasets wraps the generator's errors: surface the DataError naming file and line
+        from drmix.data.collections import _unwrap
+
+        inner = _unwrap(e)
+        if inner is not None:
+            raise inner from None
+        raise
     if len(raw) == 0:
         raise DataError("the corpus is empty.", path=f, fix="pass a corpus with at least one document.")
     if max_documents is not None and len(raw) > max_documents:

@@ -1,9 +1,8 @@
 """``drmix pretrain coco`` as a library function: chunk the target corpora, then train with the COCO loss.
 
 The training loop is the shared :class:`~drmix.train.trainer.Trainer` (same optimiser, schedule, DDP,
-checkpoints and exact resume as ``drmix train``); COCO plugs in through its ``builder`` (two spans of a
-drawn document, :class:`~drmix.pretrain.coco.SpanBuilder`) and ``loss_fn``
-(:func:`~drmix.pretrain.coco.coco_losses`) hooks. The output ``model/`` folder is a SentenceTransformer that
+checkpoints and exact resume as ``drmix train``); COCO plugs in as its objective
+(:class:`~drmix.pretrain.objective.CocoObjective`: two spans of a drawn document, the COCO loss). The output ``model/`` folder is a SentenceTransformer that
 ``drmix train --model`` fine-tunes.
 
 As the authors' code does it (github.com/OpenMatch/COCO-DR, ``COCO/run_coco_pre_training.py`` and
@@ -22,51 +21,93 @@ As the authors' code does it (github.com/OpenMatch/COCO-DR, ``COCO/run_coco_pre_
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from drmix.config import TrainConfig
+from drmix.config import (INPUT, OPERATIONAL, Config, ContrastiveConfig, DataConfig, EvalConfig, ModelConfig,
+                          OptimConfig, Part, RunConfig, TrainConfig, setting)
 from drmix.errors import ConfigError
+from drmix.io import atomic_write_json, atomic_write_text
+from drmix.train.listeners import Listener
 
 log = logging.getLogger(__name__)
 
 
-class CocoConfig(TrainConfig):
-    """Options of ``drmix pretrain coco``: every training field plus the span settings."""
+class CocoOptim(OptimConfig):
+    learning_rate: float = setting(1e-4, gt=0, description="Peak learning rate (paper: 1e-4 for a base model).")
 
-    corpus: list[str] = Field(default_factory=list,
+
+class CocoRun(RunConfig):
+    output_dir: str = setting("runs/coco", role=OPERATIONAL,
+                            description="Where the model, logs, checkpoints and span tables go.")
+
+
+class CocoOptions(Part):
+    """The target corpora and how they become spans."""
+
+    title: ClassVar[str] = "COCO: corpora and spans"
+
+    corpus: list[str] = setting(default_factory=list, role=INPUT,
                               description="Target corpora: BEIR directories (corpus.jsonl) or JSONL files with 'text'.")
-    output_dir: str = Field("runs/coco", description="Where the model, logs, checkpoints and span tables go.")
-    learning_rate: float = Field(1e-4, gt=0, description="Peak learning rate (paper: 1e-4 for a base model).")
-    span_max_tokens: int = Field(30, ge=1, description="Greedy sentence packing: at most this many tokens a chunk.")
-    new_chunk_probability: float = Field(0.1, ge=0, le=1, description="Chance of starting a new chunk before "
+    span_max_tokens: int = setting(30, ge=1, description="Greedy sentence packing: at most this many tokens a chunk.")
+    new_chunk_probability: float = setting(0.1, ge=0, le=1, description="Chance of starting a new chunk before "
                                                                       "each sentence.")
-    span_max_length: int = Field(128, ge=4, description="Tokens a span is cropped to when encoded (paper: 128).")
-    max_documents: int | None = Field(None, ge=1, description="Seeded sample of at most this many documents per "
+    span_max_length: int = setting(128, ge=4, description="Tokens a span is cropped to when encoded (paper: 128).")
+    max_documents: int | None = setting(None, ge=1, description="Seeded sample of at most this many documents per "
                                                               "corpus (default: all).")
-    num_proc: int | None = Field(None, ge=1, description="Processes for sentence splitting (default: one).")
-    mixture: Literal["pooled", "uniform", "size"] = Field(
+    num_proc: int | None = setting(None, ge=1, role=OPERATIONAL,
+                                 description="Processes for sentence splitting (default: one).")
+    mixture: Literal["pooled", "uniform", "size"] = setting(
         "pooled", description="pooled: all corpora in one dataset, random mixed batches, each document once per "
                               "epoch (the authors'); uniform / size: one collection per corpus drawn with "
                               "--batching under uniform or size-proportional corpus weights.")
-    dropout: bool = Field(False, description="Train with the backbone's dropout; default off: the backbone runs "
+    dropout: bool = setting(False, description="Train with the backbone's dropout; default off: the backbone runs "
                                              "in eval mode in the COCO forward, as the authors do.")
+
+
+class CocoConfig(Config):
+    """Options of ``drmix pretrain coco``: the training parts that apply (model, batches, optimisation,
+    evaluation, output) and the COCO part (corpora, spans)."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
+    optim: CocoOptim = Field(default_factory=CocoOptim)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    run: CocoRun = Field(default_factory=CocoRun)
+    coco: CocoOptions = Field(default_factory=CocoOptions)
+
+
+#: flags of the shared parts that mean nothing for COCO (no labelled data; spans set the lengths)
+COCO_SKIP = frozenset({"data", "max_collection_size", "query_max_length", "doc_max_length", "num_negatives",
+                       "in_batch_negatives"})
 
 
 def _card(config: CocoConfig, names: list[str]) -> dict:
     """What the model card says about a COCO-pretrained model (drmix.report.card.CardInfo fields)."""
+    c = config.coco
     return {"kind": "COCO-pretrained", "papers": ["coco"],
             "tags": ["drmix", "dense-retrieval", "coco-pretraining"],
             "summary": (f"Continuously pretrained with COCO (COCO-DR, Sec. 4.1) on the target corpora {', '.join(names)}: "
                         "two spans of one document are a positive pair. It is a starting point for fine-tuning, not "
                         "a finished retriever."),
             "loss": "COCO contrastive loss between two spans of one document (in-batch negatives)",
-            "loss_config": {"temperature": config.temperature, "span_max_tokens": config.span_max_tokens,
-                            "dropout": config.dropout},
-            "weights_how": "every corpus pooled into one collection" if config.mixture == "pooled"
-            else f"{config.mixture} over the corpora"}
+            "loss_config": {"temperature": config.contrastive.temperature, "span_max_tokens": c.span_max_tokens,
+                            "dropout": c.dropout},
+            "weights_how": "every corpus pooled into one collection" if c.mixture == "pooled"
+            else f"{c.mixture} over the corpora"}
+
+
+def stage_config(config: CocoConfig) -> TrainConfig:
+    """The training run COCO is: its parts, one collection per corpus (or one pooled), no hard negatives,
+    spans of ``span_max_length`` tokens on both sides."""
+    c = config.coco
+    return TrainConfig.from_parts(config, mixture="uniform" if c.mixture == "pooled" else c.mixture,
+                                  num_negatives=0, query_max_length=c.span_max_length,
+                                  doc_max_length=c.span_max_length, in_batch_negatives=True)
 
 
 def check_earlier_run(config: CocoConfig) -> dict:
@@ -80,10 +121,10 @@ def check_earlier_run(config: CocoConfig) -> dict:
     from drmix.train.checkpoint import latest_checkpoint
     from drmix.train.resume_check import ResumeMismatchError, training_changes
 
-    out = Path(config.output_dir)
+    out = Path(config.run.output_dir)
     if not (run_finished(out) or latest_checkpoint(out) is not None):
         return {}
-    if not config.resume:
+    if not config.run.resume:
         raise ConfigError("the output directory already holds a run.", path=out,
                           fix="pass --resume to continue it, or choose another --output-dir.")
     try:
@@ -92,10 +133,10 @@ def check_earlier_run(config: CocoConfig) -> dict:
         return {}
     if not isinstance(before, dict):
         return {}
-    changes = training_changes(before, config.model_dump(mode="json"))
+    changes = training_changes(before, config.model_dump(mode="json"), CocoConfig)
     if changes:
         listed = ", ".join(f"{k} {v['before']!r} -> {v['after']!r}" for k, v in changes.items())
-        if not config.resume_with_changes:
+        if not config.run.resume_with_changes:
             raise ResumeMismatchError(f"the earlier COCO run was made with different settings: {listed}.",
                                       path=out / "coco.yaml", fix="resume with the original settings, pass "
                                       "--resume-with-changes to continue with the new ones, or start a new "
@@ -105,62 +146,60 @@ def check_earlier_run(config: CocoConfig) -> dict:
 
 
 def pretrain_coco(config: CocoConfig, *, callbacks=()):
-    """Run COCO; returns the trainer's TrainResult (``model_dir`` is the pretrained SentenceTransformer)."""
+    """Run COCO; returns the trainer's TrainResult (``model_dir`` is the pretrained SentenceTransformer;
+    ``details["span_stats"]`` what chunking did to each corpus)."""
+    from drmix.api import train
     from drmix.data.collections import Collection
     from drmix.model.backbone import BackboneOptions, load_retriever
-    from drmix.pretrain.coco import SpanBuilder, build_spans, coco_loss_fn, corpus_name
-    from drmix.train.trainer import Trainer
+    from drmix.pretrain.coco import build_spans, corpus_name
+    from drmix.pretrain.objective import CocoObjective
 
-    if not config.corpus:
+    c = config.coco
+    if not c.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR_OR_JSONL (repeatable).")
-    if config.strategy != "static":
-        raise ConfigError("COCO pretraining takes no mixture strategy.", fix="drop --strategy.")
-    names = [corpus_name(c) for c in config.corpus]
+    names = [corpus_name(p) for p in c.corpus]
     if len(set(names)) != len(names):
         raise ConfigError(f"two corpora have the same name ({', '.join(names)}).",
                           fix="put each corpus in a directory of its own name.")
-    out = Path(config.output_dir)
+    out = Path(config.run.output_dir)
     check_earlier_run(config)
-    model = load_retriever(config.model, BackboneOptions.from_config(config), device=config.device,
-                           trust_remote_code=config.trust_remote_code)
+    model = load_retriever(config.model.name_or_path, BackboneOptions.from_config(config.model),
+                           device=config.run.device, trust_remote_code=config.model.trust_remote_code)
     collections, all_stats = [], []
-    for i, (path, name) in enumerate(zip(config.corpus, names)):
-        ds, stats = build_spans(path, out / "spans", model.tokenizer, corpus_index=i, seed=config.seed,
-                                max_tokens=config.span_max_tokens, new_chunk_probability=config.new_chunk_probability,
-                                max_documents=config.max_documents, num_proc=config.num_proc, name=name)
+    for i, (path, name) in enumerate(zip(c.corpus, names)):
+        ds, stats = build_spans(path, out / "spans", model.tokenizer, corpus_index=i, seed=config.optim.seed,
+                                max_tokens=c.span_max_tokens, new_chunk_probability=c.new_chunk_probability,
+                                max_documents=c.max_documents, num_proc=c.num_proc, name=name)
         log.info("COCO spans: %s", stats.describe())
         if stats.dropped_short + stats.dropped_empty:
             log.warning("%s: %d of %d documents dropped (fewer than 2 chunks of <= %d tokens)", name,
-                        stats.dropped_short + stats.dropped_empty, stats.documents, config.span_max_tokens)
+                        stats.dropped_short + stats.dropped_empty, stats.documents, c.span_max_tokens)
         collections.append(Collection(name=name, dataset=ds, source=str(path)))
         all_stats.append(stats)
-    pooled = config.mixture == "pooled"
-    if pooled and len(collections) > 1:
+    if c.mixture == "pooled" and len(collections) > 1:
         import datasets
 
         collections = [Collection(name="+".join(names),
-                                  dataset=datasets.concatenate_datasets([c.dataset for c in collections]),
-                                  source=", ".join(str(c.source) for c in collections))]
-    train_cfg = TrainConfig.model_validate({
-        **config.model_dump(exclude=set(CocoConfig.model_fields) - set(TrainConfig.model_fields) | {"mixture"}),
-        "mixture": "uniform" if pooled else config.mixture, "num_negatives": 0, "query_max_length": config.span_max_length,
-        "doc_max_length": config.span_max_length, "in_batch_negatives": True})
-    trainer = Trainer(train_cfg, collections=collections, model=model,
-                      builder=SpanBuilder(collections, seed=config.seed), loss_fn=coco_loss_fn(config.temperature),
-                      callbacks=callbacks, card=_card(config, names))
-    trainer.encoder.q_prompt = trainer.encoder.d_prompt  # both sides are document spans
-    trainer.dropout = config.dropout
-    if trainer.is_main:
-        from drmix.io import atomic_write_text
+                                  dataset=datasets.concatenate_datasets([x.dataset for x in collections]),
+                                  source=", ".join(str(x.source) for x in collections))]
+    train_cfg = stage_config(config)
+    objective = CocoObjective(temperature=config.contrastive.temperature,
+                              cross_device=config.contrastive.cross_device_negatives, dropout=c.dropout,
+                              card=_card(config, names), span_stats=all_stats)
+    return train(train_cfg, objective=objective, collections=collections, model=model, callbacks=callbacks,
+                 listeners=[_CocoFiles(config, all_stats)])
 
-        out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "coco.yaml", config.dump_yaml())
-    result = trainer.train()
-    if trainer.is_main:
-        from dataclasses import asdict
 
-        from drmix.io import atomic_write_json
+class _CocoFiles(Listener):
+    """``coco.yaml`` (the COCO config) once the output folder is claimed, ``spans.json`` at the end (main process)."""
 
-        atomic_write_json(out / "spans.json", [asdict(s) for s in all_stats])
-    result.span_stats = all_stats
-    return result
+    def __init__(self, config: CocoConfig, stats: list) -> None:
+        self.config, self.stats = config, stats
+
+    def on_start(self, trainer) -> None:
+        if trainer.is_main:
+            atomic_write_text(Path(trainer.out) / "coco.yaml", self.config.dump_yaml())
+
+    def on_finish(self, trainer, model, weights) -> None:
+        if trainer.is_main:
+            atomic_write_json(Path(trainer.out) / "spans.json", [asdict(s) for s in self.stats])

@@ -22,12 +22,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError
 
-from drmix.config import PipelineBaseConfig, TrainConfig
+from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, PipelineRun, TrainConfig,
+                          format_validation, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.compare import paired_test
 from drmix.evaluation.suite import evaluate_suite
@@ -36,14 +37,33 @@ from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage
 log = logging.getLogger(__name__)
 
 
-class CocoPipelineConfig(PipelineBaseConfig):
-    """``drmix pipeline coco``: the fine-tuning fields, the target corpora, COCO overrides and the test sets."""
+class CocoMixture(MixtureConfig):
+    strategy: Literal["static", "idro"] = setting("static", description="Fine-tuning strategy: static (uniform) or idro.")
 
-    corpus: list[str] = Field(default_factory=list, description="Target corpora for COCO (BEIR dirs or JSONL).")
-    output_dir: str = Field("runs/coco-pipeline", description="Root directory; each stage writes a subdirectory.")
-    strategy: Literal["static", "idro"] = Field("static", description="Fine-tuning strategy: static (uniform) or idro.")
-    coco: dict[str, Any] = Field(default_factory=dict, description="Overrides of COCO fields (max_steps, batch_size, "
+
+class CocoPipelineRun(PipelineRun):
+    output_dir: str = setting("runs/coco-pipeline", role=OPERATIONAL,
+                            description="Root directory; each stage writes a subdirectory.")
+
+
+class CocoRecipe(Part):
+    """The target corpora and the COCO stage's own settings."""
+
+    title: ClassVar[str] = "COCO-DR recipe"
+
+    corpus: list[str] = setting(default_factory=list, role=INPUT,
+                              description="Target corpora for COCO (BEIR dirs or JSONL).")
+    coco: dict[str, Any] = setting(default_factory=dict, description="Overrides of COCO fields (max_steps, batch_size, "
                                                                    "learning_rate, span_max_tokens, max_documents, ...).")
+
+
+class CocoPipelineConfig(PipelineBaseConfig):
+    """``drmix pipeline coco``: the fine-tuning parts, the recipe's part (target corpora, COCO overrides) and the
+    test sets. The COCO stage's config is composed from the shared parts (:func:`coco_stage_config`)."""
+
+    mixture: CocoMixture = Field(default_factory=CocoMixture)
+    run: CocoPipelineRun = Field(default_factory=CocoPipelineRun)
+    recipe: CocoRecipe = Field(default_factory=CocoRecipe)
 
 
 @dataclass
@@ -54,30 +74,24 @@ class CocoPipelineResult:
     table: str = ""
 
 
-def _own_fields() -> set[str]:
-    return set(CocoPipelineConfig.model_fields) - set(TrainConfig.model_fields)
-
-
 def coco_stage_config(config: CocoPipelineConfig):
-    from drmix.pretrain.runner import CocoConfig
+    """The COCO stage: the pipeline's model, batch, optimisation and output parts with COCO's own learning rate,
+    no periodic evaluation, the target corpora, then the ``coco`` overrides."""
+    from drmix.pretrain.runner import CocoConfig, CocoOptim
 
-    values = config.model_dump(exclude=_own_fields() | {"strategy", "data", "mixture", "learning_rate",
-                                                        "output_dir", "idro", "tdro", "infdds", "eval_data", "transfer",
-                                                        "weights_file", "reference_model", "dev"})
-    values.update(corpus=list(config.corpus), output_dir=str(Path(config.output_dir) / "coco"), resume=True)
-    values.update(config.coco)
+    values = {"corpus": list(config.recipe.corpus), "output_dir": str(Path(config.run.output_dir) / "coco"),
+              "resume": True, "learning_rate": CocoOptim.model_fields["learning_rate"].default, "eval_data": [],
+              "data": [],
+              **config.recipe.coco}
     try:
-        return CocoConfig.model_validate(values)
+        return CocoConfig.from_parts(config, **values)
     except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"invalid --coco option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
+        raise ConfigError(f"invalid --coco option {format_validation(e, CocoConfig)}.",
                           fix="see `drmix pretrain coco --help` for the fields.") from None
 
 
 def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) -> TrainConfig:
-    values = config.model_dump(exclude=_own_fields())
-    values.update(model=model, output_dir=str(out), resume=True)
-    return TrainConfig.model_validate(values)
+    return TrainConfig.from_parts(config, model=model, output_dir=str(out), resume=True)
 
 
 def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, other: str,
@@ -106,32 +120,33 @@ def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
     """Run every stage (skipping finished ones) and write ``summary.md`` / ``summary.json``."""
     from drmix.pretrain.runner import pretrain_coco
 
-    if not config.corpus:
+    if not config.recipe.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR (repeatable).")
-    if not config.data:
+    if not config.data.collections:
         raise ConfigError("no fine-tuning data given.", fix="pass --data (training collections).")
-    if not config.test_data:
+    if not config.test.test_data:
         raise ConfigError("no test data given.", fix="pass --test-data BEIR_DIR (repeatable).")
-    root = Path(config.output_dir)
+    root = Path(config.run.output_dir)
     coco_cfg = coco_stage_config(config)
-    coco_out = Path(coco_cfg.output_dir)
-    strat = "uniform" if config.strategy == "static" else config.strategy
+    coco_out = Path(coco_cfg.run.output_dir)
+    strat = "uniform" if config.mixture.strategy == "static" else config.mixture.strategy
     finetunes = {}
-    for label, start in ((f"no COCO + {strat}", config.model), (f"COCO + {strat}", str(coco_out / "model"))):
-        out = root / f"finetune-{'coco' if start != config.model else 'base'}-{strat}"
+    start_model = config.model.name_or_path
+    for label, start in ((f"no COCO + {strat}", start_model), (f"COCO + {strat}", str(coco_out / "model"))):
+        out = root / f"finetune-{'coco' if start != start_model else 'base'}-{strat}"
         finetunes[label] = finetune_config(config, start, out)
     # the earlier run's stages are reused only when made with these settings (refused or re-run otherwise)
     prepare_stages([Stage("COCO", coco_cfg, record=coco_out / "coco.yaml"),
                     *(Stage(f"fine-tuning ({label})", cfg) for label, cfg in finetunes.items())],
-                   allow_changes=config.resume_with_changes, overwrite=config.overwrite)
+                   allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
     record_config(root, "pipeline.yaml", config)
     run_stage("COCO", coco_cfg, lambda: pretrain_coco(coco_cfg), record="coco.yaml")
     models: dict[str, Path] = {label: train_stage(f"fine-tuning ({label})", cfg).model_dir
                                for label, cfg in finetunes.items()}
     result = CocoPipelineResult(root, models)
-    result.scores = evaluate_suite(models, config.test_data, split=config.test_split,
-                                   max_queries=config.test_max_queries, max_docs=config.test_max_docs,
-                                   seed=config.seed).scores("ndcg@10")
+    result.scores = evaluate_suite(models, config.test.test_data, split=config.test.test_split,
+                                   max_queries=config.test.test_max_queries, max_docs=config.test.test_max_docs,
+                                   seed=config.optim.seed).scores("ndcg@10")
     base, other = list(models)
     result.table = comparison_table(result.scores, base, other)
     write_summary(root, "# COCO-DR pipeline\n\n" + result.table, {

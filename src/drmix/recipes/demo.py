@@ -136,7 +136,7 @@ def _train_config(opts: DemoOptions, data: LocalDocsData, run: str, out_dir: Pat
     """Both runs: mixed batching (the same batches, same seed); ``learned`` weighs the loss by GroupDRO."""
     from drmix.config import TrainConfig
 
-    learned = {"strategy": "groupdro", "tdro": {"lr": opts.dro_lr}} if run == "learned" else {}
+    learned = {"strategy": "groupdro", "dro": {"lr": opts.dro_lr}} if run == "learned" else {}
     return TrainConfig(
         model=opts.model, data=[str(data.train_dir)], output_dir=str(out_dir), max_steps=opts.steps,
         batch_size=opts.batch_size, learning_rate=opts.learning_rate, warmup_ratio=0.1, num_negatives=1,
@@ -253,7 +253,7 @@ def run_demo(output_dir: str | Path = "demo-output", *, options: DemoOptions | N
     scores = {"base": _evaluate(opts.model, data, "base", out, opts)}
     seconds["eval_base"] = time.perf_counter() - t0
 
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     run_dirs: dict[str, Path] = {}
     weights: dict[str, dict[str, float]] = {}

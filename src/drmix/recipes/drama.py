@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
-from drmix.config import PipelineBaseConfig, TrainConfig, load_config
+from drmix.config import (INPUT, OPERATIONAL, ContrastiveConfig, ModelConfig, Part, PipelineBaseConfig, PipelineRun,
+                          TrainConfig, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.io import atomic_write_json
@@ -48,43 +49,50 @@ from drmix.recipes.stages import Stage, prepare_stages, record_config, train_sta
 log = logging.getLogger(__name__)
 
 
-class DramaConfig(PipelineBaseConfig):
-    """``drmix pipeline drama`` options: the training fields (the student's) plus the recipe's own."""
-
-    output_dir: str = Field("runs/drama", description="Root directory of the recipe's files.")
-    corpus: list[str] = Field(default_factory=list, description="Target corpora to augment: BEIR directories or "
-                                                                "corpus .jsonl files (labels are not read).")
-    teacher: str | None = Field(None, description="Teacher retriever that mines positives and negatives "
-                                                  "(default: bundled all-MiniLM-L6-v2).")
-    prune_from: str | None = Field(None, description="Build the student by pruning this causal LM (folder, hub id, "
-                                                     ".gguf, or 'smollm2' for the packaged one) instead of --model.")
-    prune_layers: str | None = Field(None, description="Layers the pruned student keeps (0-based, e.g. 0,10,20,29).")
-    prune_keep_layers: int | None = Field(6, ge=1, description="Or: how many layers to keep, first and last "
-                                                               "included, the rest evenly spaced.")
-    prune_mlp_keep: int | None = Field(None, ge=1, description="Narrow the pruned MLPs to this many channels.")
-    max_docs: int | None = Field(None, ge=1, description="Documents sampled per corpus for augmentation (seeded).")
-    min_words: int = Field(4, ge=1, description="Shortest sentence kept as a cropped query, in words.")
-    max_per_doc: int | None = Field(2, ge=1, description="Cropped queries per document at most (seeded sample).")
-    max_queries: int | None = Field(None, ge=1, description="Cropped queries per corpus at most (seeded sample).")
-    positive_ranks: str = Field("1:10", description="Teacher ranks that become positives (1-based, inclusive).")
-    negative_ranks: str = Field("30:50", description="Teacher ranks that become hard negatives.")
-    generate: bool | None = Field(None, description="Also generate queries with the LLM (see llm); default: on when "
-                                                    "an llm is configured (DRAMA's recipe), off otherwise.")
-    generate_max_docs: int = Field(100, ge=1, description="Documents per corpus given to the LLM.")
-    rerank: bool | None = Field(None, description="Also rerank the generated queries' top-20 with the LLM; default: "
-                                                  "on when an llm is configured, off otherwise.")
-    num_negatives: int = Field(7, ge=0, description="Hard negatives per query in the student's training (DRAMA: 7 for "
-                                                    "its 0.1B and 0.3B students, 3 for the 1B).")
-    llm: dict[str, Any] = Field(default_factory=dict, description="LLM backend options (backend, model, base_url, "
-                                                                  "timeout, ...; see docs/drama.md).")
-    dims: list[int] = Field(default_factory=list, description="Also evaluate at these truncated sizes.")
+class DramaModel(ModelConfig):
     # DRAMA's student (Sec. 3.2, Table 4): a pruned decoder, bidirectional, mean pooling, every weight trained
-    pooling: Literal["lasttoken", "mean", "cls"] | None = Field("mean", description="Pooling of the student (DRAMA: mean).")
-    bidirectional: bool = Field(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
-    lora_r: int | None = Field(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
+    pooling: Literal["lasttoken", "mean", "cls"] | None = setting("mean", description="Pooling of the student (DRAMA: mean).")
+    bidirectional: bool = setting(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
+    lora_r: int | None = setting(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
+
+
+class DramaContrastive(ContrastiveConfig):
+    num_negatives: int = setting(7, ge=0, description="Hard negatives per query in the student's training (DRAMA: 7 "
+                                                      "for its 0.1B and 0.3B students, 3 for the 1B).")
+
+
+class DramaRun(PipelineRun):
+    output_dir: str = setting("runs/drama", role=OPERATIONAL, description="Root directory of the recipe's files.")
+
+
+class DramaRecipe(Part):
+    """Target corpora, teacher, student, LLM and which augmentation steps run."""
+
+    title: ClassVar[str] = "DRAMA recipe"
+
+    corpus: list[str] = setting(default_factory=list, role=INPUT, description="Target corpora to augment: BEIR "
+                                "directories or corpus .jsonl files (labels are not read).")
+    teacher: str | None = setting(None, role=INPUT, description="Teacher retriever that mines positives and negatives "
+                                                                "(default: bundled all-MiniLM-L6-v2).")
+    prune_from: str | None = setting(None, role=INPUT, description="Build the student by pruning this causal LM "
+                                     "(folder, hub id, .gguf, or 'smollm2' for the packaged one) instead of --model.")
+    prune_layers: str | None = setting(None, description="Layers the pruned student keeps (0-based, e.g. 0,10,20,29).")
+    prune_keep_layers: int | None = setting(6, ge=1, description="Or: how many layers to keep, first and last "
+                                                                 "included, the rest evenly spaced.")
+    prune_mlp_keep: int | None = setting(None, ge=1, description="Narrow the pruned MLPs to this many channels.")
+    max_docs: int | None = setting(None, ge=1, description="Documents sampled per corpus for augmentation (seeded).")
+    positive_ranks: str = setting("1:10", description="Teacher ranks that become positives (1-based, inclusive).")
+    negative_ranks: str = setting("30:50", description="Teacher ranks that become hard negatives.")
+    generate: bool | None = setting(None, description="Also generate queries with the LLM (see llm); default: on when "
+                                                      "an llm is configured (DRAMA's recipe), off otherwise.")
+    rerank: bool | None = setting(None, description="Also rerank the generated queries' top-20 with the LLM; default: "
+                                                    "on when an llm is configured, off otherwise.")
+    llm: dict[str, Any] = setting(default_factory=dict, description="LLM backend options (backend, model, base_url, "
+                                                                    "timeout, ...; see docs/drama.md).")
+    dims: list[int] = setting(default_factory=list, description="Also evaluate at these truncated sizes.")
 
     @model_validator(mode="after")
-    def _llm_steps(self) -> "DramaConfig":
+    def _llm_steps(self) -> "DramaRecipe":
         """DRAMA's recipe is the LLM augmentation: with an ``llm`` configured, generation and reranking are on
         unless set; without one they are off (an explicit ``generate: true`` uses the packaged local model)."""
         for step in ("generate", "rerank"):
@@ -111,18 +119,46 @@ class DramaConfig(PipelineBaseConfig):
         return v
 
 
-#: Fields of the pruned student's initialisation (``student-init/``).
+class AugmentOptions(Part):
+    """The options of every registered augmentation step (:mod:`drmix.augment.steps`), one part."""
+
+    title: ClassVar[str] = "DRAMA augmentation steps"
+
+
+def _augment_part() -> type[Part]:
+    """The augmentation steps' options, as one part: a step's options model is the only place they are written."""
+    from drmix.augment.steps import registered_steps
+
+    fields: dict[str, Any] = {}
+    for step in registered_steps().values():
+        for name, info in step.options.model_fields.items():
+            fields[name] = (info.annotation, info)
+    return create_model("AugmentStepOptions", __base__=AugmentOptions, **fields)
+
+
+_Augment = _augment_part()
+
+
+class DramaConfig(PipelineBaseConfig):
+    """``drmix pipeline drama`` options: the student's training parts, the recipe's part, the augmentation steps'
+    options and the final evaluation."""
+
+    model: DramaModel = Field(default_factory=DramaModel)
+    contrastive: DramaContrastive = Field(default_factory=DramaContrastive)
+    run: DramaRun = Field(default_factory=DramaRun)
+    recipe: DramaRecipe = Field(default_factory=DramaRecipe)
+    augment: _Augment = Field(default_factory=_Augment)  # type: ignore[valid-type]
+
+
+#: Fields (flat names) of the pruned student's initialisation (``student-init/``).
 PRUNE_FIELDS = ("prune_from", "prune_layers", "prune_keep_layers", "prune_mlp_keep", "doc_max_length")
 
 
 def augment_fields() -> list[str]:
-    """Fields the augmentation files depend on: the recipe's own fields (every step's options among them) but
-    the evaluation's and the pruning's, plus the seed and how the teacher is loaded."""
-    from drmix.config import PipelineBaseConfig
-
-    evaluation = set(PipelineBaseConfig.model_fields) - set(TrainConfig.model_fields) | {"dims"}
-    own = [k for k in DramaConfig.model_fields if k not in TrainConfig.model_fields and k not in evaluation
-           and k not in PRUNE_FIELDS]
+    """Fields (flat names) the augmentation files depend on: the recipe's part but the evaluation sizes and the
+    pruning, every step's options, plus the seed and how the teacher is loaded."""
+    fields = DramaConfig.flat_fields()
+    own = [k for k, f in fields.items() if f.group in ("recipe", "augment") and k != "dims" and k not in PRUNE_FIELDS]
     return own + ["seed", "torch_dtype", "attn_implementation", "trust_remote_code"]
 
 
@@ -147,18 +183,20 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
     from drmix.augment.steps import AugmentContext, enabled_steps, sample_ids, step_file, step_options
     from drmix.data.beir import doc_text
 
+    r = cfg.recipe
+
     def mine(rows: list[dict[str, Any]]):
-        return examples.mine_examples(rows, ctx.texts, teacher, positives=cfg.positive_ranks,
-                                      negatives=cfg.negative_ranks, teacher_name=cfg.teacher or "default")
+        return examples.mine_examples(rows, ctx.texts, teacher, positives=r.positive_ranks,
+                                      negatives=r.negative_ranks, teacher_name=r.teacher or "default")
 
     ctx = AugmentContext(name, corpus, {d: doc_text(doc) for d, doc in corpus.items()},
-                         sample_ids(list(corpus), cfg.max_docs, cfg.seed), cfg.seed, teacher, backend, mine, out,
-                         examples.read_query_rows)
+                          sample_ids(list(corpus), r.max_docs, cfg.optim.seed), cfg.optim.seed, teacher, backend, mine,
+                          out, examples.read_query_rows)
     info: dict[str, Any] = {"documents": len(ctx.ids), "files": []}
-    for step in enabled_steps(cfg):
+    for step in enabled_steps(r):
         path = step_file(out, name, step.name)
         if not path.exists():
-            rows, stats = step.build(ctx, step_options(step, cfg))
+            rows, stats = step.build(ctx, step_options(step, cfg.augment))
             examples.write_collection(path, rows, why=ctx.why.get(step.name))
             ctx.rows[step.name] = rows
             info[step.name] = stats
@@ -167,16 +205,17 @@ def augment_corpus(name: str, corpus: dict[str, dict[str, str]], teacher: Any, c
 
 
 def _student_init(cfg: DramaConfig, root: Path) -> str:
-    if cfg.prune_from is None:
-        return cfg.model or "default"
+    r = cfg.recipe
+    if r.prune_from is None:
+        return cfg.model.name_or_path or "default"
     from drmix.recipes.prune import prune_to_sentence_transformer
 
     out = root / "student-init"
     if not model_saved(out):
-        src = None if cfg.prune_from.lower() in ("smollm2", "default") else cfg.prune_from
-        prune_to_sentence_transformer(src, out, layers=cfg.prune_layers,
-                                      keep_layers=None if cfg.prune_layers else cfg.prune_keep_layers,
-                                      mlp_keep=cfg.prune_mlp_keep, max_seq_length=cfg.doc_max_length)
+        src = None if r.prune_from.lower() in ("smollm2", "default") else r.prune_from
+        prune_to_sentence_transformer(src, out, layers=r.prune_layers,
+                                      keep_layers=None if r.prune_layers else r.prune_keep_layers,
+                                      mlp_keep=r.prune_mlp_keep, max_seq_length=cfg.data.doc_max_length)
     return str(out)
 
 
@@ -187,65 +226,62 @@ def summary_table(results: dict[str, dict[str, dict[str, float]]], metrics: list
 
 def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     """Run the recipe (see the module docstring); returns the summary dictionary."""
+    from drmix.augment.steps import enabled_steps, step_file
     from drmix.model.backbone import BackboneOptions
     from drmix.model.encoder import load_encoder
 
-    if not cfg.corpus:
+    r = cfg.recipe
+    if not r.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR (a BEIR directory or corpus.jsonl).")
-    root = Path(cfg.output_dir)
+    root = Path(cfg.run.output_dir)
     aug = root / "augment"
-    from drmix.augment.steps import enabled_steps, step_file
 
     # Every step's settings first: the earlier run's files are reused only when made with these settings.
-    files = [str(step_file(aug, _corpus_name(path), step.name)) for path in cfg.corpus for step in enabled_steps(cfg)]
-    if cfg.format != "auto" or cfg.columns:  # --format / --columns describe the user's data, not drmix's own files
+    files = [str(step_file(aug, _corpus_name(path), step.name)) for path in r.corpus for step in enabled_steps(r)]
+    if cfg.data.format != "auto" or cfg.data.columns:  # --format / --columns describe the user's data, not drmix's
         files = [{"path": f, "format": "drmix", "columns": {}} for f in files]
-    student0 = (str(root / "student-init") if cfg.prune_from is not None else cfg.model or "default")
-    train_cfg = TrainConfig.model_validate({**cfg.model_dump(include=set(TrainConfig.model_fields)),
-                                            "model": student0, "data": files + list(cfg.data),
-                                            "output_dir": str(root / "train"), "resume": True})
-    values = cfg.model_dump(mode="json")
+    student0 = (str(root / "student-init") if r.prune_from is not None else cfg.model.name_or_path or "default")
+    train_cfg = TrainConfig.from_parts(cfg, model=student0, data=files + list(cfg.data.collections),
+                                       output_dir=str(root / "train"), resume=True)
+    values = cfg.flat()
     stages = [Stage("augment", {k: values[k] for k in augment_fields()}, output_dir=aug, record=root / "drama.yaml",
-                    outputs=[p for p in sorted(aug.glob("*")) if p.name != "llm-cache.jsonl"])]
-    if cfg.prune_from is not None:
+                    outputs=[p for p in sorted(aug.glob("*")) if p.name != "llm-cache.jsonl"], kind=DramaConfig)]
+    if r.prune_from is not None:
         stages.append(Stage("student-init", {k: values[k] for k in PRUNE_FIELDS}, output_dir=root / "student-init",
-                            record=root / "drama.yaml"))
+                            record=root / "drama.yaml", kind=DramaConfig))
     stages.append(Stage("student", train_cfg))
-    prepare_stages(stages, allow_changes=cfg.resume_with_changes, overwrite=cfg.overwrite)
+    prepare_stages(stages, allow_changes=cfg.run.resume_with_changes, overwrite=cfg.run.overwrite)
     aug.mkdir(parents=True, exist_ok=True)
     record_config(root, "drama.yaml", cfg)
-    teacher = load_encoder(cfg.teacher, model_kwargs=BackboneOptions.from_config(cfg).model_kwargs())
+    teacher = load_encoder(r.teacher, model_kwargs=BackboneOptions.from_config(cfg.model).model_kwargs())
     backend = None
 
-    if any(step.needs_llm for step in enabled_steps(cfg)):
+    if any(step.needs_llm for step in enabled_steps(r)):
         from drmix.llm.factory import LLMConfig, build_backend
 
-        backend = build_backend(LLMConfig.model_validate(cfg.llm), cache_path=aug / "llm-cache.jsonl")
+        backend = build_backend(LLMConfig.model_validate(r.llm), cache_path=aug / "llm-cache.jsonl")
     augment: dict[str, Any] = {}
-    for path in cfg.corpus:
+    for path in r.corpus:
         name, corpus = _corpus_of(path)
         augment[name] = augment_corpus(name, corpus, teacher, cfg, aug, backend)
     del teacher
     _student_init(cfg, root)
     train_stage("student", train_cfg)
     train_dir = root / "train"
-    models = {"teacher": cfg.teacher or "default", "untuned": student0, "student": str(train_dir / "model")}
+    models = {"teacher": r.teacher or "default", "untuned": student0, "student": str(train_dir / "model")}
     summary: dict[str, Any] = {"augment": augment, "models": models}
-    if cfg.test_data:
+    t = cfg.test
+    if t.test_data:
         from drmix.evaluation.matryoshka import dim_suffix
 
-        results = evaluate_suite(models, cfg.test_data, cache_dirs={lb: root / "eval" / lb for lb in models},
-                                 split=cfg.test_split, max_queries=cfg.test_max_queries, max_docs=cfg.test_max_docs,
-                                 seed=cfg.seed, max_length=cfg.doc_max_length, dims=cfg.dims,
-                                 query_instructions=cfg.query_instructions).results
-        metrics = ["ndcg@10"] + [dim_suffix("ndcg@10", d) for d in cfg.dims] + ["recall@100"]
+        results = evaluate_suite(models, t.test_data, cache_dirs={lb: root / "eval" / lb for lb in models},
+                                 split=t.test_split, max_queries=t.test_max_queries, max_docs=t.test_max_docs,
+                                 seed=cfg.optim.seed, max_length=cfg.data.doc_max_length, dims=r.dims,
+                                 query_instructions=cfg.eval.query_instructions).results
+        metrics = ["ndcg@10"] + [dim_suffix("ndcg@10", d) for d in r.dims] + ["recall@100"]
         summary["results"] = results
         summary["table"] = summary_table(results, metrics)
         write_summary(root, "# DRAMA recipe\n\n" + summary["table"], summary)
     else:
         atomic_write_json(root / "summary.json", summary)
     return summary
-
-
-def load_drama_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> DramaConfig:
-    return load_config(DramaConfig, path, overrides)

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from drmix.config import Config, TrainConfig
 from drmix.io import atomic_write_json, atomic_write_text
 from drmix.outputs import run_finished
 from drmix.train.resume_check import ResumeMismatchError, training_changes
@@ -50,9 +51,10 @@ class StageOutput:
 class Stage:
     """One stage as the reuse check sees it.
 
-    ``config``: what the stage is made with (a pydantic config with ``output_dir``, or a plain mapping);
-    ``record``: the file that recorded the configuration of the earlier run (default
-    ``output_dir/config.yaml``); ``outputs``: what a re-run removes (default: the stage's folder).
+    ``config``: what the stage is made with (a config of parts, or a mapping of flat names: a projection of a
+    larger record); ``record``: the file that recorded the configuration of the earlier run (default
+    ``output_dir/config.yaml``); ``outputs``: what a re-run removes (default: the stage's folder); ``kind``: the
+    config class the record is read as (default: the config's own class, else TrainConfig).
     """
 
     name: str
@@ -60,19 +62,26 @@ class Stage:
     output_dir: Path | None = None
     record: Path | None = None
     outputs: Sequence[Path] | None = None
+    kind: type[Config] | None = None
 
     def __post_init__(self) -> None:
         if self.output_dir is None:
-            self.output_dir = Path(getattr(self.config, "output_dir"))
+            self.output_dir = Path(self.config.run.output_dir)
         self.output_dir = Path(self.output_dir)
         if self.record is None:
             self.record = self.output_dir / "config.yaml"
         self.outputs = (self.output_dir,) if self.outputs is None else tuple(Path(p) for p in self.outputs)
 
+    @property
+    def config_cls(self) -> type[Config]:
+        """The config class the record is read as."""
+        if self.kind is not None:
+            return self.kind
+        return type(self.config) if isinstance(self.config, Config) else TrainConfig
+
     def settings(self) -> dict[str, Any]:
-        """The stage's configuration as a JSON-like mapping (``model``: the path the trainer records)."""
-        values = (self.config.model_dump(mode="json") if hasattr(self.config, "model_dump")
-                  else dict(self.config))
+        """The stage's configuration as a flat JSON-like mapping (``model``: the path the trainer records)."""
+        values = self.config.flat() if isinstance(self.config, Config) else dict(self.config)
         model = values.get("model", False)
         if model is None or isinstance(model, str):
             from drmix.errors import DrmixError
@@ -98,9 +107,10 @@ class Stage:
         if before is None:
             return {}
         now = self.settings()
-        if not hasattr(self.config, "model_dump"):   # a projection of a larger record: compare its keys only
+        before = self.config_cls.flatten(before)
+        if not isinstance(self.config, Config):   # a projection of a larger record: compare its keys only
             before = {k: v for k, v in before.items() if k in now}
-        return training_changes(before, now)
+        return training_changes(before, now, self.config_cls)
 
     def exists(self) -> bool:
         return any(Path(p).exists() for p in self.outputs)
@@ -201,9 +211,9 @@ def run_stage(name: str, config: Any, run: Callable[[], Any], *, record: str | P
     (:class:`~drmix.train.resume_check.ResumeMismatchError`), or, with ``config.resume_with_changes``,
     removed and re-run.
     """
-    out = Path(config.output_dir)
+    out = Path(config.run.output_dir)
     stage = Stage(name, config, out, record=out / record if record is not None else None)
-    prepare_stages([stage], allow_changes=bool(getattr(config, "resume_with_changes", False)))
+    prepare_stages([stage], allow_changes=config.run.resume_with_changes)
     if finished(out):
         log.info("%s: finished earlier in %s with the same settings, reused", name, out)
         return StageOutput(name, out, out / "model", True)
@@ -214,7 +224,7 @@ def run_stage(name: str, config: Any, run: Callable[[], Any], *, record: str | P
 
 def train_stage(name: str, config: Any, **train_kwargs: Any) -> StageOutput:
     """One ``drmix train`` run (``config`` a TrainConfig) as a stage; keyword arguments go to ``train``."""
-    from drmix.train.trainer import train
+    from drmix.api import train
 
     return run_stage(name, config, lambda: train(config, **train_kwargs))
 

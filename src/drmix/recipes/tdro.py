@@ -6,7 +6,7 @@ Ma et al., AAAI 2025, arXiv:2408.10613; Fig. 1 and "Settings"), stages as in the
 * **stage 0** -- the reference model: fine-tuning with uniform weights and task-homogeneous batches
   (``drmix train`` with ``mixture: uniform``); skipped when the config names ``reference_model``. It is
   also the uniform baseline of the final table (GroupDRO uses it only as that: it needs no reference).
-* **stage 1** -- learned weights (:func:`drmix.mixture.optimize.optimize_weights`): a proxy model trained on
+* **stage 1** -- learned weights (:func:`drmix.recipes.optimize.optimize_weights`): a proxy model trained on
   *mixed* batches (every collection, equal share) with hard-negative-only InfoNCE, the frozen reference
   forwarded on the same inputs, and a DRO strategy (``tdro`` by default; ``doremi``/``groupdro`` for the baselines;
   GroupDRO needs no reference). Writes ``weights.json``, ``weights.jsonl`` and ``weights.png``.
@@ -38,7 +38,7 @@ several strategies can share one root and one reference; a rerun reuses the stag
 interrupted one from its last checkpoint; evaluations are cached in ``eval-<split>.json`` (selection:
 ``select-<split>.json``) next to each model (:mod:`drmix.evaluation.suite`).
 
-Stage 1's setting is the authors' (:mod:`drmix.mixture.optimize`): seven hard negatives per query,
+Stage 1's setting is the authors' (:mod:`drmix.recipes.optimize`): seven hard negatives per query,
 hard-negative-only InfoNCE at temperature 0.002 on cosine scores; ``stage1: {num_negatives: 1, temperature:
 0.05}`` gives drmix's earlier setting. Examples with fewer than seven hard negatives get the missing ones mined
 by drmix's miner (``stage1_fill_negatives: mine``, the default; the counts go to
@@ -52,15 +52,16 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
-from drmix.config import PipelineBaseConfig, TrainConfig
+from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, PipelineRun, TrainConfig,
+                          format_validation, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
-from drmix.mixture.optimize import optimize_weights, stage1_config
+from drmix.recipes.optimize import optimize_weights, stage1_config
 from drmix.outputs import run_finished
 from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
 
@@ -69,30 +70,51 @@ log = logging.getLogger(__name__)
 BASELINE = "uniform"
 
 
-class PipelineConfig(PipelineBaseConfig):
-    """``drmix pipeline tdro`` options: the training fields shared by every stage, plus the stages' own."""
+class TdroMixture(MixtureConfig):
+    strategy: str = setting("tdro", description="Stage-1 strategy: tdro (relative loss), doremi (excess loss) or "
+                                              "groupdro (raw loss); the weight-learning strategies of "
+                                              "docs/mixture.md.")
 
-    strategy: Literal["tdro", "doremi", "groupdro"] = Field(
-        "tdro", description="Stage-1 strategy: tdro (relative loss), doremi (excess loss) or groupdro (raw loss).")
-    output_dir: str = Field("runs/pipeline", description="Root directory; each stage writes a subdirectory.")
-    transfers: list[str] = Field(default_factory=lambda: ["top:0.7", "reweight"],
+    @field_validator("strategy")
+    @classmethod
+    def _learns_weights(cls, v: str) -> str:
+        from drmix.mixture.registry import strategy_names
+
+        names = strategy_names(family="dro")
+        if v.lower() not in names:
+            raise ValueError(f"stage 1 learns weights with one of {', '.join(names)}, got {v!r}")
+        return v.lower()
+
+
+class TdroRun(PipelineRun):
+    output_dir: str = setting("runs/pipeline", role=OPERATIONAL,
+                            description="Root directory; each stage writes a subdirectory.")
+
+
+class TdroStages(Part):
+    """The recipe's own settings: transfers, per-stage overrides, selection on dev."""
+
+    title: ClassVar[str] = "tDRO stages"
+
+    transfers: list[str] = setting(default_factory=lambda: ["top:0.7", "reweight"],
                                  description="Stage-2 transfers of the learned weights: top:K, reweight, loss.")
-    stage0: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 0.")
-    stage1: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 1.")
-    stage2: dict[str, Any] = Field(default_factory=dict, description="Overrides of training fields for stage 2.")
-    stage1_fill_negatives: Literal["mine", "random", "off"] = Field(
+    stage0: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for stage 0.")
+    stage1: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for stage 1.")
+    stage2: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for stage 2.")
+    stage1_fill_negatives: Literal["mine", "random", "off"] = setting(
         "mine", description="Stage 1, examples with fewer hard negatives than num_negatives (7): mine = mine the "
                             "missing ones with drmix's miner; random = give examples without negatives random "
                             "same-collection positives; off = as they are (YAML true/false: mine/off).")
-    select_on: list[str] = Field(default_factory=list, description="BEIR directories whose dev split chooses among "
-                                                                   "uniform and the transfers (never the test split).")
-    select_split: str = Field("dev", description="Qrels split of the select_on directories.")
-    select_max_queries: int | None = Field(None, ge=1, description="Cap on selection queries per dataset.")
-    select_max_docs: int | None = Field(None, ge=1, description="Cap on corpus size per selection dataset.")
-    default_selection: str = Field("uniform", description="The pipeline's result when no select_on is given: "
+    select_on: list[str] = setting(default_factory=list, role=INPUT,
+                                   description="BEIR directories whose dev split chooses among uniform and the "
+                                               "transfers (never the test split).")
+    select_split: str = setting("dev", description="Qrels split of the select_on directories.")
+    select_max_queries: int | None = setting(None, ge=1, description="Cap on selection queries per dataset.")
+    select_max_docs: int | None = setting(None, ge=1, description="Cap on corpus size per selection dataset.")
+    default_selection: str = setting("uniform", description="The pipeline's result when no select_on is given: "
                                                           "uniform (the benchmark's evidence) or a transfer.")
 
-    stage1_miner: str | None = Field(None, description="Stage 1: the retriever that mines missing hard negatives "
+    stage1_miner: str | None = setting(None, role=INPUT, description="Stage 1: the retriever that mines missing hard negatives "
                                                         "(folder or hub id; default: drmix mine's, the bundled "
                                                         "all-MiniLM-L6-v2; the tDRO authors used bge-base-en-v1.5).")
 
@@ -103,6 +125,15 @@ class PipelineConfig(PipelineBaseConfig):
         if isinstance(v, bool):
             return "mine" if v else "off"
         return v
+
+
+class PipelineConfig(PipelineBaseConfig):
+    """``drmix pipeline tdro`` options: the training parts shared by every stage, the stages' own part and the
+    final evaluation. Every stage's TrainConfig is composed from the training parts (:func:`_stage_config`)."""
+
+    mixture: TdroMixture = Field(default_factory=TdroMixture)
+    run: TdroRun = Field(default_factory=TdroRun)
+    stages: TdroStages = Field(default_factory=TdroStages)
 
 
 @dataclass
@@ -125,15 +156,12 @@ def slug(text: str) -> str:
 
 
 def _stage_config(base: PipelineConfig, overrides: dict[str, Any], **fixed: Any) -> TrainConfig:
-    own = set(PipelineConfig.model_fields) - set(TrainConfig.model_fields)
-    values = base.model_dump(exclude=own | {"strategy"})
-    values.update(fixed)
-    values.update(overrides)
-    values["resume"] = True          # finished / interrupted stages continue instead of failing
+    """A stage's TrainConfig: the pipeline's training parts, static unless ``fixed`` says otherwise, then the
+    stage's ``overrides``; finished / interrupted stages continue instead of failing (``resume``)."""
     try:
-        return TrainConfig.model_validate(values)
+        return TrainConfig.from_parts(base, **{"strategy": "static", **fixed, **overrides, "resume": True})
     except ValidationError as e:
-        raise ConfigError(f"invalid stage configuration: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}.",
+        raise ConfigError(f"invalid stage configuration: {format_validation(e, TrainConfig)}.",
                           fix="check the stage0/stage1/stage2 overrides.") from None
 
 
@@ -158,45 +186,45 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     from drmix.mixture.transfer import build_transfer_strategy
 
     needs_reference = validate_pipeline(config)
-    root = Path(config.output_dir)
+    root = Path(config.run.output_dir)
     models: dict[str, Path] = {}
 
     # Every stage's configuration first: the earlier run's stages are reused only when made with these settings.
-    reference = config.reference_model
+    reference = config.mixture.reference_model
     s0_cfg = None
     if reference is None:    # stage 0: the uniform baseline, and the reference of the ratio / difference measurements
-        s0_cfg = _stage_config(config, config.stage0, batching="homogeneous", mixture="uniform", strategy="static",
-                               transfer=None, weights_file=None, reference_model=None,
+        s0_cfg = _stage_config(config, config.stages.stage0, batching="homogeneous", mixture="uniform",
+                               strategy="static", transfer=None, weights_file=None, reference_model=None,
                                output_dir=str(root / "stage0-reference"))
         if needs_reference:      # GroupDRO measures raw losses: no reference forward
-            reference = str(Path(s0_cfg.output_dir) / "model")
-    s1_cfg = stage1_config(config, strategy=config.strategy, reference=reference,
-                           output_dir=root / f"stage1-{config.strategy}", overrides=config.stage1)
-    s1_out = Path(s1_cfg.output_dir)
+            reference = str(Path(s0_cfg.run.output_dir) / "model")
+    s1_cfg = stage1_config(config, strategy=config.mixture.strategy, reference=reference,
+                           output_dir=root / f"stage1-{config.mixture.strategy}", overrides=config.stages.stage1)
+    s1_out = Path(s1_cfg.run.output_dir)
     weights_path = s1_out / "weights.json"
     runs: list[tuple[str, str | None]] = ([] if s0_cfg is not None else [(BASELINE, None)])
-    runs += [(t, t) for t in config.transfers]
-    s2_cfgs = {label: _stage_config(config, config.stage2, batching="homogeneous", strategy="static",
+    runs += [(t, t) for t in config.stages.transfers]
+    s2_cfgs = {label: _stage_config(config, config.stages.stage2, batching="homogeneous", strategy="static",
                                     reference_model=None, mixture="uniform", transfer=transfer,
                                     weights_file=str(weights_path) if transfer else None,
                                     output_dir=str(root / ("stage2-uniform" if transfer is None
-                                                           else f"stage2-{config.strategy}-{slug(transfer)}")))
+                                                           else f"stage2-{config.mixture.strategy}-{slug(transfer)}")))
                for label, transfer in runs}
     stages = ([Stage("stage 0", s0_cfg)] if s0_cfg is not None else []) + [Stage("stage 1", s1_cfg)]
     # how stage 1 completes missing hard negatives is a recipe field (pipeline.yaml), not a training field
-    stages.append(Stage("stage 1 (missing negatives)", {k: config.model_dump(mode="json")[k] for k in
-                                                        ("stage1_fill_negatives", "stage1_miner")},
-                        output_dir=s1_out, record=root / "pipeline.yaml"))
+    flat = config.flat()
+    stages.append(Stage("stage 1 (missing negatives)", {k: flat[k] for k in ("stage1_fill_negatives", "stage1_miner")},
+                        output_dir=s1_out, record=root / "pipeline.yaml", kind=type(config)))
     stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
-    prepare_stages(stages, allow_changes=config.resume_with_changes, overwrite=config.overwrite)
+    prepare_stages(stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
     record_config(root, "pipeline.yaml", config)
 
     if s0_cfg is not None:
         models[BASELINE] = train_stage("stage 0", s0_cfg).model_dir
 
     # Stage 1: learned weights.
-    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stage1_fill_negatives,
-                                                           miner=config.stage1_miner),
+    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stages.stage1_fill_negatives,
+                                                           miner=config.stages.stage1_miner),
               finished=lambda out: run_finished(out) and (out / "weights.json").exists())
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
 
@@ -211,21 +239,21 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
 
     result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
                             models)
-    if config.select_on:
+    if config.stages.select_on:
         select_models(config, result)
     else:
-        result.selected = config.default_selection
+        result.selected = config.stages.default_selection
         _link_model(result.output_dir, result.models[result.selected])
-    if config.test_data:
-        suite = evaluate_suite(models, config.test_data, split=config.test_split,
-                               max_queries=config.test_max_queries, max_docs=config.test_max_docs,
-                               seed=config.seed, max_length=config.doc_max_length)
+    if config.test.test_data:
+        suite = evaluate_suite(models, config.test.test_data, split=config.test.test_split,
+                               max_queries=config.test.test_max_queries, max_docs=config.test.test_max_docs,
+                               seed=config.optim.seed, max_length=config.data.doc_max_length)
         result.results = suite.results
         if len(models) > 1:
             from drmix.evaluation.compare import Scored, compare
 
             result.comparison = compare([Scored(lb, suite.per_query[lb]) for lb in models], baseline=BASELINE,
-                                        metric="ndcg@10", seed=config.seed)
+                                        metric="ndcg@10", seed=config.optim.seed)
     result.table = _summary(config, result, learned, kept)
     return result
 
@@ -254,9 +282,9 @@ def validate_pipeline(config: PipelineConfig) -> bool:
     from drmix.mixture.registry import strategy_names, strategy_of
     from drmix.mixture.transfer import parse_top_fraction
 
-    if not config.transfers:
+    if not config.stages.transfers:
         raise ConfigError("no transfer configured.", fix="set transfers: [top:0.7, reweight] (or loss).")
-    for t in config.transfers:
+    for t in config.stages.transfers:
         spec = t.strip().lower()
         if spec.startswith("top"):
             parse_top_fraction(spec)
@@ -264,32 +292,32 @@ def validate_pipeline(config: PipelineConfig) -> bool:
             raise ConfigError(f"unknown transfer {t!r}.", fix="use top:0.7 (any fraction), reweight or loss.")
     spec, options = strategy_of(config)
     if spec.family != "dro":
-        raise ConfigError(f"unknown DRO strategy {config.strategy!r}.",
+        raise ConfigError(f"unknown DRO strategy {config.mixture.strategy!r}.",
                           fix=f"use one of {list(strategy_names(family='dro'))}.")
-    for stage, overrides in (("stage0", config.stage0), ("stage1", config.stage1), ("stage2", config.stage2)):
+    st = config.stages
+    for stage, overrides in (("stage0", st.stage0), ("stage1", st.stage1), ("stage2", st.stage2)):
         try:
             if stage == "stage1":
-                stage1_config(config, strategy=config.strategy, reference=None, output_dir="x", overrides=overrides)
+                stage1_config(config, strategy=config.mixture.strategy, reference=None, output_dir="x", overrides=overrides)
             else:
                 _stage_config(config, overrides)
         except ValidationError as e:
-            err = e.errors()[0]
-            raise ConfigError(f"invalid {stage} override {'.'.join(map(str, err['loc']))}: {err['msg']}.",
+            raise ConfigError(f"invalid {stage} override {format_validation(e, TrainConfig)}.",
                               fix=f"fix --{stage} KEY=VALUE (keys are the training fields of `drmix train --help`)."
                               ) from None
         except ConfigError as e:
             raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
     from drmix.data.collections import check_sources
 
-    check_sources(config.data)
-    if config.default_selection not in (BASELINE, *config.transfers):
-        raise ConfigError(f"default_selection {config.default_selection!r} is neither uniform nor a configured "
-                          "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.transfers])}.")
-    _check_beir_dirs(config.test_data, config.test_split, "test_data")
-    _check_beir_dirs(config.select_on, config.select_split, "select_on")
-    if config.select_on and config.select_split == config.test_split and set(
-            str(Path(d).resolve()) for d in config.select_on) & set(str(Path(d).resolve()) for d in config.test_data):
-        raise ConfigError(f"select_on uses the {config.select_split} split of a test_data directory: the choice "
+    check_sources(config.data.collections)
+    if config.stages.default_selection not in (BASELINE, *config.stages.transfers):
+        raise ConfigError(f"default_selection {config.stages.default_selection!r} is neither uniform nor a configured "
+                          "transfer.", fix=f"use one of: {', '.join([BASELINE, *config.stages.transfers])}.")
+    _check_beir_dirs(config.test.test_data, config.test.test_split, "test_data")
+    _check_beir_dirs(config.stages.select_on, config.stages.select_split, "select_on")
+    if config.stages.select_on and config.stages.select_split == config.test.test_split and set(
+            str(Path(d).resolve()) for d in config.stages.select_on) & set(str(Path(d).resolve()) for d in config.test.test_data):
+        raise ConfigError(f"select_on uses the {config.stages.select_split} split of a test_data directory: the choice "
                           "would be made on the test set.", fix="select on a dev split (select_split: dev).")
     return spec.needs_reference_with(options)
 
@@ -300,9 +328,9 @@ def select_models(config: PipelineConfig, result: PipelineResult) -> str:
     Only ``qrels/<select_split>.tsv`` of the ``select_on`` directories is read. Ties go to uniform. A transfer
     below uniform on dev is logged as a warning. Links ``output_dir/model`` to the selected model.
     """
-    scores = evaluate_suite(result.models, config.select_on, kind="select", split=config.select_split,
-                            max_queries=config.select_max_queries, max_docs=config.select_max_docs,
-                            seed=config.seed, max_length=config.doc_max_length, metrics=("ndcg@10",)).results
+    scores = evaluate_suite(result.models, config.stages.select_on, kind="select", split=config.stages.select_split,
+                            max_queries=config.stages.select_max_queries, max_docs=config.stages.select_max_docs,
+                            seed=config.optim.seed, max_length=config.data.doc_max_length, metrics=("ndcg@10",)).results
     avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in scores.items()}
     best = BASELINE if BASELINE in avg else next(iter(avg))
     for lb, v in avg.items():
@@ -311,11 +339,11 @@ def select_models(config: PipelineConfig, result: PipelineResult) -> str:
     for lb, v in avg.items():
         if lb != BASELINE and BASELINE in avg and v < avg[BASELINE]:
             log.warning("transfer %s scores below uniform on %s (%s nDCG@10 %.4f vs %.4f); not selected",
-                        lb, config.select_split, ", ".join(scores[lb]), v, avg[BASELINE])
+                        lb, config.stages.select_split, ", ".join(scores[lb]), v, avg[BASELINE])
     result.selection = scores
     result.selected = best
     _link_model(result.output_dir, result.models[best])
-    log.info("selected %s on %s (average nDCG@10 %.4f; uniform %.4f)", best, config.select_split, avg[best],
+    log.info("selected %s on %s (average nDCG@10 %.4f; uniform %.4f)", best, config.stages.select_split, avg[best],
              avg.get(BASELINE, float("nan")))
     return best
 
@@ -337,18 +365,18 @@ def _link_model(root: Path, target: Path) -> None:
 def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept: dict[str, list[str]]) -> str:
     from drmix.report.markdown import md_cell, md_code
 
-    parts = [f"# tDRO pipeline ({md_cell(config.strategy)})", ""]
+    parts = [f"# tDRO pipeline ({md_cell(config.mixture.strategy)})", ""]
     if result.selection:
         avg = {lb: float(np.mean([r["ndcg@10"] for r in by.values()])) for lb, by in result.selection.items()}
         losers = [lb for lb, v in avg.items() if lb != BASELINE and v < avg.get(BASELINE, -1)]
         parts += [f"## Selected: {md_cell(result.selected)}", "",
-                  f"Chosen on the {md_cell(config.select_split)} split of "
-                  f"{', '.join(md_cell(Path(d).name) for d in config.select_on)} "
+                  f"Chosen on the {md_cell(config.stages.select_split)} split of "
+                  f"{', '.join(md_cell(Path(d).name) for d in config.stages.select_on)} "
                   f"(never the test split) by average nDCG@10; `model` in the output folder links to it.", "",
                   results_table(result.selection), ""]
         if losers:
             parts += [f"Warning: {', '.join(map(md_cell, losers))} scored below uniform on "
-                      f"{md_cell(config.select_split)}.", ""]
+                      f"{md_cell(config.stages.select_split)}.", ""]
     elif result.selected is not None:
         parts += [f"## Selected: {md_cell(result.selected)} (default)", "",
                   "No --select-on dev set was given, so nothing was chosen by measurement: the result is "
@@ -356,18 +384,18 @@ def _summary(config: PipelineConfig, result: PipelineResult, learned: dict, kept
                   "leave-one-out benchmark (docs/benchmarks.md) no learned transfer beat uniform significantly; "
                   "give a dev split of your target domains with --select-on to choose a transfer.", ""]
     if result.results:
-        parts += [f"## {md_cell(config.test_split)} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
+        parts += [f"## {md_cell(config.test.test_split)} nDCG@10 (delta vs uniform)", "", results_table(result.results), ""]
     if result.comparison is not None:
-        parts += [f"## Paired tests vs uniform ({md_cell(config.test_split)})", "", result.comparison.to_markdown(),
+        parts += [f"## Paired tests vs uniform ({md_cell(config.test.test_split)})", "", result.comparison.to_markdown(),
                   ""]
     parts += [f"## Learned weights ({learned.get('output', 'final')}, {learned.get('steps', '?')} steps)", "",
               weights_table(learned, kept=kept), "",
               "Models: " + ", ".join(f"{md_cell(k)}: {md_code(v)}" for k, v in result.models.items()), ""]
     text = "\n".join(parts)
     write_summary(result.output_dir, text, {
-        "strategy": config.strategy, "reference": result.reference, "weights_file": str(result.weights_path),
+        "strategy": config.mixture.strategy, "reference": result.reference, "weights_file": str(result.weights_path),
         "weights": result.weights, "kept": kept, "models": {k: str(v) for k, v in result.models.items()},
         "results": result.results, "selected": result.selected, "selection": result.selection,
-        "select_on": list(config.select_on), "select_split": config.select_split,
+        "select_on": list(config.stages.select_on), "select_split": config.stages.select_split,
         "comparison": None if result.comparison is None else result.comparison.to_json()})
     return text

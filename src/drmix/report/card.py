@@ -37,10 +37,6 @@ MIXTURE_TEXT = {"uniform": "uniform over collections", "size": "proportional to 
                 "temperature": "proportional to |D|^(1/tau)", "file": "read from a weights file"}
 
 #: configuration fields that say where things are, not how the model was trained
-_NOT_HYPERPARAMETERS = {"data", "output_dir", "resume", "resume_with_changes", "show_progress", "device",
-                        "eval_data", "dev", "model", "reference_model", "weights_file", "report_to",
-                        "push_to_hub", "input_prefetch", "input_workers", "test_data"}
-
 
 @dataclass
 class CollectionInfo:
@@ -62,8 +58,10 @@ class CardInfo:
     weights_how: str | None = None
     loss: str | None = None
     loss_config: dict[str, Any] = field(default_factory=dict)
-    config: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None           # flat: field -> value
     defaults: dict[str, Any] | None = None
+    roles: dict[str, str] | None = None            # field -> role (hyperparameter | input | operational)
+    config_file: dict[str, Any] | None = None      # the config as config.yaml holds it (grouped)
     command: str | None = None
     eval_results: dict[str, dict[str, float]] = field(default_factory=dict)
     eval_split: str | None = None
@@ -100,8 +98,8 @@ def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence
 
     ``weights`` is what the strategy wrote to ``weights.json`` (``collections`` + ``weights`` lists).
     """
-    cfg = config.model_dump(mode="json")
-    defaults = type(config)().model_dump(mode="json") if _constructible(type(config)) else None
+    cfg = config.flat()
+    defaults = type(config)().flat() if _constructible(type(config)) else None
     final = _weights_by_name(weights, names)
     strategy = cfg.get("strategy", "static")
     spec = _strategy_spec(strategy)
@@ -130,7 +128,7 @@ def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence
         base_model=cfg.get("model"), kind="LoRA-merged" if cfg.get("lora_r") else "fine-tuned",
         collections=[CollectionInfo(n, s, final.get(n)) for n, s in zip(names, sizes)], weights_how=how,
         loss="InfoNCE (contrastive, in-batch and hard negatives)", loss_config=loss_config, config=cfg,
-        defaults=defaults, command=command if command is not None else current_command(),
+        defaults=defaults, roles=type(config).roles(), config_file=config.model_dump(mode="json"), command=command if command is not None else current_command(),
         eval_results={k: dict(v) for k, v in (eval_results or {}).items()}, eval_split=eval_split,
         papers=papers, tags=tags)
 
@@ -239,7 +237,7 @@ def drmix_sections(info: CardInfo) -> str:
             out += ["This model was produced by:", "", md_fence(info.command, "bash"), ""]
         if info.config:
             out += ["<details><summary>Resolved configuration (config.yaml)</summary>", "",
-                    md_fence(_yaml(info.config).rstrip(), "yaml"), "", "</details>", ""]
+                    md_fence(_yaml(info.config_file or info.config).rstrip(), "yaml"), "", "</details>", ""]
     return "\n".join(out)
 
 
@@ -252,7 +250,8 @@ def _yaml(obj: Any) -> str:
 def _hyperparameters(info: CardInfo) -> tuple[dict[str, Any], dict[str, Any]]:
     if not info.config:
         return {}, {}
-    allp = {k: v for k, v in info.config.items() if k not in _NOT_HYPERPARAMETERS}
+    roles = info.roles or {}   # the config's field roles (drmix.config.parts): inputs and bookkeeping are not shown
+    allp = {k: v for k, v in info.config.items() if roles.get(k, "hyperparameter") == "hyperparameter"}
     nondefault = {k: v for k, v in allp.items() if info.defaults is not None and info.defaults.get(k) != v}
     return allp, nondefault
 

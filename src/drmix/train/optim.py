@@ -33,8 +33,8 @@ def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> tuple[torch.
     """The optimiser and scheduler ``config`` asks for, over ``model``'s trainable parameters."""
     from transformers import get_scheduler
 
-    optimizer = adamw(param_groups(model, config.weight_decay), config.learning_rate)
-    scheduler = get_scheduler(_SCHEDULES[config.scheduler], optimizer,
-                              num_warmup_steps=math.ceil(config.warmup_ratio * config.max_steps),
-                              num_training_steps=config.max_steps)
+    optimizer = adamw(param_groups(model, config.optim.weight_decay), config.optim.learning_rate)
+    scheduler = get_scheduler(_SCHEDULES[config.optim.scheduler], optimizer,
+                              num_warmup_steps=math.ceil(config.optim.warmup_ratio * config.optim.max_steps),
+                              num_training_steps=config.optim.max_steps)
     return optimizer, scheduler

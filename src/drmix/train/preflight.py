@@ -64,11 +64,11 @@ def check_strategy(config: Any, strategy: Any, names: list[str]) -> None:
     """
     from drmix.mixture.registry import STRATEGIES, parse_options
 
-    name = str(getattr(strategy, "name", None) or config.strategy).lower()
+    name = str(getattr(strategy, "name", None) or config.mixture.strategy).lower()
     spec = STRATEGIES.all().get(name)
     if spec is None:
         return
-    if spec.requires_mixed_batches and config.batching == "homogeneous" and len(names) >= 2:
+    if spec.requires_mixed_batches and config.contrastive.batching == "homogeneous" and len(names) >= 2:
         raise ConfigError(f"--strategy {name} compares the collections within each batch, but --batching homogeneous "
                           "puts one collection in every batch: the learned weights could never move.",
                           fix="add --batching mixed (as tDRO's stage 1 does; `drmix mixture optimize` sets it), "
@@ -76,10 +76,10 @@ def check_strategy(config: Any, strategy: Any, names: list[str]) -> None:
     options = getattr(strategy, "config", None)
     if options is None or (spec.options is not None and not isinstance(options, spec.options)):
         options = parse_options(spec, getattr(config, spec.field, None))
-    if spec.needs_reference_with(options) and not config.reference_model:
+    if spec.needs_reference_with(options) and not config.mixture.reference_model:
         raise ConfigError(f"--strategy {name} needs a frozen reference model.",
                           fix="set reference_model (a model trained with uniform weights), or run "
                               "`drmix pipeline tdro` which trains one (stage 0).")
-    if spec.needs_dev and not config.dev:
+    if spec.needs_dev and not config.mixture.dev:
         raise ConfigError(f"strategy '{name}' needs at least one dev set.",
                           fix="pass --dev DIR (a BEIR directory with a dev split), or set `dev:` in the config.")

@@ -6,7 +6,9 @@ difference in any field that shapes training (seed, learning rate, batch size, t
 mixture, strategy options, ...) is refused with a :class:`ResumeMismatchError` that lists the fields,
 unless ``--resume-with-changes`` is set: then the change is written to ``metrics.jsonl`` as a record
 ``{"step": N, "event": "resume_with_changes", "changes": {field: {"before": ..., "after": ...}}}`` and the
-run continues. Fields that only affect bookkeeping (:data:`OPERATIONAL`) may change freely.
+run continues. Fields whose role is ``operational`` (bookkeeping: output, logging, checkpoints, evaluation,
+device; :mod:`drmix.config.parts`) may change freely. Recorded configs of either layout (grouped, or drmix 0.1's
+flat one) are compared field by field under their flat names.
 """
 from __future__ import annotations
 
@@ -17,16 +19,8 @@ from typing import Any
 
 import yaml
 
+from drmix.config import OPERATIONAL, Config, TrainConfig
 from drmix.errors import ConfigError
-
-#: Fields that do not change what is trained: logging, checkpointing, evaluation, device, compilation, the flags
-#: themselves.
-OPERATIONAL = frozenset({
-    "output_dir", "resume", "resume_with_changes", "show_progress", "save_every", "keep_checkpoints", "log_every",
-    "eval_data", "eval_every", "eval_split", "eval_max_queries", "device", "max_nonfinite_steps",
-    "report_to", "push_to_hub", "compile", "compile_backend",
-})
-
 
 class ResumeMismatchError(ConfigError):
     """``--resume`` with training fields that differ from the checkpoint's."""
@@ -44,11 +38,15 @@ def recorded_config(run_dir: Path, trainer_state: dict[str, Any] | None) -> dict
     return raw if isinstance(raw, dict) else None
 
 
-def training_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{field: {"before", "after"}}`` for every training field whose value differs."""
+def training_changes(before: dict[str, Any], after: dict[str, Any],
+                     config_cls: type[Config] = TrainConfig) -> dict[str, dict[str, Any]]:
+    """``{field: {"before", "after"}}`` for every training field whose value differs (flat names; values in
+    either layout)."""
+    before, after = config_cls.flatten(before), config_cls.flatten(after)
+    roles = config_cls.roles()
     changes = {}
     for key in sorted(set(before) | set(after)):
-        if key in OPERATIONAL:
+        if roles.get(key) == OPERATIONAL:
             continue
         if key not in before:  # a field added to drmix since the checkpoint: its default is what ran
             continue
@@ -75,7 +73,7 @@ def check_data(checkpoint: Path, state: dict[str, Any] | None, names: list[str] 
                                   "--output-dir.")
 
 
-def check_resume(run_dir: Path, checkpoint: Path, current: dict[str, Any], *, allow_changes: bool,
+def check_resume(run_dir: Path, checkpoint: Path, current: Config, *, allow_changes: bool,
                  log: Callable[[dict[str, Any]], None], names: list[str] | None = None,
                  sizes: list[int] | None = None) -> dict[str, dict[str, Any]]:
     """Refuse (or, with ``allow_changes``, log) a resume whose training fields differ; return the changes.
@@ -90,7 +88,7 @@ def check_resume(run_dir: Path, checkpoint: Path, current: dict[str, Any], *, al
     before = recorded_config(run_dir, state)
     if before is None:
         return {}
-    changes = training_changes(before, current)
+    changes = training_changes(before, current.model_dump(mode="json"), type(current))
     if not changes:
         return {}
     listed = ", ".join(f"{k} {v['before']!r} -> {v['after']!r}" for k, v in changes.items())

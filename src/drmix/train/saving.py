@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ class TrainResult:
     metrics_path: Path
     weights_path: Path | None
     final_loss: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)   # what the objective records (COCO: span_stats)
 
 
 class JsonlLog:
@@ -84,11 +85,11 @@ class RunOutput:
         """Refuse a directory holding a run unless resuming (and check the resume); write ``config.yaml``;
         return the checkpoint to resume from, if any."""
         ckpt = latest_checkpoint(self.dir)
-        if (ckpt or self.finished) and not config.resume:
+        if (ckpt or self.finished) and not config.run.resume:
             raise ConfigError("the output directory already holds a run.", path=self.dir,
                               fix="pass --resume to continue it, or choose another --output-dir.")
         if ckpt is not None:  # every rank checks (and refuses) alike; only the main one logs
-            check_resume(self.dir, ckpt, config.model_dump(mode="json"), allow_changes=config.resume_with_changes,
+            check_resume(self.dir, ckpt, config, allow_changes=config.run.resume_with_changes,
                          log=self.metrics.append, names=names, sizes=sizes)
         if self.is_main:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -100,23 +101,13 @@ class RunOutput:
         self.metrics.truncate_after(step)
         self.trajectory.truncate_after(step)
 
-    def save_final(self, model: Any, weights: dict, weight_names: list[str]) -> None:
-        """``model/`` (LoRA merged; with LoRA also ``adapter/``), ``weights.json`` and ``weights.png`` (main only)."""
+    def save_final(self, model: Any, weights: dict) -> None:
+        """``model/`` (LoRA merged; with LoRA also ``adapter/``) and ``weights.json`` (main only); ``weights.png``
+        is drawn by the report listener (:class:`drmix.report.listener.RunReport`)."""
         if not self.is_main:
             return
         save_model(model, self.dir)
         atomic_write_json(self.dir / "weights.json", weights)
-        self.plot_weights(weight_names)
-
-    def plot_weights(self, names: list[str]) -> None:
-        traj = self.trajectory.path
-        if not traj.exists() or traj.stat().st_size == 0:
-            return
-        try:
-            from drmix.report.plots import plot_weights
-        except ImportError:  # pragma: no cover - plots module is part of the package
-            return
-        plot_weights(traj, self.dir / "weights.png", names=names)
 
     def result(self, steps: int, last_loss: float | None) -> TrainResult:
         weights = self.dir / "weights.json"

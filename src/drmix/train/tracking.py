@@ -185,14 +185,14 @@ class HFCallbacks:
 
         self.callbacks = list(callbacks)
         self.args = TrainingArguments(
-            output_dir=str(config.output_dir), max_steps=config.max_steps, learning_rate=config.learning_rate,
-            per_device_train_batch_size=config.batch_size, weight_decay=config.weight_decay,
-            warmup_steps=math.ceil(config.warmup_ratio * config.max_steps), seed=config.seed,
-            gradient_accumulation_steps=config.gradient_accumulation_steps, logging_steps=config.log_every,
-            save_steps=config.save_every, max_grad_norm=config.max_grad_norm, report_to="none",
-            use_cpu=config.device == "cpu")
-        self.state = TrainerState(max_steps=config.max_steps, logging_steps=config.log_every,
-                                  save_steps=config.save_every, is_world_process_zero=True)
+            output_dir=str(config.run.output_dir), max_steps=config.optim.max_steps, learning_rate=config.optim.learning_rate,
+            per_device_train_batch_size=config.contrastive.batch_size, weight_decay=config.optim.weight_decay,
+            warmup_steps=math.ceil(config.optim.warmup_ratio * config.optim.max_steps), seed=config.optim.seed,
+            gradient_accumulation_steps=config.contrastive.gradient_accumulation_steps, logging_steps=config.run.log_every,
+            save_steps=config.run.save_every, max_grad_norm=config.optim.max_grad_norm, report_to="none",
+            use_cpu=config.run.device == "cpu")
+        self.state = TrainerState(max_steps=config.optim.max_steps, logging_steps=config.run.log_every,
+                                  save_steps=config.run.save_every, is_world_process_zero=True)
         self.control = TrainerControl()
 
     def __bool__(self) -> bool:

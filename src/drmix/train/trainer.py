@@ -2,64 +2,66 @@
 
 It owns devices and processes (through ``accelerate``: CPU, one GPU, or DDP under ``accelerate launch``
 / ``torchrun``), the AdamW optimiser with warm-up and linear/cosine decay, gradient accumulation and
-clipping, checkpoints (atomic, exactly resumable), the metrics log and the progress bar. What data to
-draw and how to weigh each example's loss is the :class:`~drmix.mixture.base.Strategy`'s business.
+clipping, checkpoints (atomic, exactly resumable), the metrics log and the progress bar. Three things plug in:
 
-Per micro-step: the sampler draws a *global* batch with the strategy's weights; each process encodes
-its slice (queries, positives, hard negatives); :func:`~drmix.model.losses.contrastive_losses` returns
-per-example losses (with documents of all processes as negatives); ``strategy.loss`` reduces them.
+* the :class:`~drmix.train.objective.Objective` -- how drawn rows become a batch and embeddings become per-example
+  losses (InfoNCE by default; COCO's span loss for pretraining);
+* the :class:`~drmix.mixture.base.Strategy` -- which collection each batch comes from and how per-example losses
+  are reduced; it sees the run only through :class:`~drmix.mixture.base.StepContext`;
+* :mod:`listeners <drmix.train.listeners>` -- evaluation, trackers, callbacks, the model card and report.
 
-The model is wrapped in a small module that encodes queries and documents in one ``forward`` so that
-DDP sees a single forward per backward even though the encoder runs twice.
+Per micro-step: the sampler draws a *global* batch with the strategy's weights; each process encodes its slice
+(queries, positives, hard negatives); the objective returns per-example losses (with documents of all processes
+as negatives); ``strategy.loss`` reduces them. The model is wrapped in a small module that encodes queries and
+documents in one ``forward`` so that DDP sees a single forward per backward although the encoder runs twice.
 
 Beside the loop: :mod:`drmix.train.encoding` (batches to model inputs), :mod:`drmix.train.inputs` (the
 prefetched training stream), :mod:`drmix.train.streams` (the strategies' extra batch streams),
-:mod:`drmix.train.reference` (reference-model scoring), :mod:`drmix.train.optim` (optimiser, schedule) and
-:mod:`drmix.train.saving` (output directory, logs, checkpoints' trainer state, final model).
-Strategies see the run only through :class:`~drmix.mixture.base.StepContext`.
+:mod:`drmix.train.reference` (reference-model scoring), :mod:`drmix.train.optim` (optimiser, schedule),
+:mod:`drmix.train.window` (what is measured between two log records) and :mod:`drmix.train.saving` (output
+directory, logs, checkpoints' trainer state, final model). With the evaluation and report listeners attached,
+the entry point is :func:`drmix.api.train`.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from drmix.config import TrainConfig
 from drmix.data.batch import Batch
 from drmix.data.collections import Collection, collections_for, load_beir_collection
-from drmix.data.sampling import BatchBuilder, MixtureSampler
+from drmix.data.sampling import MixtureSampler
 from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
 from drmix.model.backbone import BackboneOptions, default_lora_r, load_retriever
 from drmix.model.instructions import record_prompts
-from drmix.model.losses import contrastive_losses
 from drmix.train.checkpoint import load_checkpoint, save_checkpoint
 from drmix.train.encoding import BatchEncoder
 from drmix.train.gradcache import GradCache
 from drmix.train.guard import NonFiniteGuard
 from drmix.train.inputs import InputPipeline
+from drmix.train.listeners import Listener, TrackerListener, callback_listeners
 from drmix.train.lock import run_lock
 from drmix.train.lora import apply_lora
+from drmix.train.objective import InfoNCE, Objective
 from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
 from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
 from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy, warn_small_collections
 from drmix.train.reference import ReferenceScorer
-from drmix.train.reporting import CollectionLosses, RunReporting
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
-from drmix.train.tracking import HFCallbacks, split_callbacks
+from drmix.train.window import StepWindow
 
-__all__ = ["JsonlLog", "TrainResult", "Trainer", "train"]
+__all__ = ["JsonlLog", "TrainResult", "Trainer"]
 
 log = logging.getLogger(__name__)
 
@@ -78,150 +80,149 @@ class _DualEncoder(torch.nn.Module):
 
 
 class Trainer:
-    """Fine-tunes a SentenceTransformer on a mixture of collections under a Strategy."""
+    """Trains a SentenceTransformer on a mixture of collections: an objective under a strategy, watched by listeners.
 
-    def __init__(self, config: TrainConfig, *, strategy: Strategy | None = None,
-                 callbacks: Sequence[Callable[[StepContext], None]] = (), collections: list[Collection] | None = None,
-                 model: Any = None, builder: Any = None,
-                 loss_fn: Callable[..., torch.Tensor] | None = None, card: dict[str, Any] | None = None) -> None:
-        """``builder`` (turns sampled ``(collection, row)`` pairs into a :class:`Batch`; has ``state_dict``)
-        and ``loss_fn`` (``loss_fn(query_emb, doc_emb, gather=bool) -> per-example losses``, used instead of
-        InfoNCE) let other objectives reuse this loop and its checkpoints, e.g. COCO pretraining; ``card``
-        overrides fields of the model card's :class:`~drmix.report.card.CardInfo` (e.g. ``kind``, ``loss``).
+    ``callbacks`` are plain callables (called with the :class:`StepContext` after every step) or
+    ``transformers.TrainerCallback`` objects; ``listeners`` are :class:`~drmix.train.listeners.Listener` objects
+    (:func:`drmix.api.train` adds evaluation, the model card and the report). ``collections`` and ``model`` replace
+    what the config would load."""
 
-        ``callbacks`` are plain callables (called with the :class:`StepContext` after every step) or
-        ``transformers.TrainerCallback`` objects (see :mod:`drmix.train.tracking`)."""
-        from accelerate import Accelerator
-        from accelerate.utils import DistributedDataParallelKwargs, set_seed
+    def __init__(self, config: TrainConfig, *, objective: Objective | None = None, strategy: Strategy | None = None,
+                 callbacks: Sequence[Callable[[StepContext], None]] = (), listeners: Sequence[Listener] = (),
+                 collections: list[Collection] | None = None, model: Any = None) -> None:
+        from drmix.mixture.registry import check_config
 
-        self.config = config
-        self.callbacks, hf_callbacks = split_callbacks(callbacks)
-        # built before the Accelerator: TrainingArguments resets accelerate's process state
-        hf = HFCallbacks(hf_callbacks, config) if hf_callbacks else None
-        check_device(config.device)
-        # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
-        ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
-        # precision is per trainer (train/precision.py), not accelerate's process-wide mixed_precision
-        self.accelerator = Accelerator(mixed_precision="no", cpu=(config.device == "cpu"), kwargs_handlers=[ddp])
-        self.device = self.accelerator.device
-        self.precision = Precision(config.mixed_precision, self.device)
-        self.world = self.accelerator.num_processes
-        self.rank = self.accelerator.process_index
-        self.is_main = self.accelerator.is_main_process
-        if config.batch_size % self.world:
-            raise ConfigError(f"batch_size {config.batch_size} is not divisible by the {self.world} processes.",
-                              fix=f"use a multiple of {self.world}.")
-        self.out = Path(config.output_dir)
-        set_seed(config.seed)
-
+        check_config(config)  # the strategy and its options, before any model or data loads
+        cb_listeners, set_main = callback_listeners(callbacks, config)  # before the Accelerator (see there)
+        self._start_processes(config)
+        set_main(self.is_main)
         self.collections = collections or collections_for(config)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
-        check_batch_fits(self.names, self.sizes, config.batch_size)
+        check_batch_fits(self.names, self.sizes, config.contrastive.batch_size)
+        self._load_model(model)
+        config = self.config
+        self.objective = objective if objective is not None else InfoNCE.from_config(config)
+        self.encoder = BatchEncoder(self.model, self.device, query_max_length=config.data.query_max_length,
+                                    doc_max_length=config.data.doc_max_length,
+                                    num_negatives=config.contrastive.num_negatives)
+        if self.objective.documents_on_both_sides:
+            self.encoder.q_prompt = self.encoder.d_prompt
+        self._setup_strategy(strategy)
+        self._setup_inputs()
+        self._setup_optimisation()
+        self.output = RunOutput(self.out, is_main=self.is_main)
+        self.metrics = self.output.metrics
+        trackers = [TrackerListener(config.run.report_to)] if config.run.report_to else []
+        self.listeners: list[Listener] = [*listeners, *cb_listeners, *trackers]
+        self.stop_hooks = any(lst.can_stop for lst in self.listeners)  # same on every rank
+        for jsonl in (self.output.metrics, self.output.trajectory):
+            jsonl.listeners += [lst.on_record for lst in self.listeners]
+        self.window = StepWindow(self.names, self.device)
+        self.step = 0
+        self.lookahead_seconds = 0.0
+        self.guard = NonFiniteGuard(self.device, max_consecutive=config.optim.max_nonfinite_steps,
+                                    world_size=self.world)
+
+    # -- setting up ------------------------------------------------------------------------------------------
+    def _start_processes(self, config: TrainConfig) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedDataParallelKwargs, set_seed
+
+        check_device(config.run.device)
+        # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
+        ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
+        # precision is per trainer (train/precision.py), not accelerate's process-wide mixed_precision
+        self.accelerator = Accelerator(mixed_precision="no", cpu=(config.run.device == "cpu"), kwargs_handlers=[ddp])
+        self.device = self.accelerator.device
+        self.precision = Precision(config.optim.mixed_precision, self.device)
+        self.world = self.accelerator.num_processes
+        self.rank = self.accelerator.process_index
+        self.is_main = self.accelerator.is_main_process
+        if config.contrastive.batch_size % self.world:
+            raise ConfigError(f"batch_size {config.contrastive.batch_size} is not divisible by the {self.world} "
+                              "processes.", fix=f"use a multiple of {self.world}.")
+        self.out = Path(config.run.output_dir)
+        self.config = config
+        set_seed(config.optim.seed)
+
+    def _load_model(self, model: Any) -> None:
         from drmix.model.encoder import resolve_model_path
 
         # config.yaml, checkpoints and the card record the model actually used (not `model: null`)
-        config = self.config = config.model_copy(update={"model": resolve_model_path(config.model)})
-        backbone = BackboneOptions.from_config(config)
+        config = self.config = self.config.replace(model=resolve_model_path(self.config.model.name_or_path))
         self.model = model if model is not None else load_retriever(
-            config.model, backbone, device=str(self.device), trust_remote_code=config.trust_remote_code)
+            config.model.name_or_path, BackboneOptions.from_config(config.model), device=str(self.device),
+            trust_remote_code=config.model.trust_remote_code)
         self.model.to(self.device)
-        self.lora_r = default_lora_r(config.lora_r, self.model)
+        m = config.model
+        self.lora_r = default_lora_r(m.lora_r, self.model)
         if self.lora_r:
-            if config.lora_r is None:
+            if m.lora_r is None:
                 log.info("decoder backbone: LoRA r=%d alpha=%s dropout=%s (the tDRO paper's setting; --lora-r 0 "
-                         "trains all weights)", self.lora_r, config.lora_alpha, config.lora_dropout)
-            apply_lora(self.model, r=self.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
-                       targets=config.lora_targets)
-        check_model_fit(config, self.model)
-        warn_small_collections(self.names, self.sizes, config.batch_size, config.batching)
-        self.encoder = BatchEncoder(self.model, self.device, query_max_length=config.query_max_length,
-                                    doc_max_length=config.doc_max_length, num_negatives=config.num_negatives)
+                         "trains all weights)", self.lora_r, m.lora_alpha, m.lora_dropout)
+            apply_lora(self.model, r=self.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout, targets=m.lora_targets)
+        check_model_fit(config.contrastive, self.model)
+        warn_small_collections(self.names, self.sizes, config.contrastive.batch_size, config.contrastive.batching)
 
+    def _setup_strategy(self, strategy: Strategy | None) -> None:
         if strategy is None:
             from drmix.mixture.registry import build_strategy
 
-            strategy = build_strategy(config, self.names, [c.weight for c in self.collections])
+            strategy = build_strategy(self.config, self.names, [c.weight for c in self.collections])
         self.strategy = strategy
-        check_strategy(config, strategy, self.names)
+        check_strategy(self.config, strategy, self.names)
         self.strategy.setup(self.names, self.sizes)
 
-        self.sampler = MixtureSampler(self.sizes, config.batch_size, mode=config.batching, seed=config.seed)
-        tokens = (self.encoder.token_ids(self.collections, num_proc=config.tokenize_num_proc)
-                  if config.pretokenize and builder is None else None)
-        self.builder = builder if builder is not None else BatchBuilder(self.collections, config.num_negatives,
-                                                                         seed=config.seed, tokens=tokens)
-        self.loss_fn = loss_fn
-        self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs, prefetch=config.input_prefetch,
-                                    workers=config.input_workers, threadable=self.encoder.threadable)
+    def _setup_inputs(self) -> None:
+        cfg = self.config
+        self.sampler = MixtureSampler(self.sizes, cfg.contrastive.batch_size, mode=cfg.contrastive.batching,
+                                      seed=cfg.optim.seed)
+        tokens = (self.encoder.token_ids(self.collections, num_proc=cfg.data.tokenize_num_proc)
+                  if cfg.data.pretokenize and self.objective.wants_tokens() else None)
+        self.builder = self.objective.builder(self.collections, seed=cfg.optim.seed, tokens=tokens)
+        self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs,
+                                    prefetch=cfg.data.input_prefetch, workers=cfg.data.input_workers,
+                                    threadable=self.encoder.threadable)
         # separate streams for strategies that draw extra batches (look-ahead, dev measurement)
         self.streams = AuxiliaryStreams(self.collections,
-                                        [load_beir_collection(d, split=config.dev_split) for d in config.dev],
-                                        num_negatives=config.num_negatives, seed=config.seed)
-        self.reference = (ReferenceScorer.load(config.reference_model, self.encoder, self._losses_from_embeddings,
-                                               gather=self.world > 1, trust_remote_code=config.trust_remote_code,
-                                               backbone=dataclasses.replace(backbone, gradient_checkpointing=False))
-                          if config.reference_model else None)
+                                        [load_beir_collection(d, split=cfg.mixture.dev_split) for d in cfg.mixture.dev],
+                                        num_negatives=cfg.contrastive.num_negatives, seed=cfg.optim.seed)
+        backbone = dataclasses.replace(BackboneOptions.from_config(cfg.model), gradient_checkpointing=False)
+        self.reference = (ReferenceScorer.load(cfg.mixture.reference_model, self.encoder, self._losses_from_embeddings,
+                                               gather=self.world > 1, trust_remote_code=cfg.model.trust_remote_code,
+                                               backbone=backbone)
+                          if cfg.mixture.reference_model else None)
 
-        self.optimizer, self.scheduler = build_optimizer(self.model, config)
+    def _setup_optimisation(self) -> None:
+        cfg = self.config
+        self.optimizer, self.scheduler = build_optimizer(self.model, cfg)
         self.wrapped, self.optimizer = self.accelerator.prepare(_DualEncoder(self.model), self.optimizer)
         self.sharding = sharding_kind(self.accelerator)  # "fsdp" | "deepspeed" | None
-        if config.compile:
+        if cfg.optim.compile:
             if self.sharding is not None:
                 raise ConfigError(f"--compile is not supported with {self.sharding} sharding.",
                                   fix="drop --compile, or train without FSDP/DeepSpeed.")
             from drmix.train.compile import compile_model
 
-            compile_model(self.model, config.compile_backend)  # in place: parameter names unchanged
+            compile_model(self.model, cfg.optim.compile_backend)  # in place: parameter names unchanged
         if self.sharding is not None:
             log.warning("sharded with %s: no intermediate checkpoints are written, so a killed run starts over "
                         "(docs/llm.md)", self.sharding)
-        self.grad_cache = (GradCache(self.wrapped, config.grad_cache_chunk, backward=self._backward,
+        self.grad_cache = (GradCache(self.wrapped, cfg.contrastive.grad_cache_chunk, backward=self._backward,
                                      no_sync=lambda: self.accelerator.no_sync(self.wrapped))
-                           if config.grad_cache_chunk else None)
-        self.output = RunOutput(self.out, is_main=self.is_main)
-        self.metrics = self.output.metrics
-        self.reporting = RunReporting(config, self.out, names=self.names, sizes=self.sizes,
-                                      hf=hf if self.is_main else None, enabled=self.is_main, card=card)
-        self.stop_hooks = bool(hf_callbacks)  # same on every rank: a callback's stop is agreed on by all
-        self.output.metrics.listeners.append(self.reporting.record)
-        self.output.trajectory.listeners.append(self.reporting.record)
-        self.collection_losses = CollectionLosses(self.names, self.device)
-        self.evaluator = None
-        if config.eval_data:
-            from drmix.evaluation.evaluate import DevEvaluator
+                           if cfg.contrastive.grad_cache_chunk else None)
 
-            self.evaluator = DevEvaluator(config.eval_data, split=config.eval_split,
-                                          max_queries=config.eval_max_queries, seed=config.seed,
-                                          query_instructions=config.query_instructions)
-        self.step = 0
-        #: False: the model runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
-        self.dropout = True
-        self.lookahead_seconds = 0.0
-        self.guard = NonFiniteGuard(self.device, max_consecutive=config.max_nonfinite_steps, world_size=self.world)
-
-    # -- encoding and losses -------------------------------------------------------------------------
+    # -- encoding and losses ---------------------------------------------------------------------------------
     def _prepare_inputs(self, batch: Batch) -> tuple[Batch, dict, dict, torch.Tensor]:
         """This process's slice of a global batch and its host tensors (runs on an input thread)."""
-        b = self.config.batch_size // self.world
+        b = self.config.contrastive.batch_size // self.world
         local = batch.slice(self.rank * b, (self.rank + 1) * b)
         return (local, *self.encoder.host_inputs(self.model, local, self.encoder.negatives_in(batch)))
 
     def _losses_from_embeddings(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *,
                                 gather: bool) -> torch.Tensor:
-        cfg = self.config
-        if self.loss_fn is not None:
-            return self.loss_fn(q.float(), d.float(), gather=gather and cfg.cross_device_negatives)
-        B, H = mask.shape
-        p = d[:B]
-        negs = None
-        if H:
-            negs = d.new_zeros(B, H, d.size(-1))
-            negs[mask] = d[B:]
-        return contrastive_losses(q.float(), p.float(), None if negs is None else negs.float(), mask if H else None,
-                                  temperature=cfg.temperature, in_batch=cfg.in_batch_negatives,
-                                  gather=gather and cfg.cross_device_negatives,
-                                  matryoshka_dims=cfg.matryoshka_dims)
+        return self.objective.losses(q, d, mask, gather=gather)
 
     def _forward_backward(self, q: dict, d: dict, mask: torch.Tensor, local: Batch,
                           ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -243,7 +244,8 @@ class Trainer:
 
     def _backward(self, loss: torch.Tensor) -> None:
         # through the accelerator: DeepSpeed's engine runs its own backward (drmix.train.sharding)
-        sharding_backward(self.accelerator, loss / self.config.gradient_accumulation_steps, self.precision)
+        sharding_backward(self.accelerator, loss / self.config.contrastive.gradient_accumulation_steps,
+                          self.precision)
 
     def compute_losses(self, batch: Batch, *, model=None) -> torch.Tensor:
         """Per-example losses of ``batch`` on one process (no cross-device gathering), with gradient."""
@@ -269,11 +271,11 @@ class Trainer:
             draw_batch=self.streams.draw_batch, dev_names=self.streams.dev_names,
             draw_dev_batch=self.streams.draw_dev_batch if self.streams.dev_collections else None,
             log=self.metrics.append, world_size=self.world, rank=self.rank, device=self.device,
-            batch_size=cfg.batch_size, accumulation_steps=cfg.gradient_accumulation_steps,
+            batch_size=cfg.contrastive.batch_size, accumulation_steps=cfg.contrastive.gradient_accumulation_steps,
             encode_queries=self.encoder.encode_queries, training_queries=self.streams.training_queries,
             all_reduce=all_reduce)
 
-    # -- state ------------------------------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------------------------
     def _trainer_state(self) -> dict[str, Any]:
         return {**self.inputs.state_dict(), **self.streams.state_dict(), "collections": self.names,
                 "sizes": self.sizes, "lookahead_seconds": self.lookahead_seconds,
@@ -303,112 +305,110 @@ class Trainer:
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
-                            keep=self.config.keep_checkpoints)
-            self.reporting.saved()
+                            keep=self.config.run.keep_checkpoints)
+            for lst in self.listeners:
+                lst.on_save(self)
         self.accelerator.wait_for_everyone()
 
-    # -- the loop ----------------------------------------------------------------------------------------
+    def barrier(self) -> None:
+        """Wait for every process (listeners that work on the main process only call it after)."""
+        self.accelerator.wait_for_everyone()
+
+    # -- the loop --------------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
         """Train under the output directory's lock (one writer per directory; see drmix.train.lock)."""
         with run_lock(self.out, enabled=self.is_main):
             try:
                 return self._train()
             finally:
-                self.reporting.close()  # trackers flushed even when training stops with an error
+                for lst in self.listeners:  # trackers flushed even when training stops with an error
+                    lst.close()
 
     def _train(self) -> TrainResult:
         cfg = self.config
         ckpt = self.output.prepare(cfg, self.names, self.sizes)
         if ckpt is not None:
             self._restore(ckpt)
-        if self.step >= cfg.max_steps and self.output.finished:
+        if self.step >= cfg.optim.max_steps and self.output.finished:
             log.info("run in %s is already complete (%d steps)", self.out, self.step)
             return self.output.result(self.step, None)
-        self.reporting.start(self.step, self.model)
+        for lst in self.listeners:
+            lst.on_start(self)
         ctx = self.context()
-        last_loss = None
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=cfg.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
-                   disable=not (cfg.show_progress and self.is_main))
-        window_seconds, window_n = 0.0, 0
-        counts = np.zeros(len(self.names), dtype=np.int64)
+        bar = tqdm(total=cfg.optim.max_steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+                   disable=not (cfg.run.show_progress and self.is_main))
         self.wrapped.train()
-        while self.step < cfg.max_steps:
-            step_loss, step_raw = 0.0, 0.0  # device tensors after the first micro-step: read every log_every
-            t_step = time.perf_counter()
-            for micro in range(cfg.gradient_accumulation_steps):
-                weights = self.strategy.sampling_weights()
-                batch, (local, q, d, mask) = self.inputs.next(weights)
-                counts += np.bincount(batch.collection_ids, minlength=len(self.names))
-                last = micro == cfg.gradient_accumulation_steps - 1
-                sync = contextlib.nullcontext() if last else self.accelerator.no_sync(self.wrapped)
-                with sync, self.precision.autocast():
-                    q, d, mask = self.encoder.to_device((q, d, mask))
-                    if self.reference is not None:
-                        self.reference.set_live(local, q, d, mask)
-                    ctx.step = self.step
-                    ctx.micro_step = micro
-                    self.wrapped.train(self.dropout)   # a strategy or evaluation may have left it in eval mode
-                    loss, losses = self._forward_backward(q, d, mask, local, ctx)
-                    self.guard.observe_loss(loss)
-                step_loss = step_loss + loss.detach().float() / cfg.gradient_accumulation_steps
-                step_raw = step_raw + losses.detach().float().mean() / cfg.gradient_accumulation_steps
-                self.collection_losses.add(losses, local.collection_ids)
-            self.precision.unscale_(self.optimizer)
-            grad_norm = None
-            if cfg.max_grad_norm > 0:
-                grad_norm = self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.max_grad_norm)
-            lr = self.scheduler.get_last_lr()[0]
-            if self.guard.before_step(self.optimizer, grad_norm, scaler=self.precision.scaler):  # non-finite: skip
-                self.precision.step(self.optimizer)
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.step += 1
-            window_n += cfg.batch_size * cfg.gradient_accumulation_steps
-            ctx.step = self.step
-            t_la = time.perf_counter()
-            self.strategy.after_step(ctx)
-            self.lookahead_seconds += time.perf_counter() - t_la
-            window_seconds += t_la - t_step
-            record = self.strategy.trajectory_record(self.step)
-            if record is not None:
-                self.output.trajectory.append({"step": self.step, **record})
-            logging_step = self.step % cfg.log_every == 0 or self.step == cfg.max_steps
-            if logging_step:  # the only host syncs of the loop: losses are read every log_every steps
-                last_loss = self._mean_across(float(step_loss))
-                self.metrics.append({"step": self.step, "loss": last_loss, "raw_loss": self._mean_across(float(step_raw)),
-                                     "lr": lr, "samples_per_s": window_n / max(window_seconds, 1e-9),
-                                     "train_seconds": window_seconds, "strategy_seconds": self.lookahead_seconds,
-                                     "collection_counts": dict(zip(self.names, counts.tolist())),
-                                     "collection_losses": self.collection_losses.read(self._sum_across),
-                                     **self.guard.sync()})  # reads the skip counters; raises after too many
-                window_seconds, window_n = 0.0, 0
-                counts[:] = 0
-            if self.evaluator is not None and cfg.eval_every and self.step % cfg.eval_every == 0:
-                self._evaluate()
-            for cb in self.callbacks:
-                cb(ctx)
-            stop = self._callbacks_stop()
-            if self.step % cfg.save_every == 0 or self.step == cfg.max_steps or stop:
+        while self.step < cfg.optim.max_steps:
+            lr = self._optimiser_step(ctx)
+            stop = self._after_step(ctx, lr)
+            if stop or self.step % cfg.run.save_every == 0 or self.step == cfg.optim.max_steps:
                 self._save()
-            if logging_step:
-                bar.set_postfix(loss=f"{last_loss:.4f}", lr=f"{lr:.2e}")
+            if self.window.last_loss is not None and self._logging_step():
+                bar.set_postfix(loss=f"{self.window.last_loss:.4f}", lr=f"{lr:.2e}")
             bar.update(1)
             if stop:
                 log.info("a callback stopped training at step %d", self.step)
                 break
         bar.close()
         self.inputs.close()
-        if self.evaluator is not None and (not cfg.eval_every or cfg.max_steps % cfg.eval_every):
-            self._evaluate()
-        return self._finish(last_loss)
+        for lst in self.listeners:
+            lst.on_train_end(self)
+        return self._finish(self.window.last_loss)
 
-    def _callbacks_stop(self) -> bool:
-        """Whether a ``TrainerCallback`` asked to stop (main process), agreed on by every process."""
-        if not self.stop_hooks:
-            return False
-        stop = self.reporting.step_end(self.step, self.model)
+    def _optimiser_step(self, ctx: StepContext) -> float:
+        """One optimiser step over ``gradient_accumulation_steps`` micro-batches; returns its learning rate."""
+        cfg = self.config
+        accumulation = cfg.contrastive.gradient_accumulation_steps
+        self.window.start_step()
+        for micro in range(accumulation):
+            batch, (local, q, d, mask) = self.inputs.next(self.strategy.sampling_weights())
+            self.window.count(batch.collection_ids)
+            sync = contextlib.nullcontext() if micro == accumulation - 1 else self.accelerator.no_sync(self.wrapped)
+            with sync, self.precision.autocast():
+                q, d, mask = self.encoder.to_device((q, d, mask))
+                if self.reference is not None:
+                    self.reference.set_live(local, q, d, mask)
+                ctx.step, ctx.micro_step = self.step, micro
+                self.wrapped.train(self.objective.dropout)   # a strategy or evaluation may have left it in eval
+                loss, losses = self._forward_backward(q, d, mask, local, ctx)
+                self.guard.observe_loss(loss)
+            self.window.add(loss, losses, local.collection_ids, accumulation)
+        self.precision.unscale_(self.optimizer)
+        grad_norm = None
+        if cfg.optim.max_grad_norm > 0:
+            grad_norm = self.accelerator.clip_grad_norm_(self.wrapped.parameters(), cfg.optim.max_grad_norm)
+        lr = self.scheduler.get_last_lr()[0]
+        if self.guard.before_step(self.optimizer, grad_norm, scaler=self.precision.scaler):  # non-finite: skip
+            self.precision.step(self.optimizer)
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.window.end_step(cfg.contrastive.batch_size * accumulation)
+        return lr
+
+    def _logging_step(self) -> bool:
+        return self.step % self.config.run.log_every == 0 or self.step == self.config.optim.max_steps
+
+    def _after_step(self, ctx: StepContext, lr: float) -> bool:
+        """The strategy's update, the log records, the listeners; True when a listener stops training."""
+        ctx.step = self.step
+        self.lookahead_seconds += self.window.time(lambda: self.strategy.after_step(ctx))
+        record = self.strategy.trajectory_record(self.step)
+        if record is not None:
+            self.output.trajectory.append({"step": self.step, **record})
+        if self._logging_step():  # the only host syncs of the loop: losses are read every log_every steps
+            self.metrics.append({"step": self.step, **self.window.read(self._mean_across, self._sum_across, lr=lr,
+                                                                        strategy_seconds=self.lookahead_seconds),
+                                 **self.guard.sync()})  # reads the skip counters; raises after too many
+        stop = False
+        for lst in self.listeners:
+            stop = lst.on_step_end(self, ctx) or stop
+        return self._agree(stop) if self.stop_hooks else False
+
+    def _agree(self, stop: bool) -> bool:
+        """Whether any process's listener asked to stop (every process calls it, at every step)."""
         if self.world == 1:
             return stop
         flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
@@ -423,13 +423,7 @@ class Trainer:
         t = torch.tensor([value], device=self.device)
         return self.accelerator.reduce(t, reduction="mean").item()
 
-    def _evaluate(self) -> None:
-        if self.is_main:
-            scores = self.evaluator(self.model)
-            self.metrics.append({"step": self.step, "eval": scores})
-            log.info("step %d eval: %s", self.step, scores)
-        self.accelerator.wait_for_everyone()
-
+    # -- the end ---------------------------------------------------------------------------------------------
     def _model_for_saving(self) -> Any:
         """The model to save: ours, or under FSDP/ZeRO one rebuilt on the main process from the gathered full
         state dict (a collective: every process calls it; ``None`` on the others)."""
@@ -438,14 +432,13 @@ class Trainer:
         state = full_state_dict(self.accelerator, self.wrapped)
         if not self.is_main:
             return None
+        m = self.config.model
 
         def build() -> Any:
-            opts = dataclasses.replace(BackboneOptions.from_config(self.config), gradient_checkpointing=False)
-            model = load_retriever(self.config.model, opts, device="cpu",
-                                   trust_remote_code=self.config.trust_remote_code)
+            opts = dataclasses.replace(BackboneOptions.from_config(m), gradient_checkpointing=False)
+            model = load_retriever(m.name_or_path, opts, device="cpu", trust_remote_code=m.trust_remote_code)
             if self.lora_r:
-                apply_lora(model, r=self.lora_r, alpha=self.config.lora_alpha, dropout=self.config.lora_dropout,
-                           targets=self.config.lora_targets)
+                apply_lora(model, r=self.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout, targets=m.lora_targets)
             return model
 
         log.info("%s: saving the full weights gathered from every process", self.sharding)
@@ -456,15 +449,12 @@ class Trainer:
         if self.is_main:
             # the training collections' instructions and the evaluation ones become named prompts of the folder
             record_prompts(model, {**{c.name: c.instruction for c in self.collections if c.instruction},
-                                   **self.config.query_instructions})
+                                   **self.config.eval.query_instructions})
         weights = self.strategy.final_weights()
-        self.output.save_final(model, weights, getattr(self.strategy, "weight_names", self.names))
-        self.reporting.finish(model, weights)  # model/README.md, report.html (main process)
+        self.output.save_final(model, weights)
+        for lst in self.listeners:
+            lst.on_finish(self, model, weights)
         self.accelerator.wait_for_everyone()
-        return self.output.result(self.step, last_loss)
-
-
-def train(config: TrainConfig, *, strategy: Strategy | None = None,
-          callbacks: Sequence[Callable[[StepContext], None]] = (), **kwargs: Any) -> TrainResult:
-    """Train a model as ``config`` says; see :class:`Trainer`."""
-    return Trainer(config, strategy=strategy, callbacks=callbacks, **kwargs).train()
+        result = self.output.result(self.step, last_loss)
+        result.details = self.objective.details()
+        return result

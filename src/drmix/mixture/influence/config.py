@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class InfDDSConfig(BaseModel):
-    """Options of Inf-DDS and MultiDDS (``TrainConfig.infdds``). Defaults follow the paper's appendix A.1."""
+    """Options of Inf-DDS and MultiDDS (``TrainConfig.influence``). Defaults follow the paper's appendix A.1."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -129,7 +129,7 @@ class InfluenceStrategy(Strategy):
                               fix="pass --dev DIR (a BEIR directory with a dev split), or set `dev:` in the config.")
         if ctx.draw_batch is None:
             raise ConfigError(f"strategy '{self.name}' needs a trainer that can draw batches per collection.",
-                              fix="use drmix.train.trainer.train.")
+                              fix="use drmix.api.train.")
 
     def choose_subset(self) -> list[int]:
         m = len(self.collection_names)
@@ -278,20 +278,21 @@ class MultiDDSStrategy(InfluenceStrategy):
 
 
 def _build(config, options: InfDDSConfig | None, names: list[str], weights: list) -> InfluenceStrategy:
-    """``config.strategy`` is "infdds" or "multidds"; the training batch size fills ``train_batch_size`` /
+    """``config.mixture.strategy`` is "infdds" or "multidds"; the training batch size fills ``train_batch_size`` /
     ``dev_batch_size`` left unset."""
     options = options or InfDDSConfig()
-    options = options.model_copy(update={"train_batch_size": options.train_batch_size or config.batch_size,
-                                         "dev_batch_size": options.dev_batch_size or config.batch_size})
-    cls = MultiDDSStrategy if config.strategy.lower() == "multidds" else InfluenceStrategy
-    return cls(options, config.seed)
+    batch = config.contrastive.batch_size
+    options = options.model_copy(update={"train_batch_size": options.train_batch_size or batch,
+                                         "dev_batch_size": options.dev_batch_size or batch})
+    cls = MultiDDSStrategy if config.mixture.strategy.lower() == "multidds" else InfluenceStrategy
+    return cls(options, config.optim.seed)
 
 
 for _name, _paper, _text, _card in (
-        ("infdds", INFDDS, "Inf-DDS: sample collections by their look-ahead influence on dev sets (--infdds).",
+        ("infdds", INFDDS, "Inf-DDS: sample collections by their look-ahead influence on dev sets (--influence).",
          "learned by Inf-DDS: a sampling policy rewarded by look-ahead influence on dev sets"),
-        ("multidds", MULTIDDS, "MultiDDS: sample collections by train/dev gradient similarity (--infdds).",
+        ("multidds", MULTIDDS, "MultiDDS: sample collections by train/dev gradient similarity (--influence).",
          "learned by MultiDDS: gradient-similarity rewards against dev sets")):
     register_strategy(StrategySpec(
-        name=_name, build=_build, options=InfDDSConfig, options_field="infdds", family="influence", help=_text,
+        name=_name, build=_build, options=InfDDSConfig, options_field="influence", family="influence", help=_text,
         paper=_paper, card_text=_card, learns_weights=True, needs_dev=True, docs="docs/influence.md"))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from drmix.config import TrainConfig
+from drmix.config import Config, TrainConfig
 from drmix.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -107,23 +107,23 @@ def fill_missing_negatives(collections: list, num_negatives: int, *, seed: int =
     return out
 
 
-def stage1_config(base: TrainConfig, *, strategy: str, reference: str | None,
+def stage1_config(base: Config, *, strategy: str, reference: str | None,
                   output_dir: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """The TrainConfig of stage 1: the authors' setting (module docstring) -- mixed equal-share batches,
-    hard-negative-only InfoNCE with :data:`STAGE1_NEGATIVES` negatives at :data:`STAGE1_TEMPERATURE`, uniform
-    sampling, the DRO strategy; ``overrides`` (training fields) win over all of it."""
-    values = base.model_dump(exclude=set(type(base).model_fields) - set(TrainConfig.model_fields))
-    values.update(batching="mixed", in_batch_negatives=False, cross_device_negatives=False, mixture="uniform",
-                  num_negatives=STAGE1_NEGATIVES, temperature=STAGE1_TEMPERATURE, strategy=strategy,
-                  reference_model=reference,
-                  transfer=None, weights_file=None, output_dir=str(output_dir), resume=True)
-    values.update(overrides or {})
-    return TrainConfig.model_validate(values)
+    """The TrainConfig of stage 1, composed from the training parts of ``base`` (a TrainConfig or a recipe's
+    config): the authors' setting (module docstring) -- mixed equal-share batches, hard-negative-only InfoNCE with
+    :data:`STAGE1_NEGATIVES` negatives at :data:`STAGE1_TEMPERATURE`, uniform sampling, the DRO strategy;
+    ``overrides`` (flat names of training fields) win over all of it."""
+    return TrainConfig.from_parts(base, **{
+        "batching": "mixed", "in_batch_negatives": False, "cross_device_negatives": False, "mixture": "uniform",
+        "num_negatives": STAGE1_NEGATIVES, "temperature": STAGE1_TEMPERATURE, "strategy": strategy,
+        "reference_model": reference, "transfer": None, "weights_file": None, "output_dir": str(output_dir),
+        "resume": True, **(overrides or {})})
 
 
 def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_negatives: bool | str = "mine",
                      miner: Any = None):
-    """Stage 1: learn collection weights with ``strategy`` (default ``config.strategy``); returns a TrainResult.
+    """Stage 1: learn collection weights with ``strategy`` (default ``config.mixture.strategy``); returns a
+    TrainResult.
 
     ``config`` is used as given except that ``strategy`` is set; call :func:`stage1_config` first to get the
     paper's stage-1 settings from a fine-tuning config. ``fill_negatives``: ``mine`` (default; ``True`` is the
@@ -133,33 +133,34 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     """
     from drmix.data.collections import collections_for
     from drmix.io import atomic_write_json
+    from drmix.api import train
     from drmix.mixture.registry import build_strategy, strategy_names
-    from drmix.train.trainer import train
 
     fill = {True: "mine", False: "off"}.get(fill_negatives, fill_negatives) if isinstance(fill_negatives, bool) \
         else fill_negatives
     if fill not in NEGATIVE_FILLS:
         raise ConfigError(f"unknown stage-1 negatives rule {fill_negatives!r}.", fix=f"use one of {', '.join(NEGATIVE_FILLS)}.")
-    name = (strategy or config.strategy).lower()
+    name = (strategy or config.mixture.strategy).lower()
     dro_strategies = strategy_names(family="dro")
     if name not in dro_strategies:
         raise ConfigError(f"unknown weight-learning strategy '{name}'.", fix=f"use one of {', '.join(dro_strategies)}.")
-    strat = build_strategy(config.model_copy(update={"strategy": name}), [])
-    if strat.config.measurement != "raw" and not config.reference_model:
+    strat = build_strategy(config.replace(strategy=name), [])
+    if strat.config.measurement != "raw" and not config.mixture.reference_model:
         raise ConfigError(f"strategy '{name}' needs a frozen reference model.",
                           fix="set reference_model (a model trained with uniform weights), or run "
                               "`drmix pipeline tdro` which trains one (stage 0).")
-    if config.batching != "mixed":
-        log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", config.batching)
-    config = config.model_copy(update={"strategy": name})
+    c = config.contrastive
+    if c.batching != "mixed":
+        log.warning("stage 1 normally uses mixed batches (batching: mixed); got %s", c.batching)
+    config = config.replace(strategy=name)
     collections = collections_for(config)
-    if not config.in_batch_negatives and config.num_negatives >= 1:
+    if not c.in_batch_negatives and c.num_negatives >= 1:
         if fill == "mine":
-            report = mine_missing_negatives(collections, config.num_negatives, model=miner)
-            out = Path(config.output_dir)
+            report = mine_missing_negatives(collections, c.num_negatives, model=miner)
+            out = Path(config.run.output_dir)
             out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(out / "negatives.json", {"num_negatives": config.num_negatives, "rule": "mine",
+            atomic_write_json(out / "negatives.json", {"num_negatives": c.num_negatives, "rule": "mine",
                                                        "collections": report})
         elif fill == "random":
-            collections = fill_missing_negatives(collections, config.num_negatives, seed=config.seed)
+            collections = fill_missing_negatives(collections, c.num_negatives, seed=config.optim.seed)
     return train(config, strategy=strat, collections=collections)

@@ -1,0 +1,90 @@
+"""Regenerate docs/configuration.md, the table of every configuration part and field, from the config classes.
+
+    .venv/bin/python scripts/gen_config_docs.py          # writes docs/configuration.md
+    .venv/bin/python scripts/gen_config_docs.py --check  # exits 1 if it is out of date (tests run this)
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+
+HEADER = """# Configuration
+
+Generated from the config classes by `scripts/gen_config_docs.py`.
+
+A configuration is made of **parts**: typed groups of fields (`model`, `data`, `contrastive`, `mixture`,
+`optim`, `eval`, `run`, and a recipe's own parts), plus the option mappings of the strategies (`dro`,
+`influence`, `idro`, `strategy_options`). A YAML file writes the parts as mappings:
+
+```yaml
+# train.yaml
+model: {name_or_path: null}       # default: bundled all-MiniLM-L6-v2
+data: {collections: [collections/]}
+contrastive: {batch_size: 64}
+mixture: {scheme: temperature, mixture_temperature: 2.0}
+optim: {max_steps: 2000, learning_rate: 2.0e-5}
+eval: {eval_data: [beir/scifact], eval_every: 500}
+run: {output_dir: runs/mix}
+dro: {lr: 0.02}                   # options of tdro / doremi / groupdro
+```
+
+Every field also has one **flat name**, unique across the parts: the CLI flag (`--learning-rate`), the key of a
+stage override (`--stage1 max_steps=200`, `--coco batch_size=64`), a keyword of the Python constructor
+(`TrainConfig(max_steps=2000, data=["collections/"])`) and a key a YAML file may still give at its top level
+(the layout of drmix 0.1: read into the parts, with a warning; `tdro:` and `infdds:` are read as `dro:` and
+`influence:`). Every run writes its resolved configuration in the grouped layout (`config.yaml`).
+
+Each field has a **role**. `hyperparameter`: shapes what is trained; `--resume` refuses a change (unless
+`--resume-with-changes`) and the model card lists it. `input`: what is trained on or from; `--resume` refuses a
+change; the card shows it as base model or datasets. `operational`: bookkeeping (output, logging, checkpoints,
+device, evaluation during training, input threads); may change on resume; not on the card.
+"""
+
+
+def _default(info) -> str:
+    value = info.get_default(call_default_factory=True)
+    text = "—" if value in (None, [], {}) else str(value)
+    return text.replace("|", "\\|")
+
+
+def table(cls, title: str, *, only: set[str] | None = None) -> str:
+    lines = [f"## {title}", "", "| part | field | flag | default | role | description |", "|---|---|---|---|---|---|"]
+    for flat, f in cls.flat_fields().items():
+        if only is not None and (f.group or flat) not in only:
+            continue
+        part = f.group or "—"
+        desc = " ".join((f.info.description or "").split()).replace("|", "\\|")
+        lines.append(f"| `{part}` | `{f.name}` | `--{flat.replace('_', '-')}` | {_default(f.info)} | {f.role} | "
+                     f"{desc} |")
+    return "\n".join(lines) + "\n"
+
+
+def render() -> str:
+    from drmix.config import TrainConfig
+    from drmix.pretrain.runner import CocoConfig
+    from drmix.recipes.coco import CocoPipelineConfig
+    from drmix.recipes.drama import DramaConfig
+    from drmix.recipes.tdro import PipelineConfig
+
+    parts = [HEADER,
+             table(TrainConfig, "`drmix train`, `drmix mixture optimize` (TrainConfig)"),
+             "The recipes take every part of `TrainConfig` (their training stages are composed from them) and "
+             "add the parts below; where a recipe changes a default it says so.\n",
+             table(PipelineConfig, "`drmix pipeline tdro`: its own parts", only={"mixture", "run", "stages", "test"}),
+             table(CocoPipelineConfig, "`drmix pipeline coco`: its own parts", only={"mixture", "run", "recipe"}),
+             table(DramaConfig, "`drmix pipeline drama`: its own parts", only={"model", "run", "recipe", "augment"}),
+             table(CocoConfig, "`drmix pretrain coco` (CocoConfig): its own parts", only={"optim", "run", "coco"})]
+    return "\n".join(parts)
+
+
+def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _docgen import write_or_check
+
+    return write_or_check(DOC, render(), "gen_config_docs.py")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

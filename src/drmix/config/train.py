@@ -1,0 +1,235 @@
+"""``TrainConfig``: what ``drmix train`` needs, as parts. Defaults follow common practice for contrastive
+retriever fine-tuning.
+
+A YAML config file holds any subset of the fields, grouped (``optim: {learning_rate: 1e-4}``) or flat
+(``learning_rate: 1e-4``, drmix 0.1's layout); every field is also a CLI flag (``--learning-rate 1e-4``), and
+flags override the file. The resolved config is written next to a run's outputs (``config.yaml``, grouped) so
+every run can be reproduced. Fields, groups and roles: :mod:`drmix.config.parts`; the table of every field:
+docs/training.md.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from drmix.config.parts import INPUT, OPERATIONAL, Config, Part, setting
+from drmix.data.spec import CollectionSpec, FormatName, parse_columns
+
+#: ``report_to`` values (drmix.train.tracking implements them)
+TRACKERS = ("none", "tensorboard", "wandb")
+
+
+class ModelConfig(Part):
+    """The backbone: which model, how it pools, its precision and attention, LoRA."""
+
+    title: ClassVar[str] = "Model"
+
+    name_or_path: str | None = setting(None, role=INPUT, flag="model", description="SentenceTransformer folder or hub id (default: bundled all-MiniLM-L6-v2).")
+    pooling: Literal["lasttoken", "mean", "cls"] | None = setting(
+        None, description="Pooling of token states: lasttoken | mean | cls. Default: the model folder's Pooling; lasttoken for a bare decoder LM, mean for a bare encoder.")
+    append_eos: bool | None = setting(None, description="Make the tokenizer append EOS to every text (once). Default: on for last-token pooling.")
+    normalize: bool = setting(True, description="L2-normalise embeddings (adds a Normalize module): training and the saved folder both score cosines; off: both score dot products.")
+    bidirectional: bool = setting(False, description="Run a Llama-family decoder with bidirectional attention (DRAMA; rewritten exactly as Gemma).")
+    torch_dtype: Literal["bf16", "fp16", "fp32"] | None = setting(None, description="dtype the weights are loaded in (bf16 halves memory). Default: transformers' choice for the folder.")
+    attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] | None = setting(None, description="Attention kernel. Default: transformers' choice (sdpa).")
+    gradient_checkpointing: bool = setting(False, role=OPERATIONAL, description="Activation checkpointing on the backbone (recompute layers in backward; less memory).")
+    trust_remote_code: bool = setting(False, role=OPERATIONAL, description="Allow custom model code from the model folder / hub.")
+    lora_r: int | None = setting(None, ge=0, description="LoRA rank (0 = train all weights); saves model/ merged and adapter/. Default: 8 (tDRO) for a decoder LM, 0 otherwise.")
+    lora_alpha: float = setting(32.0, gt=0, description="LoRA scaling alpha (update scaled by alpha / r).")
+    lora_dropout: float = setting(0.1, ge=0, lt=1, description="Dropout on the LoRA branch.")
+    lora_targets: list[str] = setting(default_factory=list, description="Module names to adapt (default: peft's choice for the architecture).")
+
+
+class DataConfig(Part):
+    """The training collections and how their text becomes model input."""
+
+    title: ClassVar[str] = "Data"
+
+    collections: list[str | CollectionSpec] = setting(default_factory=list, role=INPUT, flag="data", description="Training collections (paths or specs).")
+    format: FormatName = setting("auto", description="Layout of the training rows: drmix | st (sentence-transformers) | "
+                                 "tevatron | flag (FlagEmbedding) | beir | auto (detected from each file's first record "
+                                 "or columns); a collection's own format: in a YAML list wins (docs/data.md).")
+    columns: dict[str, str] | str = setting(default_factory=dict, description="Column mapping ROLE=COLUMN,... for the training "
+                                    "rows, e.g. query=question,positive=answer,negatives=hard (roles: query, positive, "
+                                    "negatives, score, positive_scores, negative_scores, prompt; COL1+COL2 joins "
+                                    "columns; ROLE= ignores one); a collection's own columns: wins.")
+    max_collection_size: int | None = setting(None, ge=1, description="Cap each collection at this many examples (seeded).")
+    query_max_length: int = setting(64, ge=4, description="Max tokens per query.")
+    doc_max_length: int = setting(256, ge=4, description="Max tokens per document.")
+    pretokenize: bool = setting(True, role=OPERATIONAL, description="Tokenise each collection once into stored token ids (cached under "
+                              "DRMIX_CACHE/tokenized, keyed by tokenizer, lengths, prompts and content) so a step "
+                              "only pads; models whose preprocessing is not plain tokenisation train from text.")
+    tokenize_num_proc: int | None = setting(None, ge=1, role=OPERATIONAL, description="Processes that tokenise a collection for "
+                                                                   "--pretokenize (default: one).")
+    input_prefetch: int = setting(2, ge=0, role=OPERATIONAL, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
+    input_workers: int = setting(1, ge=0, role=OPERATIONAL, description="Threads preparing batches ahead (0 = tokenise in the loop).")
+
+    @field_validator("collections", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, (str, dict)) else v
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _columns(cls, v: Any) -> Any:
+        return parse_columns(v)
+
+
+class ContrastiveConfig(Part):
+    """The InfoNCE objective: batches, negatives, temperature, Matryoshka sizes."""
+
+    title: ClassVar[str] = "Batches and negatives"
+
+    batch_size: int = setting(32, ge=1, description="Global batch size per micro-step (split across processes).")
+    gradient_accumulation_steps: int = setting(1, ge=1, description="Micro-steps per optimiser step.")
+    batching: Literal["homogeneous", "mixed"] = setting(
+        "homogeneous", description="homogeneous: one collection per global batch; mixed: every collection in each batch.")
+    num_negatives: int = setting(1, ge=0, description="Hard negatives per query taken from the data (0 = none).")
+    in_batch_negatives: bool = setting(True, description="Use the other examples' documents as negatives.")
+    cross_device_negatives: bool = setting(True, description="Gather documents from all processes as negatives (DDP).")
+    temperature: float = setting(0.05, gt=0, description="InfoNCE temperature (scores are divided by it; the tDRO paper uses 0.002 on normalised last-token embeddings).")
+    matryoshka_dims: list[int] = setting(default_factory=list, description="Also train truncated embeddings of these sizes.")
+    grad_cache_chunk: int = setting(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
+
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _positive_dims(cls, v: list[int]) -> list[int]:
+        bad = [d for d in v if d < 1]
+        if bad:
+            raise ValueError(f"dimensions must be positive, got {bad}")
+        return v
+
+
+class MixtureConfig(Part):
+    """How much of each collection: initial weights, a strategy that learns them, their transfer."""
+
+    title: ClassVar[str] = "Mixture"
+
+    scheme: Literal["uniform", "size", "temperature", "file"] = setting(
+        "uniform", flag="mixture", description="Initial collection weights: uniform, size-proportional, |D|^(1/tau), or file "
+                   "(weights_file, or else each collection's weight: key).")
+    mixture_temperature: float = setting(2.0, gt=0, description="tau for mixture='temperature'.")
+    weights_file: str | None = setting(None, role=INPUT, description="weights.json (from a strategy run) or a {name: weight} JSON/YAML file.")
+    transfer: str | None = setting(None, description="How learned weights are used: top:K (e.g. top:0.7), reweight, or loss.")
+    strategy: str = setting("static", description="A registered strategy: static | tdro | doremi | groupdro | infdds | "
+                                                "multidds | idro (docs/mixture.md); checked before any model or data loads.")
+    reference_model: str | None = setting(None, role=INPUT, description="Frozen reference model for tDRO/DoReMi.")
+    dev: list[str] = setting(default_factory=list, role=INPUT, description="BEIR directories whose dev split strategies use (Inf-DDS).")
+    dev_split: str = setting("dev", description="Qrels split of the --dev directories.")
+
+
+class OptimConfig(Part):
+    """The optimiser and its schedule, precision, the non-finite guard."""
+
+    title: ClassVar[str] = "Optimisation"
+
+    max_steps: int = setting(1000, ge=1, description="Optimiser steps to train for.")
+    learning_rate: float = setting(2e-5, gt=0, description="Peak learning rate (AdamW).")
+    weight_decay: float = setting(0.01, ge=0, description="AdamW weight decay (not applied to biases and LayerNorm).")
+    warmup_ratio: float = setting(0.1, ge=0, le=1, description="Fraction of steps with linear warm-up.")
+    scheduler: Literal["linear", "cosine", "constant"] = setting("linear", description="Decay after warm-up.")
+    max_grad_norm: float = setting(1.0, ge=0, description="Gradient clipping norm (0 = off).")
+    seed: int = setting(42, description="Seed for sampling, initialisation and dropout.")
+    mixed_precision: Literal["auto", "no", "fp16", "bf16"] = setting(
+        "auto", description="auto: bf16 on GPUs that support it, else fp16 with loss scaling; fp32 (no) on CPU.")
+    max_nonfinite_steps: int = setting(20, ge=1, role=OPERATIONAL, description="Stop after this many consecutive steps skipped for a non-finite loss or gradient.")
+    compile: bool = setting(False, role=OPERATIONAL, description="torch.compile the encoder's backbone for training (in place: checkpoints and the saved model keep plain parameter names). The first steps compile; see docs/benchmarks.md for the measured speed.")
+    compile_backend: str = setting("inductor", role=OPERATIONAL, description="torch.compile backend of --compile: inductor (needs a C/C++ compiler on CPU) or another of torch._dynamo.list_backends(), e.g. aot_eager.")
+
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _yaml_no(cls, v: Any) -> Any:
+        return "no" if v is False else v  # YAML 1.1 reads `mixed_precision: no` as false
+
+
+class EvalConfig(Part):
+    """Evaluation during training and the query instructions every evaluation uses."""
+
+    title: ClassVar[str] = "Evaluation during training"
+
+    eval_data: list[str] = setting(default_factory=list, role=OPERATIONAL, description="BEIR directories evaluated every eval_every steps.")
+    eval_every: int = setting(0, ge=0, role=OPERATIONAL, description="Evaluate on eval_data every N steps (0 = only at the end if eval_data).")
+    eval_split: str = setting("dev", role=OPERATIONAL, description="Qrels split used by the periodic evaluation.")
+    eval_max_queries: int | None = setting(None, ge=1, role=OPERATIONAL, description="Cap on queries per periodic evaluation set.")
+    query_instructions: dict[str, str] = setting(default_factory=dict, description="Query instruction per evaluation dataset (dataset name -> text), used by every evaluation and saved in the model folder's prompts (see docs/llm.md).")
+
+
+class RunConfig(Part):
+    """Where the run writes, checkpoints, logging, resuming, trackers, the device."""
+
+    title: ClassVar[str] = "Output, checkpoints and tracking"
+
+    output_dir: str = setting("runs/train", role=OPERATIONAL, description="Where the model, logs and checkpoints go.")
+    save_every: int = setting(200, ge=1, role=OPERATIONAL, description="Checkpoint every N optimiser steps.")
+    keep_checkpoints: int = setting(2, ge=1, role=OPERATIONAL, description="How many recent checkpoints to keep.")
+    log_every: int = setting(10, ge=1, role=OPERATIONAL, description="Write a metrics record every N steps.")
+    resume: bool = setting(False, role=OPERATIONAL, description="Continue from the latest checkpoint in output_dir.")
+    resume_with_changes: bool = setting(False, role=OPERATIONAL, description="With resume: accept training fields that differ from the checkpoint's (logged in metrics.jsonl).")
+    show_progress: bool = setting(True, role=OPERATIONAL, description="Show a progress bar.")
+    device: str | None = setting(None, role=OPERATIONAL, description="Device override (default: cuda if available, else cpu).")
+    report_to: list[str] = setting(default_factory=list, role=OPERATIONAL, description="Also send the logged scalars to tensorboard "
+                                 "(event files in output_dir/tensorboard) and/or wandb (offline unless WANDB_MODE "
+                                 "says otherwise); repeat for several; none = only metrics.jsonl.")
+    push_to_hub: str | None = setting(None, role=OPERATIONAL, description="After the run, upload model/, its card and report.html to "
+                                    "this Hugging Face Hub repository (USER/NAME); see drmix push.")
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _trackers(cls, v: Any) -> Any:
+        values = [v] if isinstance(v, str) else list(v or [])
+        names = [n.strip().lower() for x in values for n in str(x).split(",") if n.strip()]
+        bad = [n for n in names if n not in TRACKERS]
+        if bad:
+            raise ValueError(f"unknown tracker {bad[0]!r}; use {', '.join(TRACKERS)}")
+        return [n for n in dict.fromkeys(names) if n != "none"]
+
+
+class TrainConfig(Config):
+    """Everything ``drmix train`` needs, in parts. Field descriptions double as CLI help.
+
+    Strategy options are mappings checked by the options model each strategy registers
+    (:mod:`drmix.mixture.registry`) before any model or data loads; they are kept as given, so ``config.yaml``
+    and resume checks see what the user wrote.
+    """
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
+    mixture: MixtureConfig = Field(default_factory=MixtureConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+    dro: dict[str, Any] = setting(default_factory=dict, aliases=("tdro",),
+                                description="Options of the DRO strategies tdro, doremi, groupdro (see docs/mixture.md).")
+    influence: dict[str, Any] = setting(default_factory=dict, aliases=("infdds",),
+                                      description="Options of Inf-DDS / MultiDDS (see docs/influence.md).")
+    idro: dict[str, Any] = setting(default_factory=dict, description="Options of iDRO (see docs/coco.md).")
+    strategy_options: dict[str, Any] = setting(
+        default_factory=dict, description="Options of a registered strategy that has no field of its own (docs/mixture.md).")
+
+
+class TestConfig(Part):
+    """The final evaluation every recipe (tdro, coco, drama) ends with."""
+
+    title: ClassVar[str] = "Final evaluation"
+
+    test_data: list[str] = setting(default_factory=list, role=INPUT, description="BEIR directories evaluated at the end.")
+    test_split: str = setting("test", description="Qrels split of the final evaluation.")
+    test_max_queries: int | None = setting(None, ge=1, description="Cap on test queries per dataset (seeded subsample).")
+    test_max_docs: int | None = setting(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
+
+
+class PipelineRun(RunConfig):
+    """A recipe's output folder: its stages' subfolders, reused or re-run."""
+
+    overwrite: bool = setting(False, role=OPERATIONAL, description="Re-run every stage, replacing the earlier run's "
+                              "outputs in output_dir (without it a rerun reuses the stages made with the same settings "
+                              "and refuses changed ones unless --resume-with-changes re-runs them).")
+
+
+class PipelineBaseConfig(TrainConfig):
+    """The training parts (shared by a recipe's training stages) plus the final evaluation."""
+
+    run: PipelineRun = Field(default_factory=PipelineRun)
+    test: TestConfig = Field(default_factory=TestConfig)

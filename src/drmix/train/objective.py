@@ -1,0 +1,95 @@
+"""The trainer's one extension point for *what* is optimised: an :class:`Objective`.
+
+The loop (:class:`~drmix.train.trainer.Trainer`) owns devices, optimiser, accumulation, checkpoints and logs;
+a :class:`~drmix.mixture.base.Strategy` decides which collection each batch is drawn from and how per-example
+losses are reduced; the objective decides how drawn rows become a batch and how the two sides' embeddings become
+per-example losses, plus what the run records about it. Two are built in:
+
+* :class:`InfoNCE` (the default) -- fine-tuning on ``(query, positive, negatives)`` collections with hard,
+  in-batch and cross-device negatives and optional Matryoshka sizes (:func:`drmix.model.losses.contrastive_losses`);
+* :class:`drmix.pretrain.coco.CocoObjective` -- COCO's contrastive pretraining on two spans of one document.
+
+sentence-transformers plugs losses in the same way (a loss module given to its trainer); an objective also
+carries the few settings a loss implies for the loop (dropout in the forward, which prompt the query side takes).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+
+from drmix.model.losses import contrastive_losses
+
+
+class Objective(ABC):
+    """What the loop optimises. Subclasses override :meth:`losses` and, where needed, :meth:`builder`."""
+
+    #: name shown in logs
+    name = "objective"
+    #: False: the backbone runs in eval mode (no dropout) in the training forward (COCO, as its authors do)
+    dropout: bool = True
+    #: True: the query side is encoded with the document prompt (both sides are documents, e.g. COCO's spans)
+    documents_on_both_sides: bool = False
+    #: hard negatives a batch carries per example (the builder's and the encoder's setting)
+    num_negatives: int = 0
+
+    def builder(self, collections: list, *, seed: int, tokens: list | None) -> Any:
+        """The batch builder: ``build(pairs) -> Batch`` over ``(collection, row)`` pairs, with ``state_dict`` /
+        ``load_state_dict`` (its random state is part of every checkpoint). ``tokens``: the collections' stored
+        ids when :meth:`wants_tokens` and the model's preprocessing allows."""
+        from drmix.data.sampling import BatchBuilder
+
+        return BatchBuilder(collections, self.num_negatives, seed=seed, tokens=tokens)
+
+    def wants_tokens(self) -> bool:
+        """Whether the builder can use stored token ids of the collections (:mod:`drmix.data.tokenized`)."""
+        return True
+
+    @abstractmethod
+    def losses(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *, gather: bool) -> torch.Tensor:
+        """Per-example losses from query embeddings ``q`` [B, D], document embeddings ``d`` (the B positives
+        first, then the hard negatives ``mask`` [B, H] marks) -- with gradient; ``gather``: add the documents of
+        every process as negatives."""
+
+    def card(self) -> dict[str, Any]:
+        """Fields of the model card's :class:`~drmix.report.card.CardInfo` this objective sets."""
+        return {}
+
+    def details(self) -> dict[str, Any]:
+        """What the run's :class:`~drmix.train.saving.TrainResult` records about the objective."""
+        return {}
+
+
+class InfoNCE(Objective):
+    """InfoNCE over hard, in-batch and cross-device negatives (the fine-tuning objective of every paper drmix
+    implements; van den Oord et al., "Representation Learning with Contrastive Predictive Coding",
+    arXiv:1807.03748, Eq. 4), at each Matryoshka size too (Kusupati et al., NeurIPS 2022, arXiv:2205.13147)."""
+
+    name = "infonce"
+
+    def __init__(self, *, temperature: float, num_negatives: int, in_batch: bool = True,
+                 cross_device: bool = True, matryoshka_dims: list[int] | tuple[int, ...] = ()) -> None:
+        self.temperature = temperature
+        self.num_negatives = num_negatives
+        self.in_batch = in_batch
+        self.cross_device = cross_device
+        self.matryoshka_dims = list(matryoshka_dims)
+
+    @classmethod
+    def from_config(cls, config: Any) -> "InfoNCE":
+        """The objective a :class:`~drmix.config.TrainConfig` describes (its ``contrastive`` part)."""
+        c = config.contrastive
+        return cls(temperature=c.temperature, num_negatives=c.num_negatives, in_batch=c.in_batch_negatives,
+                   cross_device=c.cross_device_negatives, matryoshka_dims=c.matryoshka_dims)
+
+    def losses(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *, gather: bool) -> torch.Tensor:
+        B, H = mask.shape
+        p = d[:B]
+        negs = None
+        if H:
+            negs = d.new_zeros(B, H, d.size(-1))
+            negs[mask] = d[B:]
+        return contrastive_losses(q.float(), p.float(), None if negs is None else negs.float(), mask if H else None,
+                                  temperature=self.temperature, in_batch=self.in_batch,
+                                  gather=gather and self.cross_device, matryoshka_dims=self.matryoshka_dims)
