@@ -148,3 +148,12 @@ def _weights(tmp_path):
     path = tmp_path / "w.json"
     path.write_text(json.dumps({"one": 1, "two": 3}))
     return path
+
+
+def test_no_duplicates_sampling_trains_and_keeps_its_state(tiny_model_path, dup_data, tmp_path):
+    trainer = Trainer(config(tiny_model_path, dup_data, tmp_path / "nd", max_steps=3, no_duplicates=True,
+                             input_prefetch=2))
+    trainer.train()
+    assert trainer.sampler.no_duplicates and trainer.sampler.row_keys == trainer.builder.row_keys
+    state = json.loads((tmp_path / "nd" / "checkpoints" / "step-3" / "trainer_state.json").read_text())
+    assert "deferred" in state["sampler"]

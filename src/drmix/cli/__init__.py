@@ -115,8 +115,8 @@ def _main(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-    if not verbose:  # datasets' "Map" / "Saving the dataset" bars of every conversion and cache write
-        _datasets_bars(False)
+    # datasets' "Map" / "Saving the dataset" bars of every conversion and cache write: only with -v
+    _datasets_bars(bool(verbose))
     for noisy in ("httpx", "urllib3", "filelock", "datasets", "numba",
                   "faiss"):  # faiss.loader logs which CPU build it loaded at INFO
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
@@ -132,13 +132,14 @@ def _main(
 
 
 def _datasets_bars(on: bool) -> None:
-    """Switch ``datasets``' progress bars (its environment variable when it is not imported yet)."""
-    if "datasets" in sys.modules:
-        import datasets
+    """Switch ``datasets``' progress bars for this process (an environment variable the user set wins)."""
+    import warnings
 
+    import datasets
+
+    with warnings.catch_warnings():  # enabling warns when HF_DATASETS_DISABLE_PROGRESS_BARS is set: it wins
+        warnings.simplefilter("ignore", UserWarning)
         (datasets.enable_progress_bars if on else datasets.disable_progress_bars)()
-    elif not on:
-        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 
 def _log_handler() -> logging.Handler:

@@ -114,7 +114,7 @@ class CardInfo:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in obj.items() if k in known}
         values["collections"] = [CollectionInfo(**c) for c in values.get("collections", [])]
-        values["papers"] = [p if isinstance(p, str) else Paper(**p) for p in values.get("papers", [])]
+        values["papers"] = [PAPERS.get(p, p) if isinstance(p, str) else Paper(**p) for p in values.get("papers", [])]
         return cls(**values)
 
 

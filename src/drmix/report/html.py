@@ -211,11 +211,13 @@ def _run_sections(run: Path, base: Path, level: int = 2) -> str:
     train = [r for r in metrics if "loss" in r]
     parts: list[str] = []
     loss_fig = _line_figure([
-        ("training loss", {"loss": _series(train, "loss"), "raw InfoNCE": _series(train, "raw_loss")}, "loss"),
+        ("training loss", {"loss": _series(train, "loss"), "raw (per example)": _series(train, "raw_loss")},
+         "loss"),
         ("learning rate", {"lr": _series(train, "lr")}, "lr"),
         ("throughput", {"examples/s": _series(train, "samples_per_s")}, "examples / s")])
-    parts.append(_figure(loss_fig, "Loss (the strategy's objective and the mean per-example InfoNCE), learning "
-                                   "rate and training throughput per logged step."))
+    parts.append(_figure(loss_fig, "Loss (the strategy's objective and the mean per-example loss, each averaged "
+                                   "over the steps since the previous record), learning rate and training "
+                                   "throughput per logged step."))
     per_collection = _named_series(train, "collection_losses")
     source = "metrics.jsonl"
     if not per_collection:
