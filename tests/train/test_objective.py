@@ -151,7 +151,7 @@ def _weights(tmp_path):
 
 
 def test_no_duplicates_sampling_trains_and_keeps_its_state(tiny_model_path, dup_data, tmp_path):
-    trainer = Trainer(config(tiny_model_path, dup_data, tmp_path / "nd", max_steps=3, no_duplicates=True,
+    trainer = Trainer(config(tiny_model_path, dup_data, tmp_path / "nd", max_steps=3, batch_sampler="no_duplicates",
                              input_prefetch=2))
     trainer.train()
     assert trainer.sampler.no_duplicates and trainer.sampler.row_keys == trainer.builder.row_keys

@@ -95,13 +95,15 @@ class ContrastiveConfig(Part):
                                     "whose text equals the example's positive, and the positive of another example "
                                     "with the same query, leave the softmax (compared by hash; off: every other "
                                     "document is a negative, drmix 0.1's loss).")
-    no_duplicates: bool = setting(False, description="Draw batches whose rows share no text (query, positive or "
-                                  "negative), as sentence-transformers' BatchSamplers.NO_DUPLICATES; a row that "
-                                  "would repeat one is drawn in a later batch.")
+    batch_sampler: Literal["default", "no_duplicates"] = setting(
+        "default", description="How rows fill a batch: default (drawn in order of each collection's shuffled epoch) "
+                               "| no_duplicates (no two rows of a batch share a text: query, positive or negative; "
+                               "a row that would is drawn in a later batch), as sentence-transformers' batch_sampler "
+                               "BatchSamplers.NO_DUPLICATES.")
     loss: str = setting("infonce", description="The training loss, a registered objective: infonce (contrastive) | "
                         "margin_mse (MarginMSE on teacher score margins) | kl (KL divergence to the teacher's "
                         "softmax over positive and hard negatives); margin_mse and kl read the collections' "
-                        "positive_scores / negative_scores (docs/training.md#distillation).")
+                        "positive_scores / negative_scores (docs/training.md, Distillation).")
     teacher_temperature: float = setting(1.0, gt=0, description="loss=kl: teacher scores are divided by it before "
                                          "their softmax (the student's scores by temperature).")
 

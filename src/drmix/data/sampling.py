@@ -11,7 +11,8 @@ Within a collection, rows are drawn without replacement from a per-epoch permuta
 ``(seed, collection, epoch)``; the sampler's state (generator state, cursors, epochs) is a small JSON
 dictionary, so a resumed run draws exactly the batches the uninterrupted run would have drawn.
 
-**No duplicates** (``no_duplicates=True``, sentence-transformers' ``BatchSamplers.NO_DUPLICATES``): a row
+**No duplicates** (``no_duplicates=True``; the config's ``batch_sampler: no_duplicates``, after
+sentence-transformers' ``BatchSamplers.NO_DUPLICATES``): a row
 shares no text (query, positive or negative; compared by hash, :meth:`BatchBuilder.row_keys`) with a row
 already in the batch. A row that would is set aside and tried first for the next batches of its collection
 (the set-aside rows are part of the state, so resuming stays exact); when a collection cannot fill a batch

@@ -187,10 +187,10 @@ class Trainer:
         tokens = (self.encoder.token_ids(self.collections, num_proc=cfg.data.tokenize_num_proc)
                   if cfg.data.pretokenize and self.objective.wants_tokens() else None)
         self.builder = self.objective.builder(self.collections, seed=cfg.optim.seed, tokens=tokens)
-        if cfg.contrastive.no_duplicates:
+        if cfg.contrastive.batch_sampler == "no_duplicates":
             if not hasattr(self.builder, "row_keys"):
-                raise ConfigError(f"no_duplicates needs row keys, and the {self.objective.name} objective's batch "
-                                  "builder has none.", fix="drop --no-duplicates for this objective.")
+                raise ConfigError(f"batch_sampler no_duplicates needs row keys, and the {self.objective.name} "
+                                  "objective's batch builder has none.", fix="drop --batch-sampler no_duplicates.")
             self.sampler.no_duplicates, self.sampler.row_keys = True, self.builder.row_keys
         self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs,
                                     prefetch=cfg.data.input_prefetch, workers=cfg.data.input_workers,
