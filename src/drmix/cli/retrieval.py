@@ -339,7 +339,9 @@ def eval_command(
     split: Optional[str] = typer.Option(None, "--split", help="qrels split to evaluate (qrels/{split}.tsv; "
                                         "default test); with --mteb: only this split of every task (default: "
                                         "each task's own evaluation splits)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md; a "
+                                          "drmix run or pipeline folder gets them in its eval/ folder (where drmix "
+                                          "report and the model card read them)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the eval.json and eval.md of an earlier "
                                                              "drmix eval in --output."),
     k: int = typer.Option(100, "--k", "-k", min=1, help="Documents retrieved per query."),
@@ -376,6 +378,9 @@ def eval_command(
     if not data:
         raise ConfigError("no dataset given.", fix="pass --data DIR (a BEIR directory) or --mteb TASK.")
     split = split or "test"
+    from drmix.cli.report import into_run, refresh_run
+
+    output, run = into_run(output, "eval")
     if output is not None:
         from drmix.outputs import claim_output
 
@@ -394,6 +399,7 @@ def eval_command(
     if output is not None:
         report.write(output)
         _console().print(f"wrote {output / 'eval.json'} and {output / 'eval.md'}")
+        refresh_run(run)
 
 
 def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, batch_size, max_length, metric,
@@ -417,6 +423,9 @@ def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, ba
                           "protocol (its top 1000, full corpora, the model's own prompts, fp32).",
                           fix=f"drop {', '.join(unsupported)}, or evaluate BEIR directories with --data.")
     names = parse_task_list(tasks)
+    from drmix.cli.report import into_run, refresh_run
+
+    output, run = into_run(output, "eval")
     if output is not None:
         from drmix.outputs import claim_output
 
@@ -429,6 +438,7 @@ def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, ba
     if output is not None:
         _console().print(f"wrote {output / 'eval.json'}, {output / 'eval.md'} and MTEB's result files in "
                          f"{output / MTEB_DIR}")
+        refresh_run(run)
 
 
 def register(app: typer.Typer) -> None:

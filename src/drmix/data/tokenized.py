@@ -286,6 +286,7 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
             log.warning("tokenised cache %s unreadable (%s); rebuilding", final, e)
     root.mkdir(parents=True, exist_ok=True)
     nproc = num_proc if num_proc and num_proc > 1 and len(ds) >= 2000 * num_proc else None
+    bars = datasets.is_progress_bar_enabled()  # restored after: drmix's CLI switches them off unless -v
     datasets.disable_progress_bars()
     try:
         out = ds.map(_encode_rows, batched=True, batch_size=1000, num_proc=nproc,
@@ -295,7 +296,8 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
                                 "d_len": int(doc_max_length)},
                      features=_features(), new_fingerprint=key, desc=f"tokenising {collection.name}")
     finally:
-        datasets.enable_progress_bars()
+        if bars:
+            datasets.enable_progress_bars()
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
         out.save_to_disk(str(tmp / "data"))
@@ -355,6 +357,7 @@ def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length
             log.warning("tokenised cache %s unreadable (%s); rebuilding", final, e)
     root.mkdir(parents=True, exist_ok=True)
     nproc = num_proc if num_proc and num_proc > 1 and len(texts) >= 5000 * num_proc else None
+    bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     try:
         ds = datasets.Dataset.from_dict({"text": list(texts)})
@@ -364,7 +367,8 @@ def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length
                      features=datasets.Features({"ids": datasets.Sequence(datasets.Value("int32"))}),
                      new_fingerprint=key)
     finally:
-        datasets.enable_progress_bars()
+        if bars:
+            datasets.enable_progress_bars()
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
         out.save_to_disk(str(tmp / "data"))

@@ -23,6 +23,7 @@ __all__ = ["DEFAULT_MODEL", "default_model_path", "document_prompt", "load_encod
 log = logging.getLogger(__name__)
 
 
+
 def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
                  trust_remote_code: bool = False, max_seq_length: int | None = None,
                  model_kwargs: dict | None = None):

@@ -52,4 +52,28 @@ def resolve_model_path(name_or_path: str | None) -> str:
     if looks_local:
         raise ModelError("model path does not exist.", path=name_or_path,
                          fix="pass an existing SentenceTransformer folder, a hub id (org/name), or omit --model for the default.")
+    check_hub_model(name_or_path)
     return name_or_path  # a hub id
+
+def check_hub_model(repo_id: str) -> None:
+    """Fail in seconds when a Hub model id cannot be loaded here: not in the local Hub cache, and the Hub switched
+    off (``HF_HUB_OFFLINE``) or not reachable (one HEAD request, :func:`drmix.data.formats.sources.hub_unreachable`).
+    Without this check, transformers retries the Hub for about a minute before failing."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    try:
+        if any(isinstance(try_to_load_from_cache(repo_id, f), str) for f in ("modules.json", "config.json")):
+            return
+    except Exception:  # noqa: BLE001 - an id the cache cannot parse is left to the loader's own message
+        return
+    fix = ("pass a local model folder, or run once with a network so the Hub caches the model "
+           "(`drmix` then loads it offline).")
+    if constants.is_offline_mode():
+        raise ModelError(f"{repo_id!r} is not a local folder, is not in the Hugging Face Hub cache, and the Hub is "
+                         "switched off here (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE).", path=repo_id, fix=fix)
+    from drmix.data.formats.sources import hub_unreachable
+
+    why = hub_unreachable()
+    if why is not None:
+        raise ModelError(f"{repo_id!r} is not a local folder, is not in the Hugging Face Hub cache, and the Hub "
+                         f"cannot be used: {why}.", path=repo_id, fix=fix)

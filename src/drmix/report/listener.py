@@ -61,12 +61,21 @@ class RunReport(Listener):
 
     @staticmethod
     def write_card(trainer: Any, model: Any, weights: dict | None) -> Path:
-        from drmix.report.card import info_from_train_config, write_model_card
+        """``model/README.md``, and the card's facts in ``card.json`` (re-rendered with later evaluations by
+        :func:`drmix.report.card.refresh_card`)."""
+        from drmix.io import atomic_write_json
+        from drmix.report.card import CARD_FACTS, eval_results_from, info_from_train_config, write_model_card
 
         config, out = trainer.config, Path(trainer.out)
         info = info_from_train_config(config, names=trainer.names, sizes=trainer.sizes, weights=weights,
                                       eval_results=eval_results_of(out / "metrics.jsonl"),
-                                      eval_split=config.eval.eval_split if config.eval.eval_data else None)
+                                      eval_split=config.eval.eval_split if config.eval.eval_data else None,
+                                      sources=[getattr(c, "source", None) for c in trainer.collections])
         for key, value in trainer.objective.card().items():
             setattr(info, key, value)
+        atomic_write_json(out / CARD_FACTS, info.to_json())
+        later, split = eval_results_from(out)   # a resumed run's folder may hold drmix eval's results already
+        if later:
+            info.eval_results = {**info.eval_results, **later}
+            info.eval_split = split or info.eval_split
         return write_model_card(model, out / "model", info)
