@@ -295,7 +295,7 @@ def config_inputs(config: object) -> list[Path]:
     for name in INPUT_FIELDS:
         value = _field(config, name)
         for v in (value if isinstance(value, (list, tuple)) else [value]):
-            v = getattr(v, "path", v)
+            v = v.get("path") if isinstance(v, dict) else getattr(v, "path", v)
             if isinstance(v, (str, Path)) and str(v) and Path(v).expanduser().exists():
                 out.append(Path(v).expanduser())
     return out
