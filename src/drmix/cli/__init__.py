@@ -42,7 +42,7 @@ app = typer.Typer(
 
 # One module per command or command group, named after it (retrieval: index, search, eval); each registers
 # its commands. The order is the order of `drmix --help`. Modules that are not part of this build are skipped.
-_AREAS = ("train", "retrieval", "demo", "localdocs", "mixture", "pipeline", "multicorpus", "mine", "pretrain",
+_AREAS = ("train", "retrieval", "demo", "localdocs", "mixture", "pipeline", "adapt", "multicorpus", "mine", "pretrain",
           "analyze", "augment", "prune", "compare", "report")
 
 

@@ -58,8 +58,8 @@ def _run_recipe(config: Any, run: Any) -> Any:
 def _finish(table: Any, summary: Path, output_dir: Any, config: Any) -> None:
     from drmix.cli import console
 
-    if table is not None:
-        console.print(table, highlight=False, soft_wrap=True)
+    if table is not None:   # as written: no markup, no emoji (a transfer "top:0.7" is not ":top:")
+        console.print(table, highlight=False, soft_wrap=True, markup=False, emoji=False)
     console.print(f"summary: {summary}")
     after_run(output_dir, config, pipeline=True)
 
