@@ -61,6 +61,16 @@ def make_config(tmp: Path, model: str, **over) -> AdaptConfig:
     return AdaptConfig(**values)
 
 
+@pytest.fixture(autouse=True)
+def _no_figures(monkeypatch):
+    """report.html without its matplotlib figures: the recipe's pages are tested, not the plots (most of a tiny
+    run's time)."""
+    from drmix.report import html
+
+    monkeypatch.setattr(html, "_line_figure", lambda *a, **kw: None)
+    monkeypatch.setattr(html, "_weights_figure", lambda *a, **kw: None)
+
+
 # ---------------------------------------------------------------------------------------------- labels unread
 class LabelGuard:
     """An audit hook (sys.addaudithook: every open() of the process) that fails any opening of the withheld
@@ -126,8 +136,13 @@ def finished(tmp_path_factory, tiny_model_path):
     adapt_mod.final_labelled_evaluation = final
     _GUARD.armed, _GUARD.opened_after = True, []
     lines: list[str] = []
+    from drmix.report import html
+
     try:
-        result = run_adapt(cfg, progress=lines.append)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(html, "_line_figure", lambda *a, **kw: None)
+            m.setattr(html, "_weights_figure", lambda *a, **kw: None)
+            result = run_adapt(cfg, progress=lines.append)
     finally:
         adapt_mod.final_labelled_evaluation = original
         _GUARD.armed = False

@@ -701,9 +701,22 @@ def _weights_of(folder: Path) -> dict[str, float]:
         return {}
 
 
-def _copy_model(src: Path, dst: Path) -> None:
-    """``dst`` := a copy of the model folder ``src`` (hard links where the file system allows), atomically."""
-    from drmix.io import atomic_dir
+#: the file that marks ``output_dir/model`` as the recipe's copy (and says which candidate it is)
+ADAPTED_MARKER = "drmix_adapt.json"
+
+
+def _check_model_target(dst: Path) -> None:
+    if (dst.exists() or dst.is_symlink()) and not (dst / ADAPTED_MARKER).is_file():
+        raise ConfigError("output_dir/model exists and is not the adapted model drmix adapt wrote.", path=dst,
+                          fix="move it away or choose another --output-dir.")
+
+
+def _copy_model(src: Path, dst: Path, candidate: str) -> None:
+    """``dst`` := a copy of the model folder ``src`` (hard links where the file system allows), atomically, with
+    :data:`ADAPTED_MARKER`; a ``dst`` that is not such a copy is refused (it is not the recipe's to replace)."""
+    from drmix.io import atomic_dir, atomic_write_json
+
+    _check_model_target(dst)
 
     def link(a: str, b: str) -> None:
         try:
@@ -713,6 +726,7 @@ def _copy_model(src: Path, dst: Path) -> None:
 
     with atomic_dir(dst) as tmp:
         shutil.copytree(src.resolve(), tmp, dirs_exist_ok=True, copy_function=link)
+        atomic_write_json(tmp / ADAPTED_MARKER, {"candidate": candidate, "copied_from": str(src)})
 
 
 # ---------------------------------------------------------------------------------------------- the recipe
@@ -726,6 +740,7 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
     plan = plan_adapt(config)
     root = plan.root
     claim_run(config, "recipe")
+    _check_model_target(root / "model")
     prepare_stages(plan.stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
     record_config(root, "adapt.yaml", config)
     work = plan_work(config, plan)
@@ -805,7 +820,7 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
     result.comparisons = _comparisons(result, config)
     result.weights = {lb: w for lb, m in models.items() if (w := _weights_of(Path(m).parent))}
     result.table = _summary(config, plan, result, dev_avg)
-    _copy_model(Path(models[selected]), root / "model")
+    _copy_model(Path(models[selected]), root / "model", selected)
     _write_card(config, plan, result)
     from drmix.report.html import check_report_target, write_report
 
