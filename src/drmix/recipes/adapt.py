@@ -614,10 +614,54 @@ def _llm_backend(config: AdaptConfig, cache: Path):
     return build_backend(cfg, cache_path=cache)
 
 
+def teacher_ranker(teacher: Any, teacher_name: str | None) -> Callable[..., list[list[str]]]:
+    """``rank(queries, doc_ids, doc_texts, top_n)`` by the teacher (cosine, exact), the corpus's embeddings cached
+    under ``DRMIX_CACHE/embeddings/`` keyed by the teacher (its name and a fingerprint of a local folder's files),
+    its document prompt and length, and the texts: another seed or another filter setting does not encode the
+    corpus again (the teacher's corpus pass is most of the stage's time)."""
+    import hashlib
+
+    from drmix.augment.mine import rank
+    from drmix.evaluation.suite import model_stamp
+    from drmix.io import atomic_write_bytes, cache_root
+    from drmix.model.encoder import document_prompt, query_prompt, resolve_model_path
+    from drmix.retrieval.index import encode_texts
+
+    name = resolve_model_path(teacher_name)
+    dp, qp = document_prompt(teacher), query_prompt(teacher)
+
+    def doc_embeddings(texts: list[str]) -> np.ndarray:
+        import io
+
+        h = hashlib.blake2b(digest_size=16)
+        h.update(json.dumps([name, model_stamp(name), dp, getattr(teacher, "max_seq_length", None)]).encode())
+        for t in texts:
+            h.update(t.encode("utf-8", "surrogatepass") + b"\0")
+        path = cache_root() / "embeddings" / f"{h.hexdigest()}.npy"
+        try:
+            emb = np.load(path)
+            if emb.shape[0] == len(texts):
+                return emb
+        except (OSError, ValueError):
+            pass
+        emb = encode_texts(teacher, texts, prompt=dp, normalize=True)
+        buf = io.BytesIO()
+        np.save(buf, emb)
+        atomic_write_bytes(path, buf.getvalue())
+        return emb
+
+    def ranker(queries: list[str], doc_ids: list[str], doc_texts: list[str], top_n: int) -> list[list[str]]:
+        if not queries:
+            return []
+        q = encode_texts(teacher, queries, prompt=qp, normalize=True)
+        return [[d for d, _ in r] for r in rank(q, doc_embeddings(list(doc_texts)), doc_ids, top_n=top_n)]
+
+    return ranker
+
+
 def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
     """Write ``synthetic/`` (BEIR folders, train collections, ``stats.json``) in one atomic step; returns the
     stats. Reads each target's corpus only."""
-    from drmix.augment.mine import mine_ranked
     from drmix.augment.synthetic import build_corpus_synthetic, write_corpus_synthetic
     from drmix.data.beir import read_corpus
     from drmix.io import atomic_dir, atomic_write_json
@@ -627,9 +671,7 @@ def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
     s = config.synthetic
     teacher = load_encoder(s.teacher, device=config.run.device)
     backend = _llm_backend(config, plan.root / "llm-cache.jsonl")
-
-    def rank(queries, ids, texts, top_n):
-        return [[d for d, _ in r] for r in mine_ranked(queries, ids, texts, teacher, top_n=top_n)]
+    rank = teacher_ranker(teacher, s.teacher)
 
     stats: dict[str, Any] = {}
     with atomic_dir(plan.root / "synthetic") as tmp:
