@@ -142,7 +142,8 @@ def report(args, seeds: list[int], results: dict[int, dict]) -> str:
     first = results[seeds[0]]
     lines = [f"Preset `{args.preset}`, seeds {seeds}; nDCG@10 on the SciFact and NFCorpus test splits (a seeded "
              "sample of the same queries and documents for every seed), read only by the recipe's final evaluation.",
-             "", "| model | " + " | ".join(TARGETS) + " | average (mean over seeds) | per seed | 95% interval (seeds) |",
+             "", "| model | " + " | ".join(TARGETS)
+             + " | average (mean over seeds) | per seed | 95% interval (seeds) |",
              "|---|" + "---:|" * len(TARGETS) + "---:|---|---|"]
     for label, runs in rows.items():
         per_seed = [avg(r) for r in runs]

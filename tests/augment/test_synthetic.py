@@ -27,7 +27,8 @@ def test_round_trip_keeps_a_query_whose_source_is_in_the_top_k():
 
 
 def _queries(n_passages: int, per: int = 1) -> list[SyntheticQuery]:
-    return [SyntheticQuery(f"q{p}-{j}", f"text {p} {j}", f"p{p}", "crop") for p in range(n_passages) for j in range(per)]
+    return [SyntheticQuery(f"q{p}-{j}", f"text {p} {j}", f"p{p}", "crop")
+            for p in range(n_passages) for j in range(per)]
 
 
 def test_splits_share_no_passage_and_keep_a_passages_queries_together():

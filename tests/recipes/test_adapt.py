@@ -178,7 +178,8 @@ def test_end_to_end_report_model_and_card(finished):
     summary = json.loads((root / "summary.json").read_text())
     assert summary["selected"] == result.selected and summary["kendall"]["candidates"] == 5
     assert set(summary["comparisons"]) == {"synthetic test: vs uniform fine-tuning",
-                                           "synthetic test: adapted vs COCO → uniform", "test: vs uniform fine-tuning",
+                                           "synthetic test: adapted vs COCO → uniform",
+                                           "test: vs uniform fine-tuning",
                                            "test: adapted vs COCO → uniform"}
     md = (root / "summary.md").read_text()
     assert "## Candidates: synthetic dev against labelled" in md and "Kendall's tau" in md
@@ -221,7 +222,8 @@ def test_no_stage_is_configured_with_the_labelled_directories(tmp_path, tiny_mod
     infdds = plan.candidates["infdds+synthetic"][1]
     assert infdds.mixture.dev == plan.synthetic_dirs and infdds.mixture.dev_split == "dev"
     tdro = plan.candidates["tdro:reweight+synthetic"][1]
-    assert tdro.mixture.transfer == "reweight" and tdro.mixture.weights_file.endswith("tdro-stage1-synthetic/weights.json")
+    assert tdro.mixture.transfer == "reweight"
+    assert tdro.mixture.weights_file.endswith("tdro-stage1-synthetic/weights.json")
     s1 = plan.stage1[True]
     assert s1.mixture.reference_model.endswith("coco-uniform-synthetic/model") and s1.optim.max_steps == 3
     assert plan.coco.coco.corpus == cfg.target.corpus and plan.coco.optim.max_steps == 3
@@ -381,3 +383,67 @@ def test_bad_inputs_fail_before_any_stage(tmp_path, tiny_model_path):
         with pytest.raises(ConfigError, match=message):
             run_adapt(cfg.replace(**change))
         assert not (tmp_path / "run").exists()
+
+
+def test_the_teachers_corpus_embeddings_are_cached_and_rank_as_mine_ranked(tmp_path, tiny_model_path, monkeypatch):
+    from drmix.augment.mine import mine_ranked
+    from drmix.model.encoder import load_encoder
+    from drmix.retrieval import index
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    teacher = load_encoder(tiny_model_path)
+    docs = [f"a note about {t}" for ts in TOPICS.values() for t in ts]
+    ids = [f"d{i}" for i in range(len(docs))]
+    queries = ["cats and dogs", "trains", "harbour ferries"]
+    encoded: list[int] = []
+    original = index.encode_texts
+
+    def counting(model, texts, **kw):
+        encoded.append(len(texts))
+        return original(model, texts, **kw)
+
+    monkeypatch.setattr(index, "encode_texts", counting)
+    first = adapt_mod.teacher_ranker(teacher, tiny_model_path)(queries, ids, docs, 5)
+    again = adapt_mod.teacher_ranker(teacher, tiny_model_path)(queries, ids, docs, 5)
+    assert encoded == [3, len(docs), 3]               # the corpus once, the queries each time
+    assert first == again == [[d for d, _ in r] for r in mine_ranked(queries, ids, docs, teacher, top_n=5)]
+    adapt_mod.teacher_ranker(teacher, tiny_model_path)(queries, ids[:-1], docs[:-1], 5)
+    assert encoded[-1] == len(docs) - 1                # other texts: encoded again
+
+
+def test_a_model_folder_the_recipe_did_not_write_is_refused(tmp_path, tiny_model_path):
+    cfg = make_config(tmp_path, tiny_model_path)
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    (tmp_path / "run" / "adapt.yaml").write_text(cfg.dump_yaml())     # an earlier run's folder, and a user's model/
+    (tmp_path / "run" / "model" / "mine.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not the adapted model"):
+        run_adapt(cfg)
+    assert not (tmp_path / "run" / "synthetic").exists()
+    assert (tmp_path / "run" / "model" / "mine.txt").read_text() == "mine"
+
+
+def test_an_llm_endpoint_writes_queries_that_are_counted_apart_and_cached(tmp_path, tiny_model_path):
+    from loopback_llm import LoopbackServer, chat
+
+    topics = [t for ts in TOPICS.values() for t in ts]
+
+    def reply(body, n):
+        passage = body["messages"][-1]["content"]
+        topic = next(t for t in topics if t in passage)
+        return 200, chat(f"Task: find the club\nQuery: when does the {topic} club meet\nLanguage: English")
+
+    server = LoopbackServer(reply)
+    try:
+        cfg = make_config(tmp_path, tiny_model_path, candidates=["uniform"], llm=server.url, llm_model="served",
+                          llm_options={"max_retries": 0}, generate_max_docs=3, eval_data=[])
+        result = run_adapt(cfg)
+        calls = len(server.bodies)
+    finally:
+        server.close()
+    assert calls == 6 and all(b["model"] == "served" for b in server.bodies)     # 3 documents of each corpus
+    for name in TOPICS:
+        s = result.synthetic[name]
+        assert s["generated"] == {"crop": 16, "generate": 3} and s["llm"]["kept"] == 3
+        assert sum(s["kept"].values()) == sum(s["queries"].values())
+    assert (Path(cfg.run.output_dir) / "llm-cache.jsonl").is_file() and result.labelled is None
+    assert "LLM-generated queries by" in (Path(cfg.run.output_dir) / "summary.md").read_text()

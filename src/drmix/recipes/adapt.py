@@ -514,7 +514,7 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None) -> list[StageW
 
             o = InfDDSConfig.model_validate(config.influence)
             updates = max(0, cfg.optim.max_steps - o.warmup_steps) // o.update_every
-            k = o.subset_size or len(cfg.data.collections) + len(plan.train_files) * c.synthetic
+            k = o.subset_size or len(cfg.data.collections)
             bs = cfg.contrastive.batch_size
             work += updates * (k * o.lookahead_steps * (o.train_batch_size or bs)
                                + (k + 1) * len(plan.synthetic_dirs) * (o.dev_batch_size or bs) / 3)
@@ -572,10 +572,10 @@ class Progress:
         w = self.work.get(name, StageWork(name))
         i = self.order.index(name) + 1 if name in self.order else 0
         eta = w.seconds((self.rates[0], self.rates[1]))
-        basis = "measured in this run" if (self.measured[0] or not w.examples) and (self.measured[1] or not w.passages) \
-            else "assumed"
+        basis = "rates measured in this run" if (self.measured[0] or not w.examples) and (
+            self.measured[1] or not w.passages) else "assumed rates"
         self.emit(f"adapt [{i}/{len(self.order)}] {name}{(': ' + what) if what else ''} -- estimated "
-                  f"{_minutes(eta)} ({basis} rates)")
+                  f"{_minutes(eta)} (at {basis})")
         return time.perf_counter()
 
     def reused(self, name: str) -> None:
