@@ -15,7 +15,10 @@ def test_every_alias_of_the_default_resolves_to_the_bundled_folder(tmp_path, mon
     assert not is_default_model("BAAI/bge-small-en-v1.5") and not is_default_model(str(tmp_path))
 
 
-def test_a_run_directory_stands_for_its_model_and_a_missing_path_is_refused(tmp_path):
+def test_a_run_directory_stands_for_its_model_and_a_missing_path_is_refused(tmp_path, monkeypatch):
+    import drmix.model.paths as paths
+
+    monkeypatch.setattr(paths, "check_hub_model", lambda repo_id: None)     # the Hub answers (tested in test_encoder)
     (tmp_path / "run" / "model").mkdir(parents=True)
     (tmp_path / "run" / "model" / "config.json").write_text("{}")
     assert resolve_model_path(str(tmp_path / "run")) == str(tmp_path / "run" / "model")

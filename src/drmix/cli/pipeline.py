@@ -60,8 +60,8 @@ def _finish(table: Any, summary: Path, output_dir: Any, config: Any) -> None:
     from drmix.cli import console
     from drmix.cli.report import print_outcome
 
-    if table is not None:
-        console.print(table, highlight=False, soft_wrap=True)
+    if table is not None:   # as written: no markup, no emoji (a transfer "top:0.7" is not ":top:")
+        console.print(table, highlight=False, soft_wrap=True, markup=False, emoji=False)
     console.print(f"summary: {summary}")
     after_run(output_dir, config, pipeline=True)
     print_outcome(output_dir, data=_test_data(config))

@@ -154,8 +154,14 @@ def mixture_tag(cfg: Mapping[str, Any]) -> str:
 
 
 def _learned_file(path: str | None) -> bool:
-    obj = _read_weights_file(path)
-    return bool(obj and obj.get("strategy") and obj.get("strategy") != "static")
+    """Whether ``path`` is a weights.json a strategy wrote (its ``strategy`` is not ``static``)."""
+    if not path:
+        return False
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and obj.get("strategy") not in (None, "static")
 
 
 def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence[int],

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 REPORT = "report.html"
 GENERATOR = "drmix report"
-CONFIG_FILES = ("config.yaml", "pipeline.yaml", "demo.json", "manifest.json")
+CONFIG_FILES = ("config.yaml", "pipeline.yaml", "adapt.yaml", "demo.json", "manifest.json")
 TABLE_FILES = ("summary.md", "results.md", "eval.md", "compare.md")
 _SKIP_DIRS = {"checkpoints", "model", "adapter", "index", "cache", ".cache", "__pycache__", "tensorboard", "wandb"}
 _LIST_ONLY = {"checkpoints", "index", "cache", "tensorboard", "wandb"}  # listed, their insides not
