@@ -53,7 +53,7 @@ def make_config(tmp: Path, model: str, **over) -> AdaptConfig:
                   model=model, teacher=model, output_dir=str(tmp / "run"), max_steps=3, batch_size=4,
                   learning_rate=1e-3, warmup_ratio=0.0, query_max_length=16, doc_max_length=32, save_every=1,
                   log_every=1, show_progress=False, device="cpu", seed=3, filter_k=8, max_per_doc=2,
-                  dev_queries=2, test_queries=2, negative_ranks="2:4",
+                  dev_queries=4, test_queries=2, negative_ranks="2:4",
                   candidates=["uniform", "size+synthetic", "tdro:reweight+synthetic", "infdds+synthetic"],
                   coco={"max_steps": 3, "batch_size": 4, "span_max_tokens": 8, "span_max_length": 16},
                   stage1={"max_steps": 3}, influence={"warmup_steps": 0, "update_every": 1})
