@@ -97,3 +97,126 @@ def test_guard_flags_infinite_grad_norm_and_fallback_optimizer():
     g.observe_loss(torch.tensor(2.0))
     assert g.before_step(plain, torch.tensor(1.0)) is True
     assert g.sync() == {"skipped_steps": 2, "consecutive_skipped": 0}
+
+
+def _steps(guard, opt, finite):
+    """One optimiser step per flag: a loss that is finite or NaN, a finite gradient norm."""
+    for ok in finite:
+        guard.observe_loss(torch.tensor(1.0 if ok else float("nan")))
+        guard.before_step(opt, torch.tensor(1.0))
+
+
+def test_a_resumed_guard_keeps_counting_and_stops_on_the_whole_run_of_skips():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.AdamW([p], lr=0.1, foreach=False)
+    before = NonFiniteGuard("cpu", max_consecutive=4)
+    assert before.state_dict() == before.sync() == {"skipped_steps": 0, "consecutive_skipped": 0}   # no step yet
+    _steps(before, opt, [False, False, False, True, False, False])   # 5 skipped, the last 2 in a row
+    state = before.state_dict()
+    assert state == {"skipped_steps": 5, "consecutive_skipped": 2}
+    after = NonFiniteGuard("cpu", max_consecutive=4)
+    after.load_state_dict(json.loads(json.dumps(state)))             # as trainer_state.json holds it
+    assert after.state_dict() == state
+    _steps(after, opt, [False])
+    assert after.sync() == {"skipped_steps": 6, "consecutive_skipped": 3}
+    _steps(after, opt, [False])                                      # 2 before the checkpoint + 2 after
+    with pytest.raises(NonFiniteError, match="4 consecutive steps"):
+        after.sync()
+    fresh = NonFiniteGuard("cpu", max_consecutive=4)
+    fresh.load_state_dict(None)                                      # a checkpoint without the field
+    assert fresh.state_dict() == {"skipped_steps": 0, "consecutive_skipped": 0}
+    fresh.load_state_dict({"skipped_steps": 2})                      # or with part of it
+    assert fresh.state_dict() == {"skipped_steps": 2, "consecutive_skipped": 0}
+    fresh.load_state_dict({})
+    _steps(fresh, opt, [False, True])
+    assert fresh.sync() == {"skipped_steps": 1, "consecutive_skipped": 0}
+
+
+def test_the_longest_run_counts_even_when_the_last_step_was_finite():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.AdamW([p], lr=0.1, foreach=False)
+    g = NonFiniteGuard("cpu", max_consecutive=3)
+    _steps(g, opt, [False, False, False, True])      # a run of 3 between two syncs, then a finite step
+    with pytest.raises(NonFiniteError, match="3 consecutive steps"):
+        g.sync()
+    assert g.sync() == {"skipped_steps": 3, "consecutive_skipped": 0}   # the longest run restarts after a sync
+    default = NonFiniteGuard("cpu")                   # 20 consecutive skipped steps stop a run by default
+    _steps(default, opt, [False] * 19)
+    assert default.sync()["consecutive_skipped"] == 19
+    _steps(default, opt, [False])
+    with pytest.raises(NonFiniteError, match="20 consecutive"):
+        default.sync()
+
+
+def test_without_a_norm_the_guard_measures_the_gradients_itself():
+    # max_grad_norm 0: no clipping, so the trainer hands no norm and the guard computes it
+    p, q = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.AdamW([p, q], lr=0.1, foreach=False)
+    g = NonFiniteGuard("cpu")
+    g.observe_loss(torch.tensor(1.0))
+    p.grad, q.grad = torch.ones(2), torch.tensor([1.0, float("inf")])
+    assert g.before_step(opt, None) is False
+    q.grad = None                                     # a parameter without a gradient is left out
+    g.observe_loss(torch.tensor(1.0))
+    assert g.before_step(opt, None) is True
+    p.grad = None                                     # no gradient at all: a finite (zero) norm
+    g.observe_loss(torch.tensor(1.0))
+    assert g.before_step(opt, None) is True
+    assert g.sync() == {"skipped_steps": 1, "consecutive_skipped": 0}
+
+
+def test_fused_optimisers_get_the_skip_flag_and_a_grad_scaler_keeps_its_own():
+    p = torch.nn.Parameter(torch.ones(2))
+    fused = torch.optim.AdamW([p], lr=0.1, fused=True)
+    g = NonFiniteGuard("cpu")
+    p.grad = torch.ones(2)
+    g.observe_loss(torch.tensor(1.0))
+    assert g.before_step(fused, torch.tensor(1.0)) is True
+    assert fused.found_inf.dtype == torch.float32 and float(fused.found_inf) == 0.0   # a finite step runs
+    fused.step()
+    assert not torch.equal(p.detach(), torch.ones(2))
+    # mixed precision with a GradScaler: the scaler sets found_inf itself; the guard only counts the skip
+    del fused.found_inf
+    g.observe_loss(torch.tensor(float("nan")))
+    assert g.before_step(fused, torch.tensor(1.0), scaler=object()) is True
+    assert not hasattr(fused, "found_inf")
+    assert g.sync() == {"skipped_steps": 1, "consecutive_skipped": 1}
+    # an optimiser is fused only when every parameter group is
+    r = torch.nn.Parameter(torch.ones(2))
+    mixed = torch.optim.AdamW([p], lr=0.1, fused=True)
+    mixed.add_param_group({"params": [r], "fused": False})
+    assert not supports_found_inf(mixed)
+    assert not supports_found_inf(torch.optim.SGD([p], lr=0.1))
+
+
+def test_every_process_skips_when_one_process_saw_a_non_finite_loss(monkeypatch):
+    import drmix.train.guard as guard_module
+
+    calls = []
+
+    def other_rank_was_bad(t, op):               # the all-reduce across 2 processes: the other one was not finite
+        calls.append(op)
+        return torch.ones_like(t)
+
+    monkeypatch.setattr(guard_module, "all_reduce", other_rank_was_bad)
+    p = torch.nn.Parameter(torch.ones(2))
+    plain = torch.optim.AdamW([p], lr=0.1, foreach=False)
+    g = NonFiniteGuard("cpu", world_size=2)
+    g.observe_loss(torch.tensor(1.0))
+    assert g.before_step(plain, torch.tensor(1.0)) is False
+    assert calls == ["max"]
+    assert NonFiniteGuard("cpu", world_size=1).before_step(plain, torch.tensor(1.0)) is True
+    assert NonFiniteGuard("cpu").before_step(plain, torch.tensor(1.0)) is True
+    assert calls == ["max"]                      # one process (the default): nothing to agree on
+
+
+def test_one_allowed_skip_stops_at_the_first_and_finite_steps_never_stop():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.AdamW([p], lr=0.1, foreach=False)
+    g = NonFiniteGuard("cpu", max_consecutive=1)
+    for _ in range(3):                           # finite steps, read at every log record
+        _steps(g, opt, [True])
+        assert g.sync() == {"skipped_steps": 0, "consecutive_skipped": 0}
+    _steps(g, opt, [False])
+    with pytest.raises(NonFiniteError, match="1 consecutive steps"):
+        g.sync()
