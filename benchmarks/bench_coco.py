@@ -82,14 +82,6 @@ def estimate(p: dict, seeds: list[int]):
     return est
 
 
-def t_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95% Student-t interval over seeds (:func:`drmix.evaluation.significance.t_interval`)."""
-    from drmix.evaluation.significance import t_interval as mean_half
-
-    m, half = mean_half(values)
-    return m, m - half, m + half
-
-
 def scores_of(model, test: list[str], p: dict, cache_dir: Path) -> dict:
     """``{dataset: {query: nDCG@10}}`` of one model, cached in ``cache_dir/eval-test.json``."""
     from drmix.evaluation.suite import evaluate_suite
@@ -292,8 +284,8 @@ def result_tables(scores: dict[str, list[dict]], zero: dict, seeds: list[int],
     each seed's average and the 95% t-interval over seeds; per comparison the difference with its 95% interval
     and paired t-test over queries (each query's score averaged over the seeds first; bold: p < 0.05), each
     seed's difference, and the paired t-test over the seeds' averages. Returns (markdown, summary, tests)."""
-    from drmix.evaluation.significance import t_test
-    from drmix.recipes.coco import paired_test
+    from drmix.evaluation.compare import paired_test
+    from drmix.evaluation.significance import t_interval, t_test
 
     def avg(run: dict) -> float:
         return float(np.mean([np.mean(list(s.values())) for s in run.values()]))
@@ -313,7 +305,8 @@ def result_tables(scores: dict[str, list[dict]], zero: dict, seeds: list[int],
     summary = {}
     for label in [lb for lb in MODEL_NAMES if lb in scores] + [lb for lb in scores if lb not in MODEL_NAMES]:
         runs = scores[label]
-        m, lo, hi = t_interval([avg(r) for r in runs])
+        m, half = t_interval([avg(r) for r in runs])
+        lo, hi = m - half, m + half
         summary[label] = {"per_seed": [avg(r) for r in runs], "mean": m, "low": lo, "high": hi,
                           "per_dataset": {d: float(np.mean([per_dataset(r, d) for r in runs])) for d in TARGETS}}
         lines.append(f"| {MODEL_NAMES.get(label, label)} | "

@@ -10,7 +10,7 @@ the backbone compiled in place with dynamic shapes).
   The first pass over the batches is timed separately (for the compiled model it contains the compilation);
   then ``--rounds`` rounds of ``--steps`` steps, alternating which model goes first, give the steady-state
   steps/s (wall time and process CPU time, all threads);
-* **encoding** -- :func:`drmix.retrieval.index.encode_texts` (what ``drmix index`` / ``drmix eval`` run:
+* **encoding** -- :func:`drmix.retrieval.encode.encode_texts` (what ``drmix index`` / ``drmix eval`` run:
   length-sorted batches) over the first ``--encode-n`` SciFact passages; first call timed separately, then
   ``--rounds`` alternating rounds give passages/s;
 * **agreement** -- with dropout off (eval mode) and equal weights, the loss and gradients of one training
@@ -167,7 +167,7 @@ def main() -> None:
 
     from drmix.device import to_device
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.index import encode_texts
+    from drmix.retrieval.encode import encode_texts
     from drmix.train.compile import compile_model
     from drmix.train.inputs import Featurizer
 

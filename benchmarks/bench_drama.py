@@ -133,7 +133,8 @@ def reranked(sets: dict, p: dict, out: Path, gen_files: list[str]) -> tuple[list
     """(d) training data: SmolLM2's listwise rerank (DRAMA Sec. 3.1.3) of every generated query's teacher top
     ``rerank_k`` (passages cut to ``rerank_words`` words): reranked top-1 positive, reranked ranks 10-20 hard
     negatives; queries whose output has no identifier are dropped (counted)."""
-    from drmix.augment.examples import rerank_examples, write_collection
+    from drmix.augment.examples import write_collection
+    from drmix.augment.rerank import rerank_examples
     from drmix.data.beir import doc_text
     from drmix.io import iter_jsonl
     from drmix.llm.cache import CachedBackend
@@ -197,9 +198,8 @@ def per_query(model_path: str | None, root: Path, p: dict, cache_dir: Path) -> d
 def paired(base: dict, runs: list[dict], metric: str) -> dict:
     """Seed means, and the paired test of the seed-averaged per-query values against ``base``."""
     import numpy as np
-    from scipy import stats
 
-    from drmix.evaluation.significance import t_interval
+    from drmix.evaluation.significance import t_interval, t_test, wilcoxon_test
 
     qids = sorted(base)
     b = np.array([base[q][metric] for q in qids])
@@ -208,17 +208,17 @@ def paired(base: dict, runs: list[dict], metric: str) -> dict:
     d = avg - b
     n = len(d)
     half = t_interval(d)[1]
-    nz = d[np.abs(d) > 1e-12]
+    p_wilcoxon = wilcoxon_test(d)
     return {"base": float(b.mean()), "mean": float(avg.mean()), "seed_means": [float(x) for x in per_seed.mean(axis=1)],
             "seed_sd": float(per_seed.mean(axis=1).std(ddof=1)) if len(runs) > 1 else 0.0,
             "diff": float(d.mean()), "ci95": [float(d.mean() - half), float(d.mean() + half)],
-            "p_t": float(stats.ttest_rel(avg, b).pvalue) if n > 1 else float("nan"),
-            "p_wilcoxon": float(stats.wilcoxon(nz).pvalue) if len(nz) > 0 else 1.0, "queries": n}
+            "p_t": t_test(d)[0], "p_wilcoxon": 1.0 if p_wilcoxon is None else p_wilcoxon, "queries": n}
 
 
 def llm_part(sets: dict, teacher, p: dict, out: Path) -> dict:
     """(c): generated queries and listwise rerank with the packaged SmolLM2 on a small subset."""
-    from drmix.augment.examples import mine_examples, rerank_examples
+    from drmix.augment.examples import mine_examples
+    from drmix.augment.rerank import rerank_examples
     from drmix.augment.generate import document_texts, generate_queries
     from drmix.data.beir import doc_text
     from drmix.llm.base import GenerationParams
@@ -353,7 +353,7 @@ def main() -> None:
     t_start = time.perf_counter()
     from drmix.model.encoder import default_model_path, load_encoder
     from drmix.evaluation.suite import cache_file
-    from drmix.model.prune import prune_to_sentence_transformer
+    from drmix.recipes.prune import prune_to_sentence_transformer
     from drmix.outputs import model_saved
 
     sets = load_sets(args.data, p)

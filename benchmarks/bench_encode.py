@@ -105,7 +105,7 @@ def main() -> None:
     import torch
 
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.index import token_lengths, encode_texts, length_order
+    from drmix.retrieval.encode import encode_texts, length_order, token_lengths
 
     model = load_encoder(args.model, device=args.device, max_seq_length=args.max_length)
     texts = load_passages(args.data, args.n)

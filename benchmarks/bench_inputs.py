@@ -9,7 +9,7 @@ the exact functions the trainer calls (:func:`drmix.train.inputs.host_inputs`):
 * ``pre-tokenised`` -- ids stored once per (tokenizer, lengths, prompts, content) by
   :func:`drmix.data.tokenized.tokenize_collection`, looked up and padded each step.
 
-Evaluation: the evaluation encoder's input path (:func:`drmix.retrieval.index.encode_texts` without the
+Evaluation: the evaluation encoder's input path (:func:`drmix.retrieval.encode.encode_texts` without the
 forward pass): tokenise (or look up) a corpus, sort by length and pad every batch of 128, on SciFact's
 corpus at 256 tokens; passages/s.
 
@@ -91,7 +91,7 @@ def encoding_paths(args, model) -> list[dict]:
     from drmix.data.beir import doc_text, load_beir
     from drmix.data.tokenized import corpus_ids
     from drmix.model.features import TextBatcher
-    from drmix.retrieval.index import length_order
+    from drmix.retrieval.encode import length_order
 
     corpus = load_beir(args.data / "scifact", "test").corpus
     texts = [doc_text(corpus[i]) for i in corpus]

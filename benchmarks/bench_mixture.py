@@ -94,6 +94,8 @@ from build_collections import DEFAULT_DATA, build_all  # noqa: E402
 
 from _common import dataset_key, keyed_read, keyed_write, reusable  # noqa: E402
 from drmix.outputs import run_finished  # noqa: E402
+from drmix.evaluation.significance import t_interval  # noqa: E402
+from drmix.train.lock import release, try_lock  # noqa: E402
 
 log = logging.getLogger("bench_mixture")
 TARGETS = ("scifact", "nfcorpus")
@@ -169,34 +171,9 @@ def dev_dir(args, target: str) -> tuple[Path, str]:
     return src, "train"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _take_lock(lock: Path) -> bool:
-    """Create ``lock`` holding our pid; False if a live process holds it (a dead holder's lock is taken over)."""
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text() or "0")
-            except (OSError, ValueError):
-                pid = 0
-            if pid and _alive(pid):
-                return False
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
-        return True
-    return False
+    """Take ``lock`` for this process (:func:`drmix.train.lock.try_lock`); False if a live process holds it."""
+    return try_lock(lock) is None
 
 
 def mined_collections(collections: Path, names: list[str], cache: Path, load_model=None, *,
@@ -252,7 +229,7 @@ def mined_collections(collections: Path, names: list[str], cache: Path, load_mod
                 log.info("mined %s: %s", name, m)
                 done[name] = m
             finally:
-                lock.unlink(missing_ok=True)
+                release(lock)
         if waiting:
             time.sleep(poll_s)
         pending = waiting
@@ -284,7 +261,7 @@ class _Locked:
         return self
 
     def __exit__(self, *exc):
-        self.lock.unlink(missing_ok=True)
+        release(self.lock)
 
 
 def _stage1_finished(out: Path) -> bool:
@@ -457,7 +434,7 @@ class Prep:
         ``loo-<target>/stage1-collections/`` with ``negatives.json`` (the counts)."""
         from drmix.data.collections import load_collections
         from drmix.io import atomic_write_json, write_jsonl_atomic
-        from drmix.mixture.optimize import mine_missing_negatives
+        from drmix.recipes.optimize import mine_missing_negatives
 
         out = self.root / f"stage1-collections-{num_negatives}"
         done = out / "negatives.json"
@@ -596,13 +573,6 @@ def run_all(args, preps: dict, results: dict, save, *, poll_s: float = 10.0) -> 
 
 # ------------------------------------------------------------------------------------------------ report
 
-def _mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% Student-t interval over seeds."""
-    from drmix.evaluation.significance import t_interval
-
-    return t_interval(values)
-
-
 def seed_averaged(results: dict, arm: str, seeds: dict[str, list[str]]) -> dict:
     """``{target: {query: {"ndcg@10": score averaged over seeds[target]}}}`` (queries every seed scored)."""
     pq = {}
@@ -716,11 +686,11 @@ def summarise(results: dict, arms: list[str] = ARMS) -> dict:
                  for t in targets}
         row = {}
         for t in targets:
-            m, h = _mean_ci(means[t])
+            m, h = t_interval(means[t])
             row[t] = {"mean": m, "ci": h, "seeds": len(means[t])}
         n_seeds = min(len(v) for v in means.values())
         avg_per_seed = [sum(means[t][i] for t in targets) / len(targets) for i in range(n_seeds)]
-        m, h = _mean_ci(avg_per_seed)
+        m, h = t_interval(avg_per_seed)
         row["average"] = {"mean": m, "ci": h, "seeds": n_seeds}
         if arm != "uniform" and has_uniform:
             comp = compare([Scored("uniform", averaged("uniform", seeds)), Scored(arm, averaged(arm, seeds))],

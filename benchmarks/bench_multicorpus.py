@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -40,7 +39,7 @@ import numpy as np
 import _common  # noqa: E402,F401  (offline environment)
 
 from drmix.data.entity_matching import build_entity_matching, read_manifest  # noqa: E402
-from drmix.evaluation.multi_metrics import (  # noqa: E402
+from drmix.evaluation.multi import (  # noqa: E402
     LABEL_FREE_ROW,
     SweepResult,
     format_table,
@@ -48,6 +47,7 @@ from drmix.evaluation.multi_metrics import (  # noqa: E402
     sweep_policies,
     write_sweep,
 )
+from drmix.evaluation.significance import t_interval, wilcoxon_test  # noqa: E402
 from drmix.io import atomic_write_json, atomic_write_text  # noqa: E402
 from drmix.retrieval.multi import (  # noqa: E402
     CandidateSet,
@@ -222,24 +222,6 @@ def simplex_specs(specs: list[str], n: int, step: float = 0.1) -> list[str]:
     return out[:1] + fixed + out[1:]
 
 
-def t_interval(values) -> tuple[float, float]:
-    """Mean and 95% t half-width over seeds (:func:`drmix.evaluation.significance.t_interval`; 0 with one seed)."""
-    from drmix.evaluation.significance import t_interval as shared
-
-    mean, half = shared(values)
-    return mean, 0.0 if math.isnan(half) else half
-
-
-def wilcoxon_p(diffs) -> float | None:
-    """Two-sided Wilcoxon signed-rank p over per-query paired differences (None if all are zero)."""
-    from scipy import stats
-
-    d = np.asarray(diffs, dtype=np.float64)
-    if not np.any(np.abs(d) > 1e-12):
-        return None
-    return float(stats.wilcoxon(d, zero_method="wilcox").pvalue)
-
-
 def aggregate(setting: str, k: int, runs: list[SweepResult]) -> SweepResult:
     """Mean over seeds of every row's metrics and curves (the chosen specs joined with '/')."""
     agg = SweepResult(setting, k)
@@ -262,19 +244,20 @@ def compare(runs: list[SweepResult], pq: list[dict[str, dict[str, float]]], k: i
 
     def diff(a: str, b: str) -> dict:
         per_seed = [100 * (r.rows[a][key] - r.rows[b][key]) for r in runs]
-        mean, half = t_interval(per_seed)
+        mean, half = t_interval(per_seed, undefined=0.0)
         qs = sorted(pq[0][a])
         d = [np.mean([p[a][q] - p[b][q] for p in pq]) for q in qs]
-        return {"a": a, "b": b, "mean": mean, "ci95": half, "per_seed": per_seed, "wilcoxon_p": wilcoxon_p(d)}
+        return {"a": a, "b": b, "mean": mean, "ci95": half, "per_seed": per_seed, "wilcoxon_p": wilcoxon_test(d)}
 
     mkey = f"pc_mrr@{k}"
     out = {"best_fixed_on_test": best_fixed,
-           "rows": {lab: dict(zip(("mean", "ci95"), t_interval([100 * r.rows[lab][key] for r in runs])))
+           "rows": {lab: dict(zip(("mean", "ci95"), t_interval([100 * r.rows[lab][key] for r in runs],
+                                                                 undefined=0.0)))
                     for lab in ("naive", "equal", best_fixed, "fixed (dev-tuned)", LABEL_FREE_ROW, "oracle")},
            "mrr": {lab: float(np.mean([r.rows[lab][mkey] for r in runs]))
                    for lab in ("naive", "equal", best_fixed, LABEL_FREE_ROW, "oracle")},
            "labelfree_minus_equal_mrr": dict(zip(("mean", "ci95"), t_interval(
-               [r.rows[LABEL_FREE_ROW][mkey] - r.rows["equal"][mkey] for r in runs]))),
+               [r.rows[LABEL_FREE_ROW][mkey] - r.rows["equal"][mkey] for r in runs], undefined=0.0))),
            "equal_minus_naive": diff("equal", "naive"),
            "labelfree_minus_equal": diff(LABEL_FREE_ROW, "equal"),
            "oracle_minus_best_fixed": diff("oracle", best_fixed),

@@ -42,7 +42,7 @@ import _common  # noqa: F401  (offline environment)
 
 from bench_multicorpus import load_cset  # noqa: E402
 from drmix.data.entity_matching import read_manifest  # noqa: E402
-from drmix.evaluation.multi_metrics import evaluate_multi, load_multi_qrels  # noqa: E402
+from drmix.evaluation.multi import evaluate_multi, load_multi_qrels  # noqa: E402
 from drmix.retrieval.multi import allocate_all  # noqa: E402
 from drmix.retrieval.multi.merge import merge_by_key, top_by_key  # noqa: E402
 from drmix.retrieval.multi.policies.coverage import softmax_posterior  # noqa: E402

@@ -64,6 +64,7 @@ def table(cls, title: str, *, only: set[str] | None = None) -> str:
 def render() -> str:
     from drmix.config import TrainConfig
     from drmix.pretrain.runner import CocoConfig
+    from drmix.recipes.adapt import AdaptConfig
     from drmix.recipes.coco import CocoPipelineConfig
     from drmix.recipes.drama import DramaConfig
     from drmix.recipes.tdro import PipelineConfig
@@ -75,6 +76,9 @@ def render() -> str:
              table(PipelineConfig, "`drmix pipeline tdro`: its own parts", only={"mixture", "run", "stages", "test"}),
              table(CocoPipelineConfig, "`drmix pipeline coco`: its own parts", only={"mixture", "run", "recipe"}),
              table(DramaConfig, "`drmix pipeline drama`: its own parts", only={"model", "run", "recipe", "augment"}),
+             table(AdaptConfig, "`drmix adapt`: its own parts (its training parts are TrainConfig's, without "
+                                "`mixture`: the candidates set it)",
+                   only={"eval", "run", "target", "synthetic", "stages", "dro", "influence"}),
              table(CocoConfig, "`drmix pretrain coco` (CocoConfig): its own parts", only={"optim", "run", "coco"})]
     return "\n".join(parts)
 

@@ -275,8 +275,11 @@ def test_a_folder_given_as_the_config_file(tmp_path, capsys):
 def test_a_batch_larger_than_all_examples_is_refused_before_the_model_loads(tmp_path, capsys):
     (tmp_path / "c.jsonl").write_text(_row("a", "b") + _row("c", "d") + _row("e", "f"))
     out = tmp_path / "run"
+    unloadable = tmp_path / "unloadable-model"      # a folder that exists but holds no model: loading it fails
+    unloadable.mkdir()
+    (unloadable / "config.json").write_text("{}")
     err = _cli(["train", "--data", str(tmp_path / "c.jsonl"), "--batch-size", "1000000000", "--model",
-                str(tmp_path / "no-such-model"), "--output-dir", str(out)], capsys)
+                str(unloadable), "--output-dir", str(out)], capsys)
     assert "--batch-size 1000000000" in err and "3 training examples" in err and "--batch-size 3" in err
     assert not out.exists()
 

@@ -332,7 +332,7 @@ def _read_only_case(tmp_path: Path) -> None:
     # effective ids drop to nobody's: the filesystem checks the folder as it would for a plain user
     code = textwrap.dedent("""
         import os, sys, tempfile
-        import unicodedata, transformers.utils.logging, drmix.cli, drmix.outputs, drmix.io
+        import unicodedata, glob, datasets, transformers.utils.logging, drmix.cli, drmix.outputs, drmix.io
         if os.geteuid() == 0:
             os.setgroups([]); os.setegid(65534); os.seteuid(65534)
         drmix.cli.main(sys.argv[1:])

@@ -314,3 +314,28 @@ def test_a_peek_at_the_first_record_logs_nothing(tmp_path, caplog):
         assert next(iter(iter_jsonl(p)))[1] == {"q": "a\ufffd"}
         assert len(list(iter_jsonl(p))) == 2
     assert len([r for r in caplog.records if "surrogate" in r.getMessage()]) == 1
+
+
+def test_read_yaml_reads_a_document(tmp_path):
+    from drmix.io import read_yaml
+
+    (tmp_path / "a.yaml").write_text("a: 1\nb: [x, y]\n", encoding="utf-8")
+    assert read_yaml(tmp_path / "a.yaml") == {"a": 1, "b": ["x", "y"]}
+    (tmp_path / "empty.yaml").write_text("", encoding="utf-8")
+    assert read_yaml(tmp_path / "empty.yaml") is None
+
+
+def test_read_yaml_errors_name_the_file_the_line_and_the_fix(tmp_path):
+    from drmix.errors import DataError
+    from drmix.io import read_yaml
+
+    (tmp_path / "bad.yaml").write_text("a: 1\nb: [x\nc: 2\n", encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        read_yaml(tmp_path / "bad.yaml", what="collection list", error=DataError)
+    assert "invalid YAML" in e.value.message and e.value.line == 3 and e.value.fix == "fix the YAML syntax."
+    with pytest.raises(ConfigError, match="prompts file not found"):
+        read_yaml(tmp_path / "missing.yaml", what="prompts file")
+    (tmp_path / "latin.yaml").write_bytes("a: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="file is not valid UTF-8") as e:
+        read_yaml(tmp_path / "latin.yaml")
+    assert e.value.path == str(tmp_path / "latin.yaml")

@@ -98,6 +98,8 @@ COMMANDS = {
     "search": (lambda w, o: ["search", "--index", w["idx"], "--queries", w["queries"], "--output", o], "file", "idx",
                None),
     "mine": (lambda w, o: ["mine", "--data", w["coll"], "--output", o], "file", "coll", None),
+    "mine teacher": (lambda w, o: ["mine", "--mode", "teacher", "--queries", w["coll"], "--corpus", w["data"],
+                                   "--output", o], "file", "data", None),
     "augment crop": (lambda w, o: ["augment", "crop", "--corpus", w["data"], "--output", o], "file", "data", None),
     "augment mine": (lambda w, o: ["augment", "mine", "--queries", w["coll"], "--corpus", w["data"], "--output", o],
                      "file", "data", None),

@@ -333,3 +333,115 @@ def test_claim_run_of_a_config_without_resume_and_empty_paths(tmp_path):
     with pytest.raises(ConfigError, match="pass --resume"):
         claim_run(SimpleNamespace(output_dir=str(run)))              # no resume field: not resuming
     assert config_inputs(SimpleNamespace(model="", data=["", str(run)])) == [run]    # "" is not the current folder
+
+
+def test_a_multicorpus_build_owns_what_its_manifest_lists_and_nothing_more(tmp_path):
+    out = tmp_path / "mc"
+    (out / "amazon" / "qrels").mkdir(parents=True)
+    (out / "train").mkdir()
+    for f in ("amazon/corpus.jsonl", "amazon/queries.jsonl", "amazon/qrels/test.tsv", "train/a.jsonl"):
+        (out / f).write_text("")
+    (out / "manifest.json").write_text(json.dumps({"format": "drmix-multicorpus/2", "corpora": {"a": "amazon/"},
+                                                    "train": {"a": "train/a.jsonl"}}))
+    assert claim_output(out, "multicorpus") == out                        # its own build: replaced
+    (out / "amazon" / "notes.txt").write_text("mine")                     # a user's file inside it
+    (out / "train" / "b.jsonl").write_text("mine")
+    e = _claim_error(out, "multicorpus")
+    assert e.message.endswith("(manifest.json): amazon/notes.txt, train/b.jsonl.")
+    assert claim_output(out, "multicorpus", overwrite=True) == out        # the user asked
+    # a manifest that names nothing usable owns only itself
+    for manifest in ({"format": "drmix-multicorpus/2", "corpora": ["amazon"], "train": "x"},
+                     {"format": "drmix-multicorpus/2", "corpora": {"a": "deep/amazon", "b": ""}, "train": {"a": 3}}):
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        assert _claim_error(out, "multicorpus").message.endswith("(manifest.json): amazon/, train/.")
+
+
+def test_nested_names_own_files_below_a_folder_only(tmp_path):
+    out = tmp_path / "ld"
+    (out / "train").mkdir(parents=True)
+    (out / "beir" / "stdlib" / "qrels").mkdir(parents=True)
+    (out / "stats.json").write_text('{"families": []}')
+    for f in ("train/stdlib.jsonl", "beir/stdlib/corpus.jsonl", "beir/stdlib/queries.jsonl",
+              "beir/stdlib/qrels/test.tsv"):
+        (out / f).write_text("")
+    assert claim_output(out, "localdocs") == out
+    (out / "beir" / "stdlib" / "qrels" / "deep").mkdir()                  # folders alone are not foreign
+    assert claim_output(out, "localdocs") == out
+    (out / "train" / "notes.md").write_text("mine")
+    (out / "beir" / "stdlib" / "extra.txt").write_text("mine")
+    (out / "beir" / "readme.txt").write_text("mine")
+    assert _claim_error(out, "localdocs").message.endswith(
+        "(train/, stats.json): beir/readme.txt, beir/stdlib/extra.txt, train/notes.md.")
+    f = tmp_path / "ld2"
+    f.mkdir()
+    (f / "stats.json").write_text('{"families": []}')
+    (f / "train").write_text("a file where the folder goes")              # not a folder: foreign as a whole
+    (tmp_path / "elsewhere").mkdir()
+    (f / "beir").symlink_to(tmp_path / "elsewhere")                       # a link: foreign, not followed
+    assert _claim_error(f, "localdocs").message.endswith(": beir/, train.")
+
+
+KEY = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize("content, is_cache", [
+    ("", True),                                                           # empty: a cache not yet written
+    ("\n\n", True),
+    (json.dumps({"key": KEY, "text": "a"}) + "\n", True),
+    (json.dumps({"key": KEY, "text": "a"}) + '\n{"key": "torn', True),   # a killed write's last line
+    ("\n" + json.dumps({"key": KEY, "text": "a"}) + "\n", True),
+    (json.dumps({"key": KEY.upper(), "text": "a"}) + "\n", False),        # not a SHA-256 hex digest
+    (json.dumps({"key": KEY[:-1], "text": "a"}) + "\n", False),
+    (json.dumps({"key": KEY, "text": 3}) + "\n", False),
+    (json.dumps({"key": KEY}) + "\n", False),
+    (json.dumps([KEY, "a"]) + "\n", False),
+    ("my notes\n", False),
+    ('{"torn', False),                                                    # nothing complete, not empty
+])
+def test_llm_cache_is_recognised_by_its_records(content, is_cache, tmp_path):
+    from drmix.outputs import is_llm_cache
+
+    f = tmp_path / "c.jsonl"
+    f.write_text(content)
+    assert is_llm_cache(f) is is_cache
+
+
+def test_llm_cache_checks_its_first_lines_only(tmp_path):
+    from drmix.outputs import is_llm_cache
+
+    f = tmp_path / "c.jsonl"
+    good = json.dumps({"key": KEY, "text": "a"}) + "\n"
+    f.write_text(good * 5 + "not json\n")
+    assert is_llm_cache(f) and not is_llm_cache(f, lines=6)
+    assert not is_llm_cache(tmp_path / "absent.jsonl") and not is_llm_cache(tmp_path)
+
+
+def test_claim_cache_refuses_inputs_outputs_folders_and_a_users_file(tmp_path):
+    from drmix.outputs import claim_cache
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "c.jsonl").write_text("")
+    for cache, how in ((data / "c.jsonl", "is"), (data / "new.jsonl", "lies inside")):
+        e = pytest.raises(ConfigError, claim_cache, cache, inputs=[None, tmp_path / "absent", data / "c.jsonl"
+                                                                     if how == "is" else data]).value
+        assert e.message == (f"the LLM cache {how} the input {data / 'c.jsonl' if how == 'is' else data}; drmix "
+                             "appends to its cache and would change the input.")
+        assert (e.path, e.fix) == (str(cache), "choose a cache file outside the inputs (or leave --cache out).")
+    out = tmp_path / "out.jsonl"
+    e = pytest.raises(ConfigError, claim_cache, out, outputs=[tmp_path / "other", out]).value
+    assert (e.message, e.path, e.fix) == ("the LLM cache is also an output file of this command.", str(out),
+                                          "give --cache another file name (or leave it out).")
+    e = pytest.raises(ConfigError, claim_cache, data).value
+    assert (e.message, e.path, e.fix) == ("the LLM cache path is a folder; a JSONL file is written here.", str(data),
+                                          "name a file such as run.llm-cache.jsonl.")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    e = pytest.raises(ConfigError, claim_cache, notes).value
+    assert e.message == ("the LLM cache file exists and is not a drmix LLM cache (its lines are not {\"key\", "
+                         "\"text\"} records); drmix appends to its cache.")
+    assert (e.path, e.fix) == (str(notes), "choose a new cache file (the file is left as it is).")
+    cache = tmp_path / "run.llm-cache.jsonl"
+    assert claim_cache(cache, inputs=[data], outputs=[out]) == cache
+    cache.write_text(json.dumps({"key": KEY, "text": "a"}) + "\n")
+    assert claim_cache(cache) == cache and notes.read_text() == "my notes\n"

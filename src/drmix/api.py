@@ -1,6 +1,6 @@
 """drmix's Python entry point for training: :func:`train` runs the :class:`~drmix.train.trainer.Trainer` with the
 listeners a run normally has -- evaluation during training when ``eval_data`` is set
-(:class:`~drmix.evaluation.listener.PeriodicEvaluation`) and, at the end, the model card and ``report.html``
+(:class:`~drmix.train.evaluation.PeriodicEvaluation`) and, at the end, the model card and ``report.html``
 (:class:`~drmix.report.listener.RunReport`). It sits above ``train/``, ``evaluation/`` and ``report/`` so that
 the loop imports neither."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ def default_listeners(config: TrainConfig) -> list[Listener]:
 
     out: list[Listener] = []
     if config.eval.eval_data:
-        from drmix.evaluation.listener import PeriodicEvaluation
+        from drmix.train.evaluation import PeriodicEvaluation
 
         out.append(PeriodicEvaluation(config))
     out.append(RunReport())

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 #: run records uploaded under drmix/ when present
 RUN_FILES = ("config.yaml", "pipeline.yaml", "metrics.jsonl", "weights.json", "weights.jsonl", "weights.png",
              "eval.json", "eval.md", "compare.md", "compare.json", "summary.md", "summary.json", "results.md",
-             "results.json")
+             "results.json", "eval/eval.json", "eval/eval.md", "compare/compare.md", "compare/compare.json")
 PLACEHOLDER_ID = "sentence_transformers_model_id"
 
 
@@ -77,7 +77,10 @@ def _operations(model_dir: Path, run_dir: Path | None, repo_id: str) -> list:
             continue
         rel = f.relative_to(model_dir).as_posix()
         if rel == "README.md":
-            text = f.read_text(encoding="utf-8").replace(PLACEHOLDER_ID, repo_id)
+            from drmix.report.card import point_usage_at
+
+            # the snippet loads the repository (cards name the local folder, or older ones the placeholder)
+            text = point_usage_at(f.read_text(encoding="utf-8").replace(PLACEHOLDER_ID, repo_id), repo_id)
             ops.append(CommitOperationAdd(rel, text.encode("utf-8")))
         else:
             ops.append(CommitOperationAdd(rel, str(f)))

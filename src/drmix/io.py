@@ -1,5 +1,6 @@
 """File helpers shared by every module: atomic writes and folder swaps, line-numbered JSONL reading, the
-one rule for text (lone surrogates), and the checks that an output can be written at all.
+one rule for text (lone surrogates), YAML reading (:func:`read_yaml`), and the checks that an output can be
+written at all.
 
 * **Files** go to a temporary sibling and are renamed into place (``os.replace`` is atomic on POSIX and
   Windows); :class:`AtomicFiles` writes several files of one output so that all of them are replaced or
@@ -679,3 +680,25 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def write_jsonl_atomic(path: str | Path, rows: list[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_yaml(path: str | Path, *, what: str = "file", error: type[DrmixError] = ConfigError) -> Any:
+    """The YAML document of ``path`` (``yaml.safe_load``); an unreadable file or invalid YAML raises ``error``
+    naming the file, the line and the fix (``what`` names the file in the message: "prompts file", ...)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{what} not found.", path=path, fix="check the path.") from None
+    except UnicodeDecodeError:
+        raise error(f"{what} is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
+    except OSError as e:
+        raise error(f"{what} cannot be read ({e.strerror}).", path=path, fix="check the path.") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise error(f"invalid YAML ({getattr(e, 'problem', e)}).", path=path,
+                    line=(mark.line + 1) if mark else None, fix="fix the YAML syntax.") from None

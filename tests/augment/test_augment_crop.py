@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from drmix.augment.crop import crop_queries, split_sentences
+from drmix.augment.crop import crop_queries
 from drmix.errors import DataError
 
 CORPUS = {
@@ -14,10 +14,10 @@ CORPUS = {
 }
 
 
-def test_split_keeps_abbreviations_and_breaks_on_newlines():
-    assert split_sentences(CORPUS["d1"]["text"]) == [
-        "Dr. Smith studied the mitochondria in 2004.", "They make most of the ATP in a cell.", "Short one.",
-        "The cristae fold the inner membrane many times."]
+def test_crop_breaks_sentences_at_newlines():
+    """A line break ends a query: "...in a cell." and "Short one." stay apart though no space follows the dot."""
+    qs = crop_queries({"d": "A first line without a full stop\nThe second line is a sentence."}, min_words=4)
+    assert [q.query for q in qs] == ["A first line without a full stop", "The second line is a sentence."]
 
 
 def test_every_long_enough_sentence_is_a_query_with_its_source():

@@ -1,6 +1,8 @@
 """DRAMA's teacher windows on a hand-made ranking, and the written lines load as a training collection."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import drmix.augment.examples as ex
@@ -37,6 +39,8 @@ def test_positive_and_negative_windows(fake_ranking, tmp_path):
     assert line["teacher"]["positive_ids"][0] == "d59" and line["teacher"]["negative_ids"][0] == "d30"
     assert len(line["teacher"]["candidates"]) == 20 and line["teacher"]["model"] == "teacher-x"
     assert line["augment"] == "crop+mine" and line["source_doc"] == "d59" and "positive" not in line
+    assert line["positive_scores"] == pytest.approx([1.0 - r / 100 for r in range(10)])   # the teacher's, aligned
+    assert line["negative_scores"] == pytest.approx([1.0 - r / 100 for r in range(29, 50)])
     ex.write_collection(tmp_path / "c.jsonl", out)
     col = load_jsonl_collection(tmp_path / "c.jsonl")                                  # provenance is ignored
     assert col.dataset[0]["positives"][0] == "document text 59" and len(col.dataset[0]["negatives"]) == 21
@@ -63,6 +67,9 @@ def test_rerank_examples_use_the_llm_order(tmp_path):
     assert out[0]["negatives"] == [CORPUS[d] for d in order[9:12]]
     assert out[0]["llm_rerank"]["repairs"] == {"invalid": 0, "duplicates": 0, "missing": 9}
     assert out[0]["augment"] == "generate+mine+rerank"
+    # the LLM's order as teacher scores, -ln(rank): positive rank 1, negatives ranks 10..12
+    assert out[0]["positive_scores"] == [0.0]
+    assert out[0]["negative_scores"] == pytest.approx([-math.log(10), -math.log(11), -math.log(12)], abs=1e-6)
     with pytest.raises(DataError, match="no teacher candidates"):
         rerank_examples([{"query": "q"}], CORPUS, FakeBackend(lambda m: answer), path="in.jsonl")
 

@@ -76,6 +76,13 @@ def test_mine_collection_by_hand(tmp_path, hand_embed):
     # q2 (positive p2 removed, its cos 0.8 -> limit 0.76): n_a .199, n_b .6, p1 0 -> all under the limit
     assert rows[1]["negatives"] == ["n_b", "n_a"]
     assert stats.filtered == 1 and stats.negatives == 4 and stats.short == 0 and stats.pool == 5
+    # the mining model's scores of every text of the row, aligned with it (the scores distillation trains on)
+    assert rows[0]["positive_scores"] == [1.0] and rows[0]["negative_scores"] == [0.8, 0.6]
+    assert rows[1]["positive_scores"] == [0.8] and rows[1]["negative_scores"] == pytest.approx([0.6, 0.199], abs=1e-3)
+    from drmix.data.collections import load_collections
+
+    c = load_collections([str(out)])[0]
+    assert c.has_scores and c.dataset[0]["negative_scores"] == [0.8, 0.6]
 
 
 def test_mine_collection_reads_any_layout_through_load_collections(tmp_path, hand_embed, monkeypatch):
@@ -92,7 +99,8 @@ def test_mine_collection_reads_any_layout_through_load_collections(tmp_path, han
     mine_collection(src, out, model=None, window="1:3", num_negatives=2, max_score_ratio=0.95, model_name="t")
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["negatives"] for r in rows] == [["n_b", "p2"], ["n_b", "n_a"]]
-    assert rows[0]["positive"] == ["p1"] and "negative_scores" not in rows[0]   # old teacher scores dropped
+    assert rows[0]["positive"] == ["p1"]
+    assert rows[0]["negative_scores"] == [0.8, 0.6]    # the old teacher scores replaced by the mining model's
     from drmix.data.collections import load_collections
 
     assert load_collections([str(out)])[0].layout == "drmix"
@@ -107,6 +115,7 @@ def test_mine_collection_window_keep_and_random(tmp_path, hand_embed):
     mine_collection(src, out, None, window="2:3", num_negatives=2, max_score_ratio=None, keep_negatives=True)
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows[0]["negatives"] == ["n_a", "n_c", "n_b", "p2"]
+    assert rows[0]["negative_scores"] == pytest.approx([0.98, 0.0, 0.8, 0.6], abs=1e-6)  # kept ones scored too
     # random sampling draws inside the window only, and is seeded
     draws = set()
     for seed in range(6):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from drmix.config import TrainConfig
-from drmix.evaluation.multi_metrics import LABEL_FREE_ROW, SweepResult
+from drmix.evaluation.multi import LABEL_FREE_ROW, SweepResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_multicorpus as bm  # noqa: E402
@@ -75,15 +75,6 @@ def test_finetune_runs_drmix_train_on_every_weight_and_reuses_the_model(tiny_mod
     moved = [k for k in before if k in after and not torch.equal(before[k], after[k])]
     assert any("encoder.layer.0" in k for k in moved) and any("embeddings" in k for k in moved)
     assert bm.finetune(data, tmp_path / "run", 1, args) == (model, None) and len(calls) == 1
-
-
-def test_t_interval_and_wilcoxon_hand_computed():
-    mean, half = bm.t_interval([1.0, 2.0, 3.0])     # sd 1, t(0.975, 2) = 4.302653
-    assert mean == 2.0 and half == pytest.approx(4.302652729911275 / math.sqrt(3))
-    assert bm.t_interval([5.0]) == (5.0, 0.0)
-    # W- = 2 (rank of |-0.2|): two-sided exact p = 2 * #{subsets of 1..5 summing <= 2} / 2^5 = 2 * 3 / 32
-    assert bm.wilcoxon_p([0.1, -0.2, 0.3, 0.4, 0.5]) == pytest.approx(0.1875)
-    assert bm.wilcoxon_p([0.0, 0.0]) is None
 
 
 def _run(recalls: dict[str, float], chosen: str) -> SweepResult:

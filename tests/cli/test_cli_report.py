@@ -59,3 +59,80 @@ def test_push_command_through_a_loopback_hub(tmp_path, tiny_model_path, capsys, 
         from drmix.hub import check_can_push
 
         check_can_push("not-an-id")
+
+
+# -- the first hour: train -> eval -> compare -> report in one run folder -----------------------------------------
+def _toy_beir(root):
+    import json
+
+    d = root / "toy"
+    (d / "qrels").mkdir(parents=True)
+    words = ["cat", "dog", "bread", "rice", "hammer", "saw"]
+    (d / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"the {w} is here"})
+                                            + "\n" for i, w in enumerate(words)))
+    (d / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": w}) + "\n"
+                                             for i, w in enumerate(words)))
+    (d / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(6)))
+    return d
+
+
+def test_eval_and_compare_into_a_run_are_what_report_and_the_card_show(tmp_path, tiny_model_path, capsys):
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    from drmix.config import TrainConfig
+    from drmix.report.card import CARD_FACTS, info_from_train_config
+
+    run = make_run(tmp_path / "runs" / "mix")
+    (run / "eval.md").unlink()
+    shutil.rmtree(run / "model")
+    shutil.copytree(tiny_model_path, run / "model")
+    info = info_from_train_config(TrainConfig(data=["a.jsonl"], output_dir=str(run)), names=["a"], sizes=[4])
+    (run / CARD_FACTS).write_text(json.dumps(info.to_json()))
+    data = _toy_beir(tmp_path)
+    # the README's layout, written by name ...
+    code, out, err = _main(["eval", "--model", str(run), "--data", str(data), "--output", str(run / "eval")], capsys)
+    assert code in (0, None), err
+    # ... or by the run folder itself: eval and compare write into RUN/eval and RUN/compare
+    code, out, err = _main(["eval", "--model", tiny_model_path, "--data", str(data), "--output", str(tmp_path / "b")],
+                           capsys)
+    assert code in (0, None), err
+    code, out, err = _main(["compare", str(tmp_path / "b"), str(run / "eval"), "--output", str(run)], capsys)
+    assert code in (0, None), err                     # not refused as overlapping its input run/eval
+    assert (run / "compare" / "compare.md").is_file() and "writing into" in err
+    code, out, err = _main(["eval", "--model", str(run), "--data", str(data), "--output", str(run), "--overwrite"],
+                           capsys)
+    assert code in (0, None), err and (run / "eval" / "eval.json").is_file()
+    page = (run / "report.html").read_text()          # refreshed by eval / compare
+    assert "eval/eval.md" in page and "compare/compare.md" in page
+    card = (run / "model" / "README.md").read_text()
+    assert "toy" in card.split("## Evaluation")[1] and f'SentenceTransformer("{run}/model")' in card
+    (run / "report.html").unlink()
+    code, out, err = _main(["report", str(run)], capsys)
+    assert code in (0, None), err and "eval/eval.md" in (run / "report.html").read_text()
+    SentenceTransformer(str(run / "model"), device="cpu")   # the folder still loads
+
+
+def test_eval_output_elsewhere_is_used_as_it_is(tmp_path, tiny_model_path, capsys):
+    data = _toy_beir(tmp_path)
+    code, _, err = _main(["eval", "--model", tiny_model_path, "--data", str(data), "--output", str(tmp_path / "e")],
+                         capsys)
+    assert code in (0, None), err and (tmp_path / "e" / "eval.json").is_file() and "writing into" not in err
+
+
+def test_print_outcome_names_weights_report_and_next_command(tmp_path, capsys):
+    from drmix.cli.report import print_outcome
+
+    run = make_run(tmp_path / "run")
+    (run / "report.html").write_text("x")
+    print_outcome(run, data=["beir/scifact"])
+    out = capsys.readouterr().out
+    assert "final weights (tdro): alpha 0.3000, beta 0.7000" in out
+    assert f"report: {run / 'report.html'}" in out
+    assert f"next: drmix eval --model {run} --data beir/scifact --output {run / 'eval'}" in out
+    pipeline = tmp_path / "pipe"
+    make_run(pipeline / "stage1")
+    print_outcome(pipeline)
+    out = capsys.readouterr().out
+    assert "final weights of stage1 (tdro): alpha 0.3000, beta 0.7000" in out and "--data BEIR_DIR" in out

@@ -6,7 +6,7 @@ import pytest
 
 from drmix.data.collections import apply_instruction, load_collections
 from drmix.errors import ConfigError, DataError
-from drmix.mixture.static import initial_weights, read_weights_file
+from drmix.mixture.static import file_mixture_weights, initial_weights
 
 
 def write_jsonl(path, rows):
@@ -132,9 +132,9 @@ def test_initial_weights_by_hand():
 
 def test_weights_file_plain_mapping_and_strategy_output(tmp_path):
     (tmp_path / "w.json").write_text(json.dumps({"a": 1, "b": 3, "c": 0}))
-    assert read_weights_file(tmp_path / "w.json", ["a", "b", "c"]).tolist() == [0.25, 0.75, 0.0]
+    assert file_mixture_weights(tmp_path / "w.json", ["a", "b", "c"]).tolist() == [0.25, 0.75, 0.0]
     (tmp_path / "s.json").write_text(json.dumps({"collections": ["a", "b"], "weights": [0.2, 0.8],
                                                  "final": {"a": 0.5, "b": 0.5}}))
-    assert np.allclose(read_weights_file(tmp_path / "s.json", ["a", "b"]), [0.2, 0.8])  # "weights" is the output
+    assert np.allclose(file_mixture_weights(tmp_path / "s.json", ["a", "b"]), [0.2, 0.8])  # "weights" is the output
     with pytest.raises(ConfigError, match="no weight for training collection"):
-        read_weights_file(tmp_path / "w.json", ["a", "zzz"])
+        file_mixture_weights(tmp_path / "w.json", ["a", "zzz"])

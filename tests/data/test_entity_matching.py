@@ -217,7 +217,7 @@ def test_missing_query_field_names_the_option(tmp_path):
 def test_qrels_only_load_logs_no_doc_count(tmp_path, caplog):
     import logging
 
-    from drmix.evaluation.multi_metrics import load_multi_qrels
+    from drmix.evaluation.multi import load_multi_qrels
 
     _, out = build(tmp_path)
     with caplog.at_level(logging.INFO, logger="drmix.data.beir"):

@@ -51,12 +51,12 @@ def test_ids_equal_model_preprocess_for_queries_documents_prompts_and_truncation
     assert max(len(t.query(i)) for i in range(len(ROWS))) == 8  # truncation happened and matches
     for i, r in enumerate(ROWS):
         pos = r["positive"] if isinstance(r["positive"], list) else [r["positive"]]
-        assert [t.positives.get(i, j).tolist() for j in range(len(pos))] == preprocess_ids(
+        assert [t.positives.item(i, j).tolist() for j in range(len(pos))] == preprocess_ids(
             model, ["passage: " + p for p in pos], 12)
         negs = r["negatives"]
         assert int(t.negative_counts(np.array([i]))[0]) == len(negs)
         if negs:
-            assert [t.negatives.get(i, j).tolist() for j in range(len(negs))] == preprocess_ids(
+            assert [t.negatives.item(i, j).tolist() for j in range(len(negs))] == preprocess_ids(
                 model, ["passage: " + n for n in negs], 12)
     # the instruction is joined as the text path joins it (with a space)
     assert coll.format_query("q") == "Represent the question: q"
@@ -120,3 +120,19 @@ def test_lazy_texts_read_only_when_used():
     part = lazy[1:3]
     assert len(lazy) == 3 and len(part) == 2 and not calls
     assert list(part) == ["b", "c"] and lazy[0] == "a" and calls == [1]
+
+
+def test_ragged_is_the_one_view_of_list_and_list_of_list_columns():
+    import pyarrow as pa
+
+    from drmix.data.tokenized import Ragged
+
+    ids = pa.chunked_array([pa.array([[1, 2], [3]], type=pa.list_(pa.int32())), pa.array([[], [4, 5, 6]],
+                                                                                         type=pa.list_(pa.int32()))])
+    r = Ragged.of(ids)
+    assert len(r) == 4 and r.lengths.tolist() == [2, 1, 0, 3] and r.length(3) == 3
+    assert [x.tolist() for x in r.rows(0, 4)] == [[1, 2], [3], [], [4, 5, 6]] and r[3].tolist() == [4, 5, 6]
+    docs = pa.array([[[7], [8, 9]], [], [[10, 11, 12]]], type=pa.list_(pa.list_(pa.int32()))).slice(1)
+    d = Ragged.of(docs)                               # a slice: offsets start past 0 in the buffer
+    assert len(d) == 2 and d.counts(np.array([0, 1])).tolist() == [0, 1]
+    assert d.item(1, 0).tolist() == [10, 11, 12] and d.values.values.dtype == np.int32

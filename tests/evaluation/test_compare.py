@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from drmix.cli import app, main
 from drmix.errors import DataError
-from drmix.evaluation.compare import Scored, compare, load_scored
+from drmix.evaluation.compare import Scored, compare, load_scored, paired_test
 
 
 def _pq(values: dict[str, float]) -> dict:
@@ -308,3 +308,56 @@ def test_a_summary_without_models_falls_back_to_the_folders_evaluation(tmp_path)
     (tmp_path / "summary.json").write_text(json.dumps({"models": {"uniform": str(stage)}}))
     [s] = load_scored(tmp_path)
     assert (s.label, s.source) == ("uniform", str(stage.parent / "eval-test.json"))
+
+
+def test_paired_test_pools_the_queries_both_scored_over_datasets():
+    a = {"x": {"q1": 0.0, "q2": 0.5}, "y": {"q1": 0.5, "q2": 0.1}}
+    b = {"x": {"q1": 0.5, "q2": 0.5}, "y": {"q1": 0.75}}          # y/q2 not scored by b: left out
+    t = paired_test(a, b)
+    # differences 0.5, 0, 0.25: mean 0.25, sd 0.25, t = sqrt(3); two-sided p with 2 df = 1 - t / sqrt(t^2 + 2)
+    assert t["n"] == 3 and t["mean"] == pytest.approx(0.25)
+    assert t["p"] == pytest.approx(1 - 3 ** 0.5 / 5 ** 0.5, abs=1e-9)
+    half = 4.302652729911275 * 0.25 / 3 ** 0.5                    # t_{0.975, 2} sd / sqrt(n)
+    assert (t["low"], t["high"]) == pytest.approx((0.25 - half, 0.25 + half))
+
+
+def test_datasets_without_per_query_scores_are_left_out_or_refused_with_the_reason(caplog):
+    import logging
+
+    why = "STS task: MTEB gives no per-query scores"
+    base = Scored("u", {"a": _pq({"1": 0.5, "2": 0.25})}, unpaired={"sts": why})
+    model = Scored("m", {"a": _pq({"1": 0.75, "2": 0.25})}, unpaired={"sts": why})
+    with caplog.at_level(logging.WARNING, logger="drmix.evaluation.compare"):
+        comp = compare([base, model])
+    assert [d.dataset for d in comp.rows["m"]] == ["a"]
+    assert caplog.messages == [f"m vs u: sts is left out of the comparison: no per-query scores ({why})"]
+    only = compare([Scored("u", {"a": _pq({"1": 0.5})}), Scored("m", {"a": _pq({"1": 0.5})}, unpaired={"x": why})])
+    assert [d.dataset for d in only.rows["m"]] == ["a"]            # a dataset only one side has is not mentioned
+    with pytest.raises(DataError) as e:
+        compare([Scored("u", {}, unpaired={"sts": why}), Scored("m", {}, unpaired={"sts": why})])
+    assert e.value.message == f"'m' and 'u' share no dataset with per-query scores: sts: {why}."
+    assert e.value.fix.startswith("the paired tests need per-query scores: compare MTEB retrieval tasks")
+
+
+def test_mteb_evaluations_without_per_query_scores_are_refused_with_the_reason(tmp_path):
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    (ev / "eval.json").write_text(json.dumps({"model": "m", "results": {}, "per_query": {},
+                                              "info": {"STS12": {"per_query": "not a retrieval task"}}}))
+    with pytest.raises(DataError) as e:
+        load_scored(ev)
+    assert e.value.message == ("this MTEB evaluation has no per-query scores, so no paired test can be run: "
+                               "STS12: not a retrieval task.") and e.value.path == str(ev / "eval.json")
+    (ev / "eval.json").write_text(json.dumps({"model": "m", "per_query": {"d": _pq({"1": 0.5})},
+                                              "info": {"STS12": {"per_query": "not a retrieval task"},
+                                                       "d": {"per_query": "kept"}}}))
+    assert load_scored(ev)[0].unpaired == {"STS12": "not a retrieval task"}
+    own = tmp_path / "mteb-results" / "model" / "rev"
+    own.mkdir(parents=True)
+    result = own / "NFCorpus.json"
+    result.write_text(json.dumps({"task_name": "NFCorpus", "scores": {}, "mteb_version": "2.0"}))
+    for path in (result, tmp_path / "mteb-results"):
+        with pytest.raises(DataError) as e:
+            load_scored(path)
+        assert e.value.message.startswith("this is one of MTEB's own result files") and e.value.path == str(result)
+        assert e.value.fix.startswith("evaluate with `drmix eval --mteb TASK --output DIR`")

@@ -38,7 +38,7 @@ def test_dims_metrics_equal_manual_truncation(tiny_model_path, toy):
     from drmix.evaluation.evaluate import evaluate_dataset
     from drmix.evaluation.metrics import evaluate_run
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.index import encode_texts
+    from drmix.retrieval.encode import encode_texts
 
     model = load_encoder(tiny_model_path, device="cpu")
     data = load_beir(toy, "test")

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from drmix.evaluation.significance import paired_summary, randomization_test, t_interval, t_test
+from drmix.evaluation.significance import paired_summary, randomization_test, t_interval, t_test, wilcoxon_test
 
 
 def test_randomization_exact_enumeration_by_hand():
@@ -138,3 +138,13 @@ def test_weights_change_the_randomization_test():
     assert (weighted, unweighted) == (pytest.approx(4 / 64), 1.0)
     assert randomization_test(d, w) == pytest.approx(weighted)
     assert randomization_test(d) == pytest.approx(unweighted)
+
+
+def test_t_interval_of_one_value_and_wilcoxon_hand_computed():
+    mean, half = t_interval([1.0, 2.0, 3.0])     # sd 1, t(0.975, 2) = 4.302653
+    assert mean == 2.0 and half == pytest.approx(4.302652729911275 / math.sqrt(3))
+    assert t_interval([5.0], undefined=0.0) == (5.0, 0.0) and math.isnan(t_interval([5.0])[1])
+    # W- = 2 (rank of |-0.2|): two-sided exact p = 2 * #{subsets of 1..5 summing <= 2} / 2^5 = 2 * 3 / 32
+    assert wilcoxon_test([0.1, -0.2, 0.3, 0.4, 0.5]) == pytest.approx(0.1875)
+    assert wilcoxon_test([0.1, -0.2, 0.0, 0.3, 1e-13, 0.4, 0.5]) == pytest.approx(0.1875)   # zeros dropped
+    assert wilcoxon_test([0.0, 0.0]) is None

@@ -15,6 +15,6 @@ trainer = Trainer(cfg)
 trainer.train()
 if trainer.is_main:
     params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
-    losses = [json.loads(line)["loss"] for line in open(f"{out}/metrics.jsonl")]
+    losses = [json.loads(line)["loss"] for line in open(f"{out}/metrics.jsonl") if '"loss"' in line]
     json.dump({"losses": losses, "param_sum": params.double().sum().item(), "param_head": params[:50].tolist(),
                "world": trainer.world}, open(f"{out}/result.json", "w"))

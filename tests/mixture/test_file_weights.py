@@ -9,7 +9,7 @@ import pytest
 
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
-from drmix.mixture.static import file_mixture_weights, read_weights_file
+from drmix.mixture.static import file_mixture_weights
 from drmix.train.trainer import Trainer
 
 
@@ -26,17 +26,17 @@ def _collections(folder):
                                        ("run.yaml", "collections: [a, b]\nweights: [0.5, 1.5]\n")])
 def test_weights_file_in_json_or_yaml(tmp_path, name, text):
     (tmp_path / name).write_text(text)
-    assert read_weights_file(tmp_path / name, ["b", "a"]).tolist() == [0.75, 0.25]
+    assert file_mixture_weights(tmp_path / name, ["b", "a"]).tolist() == [0.75, 0.25]
 
 
 def test_bad_yaml_weights_name_the_line(tmp_path):
     (tmp_path / "w.yaml").write_text("a: 1\nb: [3\n")
     with pytest.raises(ConfigError) as e:
-        read_weights_file(tmp_path / "w.yaml", ["a", "b"])
+        file_mixture_weights(tmp_path / "w.yaml", ["a", "b"])
     assert "not valid YAML" in e.value.message and e.value.line is not None
     (tmp_path / "w.json").write_text("a: 1\n")
     with pytest.raises(ConfigError, match="not valid JSON"):
-        read_weights_file(tmp_path / "w.json", ["a", "b"])
+        file_mixture_weights(tmp_path / "w.json", ["a", "b"])
 
 
 def test_collection_weight_keys_without_a_weights_file():

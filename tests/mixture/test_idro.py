@@ -156,8 +156,10 @@ def test_idro_run_refreshes_clusters_writes_weights_and_resumes(tiny_model_path,
                            device="cpu", seed=0, strategy="idro",
                            idro={"clusters": 3, "refresh_every": 2, "kmeans_iterations": 5}, **kw)
 
-    full = Trainer(cfg(tmp_path / "full"))
-    full.train()
+    from drmix.api import default_listeners
+
+    full = Trainer(cfg(tmp_path / "full"), listeners=default_listeners(cfg(tmp_path / "full")))
+    full.train()                           # with the default listeners: the report draws weights.png
     out = tmp_path / "full"
     traj = [json.loads(line) for line in (out / "weights.jsonl").read_text().splitlines()]
     assert len(traj) == 4 and set(traj[0]["weights"]) == {"cluster0", "cluster1", "cluster2"}

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from drmix.model.losses import contrastive_losses, info_nce
+from drmix.model.losses import contrastive_losses, false_negative_mask, info_nce
 
 # Two queries in 2-d, tau = 1:
 #   q1 = (1, 0), q2 = (0, 1); p1 = (1, 0), p2 = (0.6, 0.8); hard negatives n1 = (0, 1), n2 = (1, 0).
@@ -210,3 +210,82 @@ def test_gather_is_the_identity_on_one_process():
 
     t = torch.randn(3, 2)
     assert gather_with_grad(t) is t
+
+
+# -- false negatives masked (exclude) ------------------------------------------------------------------------------
+def test_excluded_candidates_leave_the_denominator_by_hand():
+    # candidates p1, p2, n1, n2; q1 excludes n2, q2 excludes p1
+    # q1 scores 1, 0.6, 0        -> -1 + log(e + e^0.6 + 1)          = 0.7120668
+    # q2 scores 0.8, 1, 0 (p2, n1, n2) -> -0.8 + log(e^0.8 + e + 1)
+    exclude = torch.tensor([[False, False, False, True], [True, False, False, False]])
+    losses = info_nce(Q, P, N, temperature=1.0, exclude=exclude)
+    expected_q2 = -0.8 + math.log(math.exp(0.8) + math.e + 1)
+    assert losses.tolist() == pytest.approx([0.7120668, expected_q2], abs=1e-6)
+
+
+def test_an_excluded_positive_stays_the_target():
+    # excluding every candidate of q1 (its own positive included) leaves only the positive: loss 0
+    exclude = torch.tensor([[True, True, True, True], [False, False, False, False]])
+    losses = info_nce(Q, P, N, temperature=1.0, exclude=exclude)
+    assert losses.tolist() == pytest.approx([0.0, 1.1378525], abs=1e-6)
+
+
+def test_exclude_without_in_batch_masks_own_negatives():
+    # q1: positive 1, own negative excluded -> only the positive -> 0; q2 unchanged log(1 + e^-0.8)
+    exclude = torch.tensor([[False, True], [False, False]])
+    losses = info_nce(Q, P, N, temperature=1.0, in_batch=False, exclude=exclude)
+    assert losses.tolist() == pytest.approx([0.0, 0.3711007], abs=1e-6)
+
+
+def test_no_exclusions_is_the_unmasked_loss_exactly():
+    q, p = torch.randn(4, 8), torch.randn(4, 8)
+    n = torch.randn(4, 2, 8)
+    none = torch.zeros(4, 4 + 8, dtype=torch.bool)
+    assert torch.equal(info_nce(q, p, n, temperature=0.05, exclude=none), info_nce(q, p, n, temperature=0.05))
+    assert torch.equal(contrastive_losses(q, p, n, None, temperature=0.05, in_batch=True, gather=False,
+                                          matryoshka_dims=[4], exclude=None),
+                       contrastive_losses(q, p, n, None, temperature=0.05, in_batch=True, gather=False,
+                                          matryoshka_dims=[4]))
+
+
+def test_matryoshka_masks_every_size():
+    q = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    p = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]])
+    exclude = torch.tensor([[False, True], [True, False]])   # each query's only in-batch negative
+    got = contrastive_losses(q, p, None, None, temperature=1.0, in_batch=True, gather=False, matryoshka_dims=[2],
+                             exclude=exclude)
+    assert got.tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+
+
+# keys: queries 10, 11, 10; positives 20, 21, 22; one negative each 21, 20, 30
+QK = torch.tensor([10, 11, 10])
+PK = torch.tensor([20, 21, 22])
+NK = torch.tensor([[21], [20], [30]])
+NV = torch.ones(3, 1, dtype=torch.bool)
+
+
+def test_false_negative_mask_in_batch_gathered_by_hand():
+    # candidates p0 p1 p2 n0 n1 n2 = 20 21 22 21 20 30
+    # row 0 (q 10, p 20): p2 has the same query; n1 is its positive's text
+    # row 1 (q 11, p 21): n0 is its positive's text; row 2 (q 10, p 22): p0 has the same query
+    got = false_negative_mask(QK, PK, NK, NV, (0, 3), in_batch=True, gathered=True)
+    assert got.tolist() == [[False, False, True, False, True, False],
+                            [False, False, False, True, False, False],
+                            [True, False, False, False, False, False]]
+    # a process holding rows 1-2 of the global batch sees the same rows of that mask
+    assert false_negative_mask(QK, PK, NK, NV, (1, 3), in_batch=True, gathered=True).tolist() == got[1:].tolist()
+
+
+def test_false_negative_mask_local_candidates_and_invalid_slots():
+    # rows 1-2 without gathering: candidates p1 p2 n1 n2 = 21 22 20 30: nothing repeats row 1's or row 2's
+    assert not false_negative_mask(QK, PK, NK, NV, (1, 3), in_batch=True, gathered=False).any()
+    # an empty negative slot never counts, whatever its key
+    invalid = torch.tensor([[True], [False], [True]])
+    got = false_negative_mask(QK, PK, NK, invalid, (0, 3), in_batch=True, gathered=True)
+    assert got[0].tolist() == [False, False, True, False, False, False]
+
+
+def test_false_negative_mask_own_negatives_only():
+    nk = torch.tensor([[20], [5], [22]])   # rows 0 and 2 repeat their positive as their negative
+    got = false_negative_mask(QK, PK, nk, NV, (0, 3), in_batch=False, gathered=False)
+    assert got.tolist() == [[False, True], [False, False], [False, True]]

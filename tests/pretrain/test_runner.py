@@ -40,7 +40,8 @@ def test_coco_run_writes_model_and_counts(tiny_model_path, corpus, tmp_path):
     assert (res.model_dir / "modules.json").exists()
     stats = json.loads((tmp_path / "run" / "spans.json").read_text())
     assert stats[0]["documents"] == 13 and stats[0]["kept"] == 12 and stats[0]["dropped_short"] == 1
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    losses = [json.loads(line)["loss"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+              if '"loss"' in line]
     assert len(losses) == 4 and all(x > 0 for x in losses)
     card = (res.model_dir / "README.md").read_text(encoding="utf-8")  # the COCO model's own card
     assert "COCO-pretrained" in card and "two spans of one document" in card and "eprint = {2210.15212}" in card
@@ -144,10 +145,10 @@ def test_per_corpus_mixture_is_kept_as_an_option(tiny_model_path, tmp_path, monk
 @pytest.mark.parametrize("dropout", [False, True])
 def test_backbone_runs_in_eval_mode_unless_dropout_is_asked(tiny_model_path, corpus, tmp_path, monkeypatch, dropout):
     """COCO/modeling.py, CoCondenserForPretraining.forward calls ``self.lm.eval()``: no dropout by default."""
-    import drmix.model.encoder as encoder
+    import drmix.model.backbone as backbone
 
     seen = []
-    real = encoder.load_encoder
+    real = backbone.load_sentence_transformer
 
     def load(*a, **k):
         m = real(*a, **k)
@@ -157,6 +158,6 @@ def test_backbone_runs_in_eval_mode_unless_dropout_is_asked(tiny_model_path, cor
             mod.register_forward_pre_hook(lambda mod, inp: seen.append(mod.training))
         return m
 
-    monkeypatch.setattr(encoder, "load_encoder", load)
+    monkeypatch.setattr(backbone, "load_sentence_transformer", load)
     pretrain_coco(cfg(tiny_model_path, corpus, tmp_path / "run", max_steps=2, dropout=dropout))
     assert seen and set(seen) == {dropout}

@@ -7,7 +7,7 @@ from huggingface_hub import ModelCard
 
 from drmix.config import TrainConfig
 from drmix.report.card import DEFAULT_HUB_ID, CardInfo, CollectionInfo, hub_id_of, info_from_train_config, \
-    render_model_card, write_model_card
+    point_usage_at, render_model_card, write_model_card
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +32,9 @@ def test_front_matter_names_base_model_datasets_metrics_and_tags(tiny, tmp_path)
     path, text = _card(tiny, tmp_path)
     meta = ModelCard.load(path).data.to_dict()
     assert meta["base_model"] == DEFAULT_HUB_ID  # model: null trains the bundled all-MiniLM-L6-v2
-    assert meta["datasets"] == ["alpha", "beta"]
+    assert "datasets" not in meta          # local collections: their names are not Hub dataset ids
     assert meta["metrics"] == ["ndcg@10", "recall@100"]
-    assert {"sentence-transformers", "generated_from_drmix", "mixture:tdro"} <= set(meta["tags"])
+    assert {"sentence-transformers", "generated_from_drmix", "mixture:learned-tdro", "loss:InfoNCE"} <= set(meta["tags"])
     results = meta["model-index"][0]["results"][0]
     assert results["dataset"]["name"] == "scifact"
     assert {m["type"]: m["value"] for m in results["metrics"]} == {"ndcg@10": 0.6125, "recall@100": 0.9}
@@ -72,16 +72,68 @@ def test_local_base_model_and_no_eval(tiny, tmp_path, tiny_model_path):
                     notes=["kept layers: 0, 1"], collections=[CollectionInfo("c", 3, None)])
     text = render_model_card(tiny, info)
     meta = yaml.safe_load(text.split("---")[1])
-    assert "base_model" not in meta and "metrics" not in meta and meta["datasets"] == ["c"]
+    assert "base_model" not in meta and "metrics" not in meta and "datasets" not in meta
     assert "Pruned to 2 layers." in text and "kept layers: 0, 1" in text
     assert "## Evaluation" not in text
 
 
-def test_model_id_replaces_the_placeholder(tiny, tmp_path):
-    _, text = _card(tiny, tmp_path)
-    assert 'SentenceTransformer("sentence_transformers_model_id")' in text
+def test_usage_snippet_loads_the_real_folder_or_the_repository(tiny, tmp_path):
+    _, text = _card(tiny, tmp_path)   # output_dir runs/train
+    assert "sentence_transformers_model_id" not in text
+    assert '# Load the model folder drmix wrote\nmodel = SentenceTransformer("runs/train/model")' in text
     info = CardInfo(base_model=None, model_id="me/my-retriever")
-    assert 'SentenceTransformer("me/my-retriever")' in render_model_card(tiny, info)
+    assert '# Download from the 🤗 Hub\nmodel = SentenceTransformer("me/my-retriever")' in render_model_card(tiny, info)
+    cfg = TrainConfig(data=["a.jsonl"], push_to_hub="me/pushed", output_dir="out/x")
+    pushed = info_from_train_config(cfg, names=["a"], sizes=[3])
+    assert 'SentenceTransformer("me/pushed")' in render_model_card(tiny, pushed)
+    # drmix push points a local card at the repository
+    assert point_usage_at(text, "me/later").count('SentenceTransformer("me/later")') == 1
+    assert '# Download from the 🤗 Hub\nmodel = SentenceTransformer("me/later")' in point_usage_at(text, "me/later")
+
+
+def test_only_hub_collections_are_listed_as_datasets(tiny, tmp_path):
+    data = tmp_path / "local.jsonl"
+    data.write_text("{}")
+    _, text = _card(tiny, tmp_path, sources=[str(data), "sentence-transformers/msmarco-bm25:triplet:train"])
+    meta = yaml.safe_load(text.split("---")[1])
+    assert meta["datasets"] == ["sentence-transformers/msmarco-bm25"]
+    assert "| alpha | 120 |" in text and "| beta | 40 |" in text     # both named in the body
+
+
+@pytest.mark.parametrize("given, tag", [
+    ({}, "mixture:static-uniform"),
+    ({"mixture": "temperature"}, "mixture:static-temperature"),
+    ({"strategy": "groupdro", "batching": "mixed"}, "mixture:learned-groupdro"),
+    ({"mixture": "file", "weights_file": "LEARNED", "transfer": "top:0.7"}, "mixture:transferred"),
+    ({"mixture": "file", "weights_file": "LEARNED"}, "mixture:transferred"),
+    ({"mixture": "file", "weights_file": "HAND"}, "mixture:static-file"),
+])
+def test_mixture_tag_says_what_the_weights_were(tmp_path, given, tag):
+    from drmix.report.card import mixture_tag
+
+    learned, hand = tmp_path / "learned.json", tmp_path / "hand.json"
+    learned.write_text(json.dumps({"strategy": "tdro", "collections": ["a"], "weights": [1.0]}))
+    hand.write_text(json.dumps({"a": 1.0}))
+    given = {k: {"LEARNED": str(learned), "HAND": str(hand)}.get(v, v) for k, v in given.items()}
+    assert mixture_tag(TrainConfig(data=["a.jsonl"], **given).flat()) == tag
+
+
+def test_card_facts_round_trip_and_refresh_with_later_evaluations(tiny, tmp_path):
+    from drmix.report.card import CARD_FACTS, refresh_card
+
+    cfg = TrainConfig(data=["a.jsonl"], strategy="tdro", matryoshka_dims=[16], output_dir=str(tmp_path))
+    info = info_from_train_config(cfg, names=["a"], sizes=[3], sources=["a.jsonl"])
+    assert CardInfo.from_json(json.loads(json.dumps(info.to_json()))) == info
+    tiny.save(str(tmp_path / "model"))
+    (tmp_path / CARD_FACTS).write_text(json.dumps(info.to_json()))
+    assert refresh_card(tmp_path, model=tiny) is None                  # no evaluation yet: card left as it is
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(
+        {"split": "test", "results": {"scifact": {"ndcg@10": 0.5, "recall@100": 0.75}}}))
+    path = refresh_card(tmp_path, model=tiny)
+    meta = ModelCard.load(path).data.to_dict()
+    results = meta["model-index"][0]["results"][0]
+    assert {m["type"]: m["value"] for m in results["metrics"]} == {"ndcg@10": 0.5, "recall@100": 0.75}
 
 
 def test_transferred_weights_say_where_they_were_learned(tiny, tmp_path):

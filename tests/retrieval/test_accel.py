@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from drmix.errors import ConfigError
-from drmix.retrieval.index import encode_texts
+from drmix.retrieval.encode import encode_texts
 
 TEXTS = [f"{w} number {i} of the test texts" for i, w in enumerate("alpha beta gamma delta epsilon zeta eta".split())]
 
@@ -41,7 +41,7 @@ def test_int8_and_bf16_stay_close_to_fp32_and_leave_the_model_alone(tiny):
 
 
 def test_prefetched_chunks_keep_the_input_order(tiny, monkeypatch):
-    import drmix.retrieval.index as index
+    import drmix.retrieval.encode as index
 
     ref = encode_texts(tiny, TEXTS, batch_size=3)
     monkeypatch.setattr(index, "_SORT_CHUNK", 2)  # several chunks: the next is tokenised on a thread

@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from drmix.errors import ConfigError  # noqa: E402
-from drmix.retrieval.index import encode_texts  # noqa: E402
+from drmix.retrieval.encode import encode_texts  # noqa: E402
 
 TEXTS = [f"{w} number {i} of the onnx test texts" for i, w in enumerate("alpha beta gamma delta epsilon zeta".split())]
 TEXTS.append("a much longer text that pads the others " * 3)

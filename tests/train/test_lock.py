@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from drmix.errors import ConfigError
-from drmix.train.lock import LOCK_NAME, RunLockedError, acquire, clean_stale_temporaries, release, run_lock
+from drmix.train.lock import (LOCK_NAME, RunLockedError, acquire, clean_stale_temporaries, release, run_lock,
+                              try_lock)
 
 
 def _dead_pid() -> int:
@@ -42,6 +43,21 @@ def test_stale_lock_is_taken_over_other_host_is_not(tmp_path):
     with pytest.raises(RunLockedError) as e:
         acquire(tmp_path)
     assert "elsewhere-" in str(e.value) and "delete" in str(e.value)
+
+
+def test_try_lock_on_any_file_reports_the_live_owner(tmp_path):
+    """The benchmarks' work-item locks: a held lock names its owner, a dead owner's lock is taken over."""
+    item = tmp_path / "model.lock"
+    assert try_lock(item) is None and json.loads(item.read_text())["pid"] == os.getpid()
+    owner = try_lock(item)
+    assert owner is not None and owner["pid"] == os.getpid()
+    release(item)
+    assert not item.exists()
+    item.write_text(json.dumps({"pid": _dead_pid(), "host": socket.gethostname()}))
+    assert try_lock(item) is None
+    release(item)
+    item.write_text("not json")                   # unreadable: held by someone unknown, never taken over
+    assert try_lock(item) == {}
 
 
 def test_output_dir_that_is_a_file(tmp_path):

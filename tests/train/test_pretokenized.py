@@ -47,7 +47,7 @@ def test_stored_ids_that_differ_from_the_tokenizer_are_refused(tiny_model_path, 
 def test_encoder_from_cached_corpus_ids_equals_fresh_tokenisation(tiny_model_path, tmp_path, monkeypatch):
     from drmix.data.tokenized import corpus_ids
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.index import encode_texts
+    from drmix.retrieval.encode import encode_texts
 
     monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
     model = load_encoder(tiny_model_path)

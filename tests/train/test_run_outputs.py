@@ -52,7 +52,9 @@ def test_the_model_card_is_the_runs_own(run, tiny_model_path):
     card = readme.read_text(encoding="utf-8")
     meta = ModelCard.load(readme).data.to_dict()
     assert "base_model" not in meta  # a local base model is named in the body, not as a Hub id
-    assert meta["datasets"] == ["greek", "letters"] and "generated_from_drmix" in meta["tags"]
+    # local collections are not Hub dataset ids: the front matter lists none, the body names them
+    assert "datasets" not in meta and "generated_from_drmix" in meta["tags"]
+    assert "greek" in card and "letters" in card
     last_eval = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"eval"' in x][-1]
     got = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
     assert got["ndcg@10"] == pytest.approx(last_eval["eval"]["toy/ndcg@10"])

@@ -16,12 +16,12 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from drmix.augment.steps import AugmentContext, AugmentStep, register_step, sample_ids
+from drmix.data.sentences import split_sentences
 from drmix.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -34,26 +34,6 @@ class SentenceQuery:
     query: str
     doc_id: str
     sentence: int  # 0-based index of the sentence in its document
-
-
-@lru_cache(maxsize=8)
-def _segmenter(language: str):
-    import pysbd
-
-    try:
-        return pysbd.Segmenter(language=language, clean=False)
-    except ValueError as e:
-        raise DataError(f"no sentence rules for language {language!r} ({e}).",
-                        fix="pass a two-letter code pysbd supports, e.g. --language en.") from None
-
-
-def split_sentences(text: str, language: str = "en") -> list[str]:
-    """Sentences of ``text`` (whitespace-stripped, empty ones dropped); newlines are sentence breaks too."""
-    out: list[str] = []
-    for para in re.split(r"\n\s*\n|\r?\n", text):
-        if para.strip():
-            out.extend(s.strip() for s in _segmenter(language).segment(para) if s.strip())
-    return out
 
 
 def crop_queries(corpus: Mapping[str, Mapping[str, str] | str], *, min_words: int = 4, max_chars: int = 512,

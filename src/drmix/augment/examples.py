@@ -94,6 +94,8 @@ def mine_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], mod
         line = {k: v for k, v in row.items() if k not in ("positive", "positives", "negatives", "teacher", "raw")}
         line.update({
             "query": row["query"], "positives": [corpus[d] for d, _ in pos], "negatives": [corpus[d] for d, _ in neg],
+            # the teacher's scores, aligned with the texts (the scores loss=margin_mse / kl distil)
+            "positive_scores": [round(s, 5) for _, s in pos], "negative_scores": [round(s, 5) for _, s in neg],
             "augment": base + "+mine",
             "teacher": {"model": teacher_name, "positive_ranks": str(positives), "negative_ranks": str(negatives),
                         "positive_ids": [d for d, _ in pos], "positive_scores": [round(s, 5) for _, s in pos],

@@ -15,7 +15,7 @@
 ``sentence_transformers.util.mine_hard_negatives`` mines one row per (anchor, positive) pair and returns only
 the sampled negatives; drmix needs the teacher's ranked list with scores per query (DRAMA takes positives from
 it too), rows with several positives, and line-level provenance, so the ranking is done here with drmix's own
-encoder (:func:`drmix.retrieval.index.encode_texts`) and a torch top-k.
+encoder (:func:`drmix.retrieval.encode.encode_texts`) and a torch top-k.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def embed(model: Any, queries: Sequence[str], doc_texts: Sequence[str], *, batch
           show_progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """L2-normalised query and document embeddings; prompts default to the model's own."""
     from drmix.model.encoder import document_prompt, query_prompt as model_query_prompt
-    from drmix.retrieval.index import encode_texts
+    from drmix.retrieval.encode import encode_texts
 
     qp = model_query_prompt(model) if query_prompt is None else query_prompt
     dp = document_prompt(model) if doc_prompt is None else doc_prompt
@@ -193,7 +193,9 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
     then filtered by ``max_score_ratio`` (None: off); ``num_negatives`` are taken from the top of what remains
     (``sampling=top``) or drawn at random, seeded by ``seed`` and the line (row) number. ``keep_negatives``
     appends them to the row's existing negatives instead of replacing them. Teacher scores of the input
-    (``positive_scores``/``negative_scores``) are not written back: they scored the old negatives.
+    (``positive_scores``/``negative_scores``) are replaced by the mining model's scores (inner products of the
+    normalised embeddings) of the row's positives and new negatives, aligned with them: the teacher scores
+    ``--loss margin_mse`` / ``--loss kl`` distil (:mod:`drmix.train.distill`).
     """
     from drmix.io import atomic_write_text
 
@@ -240,6 +242,13 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
         for stale in ("negative", "positive_scores", "negative_scores"):
             new.pop(stale, None)
         new["negatives"] = (ex["negatives"] + [m for m in mined if m not in ex["negatives"]]) if keep_negatives else mined
+        given = new.get("positives", new.get("positive"))
+        if (given if isinstance(given, list) else [given]) != ex["positives"]:  # keep the scores aligned
+            new.pop("positive", None)
+            new["positives"] = ex["positives"]
+        # the mining model's scores of every text of the row, aligned (what loss=margin_mse / kl distil)
+        new["positive_scores"] = [round(float(d_emb[pool_index[t]] @ q_emb[r]), 6) for t in ex["positives"]]
+        new["negative_scores"] = [round(float(d_emb[pool_index[t]] @ q_emb[r]), 6) for t in new["negatives"]]
         new["mined"] = {"model": model_name or _name(model), "ranks": str(window),
                         "scores": [round(s, 6) for _, s in chosen]}
         out_lines.append(json.dumps(new, ensure_ascii=False) + "\n")

@@ -6,7 +6,9 @@ For each query the teacher's top ``k = 20`` candidates are shown to an instructi
 ``max_passage_words`` words and numbered ``[1]..[20]`` in the teacher's order; the query is repeated after the
 passages and the model is asked to answer only with identifiers in descending relevance (``[4] > [2] > ...``).
 Decoding is greedy (temperature 0). The reranked top-1 becomes the positive and reranked ranks 10-20 (the
-paper's ``[k - n, k]`` with ``n = 10``) the hard negatives.
+paper's ``[k - n, k]`` with ``n = 10``) the hard negatives. Each written row carries the LLM's order as teacher
+scores, ``-ln(rank)`` (``positive_scores`` ``[0.0]``, ``negative_scores`` aligned with the negatives), for the
+distillation losses of :mod:`drmix.train.distill`.
 
 Small models rarely produce a valid permutation, so :func:`parse_ranking` repairs what they write and counts
 each repair: identifiers outside ``1..k`` are dropped, repeated identifiers keep their first position, and
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -212,7 +215,11 @@ def rerank_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], b
             continue
         order = [ids[j] for j in r.order]
         line = {kk: v for kk, v in row.items() if kk not in ("positives", "negatives")}
+        negative_ranks = list(range(negatives.start, negatives.start + len(negatives.take(order))))
         line.update({"positives": [corpus[order[0]]], "negatives": [corpus[d] for d in negatives.take(order)],
+                     # the LLM's order as teacher scores, -ln(rank): loss=kl at teacher_temperature 1 then
+                     # targets P(doc) proportional to 1/rank (drmix.train.distill)
+                     "positive_scores": [0.0], "negative_scores": [round(-math.log(k), 6) for k in negative_ranks],
                      "augment": str(row.get("augment", "query")) + "+rerank",
                      "llm_rerank": {**backend.describe(), "order": order, "negative_ranks": str(negatives),
                                     "repairs": {"invalid": r.invalid, "duplicates": r.duplicates,

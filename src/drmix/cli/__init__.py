@@ -12,9 +12,11 @@ import logging
 import os
 import signal
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from drmix import __version__
 from drmix.errors import DrmixError
@@ -32,7 +34,60 @@ def make_console(*, stderr: bool = False) -> Console:
 console = make_console()
 err_console = make_console(stderr=True)
 
+#: the main options a user may also write after the subcommand (``drmix train -v ...``)
+_ROOT_FLAGS = ("--verbose", "--quiet")
+
+
+def _is_root_flag(token: str) -> bool:
+    return token in _ROOT_FLAGS or token == "-q" or (len(token) > 1 and token[0] == "-" and set(token[1:]) == {"v"})
+
+
+def hoist_root_flags(group: Any, ctx: Any, args: list[str]) -> list[str]:
+    """``args`` with ``-v``/``-vv``/``--verbose``/``-q``/``--quiet`` written after the (sub)command moved in front
+    of it, where the main callback reads them -- unless that command has an option of the same name (``drmix
+    search -q TEXT`` keeps its ``--query``) or the token is the value of the option before it. Nothing after a
+    ``--`` moves."""
+    i, cmd = 0, group
+    while i < len(args) and hasattr(cmd, "get_command"):  # a group (typer vendors its own click)
+        if args[i].startswith("-"):
+            i += 1
+            continue
+        sub = cmd.get_command(ctx, args[i])
+        if sub is None:
+            return args
+        cmd, i = sub, i + 1
+    if cmd is group:
+        return args
+    own: set[str] = set()
+    takes_value: set[str] = set()
+    for param in getattr(cmd, "params", []):
+        if getattr(param, "param_type_name", "") == "option":
+            names = [*param.opts, *param.secondary_opts]
+            own.update(names)
+            if not param.is_flag and not param.count:
+                takes_value.update(names)
+    moved, kept = [], list(args[:i])
+    for j, tok in enumerate(args[i:], start=i):
+        if tok == "--":
+            kept.extend(args[j:])
+            break
+        prev = args[j - 1] if j > i else ""
+        if _is_root_flag(tok) and tok not in own and prev not in takes_value:
+            moved.append(tok)
+        else:
+            kept.append(tok)
+    return moved + kept
+
+
+class _DrmixGroup(TyperGroup):
+    """The main group: accepts the verbosity flags after the subcommand too (:func:`hoist_root_flags`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_root_flags(self, ctx, list(args)))
+
+
 app = typer.Typer(
+    cls=_DrmixGroup,
     name="drmix",
     help="Train dense retrievers that stay good across domains: learned dataset mixtures, "
          "domain adaptation, multi-corpus retrieval, BEIR evaluation and FAISS search.",
@@ -52,8 +107,10 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v info, -vv debug)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors."),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v: libraries' warnings "
+                                "and datasets' progress bars too; -vv debug); also accepted after the command."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors (also accepted after the "
+                               "command, except where the command has its own -q)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
@@ -62,6 +119,8 @@ def _main(
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+    # datasets' "Map" / "Saving the dataset" bars of every conversion and cache write: only with -v
+    _datasets_bars(bool(verbose))
     for noisy in ("httpx", "urllib3", "filelock", "datasets", "numba",
                   "faiss"):  # faiss.loader logs which CPU build it loaded at INFO
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
@@ -74,6 +133,17 @@ def _main(
 
         for category in (FutureWarning, DeprecationWarning):
             warnings.filterwarnings("ignore", category=category)
+
+
+def _datasets_bars(on: bool) -> None:
+    """Switch ``datasets``' progress bars for this process (an environment variable the user set wins)."""
+    import warnings
+
+    import datasets
+
+    with warnings.catch_warnings():  # enabling warns when HF_DATASETS_DISABLE_PROGRESS_BARS is set: it wins
+        warnings.simplefilter("ignore", UserWarning)
+        (datasets.enable_progress_bars if on else datasets.disable_progress_bars)()
 
 
 def _log_handler() -> logging.Handler:

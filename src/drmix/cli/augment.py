@@ -15,8 +15,8 @@ import typer
 from drmix.cli.areas import AREAS, CommandArea
 
 
-AUGMENT_HELP = "Build training collections from an unlabelled corpus (DRAMA): cropped sentences, teacher mining, " \
-               "LLM-generated queries, LLM listwise reranking."
+AUGMENT_HELP = "Build training collections from an unlabelled corpus (DRAMA): cropped sentences, LLM-generated " \
+               "queries, LLM listwise reranking (teacher mining: drmix mine --mode teacher)."
 
 
 def _console():
@@ -174,7 +174,20 @@ def mine_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file (and its "
                                                              ".stats.json)."),
 ) -> None:
-    """Teacher mining (DRAMA): ranks 1-10 of the teacher become positives, ranks 30-50 hard negatives."""
+    """The earlier spelling of drmix mine --mode teacher (DRAMA's teacher mining); same options, same output."""
+    import logging
+
+    logging.getLogger(__name__).warning(
+        "`drmix augment mine` is `drmix mine --mode teacher` (--teacher is --model, --positives is "
+        "--positive-ranks, --negatives is --ranks); this spelling keeps working")
+    mine_teacher(queries, corpus, output, teacher=teacher, positives=positives, negatives=negatives,
+                 keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
+
+
+def mine_teacher(queries: Path, corpus: Path, output: Path, *, teacher: str | None, positives: str, negatives: str,
+                 keep_candidates: int, batch_size: int, overwrite: bool) -> None:
+    """Teacher mining (DRAMA, Sec. 3.1.1): ranks ``positives`` of the teacher become positives, ranks
+    ``negatives`` hard negatives (``drmix mine --mode teacher``)."""
     from drmix.augment.examples import mine_examples, read_query_rows, write_collection
     from drmix.data.beir import doc_text
     from drmix.model.encoder import load_encoder

@@ -28,7 +28,9 @@ def compare_command(
     alpha: float = typer.Option(0.05, "--alpha", min=0.0, max=1.0, help="Significance level marked with *."),
     intersect: bool = typer.Option(False, "--intersect", help="Accept evaluations over different queries of a "
                                    "dataset: compare the shared ones and count the dropped (default: refuse)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for compare.md and compare.json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for compare.md and compare.json; "
+                                          "a drmix run or pipeline folder gets them in its compare/ folder (where "
+                                          "drmix report reads them)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the compare.md and compare.json of an "
                                                              "earlier drmix compare in --output."),
 ) -> None:
@@ -41,6 +43,9 @@ def compare_command(
     from drmix.io import atomic_write_json, atomic_write_text
     from drmix.outputs import claim_output
 
+    from drmix.cli.report import into_run, refresh_run
+
+    output, run = into_run(output, "compare")
     if output is not None:
         claim_output(output, "compare", overwrite=overwrite, inputs=inputs)
     scored = []
@@ -78,6 +83,7 @@ def compare_command(
         atomic_write_text(output / "compare.md", comp.to_markdown())
         atomic_write_json(output / "compare.json", json.loads(json.dumps(comp.to_json())))
         make_console().print(f"wrote {output / 'compare.md'} and {output / 'compare.json'}")
+        refresh_run(run)
 
 
 def register(app: typer.Typer) -> None:

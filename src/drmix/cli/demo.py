@@ -46,9 +46,11 @@ def _print_demo(result) -> None:
                   f"(and {result.results_json.name}); data: {result.data.root}; "
                   f"models: {', '.join(str(d / 'model') for d in result.run_dirs.values())}; "
                   f"evaluations: {result.output_dir / 'eval'}")
-    from drmix.cli.report import after_run
+    from drmix.cli.report import after_run, print_outcome
 
     after_run(result.output_dir, None, pipeline=True)  # report.html: both runs, results.md, every file
+    learned = result.run_dirs.get("learned", next(iter(result.run_dirs.values()), None))
+    print_outcome(result.output_dir, data=[result.data.beir_dirs[f] for f in result.data.families], model=learned)
 
 
 def demo_command(

@@ -3,7 +3,7 @@
 ``build`` turns entity-matching tables (Magellan layout) into the multi-corpus layout
 (:mod:`drmix.data.entity_matching`); ``sweep`` evaluates allocation policies on such a layout, or on any
 set of BEIR directories sharing query ids, and writes the Table 3-shaped results
-(:mod:`drmix.evaluation.multi_metrics`). Multi-corpus *search* is ``drmix search --corpus NAME=DIR ...``
+(:mod:`drmix.evaluation.multi`). Multi-corpus *search* is ``drmix search --corpus NAME=DIR ...``
 (:func:`drmix.retrieval.multi.multi_search`).
 """
 from __future__ import annotations
@@ -125,7 +125,7 @@ def sweep_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show encoding progress bars."),
 ) -> None:
     """Evaluate allocation policies (Recall@k with per-corpus credit, MRR) and write Table 3."""
-    from drmix.evaluation.multi_metrics import (
+    from drmix.evaluation.multi import (
         format_table,
         load_multi_qrels,
         sweep_policies,

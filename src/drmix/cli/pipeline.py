@@ -58,11 +58,19 @@ def _run_recipe(config: Any, run: Any) -> Any:
 
 def _finish(table: Any, summary: Path, output_dir: Any, config: Any) -> None:
     from drmix.cli import console
+    from drmix.cli.report import print_outcome
 
-    if table is not None:
-        console.print(table, highlight=False, soft_wrap=True)
+    if table is not None:   # as written: no markup, no emoji (a transfer "top:0.7" is not ":top:")
+        console.print(table, highlight=False, soft_wrap=True, markup=False, emoji=False)
     console.print(f"summary: {summary}")
     after_run(output_dir, config, pipeline=True)
+    print_outcome(output_dir, data=_test_data(config))
+
+
+def _test_data(config: Any) -> list:
+    """The BEIR directories a recipe evaluated on (for the next command it prints)."""
+    flat = config.flat(mode="python") if hasattr(config, "flat") else {}
+    return [str(d) for d in (flat.get("test_data") or [])]
 
 
 def run_tdro(config_path: Path | None, overrides: dict[str, Any]) -> None:

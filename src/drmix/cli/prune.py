@@ -1,4 +1,4 @@
-"""``drmix prune``: a decoder LM turned into a retriever backbone (DRAMA); thin over :mod:`drmix.model.prune`."""
+"""``drmix prune``: a decoder LM turned into a retriever backbone (DRAMA); thin over :mod:`drmix.recipes.prune`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,7 +25,7 @@ def prune_command(
 ) -> None:
     """Turn a decoder LM into a retriever backbone: chosen layers, bidirectional attention, mean pooling."""
     from drmix.cli import console
-    from drmix.model.prune import prune_to_sentence_transformer
+    from drmix.recipes.prune import prune_to_sentence_transformer
     from drmix.outputs import claim_output
 
     claim_output(output, "model", overwrite=overwrite, inputs=[model])

@@ -11,8 +11,10 @@ from drmix.cli.areas import AREAS, CommandArea
 REPORT_HELP = """Rebuild RUN_DIR/report.html: one self-contained page (figures inline, no network) with the
 configuration, loss / learning-rate / throughput curves, per-collection losses, periodic evaluation, mixture
 weights, the evaluation and comparison tables and links to every file. RUN_DIR is a run (drmix train), a
-pipeline or demo folder (every run below it gets a section). Training writes the page itself at the end; this
-command rebuilds it, e.g. while a run is going or after drmix compare wrote into the folder.
+pipeline or demo folder (every run below it gets a section). The tables are read from the folder and from its
+eval/ and compare/ folders (what `drmix eval --output RUN_DIR` and `drmix compare --output RUN_DIR` write);
+a run's model card (model/README.md) gets their evaluation results too. Training writes the page itself at the
+end; this command rebuilds it, e.g. while a run is going.
 """
 
 PUSH_HELP = """Upload a finished run's model (with its model card) and report.html to the Hugging Face Hub.
@@ -42,7 +44,8 @@ def report_command(
         check_report_target(run, overwrite=overwrite)
         write_report(run)
     path = write_report(run_dir)
-    console.print(f"wrote {path}")
+    card = _refresh_card(run_dir)
+    console.print(f"wrote {path}" + (f" and {card}" if card else ""))
 
 
 def push_command(
@@ -59,6 +62,92 @@ def push_command(
 
     result = push_to_hub(run_dir, repo_id, token=token, private=private, revision=revision)
     console.print(f"pushed {len(result.files)} files to {result.url}")
+
+
+def _refresh_card(run_dir: Path) -> Path | None:
+    """The run's model card re-rendered with the evaluations found in it (None when there are none)."""
+    import logging
+
+    from drmix.report.card import refresh_card
+
+    try:
+        return refresh_card(run_dir)
+    except Exception as e:  # noqa: BLE001 - the report is written; a card that cannot be rendered is only logged
+        logging.getLogger(__name__).warning("could not update the model card (%s: %s)", type(e).__name__, e)
+        return None
+
+
+#: what the folder a ``--output`` names is, when eval/compare write into a sub-folder of it instead
+RUN_KINDS = ("train", "recipe")
+
+
+def into_run(output: Path | None, sub: str) -> tuple[Path | None, Path | None]:
+    """``(where to write, the run)`` for ``drmix eval|compare --output OUTPUT``: a training run or pipeline
+    folder gets its ``sub`` folder (``RUN/eval``, ``RUN/compare``, where ``drmix report`` reads them); any other
+    output is used as it is (run None)."""
+    from drmix.outputs import is_output_of
+
+    if output is None or not output.is_dir() or not any(is_output_of(output, k) for k in RUN_KINDS):
+        return output, None
+    from drmix.cli import err_console
+
+    err_console.print(f"{output} is a drmix run: writing into {output / sub} (where drmix report reads it).",
+                      highlight=False, soft_wrap=True)
+    return output / sub, output
+
+
+def refresh_run(run: Path | None) -> None:
+    """After eval/compare wrote into ``run``: its report.html and model card (when drmix wrote them)."""
+    if run is None:
+        return
+    from drmix.cli import console
+    from drmix.report.html import REPORT, is_drmix_report, write_report
+
+    if not (run / REPORT).exists() or is_drmix_report(run / REPORT):
+        console.print(f"report: {write_report(run)}")
+    card = _refresh_card(run)
+    if card is not None:
+        console.print(f"model card: {card}")
+
+
+def _weights_line(run: Path) -> str | None:
+    import json
+
+    try:
+        weights = json.loads((run / "weights.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(weights, dict):
+        return None
+    cols, w = weights.get("collections"), weights.get("weights")
+    if not (isinstance(cols, list) and isinstance(w, list) and len(cols) == len(w)):
+        return None
+    shown = ", ".join(f"{c} {float(v):.4f}" for c, v in zip(cols, w) if v is not None)
+    return f"({weights.get('strategy', 'static')}): {shown}"
+
+
+def print_outcome(folder: str | Path, *, data: list | None = None, model: str | Path | None = None) -> None:
+    """What a training command ends with: the final mixture weights (of the run, or of each run of a pipeline),
+    the report's path and the next command (``drmix eval --model MODEL --data ...``, MODEL default ``folder``)."""
+    from drmix.cli import console
+    from drmix.report.html import REPORT, sub_runs
+
+    folder = Path(folder)
+    line = _weights_line(folder)
+    if line is not None:
+        console.print(f"final weights {line}", highlight=False, soft_wrap=True)
+    else:
+        for run in sub_runs(folder) if folder.is_dir() else []:
+            line = _weights_line(run)
+            if line is not None:
+                console.print(f"final weights of {run.relative_to(folder).as_posix()} {line}", highlight=False,
+                              soft_wrap=True)
+    if (folder / REPORT).is_file():
+        console.print(f"report: {folder / REPORT}", highlight=False, soft_wrap=True)
+    target = " ".join(f"--data {d}" for d in (data or [])) or "--data BEIR_DIR"
+    model = Path(model) if model is not None else folder
+    console.print(f"next: drmix eval --model {model} {target} --output {model / 'eval'}", highlight=False,
+                  soft_wrap=True)
 
 
 def before_run(config) -> None:

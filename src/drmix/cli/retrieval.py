@@ -1,7 +1,8 @@
 """CLI commands ``drmix index``, ``drmix search`` and ``drmix eval``.
 
-Each command body only parses options and calls library functions (:mod:`drmix.retrieval.index`,
-:mod:`drmix.evaluation.evaluate`), so other front ends (multi-corpus search) can reuse the same calls.
+Each command body only parses options and calls library functions (:mod:`drmix.retrieval.encode`,
+:mod:`drmix.retrieval.index`, :mod:`drmix.evaluation.evaluate`), so other front ends (multi-corpus search) can
+reuse the same calls.
 Errors are :class:`drmix.errors.DrmixError`; the main app turns them into one line and exit code 2.
 """
 from __future__ import annotations
@@ -27,7 +28,9 @@ class IndexKind(str, Enum):
     ivf = "ivf"
 
 
-class Precision(str, Enum):
+class EncodingPrecision(str, Enum):
+    """The choices of --precision (encoding; training precision is drmix.train.precision.Precision)."""
+
     auto = "auto"
     fp32 = "fp32"
     fp16 = "fp16"
@@ -163,7 +166,7 @@ def index_command(
                                                            "and scores only)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --output folder that is not "
                                                              "an index (its contents are deleted)."),
-    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
 ) -> None:
@@ -265,7 +268,7 @@ def search_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --output file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines instead of tables."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Queries per encoding batch."),
-    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     query_instruction: Optional[str] = typer.Option(None, "--query-instruction", help=QUERY_INSTRUCTION_HELP),
     prompt_name: Optional[str] = typer.Option(None, "--prompt-name", help="Use the model folder's prompt of this "
                                               "name (e.g. a dataset's instruction saved by drmix train)."),
@@ -336,7 +339,9 @@ def eval_command(
     split: Optional[str] = typer.Option(None, "--split", help="qrels split to evaluate (qrels/{split}.tsv; "
                                         "default test); with --mteb: only this split of every task (default: "
                                         "each task's own evaluation splits)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md; a "
+                                          "drmix run or pipeline folder gets them in its eval/ folder (where drmix "
+                                          "report and the model card read them)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the eval.json and eval.md of an earlier "
                                                              "drmix eval in --output."),
     k: int = typer.Option(100, "--k", "-k", min=1, help="Documents retrieved per query."),
@@ -345,7 +350,7 @@ def eval_command(
                                                                               "the model's)."),
     metric: Optional[list[str]] = typer.Option(None, "--metric", help="Metric such as ndcg@10; repeat for several "
                                                                      "(default: ndcg@10 recall@100 mrr@10 map@100)."),
-    precision: Precision = typer.Option(Precision.auto, "--precision", help=PRECISION_HELP),
+    precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     dims: Optional[str] = typer.Option(None, "--dims", help="Matryoshka sizes, e.g. 64,128,256: every metric is "
                                                            "also reported on embeddings truncated to each size "
                                                            "and re-normalised (as ndcg@10@64d)."),
@@ -373,6 +378,9 @@ def eval_command(
     if not data:
         raise ConfigError("no dataset given.", fix="pass --data DIR (a BEIR directory) or --mteb TASK.")
     split = split or "test"
+    from drmix.cli.report import into_run, refresh_run
+
+    output, run = into_run(output, "eval")
     if output is not None:
         from drmix.outputs import claim_output
 
@@ -391,6 +399,7 @@ def eval_command(
     if output is not None:
         report.write(output)
         _console().print(f"wrote {output / 'eval.json'} and {output / 'eval.md'}")
+        refresh_run(run)
 
 
 def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, batch_size, max_length, metric,
@@ -403,7 +412,8 @@ def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, ba
         raise ConfigError("--data and --mteb cannot be combined.",
                           fix="evaluate BEIR directories with --data, or pass them to --mteb to run them as "
                               "local MTEB tasks.")
-    unsupported = [flag for flag, given in (("--k", k != 100), ("--precision", precision is not Precision.auto),
+    unsupported = [flag for flag, given in (("--k", k != 100),
+                                            ("--precision", precision is not EncodingPrecision.auto),
                                             ("--dims", dims is not None),
                                             ("--query-instruction", query_instruction is not None),
                                             ("--prompts", prompts is not None), ("--max-queries", max_queries),
@@ -413,6 +423,9 @@ def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, ba
                           "protocol (its top 1000, full corpora, the model's own prompts, fp32).",
                           fix=f"drop {', '.join(unsupported)}, or evaluate BEIR directories with --data.")
     names = parse_task_list(tasks)
+    from drmix.cli.report import into_run, refresh_run
+
+    output, run = into_run(output, "eval")
     if output is not None:
         from drmix.outputs import claim_output
 
@@ -425,6 +438,7 @@ def _eval_mteb(tasks: list[str], *, data, model, split, output, overwrite, k, ba
     if output is not None:
         _console().print(f"wrote {output / 'eval.json'}, {output / 'eval.md'} and MTEB's result files in "
                          f"{output / MTEB_DIR}")
+        refresh_run(run)
 
 
 def register(app: typer.Typer) -> None:

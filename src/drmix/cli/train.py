@@ -37,11 +37,13 @@ def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
     except KeyboardInterrupt:
         raise typer.Exit(_interrupted(Path(config.run.output_dir))) from None
     from drmix.cli import console
+    from drmix.cli.report import print_outcome
 
     console.print(f"[green]trained[/green] {result.steps} steps; model: {result.model_dir}")
     console.print(f"config: {result.output_dir / 'config.yaml'}  metrics: {result.metrics_path}"
                   + (f"  weights: {result.weights_path}" if result.weights_path else ""))
     after_run(result.output_dir, config)
+    print_outcome(result.output_dir, data=config.eval.eval_data)
 
 
 def _interrupted(out: Path) -> int:

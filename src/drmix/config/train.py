@@ -77,7 +77,7 @@ class DataConfig(Part):
 
 
 class ContrastiveConfig(Part):
-    """The InfoNCE objective: batches, negatives, temperature, Matryoshka sizes."""
+    """The training objective: batches, negatives, temperature, Matryoshka sizes, the loss."""
 
     title: ClassVar[str] = "Batches and negatives"
 
@@ -91,6 +91,26 @@ class ContrastiveConfig(Part):
     temperature: float = setting(0.05, gt=0, description="InfoNCE temperature (scores are divided by it; the tDRO paper uses 0.002 on normalised last-token embeddings).")
     matryoshka_dims: list[int] = setting(default_factory=list, description="Also train truncated embeddings of these sizes.")
     grad_cache_chunk: int = setting(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
+    mask_duplicates: bool = setting(True, description="Mask false negatives of InfoNCE: an in-batch or hard negative "
+                                    "whose text equals the example's positive, and the positive of another example "
+                                    "with the same query, leave the softmax (compared by hash; off: every other "
+                                    "document is a negative, drmix 0.1's loss).")
+    batch_sampler: Literal["default", "no_duplicates"] = setting(
+        "default", description="How rows fill a batch: default (drawn in order of each collection's shuffled epoch) "
+                               "| no_duplicates (no two rows of a batch share a text: query, positive or negative; "
+                               "a row that would is drawn in a later batch), as sentence-transformers' batch_sampler "
+                               "BatchSamplers.NO_DUPLICATES.")
+    loss: str = setting("infonce", description="The training loss, a registered objective: infonce (contrastive) | "
+                        "margin_mse (MarginMSE on teacher score margins) | kl (KL divergence to the teacher's "
+                        "softmax over positive and hard negatives); margin_mse and kl read the collections' "
+                        "positive_scores / negative_scores (docs/training.md, Distillation).")
+    teacher_temperature: float = setting(1.0, gt=0, description="loss=kl: teacher scores are divided by it before "
+                                         "their softmax (the student's scores by temperature).")
+
+    @field_validator("loss", mode="before")
+    @classmethod
+    def _loss_name(cls, v: Any) -> Any:
+        return str(v).strip().lower().replace("-", "_") if v is not None else v
 
     @field_validator("matryoshka_dims")
     @classmethod

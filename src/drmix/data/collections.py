@@ -45,7 +45,7 @@ from drmix.data.formats import sources as src
 from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
-from drmix.io import iter_jsonl
+from drmix.io import iter_jsonl, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def _file_fingerprint(path: Path) -> str:
 
     Size and modification time are not enough: ``cp -p``, ``rsync -a`` and ``touch -r`` give a changed
     file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once
-    (BLAKE2b, about 1 GB/s), far cheaper than parsing it on a cache miss.
+    (BLAKE2b, one streaming pass), far cheaper than parsing it on a cache miss.
     """
     from drmix.io import file_digest
 
@@ -454,23 +454,8 @@ def _is_beir_dir(p: Path) -> bool:
     return (p / "corpus.jsonl").exists() and (p / "queries.jsonl").exists() and (p / "qrels").is_dir()
 
 
-def _read_yaml(path: Path) -> Any:
-    import yaml
-
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise DataError("collection list is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
-    except OSError as e:
-        raise DataError(f"collection list cannot be read ({e.strerror}).", path=path, fix="check the path.") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise DataError(f"invalid YAML ({getattr(e, 'problem', e)}).", path=path,
-                        line=(mark.line + 1) if mark else None, fix="fix the YAML syntax.") from None
-
-
 def _specs_from_yaml(path: Path) -> list[CollectionSpec]:
-    raw = _read_yaml(path)
+    raw = read_yaml(path, what="collection list", error=DataError)
     _allowed = list(CollectionSpec.model_fields)
     if isinstance(raw, dict) and "collections" in raw:
         raw = raw["collections"]

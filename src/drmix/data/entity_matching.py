@@ -29,9 +29,9 @@ the record serialised as ``"brand: ...; modelno: ..."`` over ``passage_fields``.
 
 **The passage never contains the query field by default.** The default ``passage_fields`` is every column
 except ``id`` *and* ``query_field``: with the title inside the passage every query appears verbatim in its
-own relevant passage (100% of queries on the shared Walmart-Amazon and Amazon-Google tables), naive merging
-scores ~99.6 and fine-tuning learns string identity -- not the paper's task, where a title retrieves a
-*description*. Including the title is an explicit option (``include_query_field=True`` or naming the query
+own relevant passage (every query of the shared Walmart-Amazon and Amazon-Google tables), naive merging is
+nearly perfect (docs/multicorpus.md) and fine-tuning learns string identity -- not the paper's task, where a
+title retrieves a *description*. Including the title is an explicit option (``include_query_field=True`` or naming the query
 field in ``passage_fields``), recorded in the manifest as ``passage_contains_query: true``; it is an
 *identity* task, useful only as a sanity check. Departure from the paper: the paper's passages are the
 free-text descriptions, which these tables do not have, so the title-free attributes are the closest

@@ -1,8 +1,8 @@
 """Pre-tokenised collections: token ids in Arrow, computed once per (tokenizer, lengths, prompts, content).
 
-Tokenising a batch's documents on the fly costs more than an accelerator's step (docs/benchmarks.md,
-"Training input pipeline"): 256 SciFact passages take ~230 ms of one core in the fast tokenizer, padding
-the same rows from stored ids under 1 ms. So a collection is tokenised once, with ``datasets.Dataset.map``
+Tokenising a batch's documents on the fly costs more than an accelerator's step, while padding the same rows
+from stored ids costs almost nothing (measured in docs/benchmarks.md, "Training input pipeline"). So a
+collection is tokenised once, with ``datasets.Dataset.map``
 over ``num_proc`` processes, into three Arrow columns of int32 ids::
 
     query_ids       list<int32>          query prompt + the collection's instruction + query, truncated
@@ -18,7 +18,7 @@ any of them and a new cache is built; nothing is ever rewritten in place.
 
 Exactness. Ids are exactly what the on-the-fly path feeds the model: the trainer's
 :class:`~drmix.train.inputs.Featurizer` checks (on the first batch of each length) that the fast tokenizer's
-ids padded by :class:`~drmix.retrieval.index.TextBatcher` equal ``model.preprocess``, and only then uses
+ids padded by :class:`~drmix.model.features.TextBatcher` equal ``model.preprocess``, and only then uses
 pre-tokenised ids, padded by the same code. A model whose preprocessing is *not* plain tokenisation (a
 tokenizer that pads on the left, an input module that adds features, a chat template, no fast tokenizer)
 fails that check and trains from text as before (:func:`tokenizer_fingerprint` returns ``None`` for the
@@ -26,8 +26,8 @@ cases it can see without encoding). Rows are drawn by the same sampler and the b
 choices (which positive, which negatives) from the stored counts, so a run from pre-tokenised data makes
 the same batches, the same updates and the same checkpoints as one from text (tests/data/test_tokenized.py).
 
-Hand-written: the cache key and the flat (offsets, values) view; tokenisation is the model's fast tokenizer
-and storage/parallelism is ``datasets``.
+Hand-written: the cache key and the flat (offsets, values) view (:class:`Ragged`, the one view of every list
+column); tokenisation is the model's fast tokenizer and storage/parallelism is ``datasets``.
 """
 from __future__ import annotations
 
@@ -116,37 +116,58 @@ def _encode_rows(batch: dict[str, list], tokenizer: Any, instruction: str | None
             "positives_ids": docs(batch["positives"]), "negatives_ids": docs(batch["negatives"])}
 
 
-def _flat(column) -> tuple[np.ndarray, np.ndarray]:
-    """``(offsets int64 [n+1], values)`` of a pyarrow list column (chunks combined)."""
-    import pyarrow as pa
+class Ragged:
+    """Rows of different lengths as one flat array: row ``i`` is ``values[offsets[i]:offsets[i + 1]]``.
 
-    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if isinstance(arr, pa.ChunkedArray):  # combine_chunks of an empty chunked array
-        arr = pa.concat_arrays(arr.chunks) if arr.num_chunks else pa.array([], type=column.type)
-    offsets = np.asarray(arr.offsets, dtype=np.int64)
-    return offsets - offsets[0], arr.flatten()
+    The one view of every stored list column: ``values`` is an int32 array (``list<int32>``: one text's token ids
+    per row) or itself a :class:`Ragged` (``list<list<int32>>``: several documents per row), so
+    :meth:`item` reaches one document of a row.
+    """
 
-
-@dataclass
-class _Lists:
-    """A list<list<int32>> column as flat arrays: row r's lists are ``outer[r]:outer[r+1]`` of ``inner``."""
-
-    outer: np.ndarray  # int64 [rows + 1]
-    inner: np.ndarray  # int64 [lists + 1] offsets into values
-    values: np.ndarray  # int32
+    def __init__(self, offsets: np.ndarray, values: "np.ndarray | Ragged") -> None:
+        self.offsets = offsets
+        self.values = values
 
     @classmethod
-    def of(cls, column) -> _Lists:
-        outer, lists = _flat(column)
-        inner, values = _flat(lists)
-        return cls(outer, inner, np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int32))
+    def of(cls, column) -> "Ragged":
+        """The view of a pyarrow ``list<int32>`` or ``list<list<int32>>`` column (chunks combined)."""
+        import pyarrow as pa
+
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if isinstance(arr, pa.ChunkedArray):  # combine_chunks of an empty chunked array
+            arr = pa.concat_arrays(arr.chunks) if arr.num_chunks else pa.array([], type=column.type)
+        offsets = np.asarray(arr.offsets, dtype=np.int64)
+        flat = arr.flatten()
+        values = (cls.of(flat) if pa.types.is_list(flat.type) or pa.types.is_large_list(flat.type)
+                  else np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.int32))
+        return cls(offsets - offsets[0], values)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def length(self, row: int) -> int:
+        """The length of one row."""
+        return int(self.offsets[row + 1] - self.offsets[row])
 
     def counts(self, rows: np.ndarray) -> np.ndarray:
-        return self.outer[rows + 1] - self.outer[rows]
+        """The lengths of ``rows`` (int64 row indices)."""
+        return self.offsets[rows + 1] - self.offsets[rows]
 
-    def get(self, row: int, j: int) -> np.ndarray:
-        k = self.outer[row] + j
-        return self.values[self.inner[k]:self.inner[k + 1]]
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Row ``i`` of a ``list<int32>`` view."""
+        return self.values[self.offsets[i]:self.offsets[i + 1]]
+
+    def item(self, row: int, j: int) -> np.ndarray:
+        """Entry ``j`` of row ``row`` of a ``list<list<int32>>`` view (the ids of the row's ``j``-th document)."""
+        return self.values[int(self.offsets[row]) + j]
+
+    def rows(self, start: int, stop: int) -> list[np.ndarray]:
+        off, v = self.offsets, self.values
+        return [v[off[i]:off[i + 1]] for i in range(start, stop)]
 
 
 @dataclass(frozen=True)
@@ -170,17 +191,15 @@ class TokenIds:
         table = dataset.data.table if hasattr(dataset.data, "table") else dataset.data
         if getattr(dataset, "_indices", None) is not None:
             table = table.take(dataset._indices.column(0))
-        q_off, q_vals = _flat(table.column("query_ids"))
-        self.q_offsets = q_off
-        self.q_values = np.asarray(q_vals.to_numpy(zero_copy_only=False), dtype=np.int32)
-        self.positives = _Lists.of(table.column("positives_ids"))
-        self.negatives = _Lists.of(table.column("negatives_ids"))
+        self.queries = Ragged.of(table.column("query_ids"))
+        self.positives = Ragged.of(table.column("positives_ids"))
+        self.negatives = Ragged.of(table.column("negatives_ids"))
 
     def __len__(self) -> int:
-        return len(self.q_offsets) - 1
+        return len(self.queries)
 
     def query(self, row: int) -> np.ndarray:
-        return self.q_values[self.q_offsets[row]:self.q_offsets[row + 1]]
+        return self.queries[row]
 
     def positive_counts(self, rows: np.ndarray) -> np.ndarray:
         return self.positives.counts(np.asarray(rows, dtype=np.int64))
@@ -267,6 +286,7 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
             log.warning("tokenised cache %s unreadable (%s); rebuilding", final, e)
     root.mkdir(parents=True, exist_ok=True)
     nproc = num_proc if num_proc and num_proc > 1 and len(ds) >= 2000 * num_proc else None
+    bars = datasets.is_progress_bar_enabled()  # restored after: drmix's CLI switches them off unless -v
     datasets.disable_progress_bars()
     try:
         out = ds.map(_encode_rows, batched=True, batch_size=1000, num_proc=nproc,
@@ -276,7 +296,8 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
                                 "d_len": int(doc_max_length)},
                      features=_features(), new_fingerprint=key, desc=f"tokenising {collection.name}")
     finally:
-        datasets.enable_progress_bars()
+        if bars:
+            datasets.enable_progress_bars()
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
         out.save_to_disk(str(tmp / "data"))
@@ -294,28 +315,6 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("tokenised %s (%d rows) into %s", collection.name, len(out), final)
     return TokenIds(datasets.load_from_disk(str(final)), final, tkey)
-
-
-class Ragged:
-    """Token ids of many texts as one flat array: text ``i`` is ``values[offsets[i]:offsets[i + 1]]``."""
-
-    def __init__(self, offsets: np.ndarray, values: np.ndarray) -> None:
-        self.offsets = offsets
-        self.values = values
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i]:self.offsets[i + 1]]
-
-    def rows(self, start: int, stop: int) -> list[np.ndarray]:
-        off, v = self.offsets, self.values
-        return [v[off[i]:off[i + 1]] for i in range(start, stop)]
 
 
 def texts_digest(texts: Sequence[str]) -> str:
@@ -358,6 +357,7 @@ def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length
             log.warning("tokenised cache %s unreadable (%s); rebuilding", final, e)
     root.mkdir(parents=True, exist_ok=True)
     nproc = num_proc if num_proc and num_proc > 1 and len(texts) >= 5000 * num_proc else None
+    bars = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     try:
         ds = datasets.Dataset.from_dict({"text": list(texts)})
@@ -367,7 +367,8 @@ def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length
                      features=datasets.Features({"ids": datasets.Sequence(datasets.Value("int32"))}),
                      new_fingerprint=key)
     finally:
-        datasets.enable_progress_bars()
+        if bars:
+            datasets.enable_progress_bars()
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     try:
         out.save_to_disk(str(tmp / "data"))
@@ -385,8 +386,7 @@ def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length
 
 
 def _ragged(ds: Any) -> Ragged:
-    offsets, values = _flat(ds.data.table.column("ids") if hasattr(ds.data, "table") else ds.data.column("ids"))
-    return Ragged(offsets, np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int32))
+    return Ragged.of(ds.data.table.column("ids") if hasattr(ds.data, "table") else ds.data.column("ids"))
 
 
 def _features():

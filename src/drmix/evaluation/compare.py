@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from drmix.errors import DataError
-from drmix.evaluation.significance import randomization_test, t_test
+from drmix.evaluation.significance import paired_summary, randomization_test, t_test
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +148,12 @@ def paired(base: dict[str, dict[str, float]], model: dict[str, dict[str, float]]
     return (Delta(dataset, float(a.mean()), float(b.mean()), float(d.mean()), low, high, t_p,
                   randomization_test(d, permutations=permutations, seed=seed), len(qids),
                   len(base), len(model), len(base) + len(model) - 2 * len(qids)), a, b)
+
+
+def paired_test(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Paired t-test over every query of every dataset (``b - a``, ``{dataset: {query: score}}``, the queries both
+    scored): ``{n, mean, low, high, p}`` (:func:`drmix.evaluation.significance.paired_summary`)."""
+    return paired_summary([b[d][q] - a[d][q] for d in a for q in a[d] if q in b.get(d, {})])
 
 
 def compare(scored: list[Scored], *, baseline: int | str = 0, metric: str = "ndcg@10", permutations: int = 10000,

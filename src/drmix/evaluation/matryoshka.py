@@ -53,7 +53,8 @@ def evaluate_dims(model: Any, corpus: Mapping[str, Mapping[str, str]], queries: 
     from drmix.data.beir import doc_text
     from drmix.evaluation.metrics import evaluate_run
     from drmix.model.encoder import document_prompt, query_prompt as model_query_prompt
-    from drmix.retrieval.index import DenseIndex, encode_texts, model_normalizes
+    from drmix.retrieval.encode import encode_texts, model_normalizes
+    from drmix.retrieval.index import DenseIndex
 
     ids = list(corpus)
     qids = list(queries)

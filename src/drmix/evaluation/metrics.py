@@ -1,8 +1,8 @@
 """Retrieval metrics (nDCG@k, Recall@k, MRR@k, MAP@k, P@k) over a qrels/run pair.
 
-The numbers come from ``pytrec_eval`` (the C trec_eval behind BEIR's and MTEB's evaluators): it scores a
-10k-query x 100-doc run in about 0.2 s with no JIT warm-up, whereas ``ranx`` needs ~20 s of numba
-compilation on its first call in a process, which would dominate tests and short dev evaluations.
+The numbers come from ``pytrec_eval`` (the C trec_eval behind BEIR's and MTEB's evaluators): it needs no JIT
+warm-up, whereas ``ranx`` compiles with numba on its first call in a process, which would dominate tests and
+short dev evaluations.
 
 Metric names are ``name@k`` (or bare ``name``): ``ndcg@k`` (trec_eval ``ndcg_cut``, graded gains),
 ``recall@k``, ``map@k`` (``map_cut``), ``precision@k`` / ``p@k`` (``P``), ``mrr@k`` and bare ``ndcg``,

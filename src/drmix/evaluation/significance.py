@@ -13,6 +13,10 @@ the benchmarks): one place for the formulas.
   side (Phipson & Smyth 2010); the two-sided p is twice the smaller one-sided p, at most 1.
 * :func:`paired_summary` -- the t-test as a dictionary (``n``, ``mean``, ``low``, ``high``, ``p``) for tables
   that pool every query of every dataset.
+* :func:`wilcoxon_test` -- the Wilcoxon signed-rank test of paired differences (two-sided, zeros dropped:
+  scipy's ``stats.wilcoxon`` with ``zero_method="wilcox"``), the rank-based check beside the t-test.
+
+The recipes and the benchmarks take their intervals and tests from here, never from scipy directly.
 
 References: R. A. Fisher, *The Design of Experiments* (1935); M. D. Smucker, J. Allan, B. Carterette, "A
 comparison of statistical significance tests for information retrieval evaluation", CIKM 2007.
@@ -24,15 +28,16 @@ import math
 import numpy as np
 
 
-def t_interval(values, confidence: float = 0.95) -> tuple[float, float]:
-    """``(mean, half_width)`` of the Student-t interval of the mean; the half-width is NaN for fewer than 2 values."""
+def t_interval(values, confidence: float = 0.95, *, undefined: float = float("nan")) -> tuple[float, float]:
+    """``(mean, half_width)`` of the Student-t interval of the mean; the half-width is ``undefined`` (NaN, or
+    e.g. 0 for a table of one seed) for fewer than 2 values."""
     from scipy import stats
 
     x = np.asarray(values, dtype=np.float64)
     n = x.size
     mean = float(x.mean()) if n else float("nan")
     if n < 2:
-        return mean, float("nan")
+        return mean, undefined
     return mean, float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * float(x.std(ddof=1)) / math.sqrt(n)
 
 
@@ -82,3 +87,15 @@ def paired_summary(diffs) -> dict[str, float]:
         low = high = float("nan")
     return {"n": int(x.size), "mean": float(x.mean()) if x.size else float("nan"), "low": float(low),
             "high": float(high), "p": float(p)}
+
+
+def wilcoxon_test(diffs, *, zero: float = 1e-12) -> float | None:
+    """Two-sided Wilcoxon signed-rank p of paired differences; differences within ``zero`` of 0 are dropped
+    (``zero_method="wilcox"``); None when none is left."""
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=np.float64)
+    d = d[np.abs(d) > zero]
+    if d.size == 0:
+        return None
+    return float(stats.wilcoxon(d, zero_method="wilcox").pvalue)

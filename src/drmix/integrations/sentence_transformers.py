@@ -239,9 +239,9 @@ def mixture(train_dataset: Mapping[str, Any], mixture: str = "uniform", *, tempe
         return Mixture(names, strategy.sampling_weights(), None if np.allclose(scales, 1.0) else scales,
                        {"source": "transfer", **info})
     if weights_file is not None:
-        from drmix.mixture.static import read_weights_file
+        from drmix.mixture.static import file_mixture_weights
 
-        return Mixture(names, read_weights_file(weights_file, names), None,
+        return Mixture(names, file_mixture_weights(weights_file, names), None,
                        {"source": "weights_file", "weights_file": str(weights_file)})
     if weights is not None:
         if isinstance(weights, Mapping):

@@ -3,8 +3,8 @@
 Each successful completion is appended as one line ``{"key", "model", "text"}`` the moment it arrives (the
 backends report each answer through ``on_result``, not per chunk of requests), written in one ``write`` and
 flushed at once, so a killed process (``kill -9``) loses only the requests in flight; the file is fsynced at
-most once a second and on close (a power cut loses at most the last second; an fsync per answer cost about
-5 ms here, a bottleneck for a fast endpoint). The key is
+most once a second and on close (a power cut loses at most the last second; an fsync per answer would be the
+bottleneck of a fast endpoint). The key is
 :meth:`ChatRequest.key` (SHA-256 of model id, messages and sampling parameters), so a changed prompt template,
 model or temperature is a cache miss; identical requests in one call are asked once. Failed requests are not
 cached (they are retried on the next run). An answer's lone surrogates (``"\ud800"`` in the endpoint's JSON: no

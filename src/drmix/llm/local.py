@@ -68,42 +68,51 @@ def _check_gguf_causal_lm(path: Path) -> None:
                        path=path, fix=f"use a GGUF of one of: {', '.join(sorted(GGUF_CONFIG_MAPPING)[:12])}, ...")
 
 
+def gguf_folder(path: str | Path) -> Path:
+    """The transformers model folder of a ``.gguf`` causal LM: dequantised on first use and cached (keyed by the
+    file's path, size and modification time), so later loads read a plain folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from drmix.io import atomic_dir
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise LLMError("GGUF file not found.", path=path, fix="check the path.")
+    cached = _gguf_cache_dir(path)
+    if not (cached / "config.json").exists():
+        _check_gguf_causal_lm(path)
+        log.info("dequantising %s (once; cached in %s)", path, cached)
+        try:
+            lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+            tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        except Exception as e:  # noqa: BLE001
+            raise LLMError(f"cannot load the GGUF file as a causal LM ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0][:160]}).", path=path,
+                           fix="pass a GGUF of a decoder LM, a model folder or a hub id.") from None
+        # the weights are plain float32 now; drop the GGUF quantizer so the folder saves and reloads as usual
+        lm.hf_quantizer = None
+        if hasattr(lm.config, "quantization_config"):
+            del lm.config.quantization_config
+        with atomic_dir(cached) as tmp:
+            lm.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+    return cached
+
+
 def load_causal_lm(model: str | Path | None = None, *, device: str | None = None,
                    trust_remote_code: bool = False) -> tuple[Any, Any, str]:
     """(model, tokenizer, model id) for a folder, a hub id or a ``.gguf`` file (default: packaged SmolLM2).
 
-    GGUF files are dequantised once and cached as a model folder (see the module docstring).
+    GGUF files are dequantised once and cached as a model folder (:func:`gguf_folder`).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from drmix.io import atomic_dir
 
     path = packaged_smollm2() if model is None else Path(str(model)).expanduser()
     model_id = "SmolLM2-135M-Instruct" if model is None else str(model)
     load_from: str = str(path)
     kwargs: dict[str, Any] = {"trust_remote_code": trust_remote_code}
     if path.suffix == ".gguf":
-        if not path.is_file():
-            raise LLMError("GGUF file not found.", path=path, fix="check the path.")
-        cached = _gguf_cache_dir(path)
-        if not (cached / "config.json").exists():
-            _check_gguf_causal_lm(path)
-            log.info("dequantising %s (once; cached in %s)", path, cached)
-            try:
-                lm = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-                tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-            except Exception as e:  # noqa: BLE001
-                raise LLMError(f"cannot load the GGUF file as a causal LM ({type(e).__name__}: "
-                               f"{str(e).splitlines()[0][:160]}).", path=path,
-                               fix="pass a GGUF of a decoder LM, a model folder or a hub id.") from None
-            # the weights are plain float32 now; drop the GGUF quantizer so the folder saves and reloads as usual
-            lm.hf_quantizer = None
-            if hasattr(lm.config, "quantization_config"):
-                del lm.config.quantization_config
-            with atomic_dir(cached) as tmp:
-                lm.save_pretrained(tmp)
-                tok.save_pretrained(tmp)
-        load_from = str(cached)
+        load_from = str(gguf_folder(path))
     elif not path.exists() and str(model).startswith((".", "/", "~")):
         raise LLMError("model path does not exist.", path=path, fix="pass a model folder, a hub id or a .gguf file.")
     try:

@@ -40,18 +40,6 @@ def initial_weights(sizes: list[int], scheme: str = "uniform", *, temperature: f
     return w / w.sum()
 
 
-def read_weights_file(path: str | Path, names: list[str]) -> np.ndarray:
-    """Weights aligned with ``names`` from a strategy's ``weights.json`` or a ``{name: weight}`` mapping.
-
-    One reader serves ``--mixture file`` and ``--transfer``: see :func:`drmix.mixture.transfer.read_weights_file`
-    (the ``weights`` entry of a strategy output is used; every training collection must have a weight).
-    """
-    from drmix.mixture.transfer import align_weights
-    from drmix.mixture.transfer import read_weights_file as read_mapping
-
-    return align_weights(read_mapping(path), names, source=path)
-
-
 def file_mixture_weights(weights_file: str | Path | None, names: list[str],
                          collection_weights: list[float | None] | None = None) -> np.ndarray:
     """The weights of ``--mixture file``: from ``weights_file`` when given, else from the collections' own
@@ -59,7 +47,10 @@ def file_mixture_weights(weights_file: str | Path | None, names: list[str],
     if weights_file:
         if collection_weights and any(w is not None for w in collection_weights):
             log.warning("--weights-file %s overrides the collections' weight: keys", weights_file)
-        return read_weights_file(weights_file, names)
+        from drmix.mixture.transfer import align_weights, read_weights_file
+
+        # one reader serves --mixture file and --transfer: the ``weights`` entry of a strategy output is used
+        return align_weights(read_weights_file(weights_file), names, source=weights_file)
     given = list(collection_weights or [None] * len(names))
     missing = [n for n, w in zip(names, given) if w is None]
     if missing:

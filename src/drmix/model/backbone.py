@@ -214,10 +214,9 @@ def _bare_folder(path: str, opts: BackboneOptions, tmp: Path, trust_remote_code:
 
     src = path
     if path.endswith(".gguf"):
-        from drmix.llm.local import _gguf_cache_dir, load_causal_lm
+        from drmix.llm.local import gguf_folder
 
-        load_causal_lm(path)  # dequantised once and cached as a folder
-        src = str(_gguf_cache_dir(Path(path).expanduser()))
+        src = str(gguf_folder(path))  # dequantised once and cached as a folder
     try:
         config = AutoConfig.from_pretrained(src, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001
@@ -238,13 +237,35 @@ def _bare_folder(path: str, opts: BackboneOptions, tmp: Path, trust_remote_code:
 
 
 def _check_rewritable(config: Any) -> None:
-    from drmix.model.prune import _LLAMA_LIKE
+    from drmix.model.prune import LLAMA_LIKE
 
-    if config.model_type not in _LLAMA_LIKE or getattr(config, "attention_bias", False) \
+    if config.model_type not in LLAMA_LIKE or getattr(config, "attention_bias", False) \
             or getattr(config, "mlp_bias", False) or config.model_type == "qwen2":
         raise ModelError(f"transformers cannot run a {config.model_type!r} model with bidirectional attention.",
                          fix="use a Llama-family decoder without attention biases (Llama, Mistral, SmolLM2), "
                              "or train without --bidirectional.")
+
+
+def load_sentence_transformer(path: str, *, device: str | None = None, trust_remote_code: bool = False,
+                              max_seq_length: int | None = None, model_kwargs: dict | None = None) -> Any:
+    """A SentenceTransformer folder or hub id, loaded exactly as saved; any failure is one :class:`ModelError`
+    naming the fix (``model_kwargs`` go to ``from_pretrained``)."""
+    from sentence_transformers import SentenceTransformer
+
+    try:
+        model = SentenceTransformer(path, device=device, trust_remote_code=trust_remote_code,
+                                    model_kwargs=model_kwargs or None)
+    except Exception as e:  # noqa: BLE001 - turn any loading failure into one clear message
+        hint = ("the Hugging Face Hub is not reachable or the id is wrong; pass a local folder"
+                if not Path(path).exists() else "check that the folder holds a SentenceTransformer or transformers model")
+        if not trust_remote_code and "trust_remote_code" in str(e):
+            hint = ("this model runs its own code; if you trust its source, pass --trust-remote-code "
+                    "(trust_remote_code: true in a config)")
+        raise ModelError(f"cannot load model ({type(e).__name__}: {str(e).splitlines()[0][:200]}).",
+                         path=path, fix=hint + ".") from e
+    if max_seq_length is not None:
+        model.max_seq_length = max_seq_length
+    return model
 
 
 def load_retriever(name_or_path: str | None, options: BackboneOptions | None = None, *, device: str | None = None,
@@ -253,7 +274,7 @@ def load_retriever(name_or_path: str | None, options: BackboneOptions | None = N
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    from drmix.model.encoder import load_encoder, resolve_model_path
+    from drmix.model.paths import resolve_model_path
 
     opts = options or BackboneOptions()
     if opts.pooling is not None and opts.pooling not in POOLINGS:
@@ -261,8 +282,8 @@ def load_retriever(name_or_path: str | None, options: BackboneOptions | None = N
     path = resolve_model_path(name_or_path)
     kwargs = opts.model_kwargs()
     if _is_st_folder(path):
-        model = load_encoder(path, device=device, trust_remote_code=trust_remote_code,
-                             max_seq_length=max_seq_length, model_kwargs=kwargs)
+        model = load_sentence_transformer(path, device=device, trust_remote_code=trust_remote_code,
+                                          max_seq_length=max_seq_length, model_kwargs=kwargs)
         if opts.bidirectional:
             _make_bidirectional(model)
     else:

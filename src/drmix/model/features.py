@@ -1,6 +1,6 @@
 """Texts -> model features, tokenising each text once: the shared tokenisation of encoding and training.
 
-:class:`TextBatcher` is used by :func:`drmix.retrieval.index.encode_texts` (length-sorted inference) and by
+:class:`TextBatcher` is used by :func:`drmix.retrieval.encode.encode_texts` (length-sorted inference) and by
 :class:`drmix.train.inputs.Featurizer` (training batches). Hand-written: sentence-transformers' ``preprocess``
 tokenises a batch through transformers' per-element tensor conversion, and a length sort needs the token
 counts first, so it would tokenise every text twice.

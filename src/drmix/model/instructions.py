@@ -29,7 +29,7 @@ def prompt_text(instruction: str) -> str:
 
 def read_prompts_file(path: str | Path) -> dict[str, str]:
     """``{dataset: instruction}`` from a YAML or JSON mapping file."""
-    from drmix.config import read_yaml
+    from drmix.io import read_yaml
 
     path = Path(path)
     if path.suffix == ".json":
@@ -40,7 +40,7 @@ def read_prompts_file(path: str | Path) -> dict[str, str]:
         except json.JSONDecodeError as e:
             raise ConfigError(f"invalid JSON ({e.msg}).", path=path, line=e.lineno, fix="fix the JSON syntax.") from None
     else:
-        raw = read_yaml(path)
+        raw = read_yaml(path, what="prompts file")
     if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
         raise ConfigError("a prompts file maps dataset names to instruction texts.", path=path,
                           fix='write e.g. scifact: "Given a scientific claim, retrieve documents that support or '

@@ -14,6 +14,15 @@ batch each compute the same losses as one process with the whole batch.
 
 Per-example losses are returned (not their mean) because mixture strategies group them by collection.
 Matryoshka representation learning (DRAMA) averages the loss over truncated, re-normalised embeddings.
+
+**False negatives.** ``exclude`` (``[B, C]`` bool, in the layout of ``C_i`` below) drops candidates from the
+softmax denominator -- never the example's own positive. :func:`false_negative_mask` builds it from hashes of
+the texts (or stored token ids) of a batch: a candidate equal to the example's positive, and the positive of
+another example with the same query, are not negatives (sentence-transformers' ``BatchSamplers.NO_DUPLICATES``
+keeps such rows out of one batch instead; drmix masks them, :mod:`drmix.data.sampling` can also keep them out).
+Candidate layout: with in-batch negatives, every positive of the batch (of every process when gathered) in
+order, then every example's ``H`` hard-negative slots in order; without, the example's positive then its own
+``H`` negatives. With ``exclude=None`` the computation is exactly the one without masking.
 """
 from __future__ import annotations
 
@@ -37,8 +46,16 @@ def gather_with_grad(t: torch.Tensor) -> torch.Tensor:
         return torch.cat(all_gather(t.contiguous()), dim=0)
 
 
+def _keep_target(exclude: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``exclude`` with each example's target column cleared (a positive is never masked)."""
+    out = exclude.to(device=target.device, dtype=torch.bool).clone()
+    out[torch.arange(out.size(0), device=target.device), target] = False
+    return out
+
+
 def info_nce(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None = None, neg_mask: torch.Tensor | None = None,
-             *, temperature: float = 0.05, in_batch: bool = True, gather: bool = False) -> torch.Tensor:
+             *, temperature: float = 0.05, in_batch: bool = True, gather: bool = False,
+             exclude: torch.Tensor | None = None) -> torch.Tensor:
     """Per-example InfoNCE loss.
 
     Args:
@@ -47,6 +64,8 @@ def info_nce(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None = None,
         temperature: scores are divided by it.
         in_batch: also use every other example's positive and hard negatives as negatives.
         gather: with in-batch negatives under torch.distributed, take them from all processes.
+        exclude: ``[B, C]`` bool, True for candidates that are not negatives of the example (false negatives;
+            see the module docstring for the layout); None: none excluded.
     Returns:
         ``[B]`` losses.
     """
@@ -63,6 +82,8 @@ def info_nce(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None = None,
             hard = torch.einsum("bd,bhd->bh", q, negs).masked_fill(~neg_mask, float("-inf"))
             scores = torch.cat([pos, hard], dim=1)
         target = torch.zeros(B, dtype=torch.long, device=q.device)
+        if exclude is not None:
+            scores = scores.masked_fill(_keep_target(exclude, target), float("-inf"))
         return F.cross_entropy(scores / temperature, target, reduction="none")
 
     world, rank = dist_info()
@@ -82,14 +103,19 @@ def info_nce(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None = None,
     valid_t = torch.cat(valid, dim=0)
     scores = (q @ docs_t.T).masked_fill(~valid_t.unsqueeze(0), float("-inf"))
     target = torch.arange(B, device=q.device) + offset
+    if exclude is not None:
+        scores = scores.masked_fill(_keep_target(exclude, target), float("-inf"))
     return F.cross_entropy(scores / temperature, target, reduction="none")
 
 
 def contrastive_losses(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None, neg_mask: torch.Tensor | None, *,
                        temperature: float, in_batch: bool, gather: bool,
-                       matryoshka_dims: list[int] | tuple[int, ...] = ()) -> torch.Tensor:
-    """InfoNCE per example; with Matryoshka dims, the mean over the full and truncated embeddings."""
-    losses = info_nce(q, p, negs, neg_mask, temperature=temperature, in_batch=in_batch, gather=gather)
+                       matryoshka_dims: list[int] | tuple[int, ...] = (),
+                       exclude: torch.Tensor | None = None) -> torch.Tensor:
+    """InfoNCE per example; with Matryoshka dims, the mean over the full and truncated embeddings. ``exclude``:
+    the false negatives of :func:`info_nce` (the same at every size)."""
+    losses = info_nce(q, p, negs, neg_mask, temperature=temperature, in_batch=in_batch, gather=gather,
+                      exclude=exclude)
     dims = [d for d in matryoshka_dims if d < q.size(-1)]
     if not dims:
         return losses
@@ -98,5 +124,39 @@ def contrastive_losses(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | No
         qt = F.normalize(q[..., :d], dim=-1)
         pt = F.normalize(p[..., :d], dim=-1)
         nt = F.normalize(negs[..., :d], dim=-1) if negs is not None else None
-        total = total + info_nce(qt, pt, nt, neg_mask, temperature=temperature, in_batch=in_batch, gather=gather)
+        total = total + info_nce(qt, pt, nt, neg_mask, temperature=temperature, in_batch=in_batch, gather=gather,
+                                 exclude=exclude)
     return total / (len(dims) + 1)
+
+
+def false_negative_mask(query_keys: torch.Tensor, positive_keys: torch.Tensor, negative_keys: torch.Tensor,
+                        negative_valid: torch.Tensor, rows: tuple[int, int], *, in_batch: bool,
+                        gathered: bool) -> torch.Tensor:
+    """The ``exclude`` mask of :func:`info_nce` for examples ``rows = (start, stop)`` of a global batch.
+
+    Args:
+        query_keys, positive_keys: ``[G]`` int64 hashes of each example's query and positive (the whole global
+            batch, as every process draws it).
+        negative_keys, negative_valid: ``[G, H]`` hashes of each example's hard-negative slots and whether the
+            slot holds a negative.
+        rows: this process's examples of the global batch.
+        in_batch: the loss uses in-batch negatives (candidates of every example) or only the example's own.
+        gathered: the in-batch candidates are the whole global batch (cross-device), not only ``rows``.
+    Returns:
+        ``[stop - start, C]`` bool: True where a candidate has the text of the example's positive, or is the
+        positive of another example with the same query. The example's own positive is never True.
+    """
+    start, stop = rows
+    pk, qk = positive_keys[start:stop], query_keys[start:stop]
+    if not in_batch:
+        own = (negative_keys[start:stop] == pk[:, None]) & negative_valid[start:stop]
+        return torch.cat([torch.zeros_like(pk, dtype=torch.bool)[:, None], own], dim=1)
+    lo, hi = (0, positive_keys.size(0)) if gathered else (start, stop)
+    cand_pos, cand_q = positive_keys[lo:hi], query_keys[lo:hi]
+    same_pos = cand_pos[None, :] == pk[:, None]
+    same_query = cand_q[None, :] == qk[:, None]
+    on_negs = (negative_keys[lo:hi].reshape(-1)[None, :] == pk[:, None]) & negative_valid[lo:hi].reshape(-1)[None, :]
+    exclude = torch.cat([same_pos | same_query, on_negs], dim=1)
+    own = torch.arange(stop - start, device=exclude.device) + (start - lo)
+    exclude[torch.arange(stop - start, device=exclude.device), own] = False
+    return exclude

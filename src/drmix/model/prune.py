@@ -21,21 +21,26 @@ RMSNorm multiplies by ``1 + w`` (we store ``w - 1``), embeddings are scaled by `
 false`` when it builds the mask (padding masks without the causal triangle); both are set and saved in
 ``config.json``, so any stock transformers >= 5 loads the folder as a bidirectional encoder.
 :func:`check_equivalence` verifies the rewrite numerically (causal Gemma == the source Llama layers).
+
+This module is the transform only: :mod:`drmix.model.saving` writes the pruned encoder as a SentenceTransformer
+folder, and :func:`drmix.recipes.prune.prune_to_sentence_transformer` loads the LLM, prunes, saves and writes
+the model card.
 """
 from __future__ import annotations
 
 import logging
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from drmix.errors import ConfigError, ModelError
 
 log = logging.getLogger(__name__)
 
+#: DRAMA's query prefix (documents get none)
 QUERY_PROMPT = "Query: "
-_LLAMA_LIKE = {"llama", "mistral", "qwen2", "smollm3"}
+#: model types whose layers are Llama's and so rewrite exactly as Gemma
+LLAMA_LIKE = {"llama", "mistral", "qwen2", "smollm3"}
 
 
 def default_layers(num_layers: int, keep: int) -> list[int]:
@@ -117,9 +122,9 @@ def prune_decoder(model: Any, layers: Sequence[int], *, mlp_keep: int | None = N
 
     base = getattr(model, "model", model)
     cfg = base.config
-    if cfg.model_type not in _LLAMA_LIKE:
+    if cfg.model_type not in LLAMA_LIKE:
         raise ModelError(f"model type {cfg.model_type!r} cannot be pruned into a bidirectional encoder here.",
-                         fix=f"use a Llama-style decoder ({', '.join(sorted(_LLAMA_LIKE))}).")
+                         fix=f"use a Llama-style decoder ({', '.join(sorted(LLAMA_LIKE))}).")
     n = cfg.num_hidden_layers
     layers = list(layers)
     if not layers or any(not 0 <= i < n for i in layers):
@@ -181,89 +186,3 @@ def check_equivalence(model: Any, pruned: Any, layers: Sequence[int], *, atol: f
         raise ModelError(f"the rewritten model differs from the source by {diff:.2e}.",
                          fix="report this with the model's config; the architecture is not Llama-compatible.")
     return diff
-
-
-def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, *, max_seq_length: int = 512,
-                              query_prompt: str = QUERY_PROMPT, card: Any = None,
-                              json_files: dict[str, Any] | None = None) -> Path:
-    """Save ``encoder`` + ``tokenizer`` as a SentenceTransformer folder (mean pooling, L2 normalisation,
-    ``query``/``document`` prompts), written atomically; ``card`` (a :class:`drmix.report.card.CardInfo`)
-    becomes its README.md, and ``json_files`` (name -> object) are written inside the folder before it is
-    swapped into place (a marker such as ``drmix_prune.json`` is never missing from a complete folder)."""
-    from drmix.io import atomic_write_json
-
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
-
-    from drmix.io import atomic_dir
-
-    output = Path(output)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    with atomic_dir(output) as tmp:
-        hf = tmp / "_hf"
-        encoder.save_pretrained(hf)
-        tokenizer.save_pretrained(hf)
-        tr = Transformer(str(hf), max_seq_length=max_seq_length)
-        st = SentenceTransformer(modules=[tr, Pooling(encoder.config.hidden_size, "mean"), Normalize()],
-                                 prompts={"query": query_prompt, "document": ""}, device="cpu")
-        st.save(str(tmp))
-        if card is not None:
-            from drmix.report.card import write_model_card
-
-            write_model_card(st, tmp, card)
-        import shutil
-
-        shutil.rmtree(hf)
-        for name, obj in (json_files or {}).items():
-            atomic_write_json(tmp / name, obj)
-    return output
-
-
-def prune_to_sentence_transformer(source: str | Path | None, output: str | Path, *,
-                                  layers: str | Sequence[int] | None = None, keep_layers: int | None = None,
-                                  mlp_keep: int | None = None, bidirectional: bool = True,
-                                  max_seq_length: int = 512, query_prompt: str = QUERY_PROMPT) -> dict[str, Any]:
-    """Load a causal LM (folder, hub id, ``.gguf``; default: the packaged SmolLM2), prune it and save it as a
-    SentenceTransformer folder. Returns what was done (also written as ``drmix_prune.json`` in the folder)."""
-    from drmix.llm.local import load_causal_lm
-
-    try:
-        lm, tok, model_id = load_causal_lm(source)
-    except Exception as e:  # LLMError is a DrmixError already; re-label it as a model problem
-        if isinstance(e, ModelError):
-            raise
-        from drmix.errors import DrmixError
-
-        if isinstance(e, DrmixError):
-            raise ModelError(e.message, path=e.path, fix=e.fix) from None
-        raise
-    n = lm.config.num_hidden_layers
-    chosen = parse_layers(layers, n, keep_layers)
-    pruned = prune_decoder(lm, chosen, bidirectional=bidirectional)
-    diff = check_equivalence(lm, pruned, chosen)
-    if mlp_keep is not None:
-        pruned = prune_decoder(lm, chosen, mlp_keep=mlp_keep, bidirectional=bidirectional)
-    params = sum(p.numel() for p in pruned.parameters())
-    emb = pruned.embed_tokens.weight.numel()
-    from drmix.report.card import CardInfo, current_command
-
-    card = CardInfo(
-        base_model=str(model_id), kind="pruned", papers=["drama"], tags=["drmix", "pruned", "bidirectional"
-                                                                          if bidirectional else "causal"],
-        command=current_command(),
-        summary=(f"A retrieval backbone pruned from {model_id} as in DRAMA (Sec. 3.2): not trained yet; fine-tune "
-                 "it with drmix train before use."),
-        notes=[f"layers kept: {chosen} of {n}", f"MLP width: {pruned.config.intermediate_size} of "
-               f"{lm.config.intermediate_size}", f"parameters: {params:,} ({params - emb:,} without embeddings)",
-               f"attention: {'bidirectional' if bidirectional else 'causal'}; pooling: mean; query prompt: "
-               f"{query_prompt!r}"])
-    info = {"source": model_id, "source_layers": n, "layers": chosen, "mlp_width": pruned.config.intermediate_size,
-            "source_mlp_width": lm.config.intermediate_size, "bidirectional": bidirectional, "pooling": "mean",
-            "query_prompt": query_prompt, "parameters": params, "non_embedding_parameters": params - emb,
-            "rewrite_max_abs_diff": diff}
-    save_sentence_transformer(pruned, tok, output, max_seq_length=max_seq_length, query_prompt=query_prompt,
-                              card=card, json_files={"drmix_prune.json": info})
-    log.info("pruned %s: kept layers %s of %d; %.1fM parameters (%.1fM without embeddings)", model_id, chosen, n,
-             params / 1e6, (params - emb) / 1e6)
-    return info

@@ -6,8 +6,9 @@ Eq. 4, as the authors' code does it (github.com/OpenMatch/COCO-DR, ``COCO/``).
 
 Spans (what the authors' preprocessing does; the paper only says "two disjoint sequences"):
 
-1. every document (``title`` + ``text``) is split into sentences (:func:`split_sentences`, ``pysbd``,
-   rule-based, ships its rules and runs offline; nltk's punkt downloads data at run time);
+1. every document (``title`` + ``text``) is split into sentences (:func:`drmix.data.sentences.split_sentences`,
+   newlines read as spaces; ``pysbd``, rule-based, ships its rules and runs offline; nltk's punkt downloads data
+   at run time);
 2. sentences are packed greedily into chunks of at most ``max_tokens`` (30) tokens of the model's
    tokenizer (:func:`pack_chunks`): before each sentence a new chunk is started with probability
    ``new_chunk_probability`` (0.1), or when the sentence would overflow the chunk; a sentence longer than
@@ -48,7 +49,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,27 +58,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from drmix.data.batch import Batch
+from drmix.data.sentences import split_sentences
 from drmix.errors import DataError
 from drmix.io import atomic_write_json, iter_jsonl
-from drmix.data.batch import Batch
 
 log = logging.getLogger(__name__)
-
-_SEGMENTER = None
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (``pysbd``, English rules; blank pieces removed, whitespace stripped)."""
-    global _SEGMENTER
-    if _SEGMENTER is None:
-        import pysbd
-
-        _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
-    text = re.sub(r"\s+", " ", text or "").strip()
-    if not text:
-        return []
-    return [s.strip() for s in _SEGMENTER.segment(text) if s.strip()]
-
 
 def pack_chunks(lengths: Sequence[int], *, max_tokens: int = 30, new_chunk_probability: float = 0.1,
                 rng: np.random.Generator | None = None) -> list[list[int]]:
@@ -113,7 +98,7 @@ def pack_chunks(lengths: Sequence[int], *, max_tokens: int = 30, new_chunk_proba
 def chunk_text(text: str, count_tokens: Callable[[list[str]], list[int]], *, max_tokens: int = 30,
                new_chunk_probability: float = 0.1, rng: np.random.Generator | None = None) -> list[str]:
     """Chunks of ``text`` as strings (sentences of a chunk joined by one space)."""
-    sents = split_sentences(text)
+    sents = split_sentences(text, newlines="space")
     if not sents:
         return []
     groups = pack_chunks(count_tokens(sents), max_tokens=max_tokens, new_chunk_probability=new_chunk_probability,

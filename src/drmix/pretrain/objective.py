@@ -36,7 +36,8 @@ class CocoObjective(Objective):
     def wants_tokens(self) -> bool:
         return False   # spans are drawn from chunk lists, not from stored ids
 
-    def losses(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *, gather: bool) -> torch.Tensor:
+    def losses(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *, gather: bool,
+               batch: Any = None) -> torch.Tensor:
         # queries are the first spans, documents the second spans (SpanBuilder)
         return coco_losses(q.float(), d.float()[: q.size(0)], temperature=self.temperature,
                            gather=gather and self.cross_device)

@@ -30,7 +30,7 @@ from pydantic import Field, ValidationError
 from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, PipelineRun, TrainConfig,
                           format_validation, setting)
 from drmix.errors import ConfigError
-from drmix.evaluation.significance import paired_summary
+from drmix.evaluation.compare import paired_test
 from drmix.evaluation.suite import evaluate_suite
 from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
 
@@ -92,12 +92,6 @@ def coco_stage_config(config: CocoPipelineConfig):
 
 def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) -> TrainConfig:
     return TrainConfig.from_parts(config, model=model, output_dir=str(out), resume=True)
-
-
-def paired_test(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Paired t-test over every query of every dataset (``b - a``): mean difference, 95% interval, p
-    (:func:`drmix.evaluation.significance.paired_summary`)."""
-    return paired_summary([b[d][q] - a[d][q] for d in a for q in a[d] if q in b.get(d, {})])
 
 
 def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, other: str,

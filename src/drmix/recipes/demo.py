@@ -17,7 +17,7 @@ steps the seeded sampler drew the same families for both and the two models came
 showed nothing. GroupDRO's step size is raised from the paper's 0.01 (sized for thousands of steps) to
 ``dro_lr`` = 0.1 so that the weights move visibly within the demo's 30 steps.
 
-The defaults are sized to finish in under 5 minutes on 2 CPU cores with the bundled all-MiniLM-L6-v2:
+The defaults are sized to finish in minutes on a small CPU with the bundled all-MiniLM-L6-v2:
 short training sequences (query 32 / document 64 tokens; 128 in evaluation), batch 16 with one hard
 negative, 30 steps per run, 30 test queries and a 150-document corpus per family (docs/demo.md has a
 measured run); ``steps`` is what to change to trade time for training.
@@ -57,7 +57,7 @@ def _demo_data_options() -> LocalDocsOptions:
 
 
 class DemoOptions(BaseModel):
-    """Options of :func:`run_demo` (defaults: the full demo, under 5 minutes on 2 CPU cores)."""
+    """Options of :func:`run_demo` (defaults: the full demo; docs/demo.md has a measured run)."""
 
     steps: int = Field(30, ge=1, description="Training steps of each of the two runs.")
     batch_size: int = Field(16, ge=2, description="Training batch size.")

@@ -208,7 +208,7 @@ def _student_init(cfg: DramaConfig, root: Path) -> str:
     r = cfg.recipe
     if r.prune_from is None:
         return cfg.model.name_or_path or "default"
-    from drmix.model.prune import prune_to_sentence_transformer
+    from drmix.recipes.prune import prune_to_sentence_transformer
 
     out = root / "student-init"
     if not model_saved(out):

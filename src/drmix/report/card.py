@@ -11,6 +11,12 @@ sentence-transformers' own template through ``huggingface_hub.ModelCard``; YAML 
 Written by hand, because the template has no place for them: the mixture section (final weight per
 collection and how it was learned), the drmix command that reproduces the model (with the resolved
 configuration) and drmix's papers, inserted as Markdown before the hyperparameters section.
+
+What the card claims is what happened: the usage snippet loads the folder the model was written to (or the Hub
+repository it is pushed to, ``--push-to-hub`` / ``drmix push``), never a placeholder; ``datasets:`` lists only
+collections read from the Hub (local collections are listed in the body by name); the ``mixture:`` tag says what
+the weights were (``static-<scheme>``, ``learned-<strategy>``, ``transferred``); the evaluation table holds the
+run's evaluations (the periodic one, and ``RUN/eval/eval.json`` once ``drmix eval`` wrote it: :func:`refresh_card`).
 """
 from __future__ import annotations
 
@@ -25,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from drmix.io import atomic_write_text
+from drmix.model.paths import DEFAULT_HUB_ID, is_default_model
 from drmix.papers import PAPERS, Paper
 from drmix.report.markdown import md_cell, md_code, md_entities, md_fence
 
 log = logging.getLogger(__name__)
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-DEFAULT_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 MIXTURE_TEXT = {"uniform": "uniform over collections", "size": "proportional to collection size",
                 "temperature": "proportional to |D|^(1/tau)", "file": "read from a weights file"}
@@ -45,6 +51,27 @@ class CollectionInfo:
     name: str
     size: int | None = None
     weight: float | None = None
+    source: str | None = None   # where it was read from: a local path, or a Hub dataset id (``owner/name[:split]``)
+
+    @property
+    def hub_id(self) -> str | None:
+        """The Hub dataset id it was read from, or None for a local collection."""
+        return hub_dataset_id(self.source)
+
+
+def hub_dataset_id(source: str | None) -> str | None:
+    """``owner/name`` when ``source`` (a collection's source label) names a Hub dataset, else None."""
+    if not source:
+        return None
+    head = str(source).split(":")[0]
+    try:
+        if Path(head).expanduser().exists():
+            return None
+    except OSError:
+        return None
+    from drmix.data.formats.sources import looks_like_hub_id
+
+    return head if looks_like_hub_id(head) else None
 
 
 @dataclass
@@ -69,6 +96,27 @@ class CardInfo:
     tags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     model_id: str | None = None  # the Hub repository the card is pushed to (its usage snippet loads it)
+    model_path: str | None = None  # the folder the model is written to (the snippet loads it when no model_id)
+    loss_tag: str | None = None    # the ``loss:`` tag (InfoNCE, MarginMSE, ...)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON of the card's facts (papers by key where they have one), for :func:`refresh_card`."""
+        import dataclasses
+
+        out = dataclasses.asdict(self)
+        out["papers"] = [p if isinstance(p, str) else (p.key if PAPERS.get(p.key) == p else dataclasses.asdict(p))
+                         for p in self.papers]
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "CardInfo":
+        import dataclasses
+
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in obj.items() if k in known}
+        values["collections"] = [CollectionInfo(**c) for c in values.get("collections", [])]
+        values["papers"] = [PAPERS.get(p, p) if isinstance(p, str) else Paper(**p) for p in values.get("papers", [])]
+        return cls(**values)
 
 
 def current_command() -> str | None:
@@ -83,29 +131,47 @@ def current_command() -> str | None:
 
 def hub_id_of(base_model: str | None) -> str | None:
     """The Hub id of a base model given as a hub id, the bundled default, or None for other local folders."""
-    if not base_model:
+    if is_default_model(base_model):
         return DEFAULT_HUB_ID
-    from drmix.model.encoder import _DEFAULT_ALIASES, default_model_path
-
-    if base_model in _DEFAULT_ALIASES:
-        return DEFAULT_HUB_ID
-    try:
-        if Path(base_model).expanduser().resolve() == Path(default_model_path()).resolve():
-            return DEFAULT_HUB_ID
-    except OSError:
-        pass
     if Path(base_model).expanduser().exists():
         return None
     return base_model if HUB_ID.match(base_model) else None
 
 
+def mixture_tag(cfg: Mapping[str, Any]) -> str:
+    """The card's ``mixture:`` tag from a flat config: what the weights were.
+
+    ``mixture:static-<scheme>`` (fixed before training: uniform, size, temperature, file),
+    ``mixture:learned-<strategy>`` (a strategy moved them while training: tdro, groupdro, infdds, ...),
+    ``mixture:transferred`` (weights learned by an earlier run, given as a weights file: ``--transfer``, or
+    ``--mixture file`` with a weights.json a strategy wrote)."""
+    strategy = str(cfg.get("strategy") or "static").lower()
+    if strategy != "static":
+        return f"mixture:learned-{strategy}"
+    if cfg.get("transfer") or (cfg.get("mixture") == "file" and _learned_file(cfg.get("weights_file"))):
+        return "mixture:transferred"
+    return f"mixture:static-{cfg.get('mixture') or 'uniform'}"
+
+
+def _learned_file(path: str | None) -> bool:
+    """Whether ``path`` is a weights.json a strategy wrote (its ``strategy`` is not ``static``)."""
+    if not path:
+        return False
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and obj.get("strategy") not in (None, "static")
+
+
 def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence[int],
                            weights: Mapping[str, Any] | None = None, command: str | None = None,
                            eval_results: Mapping[str, Mapping[str, float]] | None = None,
-                           eval_split: str | None = None) -> CardInfo:
+                           eval_split: str | None = None, sources: Sequence[str | None] | None = None) -> CardInfo:
     """A :class:`CardInfo` for a model trained by :class:`~drmix.train.trainer.Trainer` with ``config``.
 
-    ``weights`` is what the strategy wrote to ``weights.json`` (``collections`` + ``weights`` lists).
+    ``weights`` is what the strategy wrote to ``weights.json`` (``collections`` + ``weights`` lists);
+    ``sources`` the collections' sources (paths or Hub ids), in the order of ``names``.
     """
     cfg = config.flat()
     defaults = type(config)().flat() if _constructible(type(config)) else None
@@ -130,12 +196,16 @@ def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence
                    "hard_negatives_per_query": cfg.get("num_negatives")}
     if cfg.get("matryoshka_dims"):
         loss_config["matryoshka_dims"] = cfg["matryoshka_dims"]
-    tags = ["drmix", "dense-retrieval", f"mixture:{strategy}"]
+    tags = ["drmix", "dense-retrieval", mixture_tag(cfg)]
     if cfg.get("lora_r"):
         tags.append("lora")
+    sources = list(sources) if sources is not None else [None] * len(names)
+    push = cfg.get("push_to_hub")
     return CardInfo(
         base_model=cfg.get("model"), kind="LoRA-merged" if cfg.get("lora_r") else "fine-tuned",
-        collections=[CollectionInfo(n, s, final.get(n)) for n, s in zip(names, sizes)], weights_how=how,
+        model_id=push or None, model_path=str(Path(cfg["output_dir"]) / "model") if cfg.get("output_dir") else None,
+        collections=[CollectionInfo(n, s, final.get(n), src) for n, s, src in zip(names, sizes, sources)],
+        weights_how=how,
         loss="InfoNCE (contrastive, in-batch and hard negatives)", loss_config=loss_config, config=cfg,
         defaults=defaults, roles=type(config).roles(), config_file=config.model_dump(mode="json"), command=command if command is not None else current_command(),
         eval_results={k: dict(v) for k, v in (eval_results or {}).items()}, eval_split=eval_split,
@@ -162,21 +232,22 @@ def _weights_by_name(weights: Mapping[str, Any] | None, names: Sequence[str]) ->
     return {}
 
 
-def _read_weights_file(path: str | None) -> dict | None:
+def _learned_by(path: str | None) -> str | None:
+    """The strategy a ``weights.json`` names (``"strategy"``), or None: the card only describes the file, so an
+    unreadable one is not an error here (training reads it with :func:`drmix.mixture.transfer.read_weights_file`)."""
     if not path:
         return None
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return obj if isinstance(obj, dict) else None
+    return str(obj["strategy"]) if isinstance(obj, dict) and obj.get("strategy") else None
 
 
 def _learned_source(path: str | None) -> str | None:
-    obj = _read_weights_file(path)
-    if obj is None:
-        return md_code(path) if path else None
-    strategy = obj.get("strategy")
+    if not path:
+        return None
+    strategy = _learned_by(path)
     return f"learned by {md_cell(strategy)} ({md_code(path)})" if strategy else md_code(path)
 
 
@@ -188,8 +259,8 @@ def _strategy_spec(name: Any) -> Any:
 
 
 def _weights_file_paper(path: str | None) -> Paper | None:
-    obj = _read_weights_file(path)
-    spec = _strategy_spec(obj.get("strategy")) if obj else None
+    strategy = _learned_by(path)
+    spec = _strategy_spec(strategy) if strategy else None
     return spec.paper if spec is not None else None
 
 
@@ -274,21 +345,26 @@ def card_data(model: Any, info: CardInfo, *, body: bool = False) -> Any:
 
     name = md_entities if body else str
     datasets = [{"name": name(c.name), "size": c.size, "columns": ["query", "positive", "negative"],
-                 "loss": {"fullname": "drmix.model.losses.contrastive_losses"}}
+                 "loss": {"fullname": "drmix.model.losses.contrastive_losses"},
+                 **({"id": c.hub_id} if c.hub_id else {})}
                 for c in info.collections]
     data = SentenceTransformerModelCardData(local_files_only=True, train_datasets=datasets,
                                             generate_widget_examples=False, task_name="retrieval")
     data.register_model(model)
     if info.model_id:
         data.set_model_id(info.model_id)
+    elif info.model_path:  # the usage snippet loads the folder the model was written to
+        data._snippet_default_model_id = info.model_path
     hub = hub_id_of(info.base_model)
     data.base_model = hub
     if hub is None and info.base_model:
         data.model_name = f"SentenceTransformer {info.kind} from {name(Path(info.base_model).name)} with drmix"
     elif hub:
         data.model_name = f"SentenceTransformer {info.kind} from {hub} with drmix"
-    data.datasets = [name(c.name) for c in info.collections]
-    data.add_tags(["generated_from_drmix", *info.tags, "loss:InfoNCE" if info.loss else "drmix"])
+    # only ids the Hub knows: a local collection's name would be read as a (wrong) dataset id
+    data.datasets = list(dict.fromkeys(c.hub_id for c in info.collections if c.hub_id))
+    loss_tag = info.loss_tag or ("InfoNCE" if info.loss else None)
+    data.add_tags(["generated_from_drmix", *info.tags, f"loss:{loss_tag}" if loss_tag else "drmix"])
     allp, nondefault = _hyperparameters(info)
     data.all_hyperparameters = allp
     data.non_default_hyperparameters = nondefault
@@ -327,6 +403,23 @@ def _insert(card: str, section: str) -> str:
     return card.rstrip() + "\n\n" + section
 
 
+HUB_COMMENT = "# Download from the 🤗 Hub"
+LOCAL_COMMENT = "# Load the model folder drmix wrote"
+_SNIPPET = re.compile(r'(?P<comment># [^\n]*\n)?(?P<call>model = SentenceTransformer\(")(?P<id>[^"]*)("\))')
+
+
+def point_usage_at(card: str, model_id: str, *, hub: bool = True) -> str:
+    """``card`` with its usage snippet loading ``model_id`` (a Hub repository, or a local folder with
+    ``hub=False``), whatever it loaded before (a folder path, or sentence-transformers' placeholder)."""
+    comment = HUB_COMMENT if hub else LOCAL_COMMENT
+
+    def repl(m: re.Match) -> str:
+        head = f"{comment}\n" if m.group("comment") else ""
+        return f'{head}{m.group("call")}{model_id}")'
+
+    return _SNIPPET.sub(repl, card)
+
+
 def render_model_card(model: Any, info: CardInfo) -> str:
     """The card's text: sentence-transformers' template, filled from ``info``, plus drmix's sections."""
     from huggingface_hub import ModelCard
@@ -340,7 +433,10 @@ def render_model_card(model: Any, info: CardInfo) -> str:
     finally:
         if previous is not None:
             model.model_card_data = previous
-    return _insert(_with_front_matter(card, front), drmix_sections(info))
+    card = _with_front_matter(card, front)
+    if not info.model_id and info.model_path:
+        card = point_usage_at(card, info.model_path, hub=False)
+    return _insert(card, drmix_sections(info))
 
 
 def _with_front_matter(card: str, front: str) -> str:
@@ -357,3 +453,52 @@ def write_model_card(model: Any, model_dir: str | Path, info: CardInfo) -> Path:
     atomic_write_text(path, render_model_card(model, info))
     return path
 
+
+
+#: the facts of a run's card, kept beside the run so that :func:`refresh_card` can re-render it
+CARD_FACTS = "card.json"
+
+
+def eval_results_from(run_dir: str | Path) -> tuple[dict[str, dict[str, float]], str | None]:
+    """``({dataset: {metric: value}}, split)`` of the evaluations ``drmix eval`` wrote into a run
+    (``RUN/eval/eval.json``, or any ``RUN/eval*/eval.json``), later files winning per dataset."""
+    out: dict[str, dict[str, float]] = {}
+    split = None
+    for path in sorted(Path(run_dir).glob("eval*/eval.json")):
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        results = obj.get("results") if isinstance(obj, dict) else None
+        if not isinstance(results, dict):
+            continue
+        split = obj.get("split") or split
+        for dataset, metrics in results.items():
+            if isinstance(metrics, dict):
+                out[str(dataset)] = {k: float(v) for k, v in metrics.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return out, split
+
+
+def refresh_card(run_dir: str | Path, *, model: Any = None) -> Path | None:
+    """Re-render ``RUN/model/README.md`` from the run's card facts (``card.json``) with the evaluations found in
+    the run since training (:func:`eval_results_from`); None when the run has no card facts or no model."""
+    run_dir = Path(run_dir)
+    facts, model_dir = run_dir / CARD_FACTS, run_dir / "model"
+    if not facts.is_file() or not (model_dir / "modules.json").is_file():
+        return None
+    try:
+        info = CardInfo.from_json(json.loads(facts.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as e:
+        log.warning("cannot read %s (%s); the model card is left as it is", facts, e)
+        return None
+    results, split = eval_results_from(run_dir)
+    if not results:
+        return None
+    info.eval_results = {**info.eval_results, **results}
+    info.eval_split = split or info.eval_split
+    if model is None:
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    return write_model_card(model, model_dir, info)

@@ -9,7 +9,10 @@ demo) is a folder whose sub-folders (to two levels) are runs. The page shows, fr
 * periodic evaluation curves (``eval`` records of ``metrics.jsonl``);
 * mixture-weight trajectories and final weights (``weights.jsonl`` / ``weights.json``);
 * the evaluation and comparison tables (``eval.md``, ``compare.md``, ``summary.md``, ``results.md``,
-  rendered by :func:`drmix.report.markdown.render_html`: raw HTML and script links in them stay text);
+  rendered by :func:`drmix.report.markdown.render_html`: raw HTML and script links in them stay text), in the
+  folder itself and in its sub-folders that ``drmix eval`` or ``drmix compare`` wrote (the layout ``RUN/eval``,
+  ``RUN/compare``: ``drmix eval --output RUN`` and ``drmix compare --output RUN`` write there when RUN is a
+  training run);
 * links (relative) to every artefact of the folder.
 
 Every name that reaches the page (folder and file names, dataset and collection names in tables, the
@@ -38,7 +41,7 @@ log = logging.getLogger(__name__)
 
 REPORT = "report.html"
 GENERATOR = "drmix report"
-CONFIG_FILES = ("config.yaml", "pipeline.yaml", "demo.json", "manifest.json")
+CONFIG_FILES = ("config.yaml", "pipeline.yaml", "adapt.yaml", "demo.json", "manifest.json")
 TABLE_FILES = ("summary.md", "results.md", "eval.md", "compare.md")
 _SKIP_DIRS = {"checkpoints", "model", "adapter", "index", "cache", ".cache", "__pycache__", "tensorboard", "wandb"}
 _LIST_ONLY = {"checkpoints", "index", "cache", "tensorboard", "wandb"}  # listed, their insides not
@@ -221,11 +224,13 @@ def _run_sections(run: Path, base: Path, level: int = 2) -> str:
     train = [r for r in metrics if "loss" in r]
     parts: list[str] = []
     loss_fig = _line_figure([
-        ("training loss", {"loss": _series(train, "loss"), "raw InfoNCE": _series(train, "raw_loss")}, "loss"),
+        ("training loss", {"loss": _series(train, "loss"), "raw (per example)": _series(train, "raw_loss")},
+         "loss"),
         ("learning rate", {"lr": _series(train, "lr")}, "lr"),
         ("throughput", {"examples/s": _series(train, "samples_per_s")}, "examples / s")])
-    parts.append(_figure(loss_fig, "Loss (the strategy's objective and the mean per-example InfoNCE), learning "
-                                   "rate and training throughput per logged step."))
+    parts.append(_figure(loss_fig, "Loss (the strategy's objective and the mean per-example loss, each averaged "
+                                   "over the steps since the previous record), learning rate and training "
+                                   "throughput per logged step."))
     per_collection = _named_series(train, "collection_losses")
     source = "metrics.jsonl"
     if not per_collection:
@@ -269,7 +274,8 @@ def _weights_table(final: dict) -> str:
     return f"<table><tr><th>collection</th><th>final weight{caption}</th></tr>{rows}</table>"
 
 
-def _tables(folder: Path) -> str:
+def _tables(folder: Path, *, inside: bool = True) -> str:
+    """The tables of ``folder`` and (``inside``) of its ``drmix eval`` / ``drmix compare`` sub-folders."""
     out = []
     for name in TABLE_FILES:
         p = folder / name
@@ -277,7 +283,27 @@ def _tables(folder: Path) -> str:
             out.append(f"<h3>{_esc(name)}</h3>" + _markdown(p.read_text(encoding="utf-8")))
     for p in sorted(folder.glob("eval-*.md")):
         out.append(f"<h3>{_esc(p.name)}</h3>" + _markdown(p.read_text(encoding="utf-8")))
+    if inside:
+        for child in result_folders(folder):
+            for name in ("eval.md", "compare.md"):
+                p = child / name
+                if p.is_file():
+                    label = f"{child.name}/{name}"
+                    out.append(f"<h3>{_esc(label)}</h3>" + _markdown(p.read_text(encoding="utf-8")))
     return "".join(out)
+
+
+def result_folders(folder: Path) -> list[Path]:
+    """The sub-folders of ``folder`` that hold what ``drmix eval`` or ``drmix compare`` wrote (``eval/``,
+    ``compare/``, or any other name), in name order."""
+    from drmix.outputs import is_output_of
+
+    try:
+        children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+    return [c for c in children if c.name not in _SKIP_DIRS and not is_run(c)
+            and (is_output_of(c, "eval") or is_output_of(c, "compare"))]
 
 
 def _config(folder: Path) -> str:
@@ -370,7 +396,9 @@ def render_report(folder: str | Path) -> str:
                 parts.append(run_tables.replace("<h3>", "<h4>").replace("</h3>", "</h4>"))
         sections.append("".join(parts))
     sections.append("<h2 id='results'>Results</h2>" + (tables or "<p class='empty'>no evaluation or comparison "
-                                                                  "tables in this folder</p>"))
+                                                                  "tables in this folder or its eval/ and compare/ "
+                                                                  "folders yet (drmix eval --output "
+                                                                  f"{_esc(folder)}/eval)</p>"))
     sections.append("<h2 id='files'>Files</h2>" + _artefacts(folder, out_file))
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'>"

@@ -35,6 +35,10 @@ class RunReport(Listener):
         if not trainer.is_main:
             return
         try:
+            self.plot_weights(trainer)
+        except Exception as e:  # noqa: BLE001 - a plot that cannot be drawn never loses the trained model
+            log.warning("could not draw weights.png (%s: %s)", type(e).__name__, e)
+        try:
             self.write_card(trainer, model, weights)
         except Exception as e:  # noqa: BLE001 - a card that cannot be rendered never loses the trained model
             log.warning("could not write the model card (%s: %s)", type(e).__name__, e)
@@ -47,13 +51,31 @@ class RunReport(Listener):
             log.warning("could not write report.html (%s: %s)", type(e).__name__, e)
 
     @staticmethod
+    def plot_weights(trainer: Any) -> None:
+        """``weights.png`` from the run's ``weights.jsonl``, for strategies that change weights."""
+        from drmix.report.plots import plot_weights
+
+        traj = Path(trainer.out) / "weights.jsonl"
+        if traj.is_file() and traj.stat().st_size:
+            plot_weights(traj, Path(trainer.out) / "weights.png", names=trainer.strategy.weight_names)
+
+    @staticmethod
     def write_card(trainer: Any, model: Any, weights: dict | None) -> Path:
-        from drmix.report.card import info_from_train_config, write_model_card
+        """``model/README.md``, and the card's facts in ``card.json`` (re-rendered with later evaluations by
+        :func:`drmix.report.card.refresh_card`)."""
+        from drmix.io import atomic_write_json
+        from drmix.report.card import CARD_FACTS, eval_results_from, info_from_train_config, write_model_card
 
         config, out = trainer.config, Path(trainer.out)
         info = info_from_train_config(config, names=trainer.names, sizes=trainer.sizes, weights=weights,
                                       eval_results=eval_results_of(out / "metrics.jsonl"),
-                                      eval_split=config.eval.eval_split if config.eval.eval_data else None)
+                                      eval_split=config.eval.eval_split if config.eval.eval_data else None,
+                                      sources=[getattr(c, "source", None) for c in trainer.collections])
         for key, value in trainer.objective.card().items():
             setattr(info, key, value)
+        atomic_write_json(out / CARD_FACTS, info.to_json())
+        later, split = eval_results_from(out)   # a resumed run's folder may hold drmix eval's results already
+        if later:
+            info.eval_results = {**info.eval_results, **later}
+            info.eval_split = split or info.eval_split
         return write_model_card(model, out / "model", info)

@@ -1,15 +1,7 @@
-"""Encode a corpus and search it with a FAISS index.
+"""A FAISS index of encoded documents, and search over it.
 
-* :func:`encode_texts` embeds texts in batches sorted by *token* length (longest first), under
-  ``torch.inference_mode`` with the model in eval mode (its previous mode restored afterwards, so the
-  trainer can call it mid-training), and returns float32 rows in the input order. Each text is
-  tokenised once: the ids that give the lengths are padded per batch to the batch's longest text
-  (dynamic padding) rather than tokenised again. ``SentenceTransformer.encode`` sorts by character
-  count, which mixes texts that truncate to different token counts: on SciFact passages it computes
-  about twice the pad tokens (docs/benchmarks.md). The hand padding is checked against
-  ``model.preprocess`` on the first batches and abandoned for ``preprocess`` if anything differs, so
-  every SentenceTransformer module (prompts, prompt-aware pooling, custom input modules) still sees
-  exactly what it would see from ``encode``.
+Encoding (texts to embeddings, length-sorted, tokenised once) is :mod:`drmix.retrieval.encode`.
+
 * :class:`DenseIndex` wraps an inner-product index with the id map: ``flat`` (exact, default; searched
   with torch, on the GPU when present, see :mod:`drmix.retrieval.exact`), ``hnsw`` or ``ivf`` (FAISS,
   imported only for these). Saved as ``vectors.npy`` (flat) or ``index.faiss`` + ``ids.json`` +
@@ -41,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
 from drmix.io import atomic_dir
+from drmix.retrieval.encode import encode_texts, model_normalizes
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +44,6 @@ IDS_FILE = "ids.json"
 META_FILE = "meta.json"
 DOCS_FILE = "docs.jsonl"
 OFFSETS_FILE = "docs.offsets.npy"
-_LENGTH_CHUNK = 4096  # texts tokenised per call when measuring lengths (bounds memory on big corpora)
-_SORT_CHUNK = 16384  # texts tokenised and length-sorted together by encode_texts
 
 
 class IndexOptions(BaseModel):
@@ -66,153 +57,6 @@ class IndexOptions(BaseModel):
     ef_search: int = Field(128, ge=1, description="HNSW: candidate list size while searching (raised to k).")
     nlist: int | None = Field(None, ge=1, description="IVF: number of clusters (default 4 sqrt(n)).")
     nprobe: int = Field(16, ge=1, description="IVF: clusters visited per query.")
-
-
-# ----------------------------------------------------------------------------------------------- encoding
-
-def model_normalizes(model: Any) -> bool:
-    """True when scores should be cosines: the model declares cosine similarity (the ST default)."""
-    name = getattr(model, "similarity_fn_name", "cosine")
-    if name not in ("cosine", "dot"):
-        log.warning("model similarity %r is not an inner product; indexing with cosine instead", name)
-        return True
-    return name == "cosine"
-
-
-def token_lengths(model: Any, texts: Sequence[str], prompt: str, max_length: int | None) -> np.ndarray:
-    """Token count of each (prompted, truncated) text; character count when the model has no tokenizer."""
-    tokenizer = getattr(model, "tokenizer", None)
-    if tokenizer is None or not callable(tokenizer):
-        return np.fromiter((len(prompt) + len(t) for t in texts), dtype=np.int64, count=len(texts))
-    limit = max_length or getattr(model, "max_seq_length", None)
-    kwargs: dict[str, Any] = {"add_special_tokens": True, "return_attention_mask": False,
-                              "return_token_type_ids": False}
-    if limit:
-        kwargs.update(truncation=True, max_length=int(limit))
-    lengths = np.empty(len(texts), dtype=np.int64)
-    for start in range(0, len(texts), _LENGTH_CHUNK):
-        chunk = [prompt + t for t in texts[start:start + _LENGTH_CHUNK]]
-        ids = tokenizer(chunk, **kwargs)["input_ids"]
-        lengths[start:start + len(chunk)] = [len(x) for x in ids]
-    return lengths
-
-
-def length_order(lengths: np.ndarray) -> np.ndarray:
-    """Indices sorted by length, longest first; ties keep input order (stable)."""
-    return np.argsort(-lengths, kind="stable")
-
-
-def _embedding_dim(model: Any) -> int:
-    for name in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
-        fn = getattr(model, name, None)
-        if callable(fn):
-            return int(fn() or 0)
-    return 0
-
-
-def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prompt: str = "",
-                 max_length: int | None = None, show_progress: bool = False,
-                 normalize: bool = False, precision: str | None = "auto",
-                 devices: Sequence[str] | None = None, cache_ids: bool = False) -> np.ndarray:
-    """Embed ``texts`` with a SentenceTransformer; float32 ``[len(texts), dim]`` in input order.
-
-    ``prompt`` is prepended to every text (and handed to the model so prompt-aware pooling works);
-    ``max_length`` caps tokens per text (default: the model's ``max_seq_length``); ``normalize``
-    L2-normalises the rows. The model's ``truncate_dim`` (Matryoshka) is honoured. Texts are taken
-    in chunks of ``_SORT_CHUNK``, each sorted by token length, which bounds the memory held by token ids;
-    the next chunk is tokenised on a background thread while the current one is encoded.
-    ``precision``: ``auto`` (fp16/bf16 on a GPU, fp32 on CPU) | ``fp32`` | ``fp16`` | ``bf16`` | ``int8``
-    (CPU dynamic quantisation) | ``onnx`` | ``onnx-int8`` (CPU, ONNX Runtime), see :mod:`drmix.retrieval.accel`. ``devices``: encode shards on these
-    devices in parallel (default: every visible GPU when the model is on a GPU and there are at least
-    ``SHARD_MIN_TEXTS`` texts). ``cache_ids``: tokenise the texts once and keep the ids on disk
-    (:func:`drmix.data.tokenized.corpus_ids`, keyed by the texts' content, the tokenizer, the prompt and the
-    length), so encoding the same corpus again (every model a benchmark evaluates) only pads; the ids are
-    checked against ``model.preprocess`` like freshly tokenised ones.
-    """
-    import copy
-    from concurrent.futures import ThreadPoolExecutor
-
-    import torch
-    from tqdm.auto import tqdm
-
-    from drmix.device import model_device, to_device
-    from drmix.model.features import TextBatcher
-    from drmix.retrieval.accel import SHARD_MIN_TEXTS, encode_sharded, inference_setup, visible_gpus
-
-    if batch_size < 1:
-        raise ConfigError(f"batch size must be at least 1, got {batch_size}.", fix="pass --batch-size 1 or more.")
-    texts = list(texts)
-    n = len(texts)
-    if devices is None and model_device(model).type == "cuda" and n >= SHARD_MIN_TEXTS and len(visible_gpus()) > 1:
-        devices = visible_gpus()
-    if devices is not None and len(devices) > 1:
-        return encode_sharded(model, texts, devices, lambda m, part: encode_texts(
-            m, part, batch_size=batch_size, prompt=prompt, max_length=max_length, normalize=normalize,
-            precision=precision, devices=[str(model_device(m))]))
-    owner = model
-    model, autocast = inference_setup(model, precision)
-    batcher = TextBatcher(model, prompt, max_length)
-    stored = None
-    if cache_ids and batcher.tokenizer is not None and n:
-        from drmix.data.tokenized import corpus_ids
-
-        stored = corpus_ids(model, texts, prompt=prompt, max_length=batcher.limit)
-    # a private tokenizer for the prefetch thread (a fast tokenizer must not be shared between threads)
-    ahead = (TextBatcher(model, prompt, max_length, tokenizer=copy.deepcopy(batcher.tokenizer))
-             if batcher.tokenizer is not None and n > _SORT_CHUNK and stored is None else None)
-    truncate_dim = getattr(model, "truncate_dim", None)
-    device = getattr(model, "device", None)
-    pin = device is not None and torch.device(device).type == "cuda"
-    out: np.ndarray | None = None
-    was_training = bool(getattr(owner, "training", False))
-    model.eval()
-    bar = tqdm(total=-(-n // batch_size), desc="encoding", unit="batch", disable=not show_progress)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drmix-tokenize") if ahead is not None else None
-    try:
-        with torch.inference_mode(), autocast():
-            pending = None
-            for chunk_start in range(0, n, _SORT_CHUNK):
-                chunk = texts[chunk_start:chunk_start + _SORT_CHUNK]
-                if stored is not None:
-                    ids = stored.rows(chunk_start, chunk_start + len(chunk)) if batcher.fast is not False else None
-                else:
-                    ids = pending.result() if pending is not None else batcher.tokenize(chunk)
-                nxt = texts[chunk_start + _SORT_CHUNK:chunk_start + 2 * _SORT_CHUNK]
-                pending = pool.submit(ahead.tokenize, nxt) if pool is not None and nxt and batcher.fast is not False else None
-                lengths = (np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(chunk)) if ids is not None
-                           else token_lengths(model, chunk, prompt, max_length))
-                order = length_order(lengths)
-                embs = []
-                for start in range(0, len(chunk), batch_size):
-                    idx = order[start:start + batch_size]
-                    # the shortcut is checked on the longest and the shortest batch of the first chunk
-                    verify = chunk_start == 0 and start + batch_size >= len(chunk)
-                    features = batcher.features([chunk[i] for i in idx],
-                                                [ids[i] for i in idx] if ids is not None else None, verify=verify)
-                    if pin:
-                        features = {k: (v.pin_memory() if isinstance(v, torch.Tensor) else v) for k, v in features.items()}
-                    if device is not None:
-                        features = to_device(features, device)
-                    emb = model(features)["sentence_embedding"]
-                    if truncate_dim:
-                        emb = emb[:, :truncate_dim]
-                    if normalize:
-                        emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
-                    embs.append(emb.float())
-                    bar.update(1)
-                # one device-to-host copy per chunk (no sync per batch)
-                emb_np = torch.cat(embs).cpu().numpy()
-                if out is None:
-                    out = np.empty((n, emb_np.shape[1]), dtype=np.float32)
-                out[order + chunk_start] = emb_np
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        bar.close()
-        owner.train(was_training)
-    if out is None:
-        return np.zeros((0, _embedding_dim(model)), dtype=np.float32)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- documents
@@ -539,7 +383,7 @@ def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: s
 
     ``metadata`` is merged into ``meta.json`` (drmix index records the model and corpus paths there);
     ``store_texts`` keeps the texts so the saved index can show them; ``cache_ids`` keeps the corpus's
-    token ids on disk for the next model with the same tokenizer (:func:`encode_texts`).
+    token ids on disk for the next model with the same tokenizer (:func:`~drmix.retrieval.encode.encode_texts`).
     """
     from drmix.data.beir import doc_text
     from drmix.model.encoder import document_prompt
@@ -563,7 +407,7 @@ def search_queries(model: Any, index: DenseIndex, queries: Mapping[str, str], k:
                    show_progress: bool = False, precision: str | None = "auto") -> dict[str, dict[str, float]]:
     """Retrieve the top ``k`` documents per query: a run ``{query_id: {doc_id: score}}``.
 
-    ``prompt=None`` uses the model's own query prompt; ``precision`` as in :func:`encode_texts`.
+    ``prompt=None`` uses the model's own query prompt; ``precision`` as in :func:`~drmix.retrieval.encode.encode_texts`.
     """
     from drmix.model.encoder import query_prompt
 

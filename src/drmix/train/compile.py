@@ -14,8 +14,8 @@ differently).
 
 Exactness: inductor lowers some accumulations (the embedding's backward, an ``index_put`` with
 ``accumulate``) to parallel kernels with atomic adds, whose float rounding depends on thread timing -- two
-uninterrupted compiled runs then differ at ~1e-7 from step 2 on, and a killed run cannot resume exactly. It
-keeps aten's deterministic kernels for them only when ``torch.are_deterministic_algorithms_enabled()`` at
+uninterrupted compiled runs then differ from step 2 on (docs/benchmarks.md), and a killed run cannot resume
+exactly. It keeps aten's deterministic kernels for them only when ``torch.are_deterministic_algorithms_enabled()`` at
 compile time, and compiled graphs are guarded on that flag; so :func:`compile_model` turns on
 ``torch.use_deterministic_algorithms(True, warn_only=True)`` for the process (an op without a deterministic
 kernel warns instead of failing) and sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless it is set (cuBLAS's

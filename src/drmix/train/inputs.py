@@ -211,15 +211,12 @@ class _Pending:
 
 def _set_sampler_state(sampler: MixtureSampler, state: dict) -> None:
     """Restore a sampler without dropping its permutation cache (keyed by epoch, so it stays valid)."""
-    sampler.rng.bit_generator.state = state["rng"]
-    sampler.cursors = list(state["cursors"])
-    sampler.epochs = list(state["epochs"])
+    sampler.set_state(state)
 
 
 def _replay(sampler: MixtureSampler, state: dict, weights: np.ndarray) -> tuple[list[tuple[int, int]], dict]:
     """Rows a sampler in ``state`` would draw with ``weights``, and its state afterwards (no side effects)."""
-    clone = MixtureSampler(sampler.sizes, sampler.batch_size, mode=sampler.mode, seed=sampler.seed)
-    clone._perm_cache = dict(sampler._perm_cache)
+    clone = sampler.replica()
     _set_sampler_state(clone, state)
     pairs = clone.next_indices(weights)
     return pairs, clone.state_dict()

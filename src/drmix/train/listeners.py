@@ -11,7 +11,7 @@ The trainer calls every listener at fixed points, in the order they were given:
 * ``on_finish(trainer, model, weights)`` -- after the final model and ``weights.json`` are saved;
 * ``close()`` -- always, also when training stops with an error.
 
-Evaluation during training (:class:`drmix.evaluation.listener.PeriodicEvaluation`) and the model card with
+Evaluation during training (:class:`drmix.train.evaluation.PeriodicEvaluation`) and the model card with
 ``report.html`` (:class:`drmix.report.listener.RunReport`) are listeners, given by :func:`drmix.api.train`; so are
 trackers (``report_to``), ``transformers.TrainerCallback`` objects and plain callables, built here. This is the
 role of ``callbacks`` in sentence-transformers' and transformers' trainers, and of ``evaluator=``.

@@ -1,4 +1,4 @@
-"""One writer per output directory: a lock file holding the owner's pid and host.
+"""One writer per output directory (and per benchmark work item): a lock file holding the owner's pid and host.
 
 ``drmix train`` takes ``OUTPUT_DIR/.drmix.lock`` before it touches anything in the directory and removes
 it when it ends (normally or by an exception). The file is created atomically (written under a temporary
@@ -77,26 +77,24 @@ def _is_stale(owner: dict[str, Any]) -> bool:
     return not isinstance(pid, int) or not _pid_alive(pid)
 
 
-def acquire(out_dir: str | Path) -> Path:
-    """Create ``out_dir/.drmix.lock`` for this process, taking over a stale one; return its path."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError("--output-dir is a file.", path=out, fix="choose a folder for --output-dir.")
-    with writable(out):
-        out.mkdir(parents=True, exist_ok=True)
-    lock = out / LOCK_NAME
+def try_lock(lock: str | Path) -> dict[str, Any] | None:
+    """Create the lock file ``lock`` for this process, atomically, taking over a stale one (see the module
+    docstring): None when this process now holds it, else the record of the live process that does (``{}``
+    when unreadable). The one lock of drmix: output directories (:func:`acquire`) and the benchmarks' work
+    items use it."""
+    lock = Path(lock)
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for _ in range(3):
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".drmix.lock.", suffix=".tmp", dir=out)
+            fd, tmp = tempfile.mkstemp(prefix=".drmix.lock.", suffix=".tmp", dir=lock.parent)
         except PermissionError as e:
-            raise ConfigError(f"cannot write to the output directory ({e.strerror}).", path=out,
+            raise ConfigError(f"cannot write to the output directory ({e.strerror}).", path=lock.parent,
                               fix="choose a writable --output-dir.") from None
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(me, f)
             os.link(tmp, lock)  # atomic: fails when the lock exists
-            return lock
+            return None
         except FileExistsError:
             pass
         finally:
@@ -111,12 +109,26 @@ def acquire(out_dir: str | Path) -> Path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(lock)
             continue
-        who = f"process {owner.get('pid', '?')} on host {owner.get('host', '?')} (since {owner.get('started', '?')})"
-        raise RunLockedError(f"another run is writing to this output directory: {who}.", path=out,
-                             fix=f"wait for it to end or choose another --output-dir; if it is known to have "
-                                 f"ended, delete {lock}.")
+        return owner
     raise RunLockedError("could not take the output directory's lock.", path=lock,
                          fix="retry; if no run is active, delete the lock file.")
+
+
+def acquire(out_dir: str | Path) -> Path:
+    """Create ``out_dir/.drmix.lock`` for this process, taking over a stale one; return its path."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--output-dir is a file.", path=out, fix="choose a folder for --output-dir.")
+    with writable(out):
+        out.mkdir(parents=True, exist_ok=True)
+    lock = out / LOCK_NAME
+    owner = try_lock(lock)
+    if owner is None:
+        return lock
+    who = f"process {owner.get('pid', '?')} on host {owner.get('host', '?')} (since {owner.get('started', '?')})"
+    raise RunLockedError(f"another run is writing to this output directory: {who}.", path=out,
+                         fix=f"wait for it to end or choose another --output-dir; if it is known to have "
+                             f"ended, delete {lock}.")
 
 
 def release(lock: Path) -> None:

@@ -22,7 +22,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def adamw(groups: list[dict], lr: float) -> torch.optim.Optimizer:
-    """AdamW, fused where PyTorch supports it (CPU and CUDA: about 10x faster steps than the default)."""
+    """AdamW, fused where PyTorch supports it (CPU and CUDA: much faster steps than the default; docs/benchmarks.md)."""
     try:
         return torch.optim.AdamW(groups, lr=lr, fused=True)
     except (RuntimeError, TypeError, ValueError):  # devices or dtypes without a fused kernel

@@ -23,8 +23,8 @@ class ReferenceScorer:
 
     def __init__(self, model: Any, encoder: BatchEncoder,
                  losses: Callable[..., torch.Tensor], *, gather: bool) -> None:
-        """``losses(q_emb, d_emb, mask, gather=bool)`` turns embeddings into per-example losses (the trainer's
-        objective); ``gather``: take in-batch negatives from every process (more than one process)."""
+        """``losses(q_emb, d_emb, mask, gather=bool, batch=Batch)`` turns embeddings into per-example losses (the
+        trainer's objective); ``gather``: take in-batch negatives from every process (more than one process)."""
         self.model = model
         self.model.eval()
         self.model.requires_grad_(False)
@@ -72,4 +72,4 @@ class ReferenceScorer:
             q, d, mask = self._inputs(batch)
             qe = self.model(q)["sentence_embedding"]
             de = self.model(d)["sentence_embedding"]
-            return self.losses(qe, de, mask, gather=self.gather)
+            return self.losses(qe, de, mask, gather=self.gather, batch=batch)

@@ -101,23 +101,13 @@ class RunOutput:
         self.metrics.truncate_after(step)
         self.trajectory.truncate_after(step)
 
-    def save_final(self, model: Any, weights: dict, weight_names: list[str]) -> None:
-        """``model/`` (LoRA merged; with LoRA also ``adapter/``), ``weights.json`` and ``weights.png`` (main only)."""
+    def save_final(self, model: Any, weights: dict) -> None:
+        """``model/`` (LoRA merged; with LoRA also ``adapter/``) and ``weights.json`` (main only); ``weights.png``
+        is drawn by the report listener (:class:`drmix.report.listener.RunReport`)."""
         if not self.is_main:
             return
         save_model(model, self.dir)
         atomic_write_json(self.dir / "weights.json", weights)
-        self.plot_weights(weight_names)
-
-    def plot_weights(self, names: list[str]) -> None:
-        traj = self.trajectory.path
-        if not traj.exists() or traj.stat().st_size == 0:
-            return
-        try:
-            from drmix.report.plots import plot_weights
-        except ImportError:  # pragma: no cover - plots module is part of the package
-            return
-        plot_weights(traj, self.dir / "weights.png", names=names)
 
     def result(self, steps: int, last_loss: float | None) -> TrainResult:
         weights = self.dir / "weights.json"

@@ -16,14 +16,16 @@ class AuxiliaryStreams:
     """``draw_batch(collection, size)`` from the training collections, ``draw_dev_batch(dev, size)`` from dev sets."""
 
     def __init__(self, collections: list[Collection], dev_collections: list[Collection], *, num_negatives: int,
-                 seed: int) -> None:
+                 seed: int, keys: bool = False, scores: bool = False) -> None:
+        """``keys`` / ``scores``: the training collections' batches carry duplicate keys / teacher scores, as the
+        training batches do (:class:`~drmix.data.sampling.BatchBuilder`)."""
         self.collections = collections
         self.dev_collections = dev_collections
         self.aux_sampler = MixtureSampler([len(c) for c in collections], 1, seed=seed + 1)
-        self.aux_builder = BatchBuilder(collections, num_negatives, seed=seed + 1)
+        self.aux_builder = BatchBuilder(collections, num_negatives, seed=seed + 1, keys=keys, scores=scores)
         self.dev_sampler = (MixtureSampler([len(c) for c in dev_collections], 1, seed=seed + 2)
                             if dev_collections else None)
-        self.dev_builder = BatchBuilder(dev_collections, 0, seed=seed + 2)
+        self.dev_builder = BatchBuilder(dev_collections, 0, seed=seed + 2, keys=keys)
 
     @property
     def dev_names(self) -> list[str]:

@@ -50,7 +50,7 @@ from drmix.train.inputs import InputPipeline
 from drmix.train.listeners import Listener, TrackerListener, callback_listeners
 from drmix.train.lock import run_lock
 from drmix.train.lora import apply_lora
-from drmix.train.objective import InfoNCE, Objective
+from drmix.train.objective import Objective, objective_from_config
 from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision
 from drmix.train.sharding import backward as sharding_backward
@@ -93,6 +93,12 @@ class Trainer:
         from drmix.mixture.registry import check_config
 
         check_config(config)  # the strategy and its options, before any model or data loads
+        # the loss (a registered objective), before any model or data loads too
+        objective = objective if objective is not None else objective_from_config(config)
+        if model is None:  # a Hub id that cannot load here fails now, not after the data (drmix.model.encoder)
+            from drmix.model.encoder import resolve_model_path
+
+            resolve_model_path(config.model.name_or_path)
         cb_listeners, set_main = callback_listeners(callbacks, config)  # before the Accelerator (see there)
         self._start_processes(config)
         set_main(self.is_main)
@@ -102,7 +108,7 @@ class Trainer:
         check_batch_fits(self.names, self.sizes, config.contrastive.batch_size)
         self._load_model(model)
         config = self.config
-        self.objective = objective if objective is not None else InfoNCE.from_config(config)
+        self.objective = objective
         self.encoder = BatchEncoder(self.model, self.device, query_max_length=config.data.query_max_length,
                                     doc_max_length=config.data.doc_max_length,
                                     num_negatives=config.contrastive.num_negatives)
@@ -181,13 +187,20 @@ class Trainer:
         tokens = (self.encoder.token_ids(self.collections, num_proc=cfg.data.tokenize_num_proc)
                   if cfg.data.pretokenize and self.objective.wants_tokens() else None)
         self.builder = self.objective.builder(self.collections, seed=cfg.optim.seed, tokens=tokens)
+        if cfg.contrastive.batch_sampler == "no_duplicates":
+            if not hasattr(self.builder, "row_keys"):
+                raise ConfigError(f"batch_sampler no_duplicates needs row keys, and the {self.objective.name} "
+                                  "objective's batch builder has none.", fix="drop --batch-sampler no_duplicates.")
+            self.sampler.no_duplicates, self.sampler.row_keys = True, self.builder.row_keys
         self.inputs = InputPipeline(self.sampler, self.builder, self._prepare_inputs,
                                     prefetch=cfg.data.input_prefetch, workers=cfg.data.input_workers,
                                     threadable=self.encoder.threadable)
         # separate streams for strategies that draw extra batches (look-ahead, dev measurement)
         self.streams = AuxiliaryStreams(self.collections,
                                         [load_beir_collection(d, split=cfg.mixture.dev_split) for d in cfg.mixture.dev],
-                                        num_negatives=cfg.contrastive.num_negatives, seed=cfg.optim.seed)
+                                        num_negatives=cfg.contrastive.num_negatives, seed=cfg.optim.seed,
+                                        keys=getattr(self.builder, "keys", False),
+                                        scores=getattr(self.builder, "scores", False))
         backbone = dataclasses.replace(BackboneOptions.from_config(cfg.model), gradient_checkpointing=False)
         self.reference = (ReferenceScorer.load(cfg.mixture.reference_model, self.encoder, self._losses_from_embeddings,
                                                gather=self.world > 1, trust_remote_code=cfg.model.trust_remote_code,
@@ -221,8 +234,8 @@ class Trainer:
         return (local, *self.encoder.host_inputs(self.model, local, self.encoder.negatives_in(batch)))
 
     def _losses_from_embeddings(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *,
-                                gather: bool) -> torch.Tensor:
-        return self.objective.losses(q, d, mask, gather=gather)
+                                gather: bool, batch: Batch | None = None) -> torch.Tensor:
+        return self.objective.losses(q, d, mask, gather=gather, batch=batch)
 
     def _forward_backward(self, q: dict, d: dict, mask: torch.Tensor, local: Batch,
                           ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,7 +245,7 @@ class Trainer:
         def objective(qe: torch.Tensor, de: torch.Tensor) -> torch.Tensor:
             # what a strategy needs for gradients through the embeddings (iDRO's per-cluster gradients)
             ctx.embeddings, ctx.grad_cache = (qe, de), self.grad_cache
-            kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True)
+            kept["losses"] = self._losses_from_embeddings(qe, de, mask, gather=True, batch=local)
             return self.strategy.loss(kept["losses"], local, ctx)
 
         if self.grad_cache is not None:
@@ -253,7 +266,7 @@ class Trainer:
         q, d, mask = self.encoder.device_inputs(model, batch, self.encoder.negatives_in(batch))
         qe = model(q)["sentence_embedding"]
         de = model(d)["sentence_embedding"]
-        return self._losses_from_embeddings(qe, de, mask, gather=False)
+        return self._losses_from_embeddings(qe, de, mask, gather=False, batch=batch)
 
     def reference_losses(self, batch: Batch) -> torch.Tensor:
         """Per-example losses of the frozen reference model on the same inputs (no gradient)."""
@@ -334,6 +347,7 @@ class Trainer:
             return self.output.result(self.step, None)
         for lst in self.listeners:
             lst.on_start(self)
+        self._record_start_weights()
         ctx = self.context()
         from tqdm.auto import tqdm
 
@@ -356,6 +370,19 @@ class Trainer:
         for lst in self.listeners:
             lst.on_train_end(self)
         return self._finish(self.window.last_loss)
+
+    def _record_start_weights(self) -> None:
+        """The strategy's sampling weights as training starts (or resumes): one ``metrics.jsonl`` record at
+        this step (``{"step", "event": "start", "strategy", "weights"}``) and one log line."""
+        weights = {n: float(w) for n, w in zip(self.names, self.strategy.sampling_weights())}
+        mix = self.config.mixture
+        how = (f"transferred ({mix.transfer})" if mix.transfer else mix.scheme if self.strategy.name == "static"
+               else "initial")
+        self.metrics.append({"step": self.step, "event": "start", "strategy": self.strategy.name, "mixture": how,
+                             "weights": weights})
+        if self.is_main:
+            log.info("mixture weights at step %d (strategy %s, %s): %s", self.step, self.strategy.name, how,
+                     ", ".join(f"{n} {w:.4f}" for n, w in weights.items()))
 
     def _optimiser_step(self, ctx: StepContext) -> float:
         """One optimiser step over ``gradient_accumulation_steps`` micro-batches; returns its learning rate."""
@@ -451,7 +478,7 @@ class Trainer:
             record_prompts(model, {**{c.name: c.instruction for c in self.collections if c.instruction},
                                    **self.config.eval.query_instructions})
         weights = self.strategy.final_weights()
-        self.output.save_final(model, weights, self.strategy.weight_names)
+        self.output.save_final(model, weights)
         for lst in self.listeners:
             lst.on_finish(self, model, weights)
         self.accelerator.wait_for_everyone()

@@ -1,6 +1,12 @@
 """What the loop measures between two log records: losses (overall and per collection), examples drawn per
 collection, time and throughput. Losses stay on the device until a log record reads them (no host sync between
-logging steps)."""
+logging steps).
+
+Every loss of a record is a mean over the window (the optimiser steps since the previous record): ``loss`` and
+``raw_loss`` average the steps' losses, ``collection_losses`` the examples' losses of each collection -- as
+transformers' ``Trainer`` logs the mean of the losses since its last log. With one collection per batch, the
+last step's loss alone would show the loss of whichever collection that batch came from.
+"""
 from __future__ import annotations
 
 import time
@@ -50,6 +56,9 @@ class StepWindow:
         self.samples = 0
         self.step_loss: Any = 0.0   # device tensors after the first micro-step
         self.step_raw: Any = 0.0
+        self.loss_sum: Any = 0.0    # sums over the window's finite steps (device tensors after the first step)
+        self.raw_sum: Any = 0.0
+        self.steps: Any = 0         # how many steps the sums hold (a device tensor after the first step)
         self.last_loss: float | None = None
         self._started = time.perf_counter()
 
@@ -69,6 +78,12 @@ class StepWindow:
 
     def end_step(self, samples: int) -> None:
         self.samples += samples
+        # a step the non-finite guard skipped stays out of the means (its count is in the record's skip fields)
+        loss, raw = torch.as_tensor(self.step_loss), torch.as_tensor(self.step_raw)
+        finite = torch.isfinite(loss) & torch.isfinite(raw)
+        self.loss_sum = self.loss_sum + torch.where(finite, loss, torch.zeros_like(loss))
+        self.raw_sum = self.raw_sum + torch.where(finite, raw, torch.zeros_like(raw))
+        self.steps = self.steps + finite.to(loss.dtype)
 
     def time(self, fn: Callable[[], Any]) -> float:
         """Close the step's training time, run ``fn`` (the strategy's update); its seconds."""
@@ -80,12 +95,15 @@ class StepWindow:
     def read(self, mean_across: Callable[[float], float], sum_across: Callable[[torch.Tensor], torch.Tensor], *,
              lr: float, strategy_seconds: float) -> dict[str, Any]:
         """The log record's measurements (a collective when several processes train); resets the window."""
-        self.last_loss = mean_across(float(self.step_loss))
-        record = {"loss": self.last_loss, "raw_loss": mean_across(float(self.step_raw)), "lr": lr,
+        steps = float(self.steps)
+        self.last_loss = mean_across(float(self.loss_sum) / steps if steps else float("nan"))
+        raw = mean_across(float(self.raw_sum) / steps if steps else float("nan"))
+        record = {"loss": self.last_loss, "raw_loss": raw, "lr": lr,
                   "samples_per_s": self.samples / max(self.seconds, 1e-9), "train_seconds": self.seconds,
                   "strategy_seconds": strategy_seconds,
                   "collection_counts": dict(zip(self.names, self.counts.tolist())),
                   "collection_losses": self.collection_losses.read(sum_across)}
         self.seconds, self.samples = 0.0, 0
+        self.loss_sum, self.raw_sum, self.steps = 0.0, 0.0, 0
         self.counts[:] = 0
         return record

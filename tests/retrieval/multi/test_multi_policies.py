@@ -277,7 +277,7 @@ def _random_instance(rng):
 
 
 def test_oracle_is_never_below_any_policy_and_every_policy_keeps_prefixes():
-    from drmix.evaluation.multi_metrics import query_credit
+    from drmix.evaluation.multi import query_credit
 
     rng = np.random.default_rng(0)
     specs = ["naive", "fixed:0", "fixed:0.3", "fixed:0.5", "fixed:1", "confidence:0.9", "confidence:0.5,temperature=1",
@@ -340,7 +340,7 @@ def instances(draw):
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(instances())
 def test_oracle_equals_brute_force_over_all_splits(inst):
-    from drmix.evaluation.multi_metrics import query_credit
+    from drmix.evaluation.multi import query_credit
     from drmix.retrieval.multi import fill_quotas
 
     cands, rel, k, mode = inst

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 
 from drmix.errors import ConfigError
-from drmix.evaluation.multi_metrics import family_of
+from drmix.evaluation.multi import family_of
 from drmix.retrieval.multi import registry
 from drmix.retrieval.multi.base import AllocationPolicy
 from drmix.retrieval.multi.merge import merge_top_k, raw_keys

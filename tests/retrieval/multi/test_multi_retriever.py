@@ -29,7 +29,7 @@ def layout(tmp_path) -> Path:
 
 
 def _encode(model, texts):
-    from drmix.retrieval.index import encode_texts
+    from drmix.retrieval.encode import encode_texts
 
     return encode_texts(model, texts, normalize=True)
 

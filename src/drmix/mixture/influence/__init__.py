@@ -61,8 +61,8 @@ Where this departs from the paper, and why
   explodes or flips sign when influences are near zero or of both signs; the default keeps the paper's
   proportional weighting but over the positive part of the influences only. Section 3.3's softmax
   ``p = softmax(I / reptile_temperature)`` is ``reptile_weights="influence"``; it is *not* the default
-  because loss influences are of order 1e-3, so at T = 1 the softmax is uniform to within 0.1% (measured:
-  see docs/influence.md); ``reptile_weights="policy"`` weights by ``P(i | S)``.
+  because loss influences are small, so at T = 1 the softmax is all but uniform (measured in
+  docs/influence.md); ``reptile_weights="policy"`` weights by ``P(i | S)``.
 * Non-finite influences (a look-ahead that diverged) never enter the Reptile buffer nor the policy:
   that collection is left out of the update (the REINFORCE step conditions on the finite subset); when
   no influence is finite the update is skipped with a warning.

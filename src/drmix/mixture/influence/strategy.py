@@ -241,10 +241,12 @@ class InfluenceStrategy(Strategy):
         for name, batch, b0 in zip(ctx.dev_names, dev_batches, base):
             if b0 == 0.0 and not any(batch.negatives):
                 raise ConfigError(
-                    f"dev set '{name}' cannot produce a non-zero loss: its batches carry no negatives and in-batch "
-                    "negatives are off, so the positive is the only candidate and every influence would be 0.",
-                    fix="turn in_batch_negatives on, or set infdds influence_metric: ndcg, or give the dev "
-                        "examples hard negatives.")
+                    f"dev set '{name}' cannot produce a non-zero loss: its batches carry no hard negatives, and "
+                    "in-batch negatives are off or every other passage of the batch is the same text as the "
+                    "query's positive (masked as a false negative, mask_duplicates), so the positive is the only "
+                    "candidate and every influence would be 0.",
+                    fix="turn in_batch_negatives on, give the dev set more distinct passages or hard negatives, "
+                        "or set infdds influence_metric: ndcg.")
 
     def _gradcos(self, ctx: StepContext, subset: list[int], dev_batches: list[Batch], train_bs: int) -> list[float]:
         params = trainable_parameters(ctx.model)

@@ -33,7 +33,7 @@ queries' scores, never labels; ``parse_policy`` builds them by name). Each is on
   See :class:`CalibratedPolicy`. (``rrf`` was removed: with one ranked list per corpus reciprocal rank
   fusion is round-robin whatever its ``K``, i.e. ``fixed:0.5`` with two corpora ordered by rank.)
 * ``oracle`` -- analysis only, needs relevance judgements: per query, the split ``(k_1..k_n)`` of the
-  budget that maximises per-corpus credit recall (``drmix.evaluation.multi_metrics``), found exactly by
+  budget that maximises per-corpus credit recall (``drmix.evaluation.multi``), found exactly by
   dynamic programming over corpora; among optimal splits it prefers the one with the largest sum of
   raw scores (what naive merging would keep). ``oracle:mode=fraction`` optimises the fraction credit (the
   sweep picks the mode matching ``--credit``). Every other policy here keeps a prefix of each corpus's

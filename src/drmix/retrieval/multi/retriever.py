@@ -109,7 +109,7 @@ class MultiCorpusRetriever:
 
     def encode_queries(self, queries: Mapping[str, str], *, show_progress: bool = False) -> np.ndarray:
         from drmix.model.encoder import query_prompt
-        from drmix.retrieval.index import encode_texts, model_normalizes
+        from drmix.retrieval.encode import encode_texts, model_normalizes
 
         prompt = self.prompt if self.prompt is not None else (query_prompt(self.model) or "")
         return encode_texts(self.model, list(queries.values()), batch_size=self.batch_size, prompt=prompt,

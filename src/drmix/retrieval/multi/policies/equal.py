@@ -3,8 +3,8 @@
 The robust default of ``drmix search``: it needs no labels and no tuning, equals ``fixed:0.5`` with two
 corpora (the paper's fixed-fractional allocation at F = 0.5, *Multi Distribution Dense Information
 Retrieval*, seed ``003_1da1604bae7d74b5.txt``, section 4.2) and extends to any number of corpora. On the
-shared benchmarks it beat naive merging by 8-10 points of per-corpus Recall@10 where the corpora differ in
-size (Walmart-Amazon) and lost about 2 where they do not (Amazon-Google) -- docs/multicorpus.md.
+shared benchmarks it beat naive merging where the corpora differ in size (Walmart-Amazon) and lost a little
+where they do not (Amazon-Google); the figures are in docs/multicorpus.md.
 Budget a corpus cannot use goes to the others by raw score; the merged list is ordered by raw similarity
 (``merge=rank``: interleaved by rank).
 """

@@ -1,7 +1,7 @@
 """``oracle`` -- analysis only, needs relevance judgements: the best split of the budget per query.
 
 Per query, the split ``(k_1..k_n)`` that maximises per-corpus credit recall
-(:mod:`drmix.evaluation.multi_metrics`), found exactly by dynamic programming over corpora (for two
+(:mod:`drmix.evaluation.multi`), found exactly by dynamic programming over corpora (for two
 corpora a vectorised scan of the first corpus's share that makes the same choice); among optimal
 splits it prefers the one with the largest sum of raw scores (what naive merging would keep).
 ``oracle:mode=fraction`` optimises the fraction credit (the sweep picks the mode matching ``--credit``).
@@ -23,7 +23,7 @@ from drmix.retrieval.multi.types import CorpusCandidates, QueryCandidates, Relev
 
 
 def credit_curve(cc: CorpusCandidates, rel: Mapping[str, int], mode: str = "any") -> np.ndarray:
-    """``curve[m]`` = credit of one corpus when its first ``m`` candidates are kept (see multi_metrics).
+    """``curve[m]`` = credit of one corpus when its first ``m`` candidates are kept (drmix.evaluation.multi.metrics).
 
     ``any``: 1 once any relevant passage is kept; ``fraction``: share of its relevant passages kept.
     """

@@ -1,0 +1,58 @@
+"""``drmix adapt``: a retriever for a new corpus without labels, in one command (:mod:`drmix.recipes.adapt`).
+
+Thin: loads :class:`~drmix.recipes.adapt.AdaptConfig` (every field is a flag), runs the recipe under the output
+contract, prints the summary; ``--estimate`` prints the stages' estimated time and exits.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.options import config_command, load_checked, paragraphs
+
+ADAPT_HELP = """Adapt a retriever to target corpora without labels: build a synthetic train / dev / test set
+from --corpus alone (cropped-sentence pseudo-queries, LLM-generated ones with --llm, kept when the teacher
+retrieves their source passage in its top --filter-k, split by passage), run COCO on the corpora, fine-tune the
+COCO model on --data under every --candidates mixture (uniform, size, tDRO transfers, Inf-DDS rewarded on the
+synthetic dev; +synthetic adds the synthetic train set), choose the best on the synthetic dev, and report the
+base model, uniform fine-tuning, COCO -> uniform and the adapted model on the synthetic test and on any labelled
+--eval-data (read only for that final table), with paired tests and Kendall's tau of the candidates' rankings
+(summary.md, report.html; the adapted model with its card is OUTPUT_DIR/model).
+
+--preset cpu|medium|gpu fills the settings it names that are not given (docs/adapt.md). Each stage is a folder
+of --output-dir: a rerun reuses the stages made with the same settings and resumes an interrupted one; a changed
+stage is refused unless --resume-with-changes (re-run it and the stages built on it) or --overwrite (re-run
+every stage). --estimate prints each stage's estimated time and exits.
+"""
+
+_ESTIMATE = inspect.Parameter(
+    "estimate", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+    default=typer.Option(False, "--estimate", help="Print every stage's work and estimated time (on --device, or "
+                                                   "a GPU for --preset gpu) and exit without running anything."))
+
+
+def run_adapt_command(config_path: Path | None, overrides: dict[str, Any], estimate: bool = False) -> None:
+    from drmix.cli import console
+    from drmix.cli.pipeline import _finish, _run_recipe
+    from drmix.recipes.adapt import AdaptConfig, estimate_table, run_adapt
+
+    config = load_checked(AdaptConfig, config_path, overrides)
+    if estimate:
+        console.print(estimate_table(config), highlight=False, soft_wrap=True, markup=False, emoji=False)
+        return
+    result = _run_recipe(config, run_adapt)
+    _finish(result.table, result.output_dir / "summary.md", result.output_dir, config)
+
+
+def register(app: typer.Typer) -> None:
+    from drmix.recipes.adapt import AdaptConfig
+
+    app.command("adapt", help=paragraphs(ADAPT_HELP), no_args_is_help=True)(
+        config_command(AdaptConfig, run_adapt_command, extra=[_ESTIMATE]))
+
+
+AREAS.register(CommandArea("adapt", register))
