@@ -245,6 +245,36 @@ def test_the_medium_table_of_the_docs_is_what_report_only_prints_from_its_stored
                          "the 1-layer starting model, not fine-tuned") == block
 
 
+
+AUTHORS_ARMS = ["uniform", "tdro:top:0.7", "tdro:reweight", "tdro:dev", "tdro@prev:top:0.7", "tdro@prev:reweight",
+                "tdro@prev:dev", "tdro:dev-temperature"]
+AUTHORS_PAIRS = ["tdro:top:0.7=tdro@prev:top:0.7", "tdro:reweight=tdro@prev:reweight", "tdro:dev=tdro@prev:dev",
+                 "tdro:dev-temperature=tdro@prev:dev"]
+AUTHORS_FIXTURE = Path(__file__).parent / "fixtures" / "mixture-medium-authors-results.json"
+
+
+def test_the_authors_stage1_medium_tables_of_the_docs_are_what_report_only_prints(tmp_path, capsys):
+    """The stored results of docs/benchmarks.md's medium run with tDRO's stage 1 in the authors' setting (both
+    workers' results.json, merged): the report printed from them holds the docs' stage-1 weights and selections,
+    and the seed table, per-seed line, weights line and paired table, byte for byte."""
+    import shutil
+
+    shutil.copy(AUTHORS_FIXTURE, tmp_path / "results.json")
+    bm.main(["--report-only", "--preset", "medium", "--work", str(tmp_path), "--arms", *AUTHORS_ARMS,
+             "--pair", *AUTHORS_PAIRS])
+    printed = capsys.readouterr().out
+    weights = printed[printed.index("| collection | tDRO | tDRO@prev | tDRO@t05 |"):
+                      printed.index("LOO nfcorpus, every arm against uniform:")].rstrip("\n")
+    block = printed[printed.index("| model | nDCG@10 (95% CI over seeds) |"):].rstrip("\n")
+    assert weights.count("\n") == 22 and block.count("\n") == 22
+    assert "| tdro:top:0.7 | tdro@prev:top:0.7 | nfcorpus | 150 | 3 |" in block
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert weights in docs and block in docs
+    results = json.loads(AUTHORS_FIXTURE.read_text())["results"]
+    assert all(len(results["nfcorpus"]["arms"][a]) == 3 for a in AUTHORS_ARMS)     # every arm, 3 seeds
+    assert bm.seed_table(bm.summarise(results, AUTHORS_ARMS), results, "nfcorpus",
+                         "the 1-layer starting model, not fine-tuned") in block
+
 def test_stage1_settings_and_the_pair_report():
     """``tdro@prev`` is drmix's earlier stage 1 (1 negative at 0.05, random fill), bare ``tdro`` the authors'
     (no overrides: stage1_config's 7 mined negatives at 0.002); --pair A=B pairs two arms over queries."""

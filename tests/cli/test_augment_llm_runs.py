@@ -9,18 +9,11 @@ import pytest
 from fake_llm import FakeBackend
 from loopback_llm import LoopbackServer, chat
 
-from drmix.cli import main
+from cli_helpers import run
 from drmix.data.beir import write_beir
 
 TOPICS = ["cats", "dogs", "ships", "trains", "rivers", "mountains"]
 CORPUS = {f"d{i}": {"title": "", "text": f"This note is about {t}."} for i, t in enumerate(TOPICS)}
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 @pytest.fixture()

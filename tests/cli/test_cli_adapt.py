@@ -5,18 +5,11 @@ import json
 
 import pytest
 
-from drmix.cli import main
+from cli_helpers import run
 from drmix.data.beir import write_beir
 
 CORPUS = {f"d{i}": {"title": "", "text": f"Sentence number {i} is about topic {i} here. It has words."}
           for i in range(20)}
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 @pytest.fixture()

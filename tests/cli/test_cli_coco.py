@@ -5,16 +5,9 @@ import json
 
 import pytest
 
-from drmix.cli import main
+from cli_helpers import run
 from drmix.evaluation.compare import paired_test
 from drmix.recipes.coco import CocoPipelineConfig, comparison_table, run_coco_pipeline
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 WORDS = ["cat", "dog", "horse", "sheep", "goat", "mouse", "tiger", "lion", "zebra", "camel", "otter", "eagle"]

@@ -7,20 +7,13 @@ import json
 import pytest
 from loopback_llm import LoopbackServer
 
-from drmix.cli import main
+from cli_helpers import run
 from drmix.data.beir import write_beir
 from drmix.data.collections import load_collection_spec
 
 TOPICS = ["cats", "dogs", "ships", "trains", "rivers", "mountains"]
 CORPUS = {f"d{i}": {"title": "", "text": f"This note is about {t} and nothing else. Many people like {t} a lot. "
                                          f"Fig. 3."} for i, t in enumerate(TOPICS)}
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 @pytest.fixture()

@@ -6,19 +6,12 @@ import json
 
 import pytest
 
-from drmix.cli import main
+from cli_helpers import run
 from drmix.data.beir import write_beir
 
 TOPICS = ["cats", "dogs", "ships", "trains", "rivers", "mountains"]
 CORPUS = {f"d{i}": {"title": "", "text": f"This note is about {t} and nothing else. Many people like {t} a lot."}
           for i, t in enumerate(TOPICS)}
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 @pytest.fixture()

@@ -4,17 +4,10 @@ import json
 import pytest
 import yaml
 
-from drmix.cli import main
+from cli_helpers import run
 from drmix.cli.options import overrides_from_kwargs
 from drmix.config import TrainConfig, load_config
 from drmix.errors import ConfigError
-
-
-def run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 def test_help_lists_commands_and_train_fields(capsys, monkeypatch):

@@ -1,30 +1,8 @@
 """Evaluation for queries whose relevant passages live in several corpora, and the policy sweep.
 
 Specification: *Multi Distribution Dense Information Retrieval* (seed ``003_1da1604bae7d74b5.txt``),
-section 5.3 and Table 3. Notation: a query ``q`` has relevance judgements in several corpora; ``C_q`` is
-the set of corpora holding at least one relevant passage of ``q`` (grade > 0); ``R_{q,c}`` the relevant
-passages of ``q`` in corpus ``c``; ``L_q`` the merged top-k list an allocation policy returns.
-
-* **Per-corpus credit recall** ``pc_recall@k`` (the paper's Recall@k: "1 if both passages are retrieved,
-  0.5 if one is retrieved and 0 otherwise")::
-
-      credit(q) = 1/|C_q| * sum_{c in C_q} hit_c(q)
-      hit_c(q)  = 1 if L_q[:k] contains any passage of R_{q,c}            (mode "any", the default)
-                = |L_q[:k] ∩ R_{q,c}| / |R_{q,c}|                          (mode "fraction")
-
-  The paper has exactly one relevant passage per corpus, where both modes agree. With several relevant
-  passages in one corpus (an entity matched to two listings) "any" asks for one passage from every
-  corpus, which is what a reader needs; "fraction" is stricter. ``pc_recall@k`` is the mean over queries
-  with ``|C_q| > 0``; a query with no result list scores 0.
-* **Per-corpus MRR** ``pc_mrr@k`` (the paper's MRR, "the reciprocal of the rank at which the true
-  passage appears", made per-corpus like the recall)::
-
-      pc_rr(q) = 1/|C_q| * sum_{c in C_q} 1 / rank of the first passage of R_{q,c} in L_q[:k]   (0 if absent)
-
-* **Standard metrics** (nDCG, MRR, Recall, MAP) through :func:`drmix.evaluation.metrics.evaluate_run`
-  (pytrec_eval) over the merged list. Documents are qualified as ``corpus/doc_id`` so ids never collide,
-  and each hit's run score is ``len(L_q) - rank`` so that the policy's order, not the raw similarity, is
-  what gets evaluated (a policy may put a lower raw score above a higher one).
+section 5.3 and Table 3. The metrics (per-corpus credit recall ``pc_recall@k``, per-corpus MRR ``pc_mrr@k``,
+standard metrics over the merged list) and their equations are in :mod:`.metrics`.
 
 The sweep evaluates many policies on candidates fetched once, chooses within each family (``fixed``
 fractions, ``confidence`` thresholds, the label-free ``zscore``/``calibrated`` variants) on a validation

@@ -14,6 +14,13 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
+def restore_parameters(params: Sequence[torch.Tensor], saved: Sequence[torch.Tensor]) -> None:
+    """Copy ``saved`` back into ``params`` (after a look-ahead or a probe), outside autograd."""
+    with torch.no_grad():
+        for p, s in zip(params, saved):
+            p.copy_(s)
+
+
 def lookahead_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None], lr: float,
                    optimizer: torch.optim.Optimizer | None = None,
                    mode: Literal["adam", "rmsprop", "sgd"] = "sgd") -> None:

@@ -10,6 +10,7 @@ import torch
 
 from drmix.data.batch import Batch
 from drmix.device import all_reduce
+from drmix.mixture.influence.lookahead import restore_parameters
 
 
 def _with_eval(model: torch.nn.Module):
@@ -110,12 +111,8 @@ def probe_gradcos_rewards(compute_losses, params: Sequence[torch.Tensor], train_
             dev = sum(flat_grad(compute_losses, params, b, world_size) for b in dev_batches)
             g64, d64 = g.double(), dev.double()
             rewards.append(float((g64 @ d64) / (torch.sqrt((g64 @ g64) * (d64 @ d64)) + 1e-10)))
-            with torch.no_grad():
-                for p, s in zip(params, saved):
-                    p.copy_(s)
+            restore_parameters(params, saved)
     except BaseException:
-        with torch.no_grad():
-            for p, s in zip(params, saved):
-                p.copy_(s)
+        restore_parameters(params, saved)
         raise
     return rewards

@@ -15,7 +15,8 @@ from drmix.data.batch import Batch
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
 from drmix.mixture.influence.config import InfDDSConfig, resolved
-from drmix.mixture.influence.lookahead import _unwrap_optimizer, lookahead_step, trainable_parameters
+from drmix.mixture.influence.lookahead import (_unwrap_optimizer, lookahead_step, restore_parameters,
+                                               trainable_parameters)
 from drmix.mixture.influence.metrics import (dev_loss_metric, dev_ndcg_metric, flat_grad, gradcos_rewards,
                                              probe_gradcos_rewards)
 from drmix.mixture.influence.reptile import DeltaBuffer, reptile_update
@@ -220,13 +221,9 @@ class InfluenceStrategy(Strategy):
                             buffer.add(params, saved, influence)
                     else:
                         buffer.add(params, saved, influence if c.reptile_weights == "influence" else float(p_cond[pos]))
-                with torch.no_grad():
-                    for p, s in zip(params, saved):
-                        p.copy_(s)
+                restore_parameters(params, saved)
         except BaseException:
-            with torch.no_grad():
-                for p, s in zip(params, saved):
-                    p.copy_(s)
+            restore_parameters(params, saved)
             raise
         if buffer is not None and buffer.norm > 0:
             alpha = c.reptile_alpha if c.reptile_alpha is not None else self._lr(ctx)
