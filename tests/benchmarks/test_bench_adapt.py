@@ -53,3 +53,40 @@ def test_no_target_training_collection_is_built(tmp_path, shared_data):
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == sorted(f"{s}.jsonl" for s in ba.SOURCES)
     with pytest.raises(StopIteration):
         next(p for p in paths if "scifact" in p or "nfcorpus" in p)
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "adapt-cpu-results.json"
+
+
+def _seed_folders(out: Path, seed: str, stored: dict) -> None:
+    """A finished seed as seed_result reads it: summary.json (the model paths under ``out``) and each report
+    model's eval-test.json beside its model folder (the base model's in eval/base)."""
+    import json
+
+    root = out / f"seed{seed}"
+    models = {}
+    for i, label in enumerate(stored["summary"]["models"]):
+        folder = root / "eval" / "base" if label == ba.BASE else root / f"m{i}"
+        models[label] = str(folder / "model")
+        folder.mkdir(parents=True)
+        (folder / "eval-test.json").write_text(json.dumps({"per_query": stored["eval_test"][label]}),
+                                               encoding="utf-8")
+    (root / "summary.json").write_text(json.dumps({**stored["summary"], "models": models}), encoding="utf-8")
+
+
+def test_the_docs_table_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys):
+    """The stored results of docs/adapt.md's measured run (per seed: the summary fields and the per-query
+    labelled nDCG@10 of the report's models): --report-only prints the docs' block byte for byte."""
+    import json
+
+    stored = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    seeds = sorted(stored["seeds"], key=int)
+    assert len(seeds) >= 3
+    for s in seeds:
+        _seed_folders(tmp_path, s, stored["seeds"][s])
+    assert ba.main(["--report-only", "--preset", stored["preset"], "--out", str(tmp_path), "--seeds", *seeds]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"Preset `{stored['preset']}`, seeds [{', '.join(seeds)}];")
+    assert printed.count("| adapted vs uniform fine-tuning | ") == 1
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "adapt.md").read_text(encoding="utf-8")
+    assert printed.rstrip("\n") in docs
