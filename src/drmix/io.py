@@ -695,7 +695,8 @@ def read_yaml(path: str | Path, *, what: str = "file", error: type[DrmixError] =
     except UnicodeDecodeError:
         raise error(f"{what} is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
     except OSError as e:
-        raise error(f"{what} cannot be read ({e.strerror}).", path=path, fix="check the path.") from None
+        raise error(f"{what} cannot be read ({e.strerror}).", path=path,
+                    fix="check the path and its permissions.") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -266,27 +266,17 @@ def format_validation(e: ValidationError, cls: type[Config] | None = None) -> st
 
 
 def read_yaml(path: str | Path) -> Any:
+    """A config file's YAML document (:func:`drmix.io.read_yaml`); a folder is refused with the config file inside
+    it, if any, as the fix."""
+    from drmix.io import read_yaml as read_yaml_file
+
     path = Path(path)
-    if not path.exists():
-        raise ConfigError("config file not found.", path=path, fix="check the path.")
     if path.is_dir():
         inside = [n for n in ("config.yaml", "drama.yaml", "pipeline.yaml") if (path / n).is_file()]
         raise ConfigError("is a folder, not a YAML config file.", path=path,
                           fix=(f"pass the config file inside it ({path / inside[0]})" if inside else
                                "pass a YAML file of config fields") + "; a data folder goes to --data.")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("config file is not valid UTF-8.", path=path, fix="re-encode it as UTF-8.") from None
-    except OSError as e:
-        raise ConfigError(f"config file cannot be read ({e.strerror}).", path=path,
-                          fix="check the path and its permissions.") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"invalid YAML ({getattr(e, 'problem', e)}).", path=path,
-                          line=(mark.line + 1) if mark else None, fix="fix the YAML syntax.") from None
+    return read_yaml_file(path, what="config file")
 
 
 def load_config(model_cls: type[C], path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> C:

@@ -151,16 +151,11 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
     from drmix.api import train
     from drmix.data.collections import Collection
     from drmix.model.backbone import BackboneOptions, load_retriever
-    from drmix.pretrain.coco import build_spans, corpus_name
+    from drmix.pretrain.coco import build_spans, check_corpus_names
     from drmix.pretrain.objective import CocoObjective
 
     c = config.coco
-    if not c.corpus:
-        raise ConfigError("no target corpus given.", fix="pass --corpus DIR_OR_JSONL (repeatable).")
-    names = [corpus_name(p) for p in c.corpus]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"two corpora have the same name ({', '.join(names)}).",
-                          fix="put each corpus in a directory of its own name.")
+    names = check_corpus_names(c.corpus)
     out = Path(config.run.output_dir)
     check_earlier_run(config)
     model = load_retriever(config.model.name_or_path, BackboneOptions.from_config(config.model),

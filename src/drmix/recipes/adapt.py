@@ -369,15 +369,10 @@ def _check_inputs(config: AdaptConfig) -> None:
     """Everything a stage will need, checked before the first one runs; the labelled directories only by name
     (``qrels/<split>.tsv`` must exist: it is not opened)."""
     from drmix.data.collections import check_sources
-    from drmix.pretrain.coco import corpus_file
+    from drmix.pretrain.coco import check_corpus_names, corpus_file
 
     t = config.target
-    if not t.corpus:
-        raise ConfigError("no target corpus given.", fix="pass --corpus DIR_OR_JSONL (repeatable).")
-    names = [_corpus_name(p) for p in t.corpus]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"two target corpora have the same name ({', '.join(names)}).",
-                          fix="put each corpus in a folder of its own name.")
+    check_corpus_names(t.corpus)
     for p in t.corpus:
         corpus_file(p)
     if not config.data.collections:
