@@ -386,6 +386,7 @@ def test_refresh_assign_schedule_state_and_outputs_without_a_trainer():
     copy.load_state_dict(json.loads(json.dumps(s.state_dict())))
     assert copy.h.tolist() == s.h.tolist() and copy.refreshes == 3
     assert np.array_equal(copy.centroids, s.centroids) and copy.cluster_sizes.tolist() == s.cluster_sizes.tolist()
+    assert copy.centroids.dtype == s.centroids.dtype      # so the resumed assignment computes as the uninterrupted one
     untouched = IDROStrategy(IDROConfig(clusters=3))
     untouched.load_state_dict({})
     assert untouched.centroids is None and untouched.h.tolist() == [1.0, 1.0, 1.0]
