@@ -312,3 +312,18 @@ def test_loss_scales_follow_the_losses_dtype_and_device(weights_file):
     assert out.dtype == torch.float32 and out.item() == pytest.approx((0.1 * 1 + 2.8 * 3) / 2, rel=1e-6)
     meta = s.loss(torch.ones(2, device="meta"), batch_of([0, 9]), CTX)   # scales go where the losses are
     assert meta.device.type == "meta"
+
+
+def test_weights_files_are_read_as_utf8_whatever_the_locale(tmp_path):
+    """A collection named with a non-ASCII letter reads the same under an ASCII locale (as on a bare C locale or
+    a Windows code page)."""
+    import locale
+
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"café": 1.0}, ensure_ascii=False), encoding="utf-8")
+    old = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        assert read_weights_file(path) == {"café": 1.0}
+    finally:
+        locale.setlocale(locale.LC_CTYPE, old)
