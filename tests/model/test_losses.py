@@ -289,3 +289,98 @@ def test_false_negative_mask_own_negatives_only():
     nk = torch.tensor([[20], [5], [22]])   # rows 0 and 2 repeat their positive as their negative
     got = false_negative_mask(QK, PK, nk, NV, (0, 3), in_batch=False, gathered=False)
     assert got.tolist() == [[False, True], [False, False], [False, True]]
+
+
+# -- defaults, devices, dtypes, and the cross-device paths a single process never takes ----------------------------
+def test_default_temperature_is_005_and_the_default_never_gathers(monkeypatch):
+    """info_nce's defaults: temperature 0.05 (as in fine-tuning), no cross-device gather -- on process 1 of 2 a
+    call without ``gather`` computes its local batch only (its targets are its own rows)."""
+    gen = torch.Generator().manual_seed(9)
+    q, p, n = (0.1 * torch.randn(shape, generator=gen) for shape in ((2, 3), (2, 3), (2, 1, 3)))  # scores ~ tau
+    local = info_nce(q, p, n, temperature=0.05)
+    assert torch.equal(info_nce(q, p, n), local)
+    assert not torch.allclose(info_nce(q, p, n, temperature=1.0), local)
+    other_p, other_n = 0.1 * torch.randn(2, 3, generator=gen), 0.1 * torch.randn(2, 1, 3, generator=gen)
+    _fake_world(monkeypatch, other_p, other_n, torch.ones(2, 1, dtype=torch.bool))
+    assert torch.equal(info_nce(q, p, n), local)
+    assert torch.equal(info_nce(q, p, n, gather=False), local)
+    assert not torch.allclose(info_nce(q, p, n, gather=True), local, atol=1e-4)
+
+
+def _duplicating_world(monkeypatch, rank):
+    """Process ``rank`` of 2 where the other process holds the same batch: all_gather returns [t, t]."""
+    import torch.distributed.nn.functional as dist_fn
+
+    import drmix.model.losses as losses_mod
+
+    monkeypatch.setattr(dist_fn, "all_gather", lambda t: [t, t])
+    monkeypatch.setattr(losses_mod, "dist_info", lambda: (2, rank))
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_matryoshka_sizes_use_the_cross_device_negatives_too(monkeypatch, rank):
+    """With gather, the truncated sizes score the whole global batch as the full size does: two processes holding
+    the same batch compute the losses of one process holding it twice, at every Matryoshka size."""
+    gen = torch.Generator().manual_seed(10)
+    q, p, n = torch.randn(2, 4, generator=gen), torch.randn(2, 4, generator=gen), torch.randn(2, 1, 4, generator=gen)
+    kw = dict(temperature=0.5, in_batch=True, matryoshka_dims=[2])
+    whole = contrastive_losses(torch.cat([q, q]), torch.cat([p, p]), torch.cat([n, n]), None, gather=False, **kw)
+    local = contrastive_losses(q, p, n, None, gather=False, **kw)
+    _duplicating_world(monkeypatch, rank)
+    ours = contrastive_losses(q, p, n, None, gather=True, **kw)
+    assert torch.allclose(ours, whole[2 * rank:2 * rank + 2], atol=1e-6)
+    assert not torch.allclose(ours, local, atol=1e-4)
+
+
+def test_gather_hides_only_torchs_deprecation_notice(monkeypatch):
+    """gather_with_grad concatenates the processes' parts in rank order; the FutureWarning torch's autograd
+    all_gather raises is silenced, any other warning still reaches the user."""
+    import warnings
+
+    import torch.distributed.nn.functional as dist_fn
+
+    import drmix.model.losses as losses_mod
+    from drmix.model.losses import gather_with_grad
+
+    def all_gather(t):
+        warnings.warn("deprecated", FutureWarning)
+        warnings.warn("something else", UserWarning)
+        return [t, t + 1]
+
+    monkeypatch.setattr(dist_fn, "all_gather", all_gather)
+    monkeypatch.setattr(losses_mod, "dist_info", lambda: (2, 0))
+    t = torch.zeros(2, 3)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        out = gather_with_grad(t)
+    assert torch.equal(out, torch.cat([t, t + 1]))
+    assert [w.category for w in seen] == [UserWarning]
+
+
+@pytest.mark.parametrize("in_batch", [True, False])
+@pytest.mark.parametrize("with_negs", [True, False])
+def test_losses_are_computed_on_the_embeddings_device(in_batch, with_negs):
+    """Every tensor info_nce makes (targets, masks) lives on the embeddings' device, and an ``exclude`` built on
+    the CPU (from the batch's hashes) is moved there: ``meta`` stands in for an accelerator."""
+    q, p = torch.randn(2, 3, device="meta"), torch.randn(2, 3, device="meta")
+    negs = torch.randn(2, 1, 3, device="meta") if with_negs else None
+    assert info_nce(q, p, negs, in_batch=in_batch).device.type == "meta"
+    width = (2 + 2 * with_negs) if in_batch else (1 + with_negs)
+    exclude = torch.zeros(2, width, dtype=torch.bool)                       # on the CPU
+    assert info_nce(q, p, negs, in_batch=in_batch, exclude=exclude).device.type == "meta"
+
+
+def test_exclude_as_zeros_and_ones_is_read_as_a_mask():
+    """An ``exclude`` of 0/1 integers (e.g. summed or loaded masks) drops the same candidates as the bool mask."""
+    exclude = torch.tensor([[False, False, False, True], [True, False, False, False]])
+    want = info_nce(Q, P, N, temperature=1.0, exclude=exclude)
+    assert torch.equal(info_nce(Q, P, N, temperature=1.0, exclude=exclude.to(torch.uint8)), want)
+    own = torch.tensor([[False, True], [False, False]])
+    assert torch.equal(info_nce(Q, P, N, temperature=1.0, in_batch=False, exclude=own.long()),
+                       info_nce(Q, P, N, temperature=1.0, in_batch=False, exclude=own))
+
+
+@pytest.mark.parametrize("in_batch", [True, False])
+def test_false_negative_mask_is_a_bool_mask(in_batch):
+    got = false_negative_mask(QK, PK, NK, NV, (0, 3), in_batch=in_batch, gathered=True)
+    assert got.dtype == torch.bool

@@ -274,3 +274,204 @@ def test_loss_gathers_the_other_process_spans(monkeypatch):
     ours = coco_losses(a1, b1, temperature=0.5, gather=True)
     assert torch.allclose(ours, whole[2:], atol=1e-6)
     assert not torch.allclose(coco_losses(a1, b1, temperature=0.5, gather=False), whole[2:], atol=1e-3)
+
+
+# ---------------------------------------------------------------- defaults, seeding, the cache and its counts
+class WordTokenizer:
+    """A tokenizer of whitespace words (one token each), named like a Hugging Face tokenizer."""
+
+    def __init__(self, name="words"):
+        self.name_or_path = name
+
+    def __call__(self, texts, add_special_tokens=False):
+        return {"input_ids": [t.split() for t in texts]}
+
+
+def _words(xs):
+    return [len(x.split()) for x in xs]
+
+
+def _sentence(n, tag="w"):
+    return " ".join(f"{tag}{k}" for k in range(n)) + "."
+
+
+def test_packing_defaults_are_30_tokens_and_a_tenth():
+    # 30 tokens fill a chunk, 31 overflow it; a uniform of 0.099 starts a new chunk, 0.5 does not
+    assert pack_chunks([29, 1], rng=FixedRng([0.5, 0.5])) == [[0, 1]]
+    assert pack_chunks([30, 1], rng=FixedRng([0.5, 0.5])) == [[0], [1]]
+    assert pack_chunks([1, 1], rng=FixedRng([0.5, 0.099])) == [[0], [1]]
+    # without a generator the packing is still reproducible
+    assert pack_chunks([1] * 40, new_chunk_probability=0.5) == pack_chunks([1] * 40, new_chunk_probability=0.5)
+    text = " ".join([_sentence(29), _sentence(1, "x"), _sentence(1, "y")])
+    assert chunk_text(text, _words, rng=FixedRng([0.5, 0.5, 0.5])) == [_sentence(29) + " " + _sentence(1, "x"),
+                                                                      _sentence(1, "y")]
+    assert chunk_text(text, _words, rng=FixedRng([0.5, 0.099, 0.5])) == [_sentence(29), "x0. y0."]
+
+
+def test_chunk_text_draws_from_the_given_generator_at_the_given_probability():
+    text = "A b. C d. E f."
+    # p = 0.5: only the uniform 0.3 before sentence 1 starts a chunk
+    assert chunk_text(text, _words, new_chunk_probability=0.5, rng=FixedRng([0.9, 0.3, 0.9])) == ["A b.", "C d. E f."]
+
+
+def _corpus_of(path, n_docs, sentences=12):
+    rng = np.random.default_rng(21)
+    docs = [" ".join(_sentence(int(rng.integers(2, 8)), f"d{d}s{s}w") for s in range(sentences)) for d in range(n_docs)]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    return path, docs
+
+
+def test_chunks_are_seeded_by_seed_corpus_and_row(tmp_path):
+    """Document i of corpus c is chunked with the generator seeded (seed, c, i) (module docstring), at the
+    defaults (30 tokens, 0.1, seed 0, corpus 0) or the settings given; the name defaults to the file's."""
+    f, docs = _corpus_of(tmp_path / "c.jsonl", 6)
+    tok = WordTokenizer()
+    for kw in ({}, dict(seed=3, corpus_index=2, max_tokens=12, new_chunk_probability=0.5)):
+        ds, stats = build_spans(f, tmp_path / "cache", tok, **kw)
+        seed, ci = kw.get("seed", 0), kw.get("corpus_index", 0)
+        want = [chunk_text(t, _words, max_tokens=kw.get("max_tokens", 30),
+                           new_chunk_probability=kw.get("new_chunk_probability", 0.1),
+                           rng=np.random.default_rng([seed, ci, i])) for i, t in enumerate(docs)]
+        assert ds["chunks"] == [w for w in want if len(w) >= 2]
+        assert stats.name == "c" and stats.documents == 6
+
+
+def test_counts_keep_documents_of_exactly_two_chunks(tmp_path):
+    # one sentence of 5 words is a chunk (max 5, no random breaks): 2, 1, 0 (empty), 3, 1 chunks
+    docs = [" ".join([_sentence(5)] * 2), _sentence(5), "", " ".join([_sentence(5)] * 3), _sentence(4)]
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    ds, stats = build_spans(f, tmp_path / "cache", WordTokenizer(), max_tokens=5, new_chunk_probability=0.0)
+    assert (stats.documents, stats.kept, stats.dropped_short, stats.dropped_empty, stats.chunks) == (5, 2, 2, 1, 5)
+    assert [len(c) for c in ds["chunks"]] == [2, 3]
+    assert ds.column_names == ["chunks"]                                 # the texts are not stored twice
+
+
+def test_document_sample_is_distinct_and_reproducible(tmp_path):
+    f, docs = _corpus_of(tmp_path / "c.jsonl", 10, sentences=8)
+    picked = []
+    for cache in ("a", "b"):
+        ds, stats = build_spans(f, tmp_path / cache, WordTokenizer(), max_tokens=8, max_documents=8, seed=4)
+        assert stats.documents == 8
+        picked.append([c[0].split("s0w")[0] for c in ds["chunks"]])  # "dN": the document of each row
+    assert picked[0] == picked[1] and len(set(picked[0])) == len(picked[0]) == stats.kept
+
+
+def test_cache_key_covers_every_setting_the_file_and_the_tokenizer(tmp_path, monkeypatch):
+    """A change of seed, corpus index, max tokens, probability, sample size or tokenizer builds a new entry;
+    the same call reuses it; a file of the same name, size and time elsewhere is another corpus. Nothing is
+    written outside the cache folder (its parents are made), and no temporary Arrow cache is left behind."""
+    import os
+
+    import datasets
+
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    (tmp_path / "one").mkdir()
+    f, _ = _corpus_of(tmp_path / "one" / "c.jsonl", 3)
+    cache = tmp_path / "nested" / "deeper" / "cache"
+    base = dict(seed=0, corpus_index=0, max_tokens=30, new_chunk_probability=0.1, max_documents=None)
+
+    def entries():
+        return sorted(p.name for p in cache.iterdir() if p.is_dir())
+
+    _, stats = build_spans(f, cache, WordTokenizer(), **base)
+    assert len(entries()) == 1
+    build_spans(f, cache, WordTokenizer(), **base)
+    assert len(entries()) == 1
+    changes = [dict(seed=1), dict(corpus_index=1), dict(max_tokens=20), dict(new_chunk_probability=0.5),
+               dict(max_documents=2)]
+    for i, change in enumerate(changes):
+        build_spans(f, cache, WordTokenizer(), **{**base, **change})
+        assert len(entries()) == i + 2, change
+    build_spans(f, cache, WordTokenizer("other-words"), **base)
+    assert len(entries()) == len(changes) + 2
+    nameless = type("Nameless", (), {"__call__": WordTokenizer.__call__})()
+    build_spans(f, cache, nameless, **base)                              # a tokenizer without a name works
+    # the same name, size and modification time in another folder, different words
+    (tmp_path / "two").mkdir()
+    g = tmp_path / "two" / "c.jsonl"
+    g.write_text(f.read_text().replace("w", "v"))
+    st = f.stat()
+    os.utime(g, ns=(st.st_atime_ns, st.st_mtime_ns))
+    ds_g, stats_g = build_spans(g, cache, WordTokenizer(), **base)
+    assert stats_g.path == str(g) and "v0" in ds_g["chunks"][0][0]
+    assert stats.name == "c" and list(work.iterdir()) == []
+    assert not (tmp_path / "hf-cache").exists() or not any((tmp_path / "hf-cache").rglob("*.arrow"))
+    assert not (cache / ".arrow-cache").exists()
+
+
+def test_an_interrupted_build_is_rebuilt(tmp_path):
+    """A build killed after making its folder (no stats.json yet) is built again on the next call."""
+    import shutil
+
+    f, _ = _corpus_of(tmp_path / "c.jsonl", 3)
+    ds, stats = build_spans(f, tmp_path / "cache", WordTokenizer())
+    (root,) = [p for p in (tmp_path / "cache").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    (root / "stats.json").unlink()
+    shutil.rmtree(root / "spans")
+    ds2, stats2 = build_spans(f, tmp_path / "cache", WordTokenizer())
+    assert stats2 == stats and ds2["chunks"] == ds["chunks"]
+
+
+def test_the_title_leads_the_text_after_one_space(tmp_path):
+    f = tmp_path / "c.jsonl"
+    f.write_text(json.dumps({"title": " My title. ", "text": " A b c. D e f. G h i. "}) + "\n")
+    ds, _ = build_spans(f, tmp_path / "cache", WordTokenizer(), max_tokens=3, new_chunk_probability=0.0)
+    assert ds["chunks"][0] == ["My title.", "A b c.", "D e f.", "G h i."]
+
+
+def test_a_beir_folder_is_named_after_the_folder_whatever_its_dots(tmp_path):
+    from drmix.pretrain.coco import corpus_name
+
+    folder = tmp_path / "cqadupstack.android"
+    folder.mkdir()
+    assert corpus_name(folder) == "cqadupstack.android"
+    assert corpus_name(tmp_path / "nq.v1.jsonl") == "nq.v1"
+
+
+def test_each_drawn_pair_is_two_distinct_chunks_of_its_document():
+    docs = [["a0", "a1"], ["b0", "b1", "b2"]]
+    coll = type("C", (), {"dataset": {}})()
+    coll.dataset = _Rows(docs)
+    batch = SpanBuilder([coll], seed=2).build([(0, 1), (0, 0), (0, 1), (0, 1)])
+    for (c, r), q, p in zip([(0, 1), (0, 0), (0, 1), (0, 1)], batch.queries, batch.positives):
+        assert q in docs[r] and p in docs[r] and q != p
+
+
+class _Rows:
+    """``dataset[rows]["chunks"]`` as a datasets.Dataset answers it."""
+
+    def __init__(self, docs):
+        self.docs = docs
+
+    def __getitem__(self, rows):
+        return {"chunks": [self.docs[r] for r in rows]}
+
+
+def test_coco_loss_defaults_to_the_local_batch_and_gathers_on_process_0(monkeypatch):
+    """Without ``gather`` a process scores its own spans only; with it, process 0 of 2 gets the rows of process 0
+    in the whole batch (its spans first among the gathered columns)."""
+    import torch.distributed.nn.functional as dist_fn
+
+    import drmix.device as device
+    import drmix.model.losses as losses_mod
+
+    gen = torch.Generator().manual_seed(12)
+    a0, b0, a1, b1 = (0.2 * torch.randn(2, 4, generator=gen) for _ in range(4))
+    whole = coco_losses(torch.cat([a0, a1]), torch.cat([b0, b1]), temperature=0.5)
+    local = coco_losses(a0, b0, temperature=0.5)
+    others = {id(a0): a1, id(b0): b1}
+    monkeypatch.setattr(dist_fn, "all_gather", lambda t: [t, others[id(t)]])
+    monkeypatch.setattr(device, "dist_info", lambda: (2, 0))
+    monkeypatch.setattr(losses_mod, "dist_info", lambda: (2, 0))
+    assert torch.equal(coco_losses(a0, b0, temperature=0.5), local)
+    ours = coco_losses(a0, b0, temperature=0.5, gather=True)
+    assert torch.allclose(ours, whole[:2], atol=1e-6) and not torch.allclose(ours, local, atol=1e-4)
+
+
+def test_coco_loss_is_computed_on_the_spans_device():
+    a, b = torch.randn(3, 4, device="meta"), torch.randn(3, 4, device="meta")   # meta stands in for a GPU
+    assert coco_losses(a, b).device.type == "meta"

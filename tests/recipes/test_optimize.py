@@ -130,3 +130,181 @@ def test_fill_missing_negatives_by_hand(tmp_path):
         assert negs == [firsts[j + (j >= i)] for j in picks]
     one = opt.fill_missing_negatives(load_collections([str(_data(tmp_path))]), 0)
     assert all(n == [] for n in next(c for c in one if c.name == "b").dataset["negatives"])
+
+
+# -- the miner's settings and the rules' edges ------------------------------------------------------------------
+
+def _angles(tmp_path):
+    """One collection 'a': a0 has no negative; a1 and a2 have one each (the pool: pa0 pa1 na1 pa2 na2)."""
+    d = tmp_path / "angles"
+    d.mkdir(exist_ok=True)
+    rows = [{"query": "a0", "positive": "pa0"},
+            {"query": "a1", "positive": "pa1", "negatives": ["na1"]},
+            {"query": "a2", "positive": "pa2", "negatives": ["na2"]}]
+    (d / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from drmix.data.collections import load_collections
+
+    return load_collections([str(d)])
+
+
+@pytest.fixture
+def angle_miner(monkeypatch):
+    """Unit vectors by hand: against the query a0 the pool scores pa0 1.0, pa1 0.97, pa2 0.5, na1 -0.17,
+    na2 -0.5; records the model each embedding was asked of, and replaces load_encoder by a recorder."""
+    import math
+
+    from drmix.augment import mine as mine_mod
+    import drmix.model.encoder as enc_mod
+
+    angle = {"a0": 0.0, "pa0": 0.0, "pa1": math.acos(0.97), "pa2": math.acos(0.5), "na1": math.radians(100),
+             "na2": math.radians(120), "a1": 2.0, "a2": 2.5}
+    seen = {"embed": [], "load": []}
+
+    def vec(t):
+        a = angle.get(t, sum(map(ord, t)) % 7)                   # other texts: anywhere, deterministically
+        return np.array([math.cos(a), math.sin(a)], np.float32)
+
+    def fake_embed(model, queries, docs, **kw):
+        seen["embed"].append(model)
+        return np.stack([vec(t) for t in queries]), np.stack([vec(t) for t in docs])
+
+    def fake_load(path=None, *a, **kw):
+        seen["load"].append(path)
+        return ("encoder", path)
+
+    monkeypatch.setattr(mine_mod, "embed", fake_embed)
+    monkeypatch.setattr(enc_mod, "load_encoder", fake_load)
+    return seen
+
+
+def _negs(cols):
+    return cols[0].dataset["negatives"]
+
+
+def test_mining_defaults_filter_near_positives_and_the_window_and_ratio_given_are_used(tmp_path, angle_miner):
+    """drmix mine's defaults: ranks 1-30 and the positive-aware filter at 0.95 (pa1 scores 0.97 of a0's positive:
+    filtered, so pa2 is mined); without the filter pa1 (rank 1) is mined; window 3:3 gives the third candidate."""
+    cols = _angles(tmp_path)
+    report = opt.mine_missing_negatives(cols, 1, model=object())
+    assert _negs(cols) == [["pa2"], ["na1"], ["na2"]]
+    assert report["a"] == {"examples": 3, "needed": 1, "mined": 1, "short": 0, "pool": 5, "filtered": 1}
+    cols = _angles(tmp_path)
+    assert opt.mine_missing_negatives(cols, 1, model=object(), max_score_ratio=None)["a"]["filtered"] == 0
+    assert _negs(cols)[0] == ["pa1"]
+    cols = _angles(tmp_path)
+    opt.mine_missing_negatives(cols, 1, model=object(), window="3:3", max_score_ratio=None)
+    assert _negs(cols)[0] == ["na1"]
+    cols = _angles(tmp_path)
+    report = opt.mine_missing_negatives(cols, 1, model=object(), window="1:1")    # only pa1, filtered: short
+    assert _negs(cols)[0] == [] and report["a"]["short"] == 1
+
+
+def test_mined_column_keeps_its_type_when_nothing_could_be_mined(tmp_path, angle_miner):
+    """A one-example collection has nothing to mine from: its negatives stay an (empty) list of strings, as the
+    other collections' are, not a list of nothing."""
+    from drmix.data.collections import load_collections
+
+    d = tmp_path / "solo"
+    d.mkdir()
+    (d / "solo.jsonl").write_text(json.dumps({"query": "a0", "positive": "pa0"}) + "\n")
+    cols = load_collections([str(d)])
+    feature = cols[0].dataset.features["negatives"]
+    report = opt.mine_missing_negatives(cols, 1, model=object())
+    assert report["solo"]["short"] == 1 and cols[0].dataset["negatives"] == [[]]
+    assert cols[0].dataset.features["negatives"] == feature
+
+
+def test_the_miner_named_is_the_one_that_mines_and_is_loaded_only_when_needed(tmp_path, angle_miner):
+    from pathlib import Path
+
+    miner = object()
+    opt.mine_missing_negatives(_angles(tmp_path), 1, model=miner)
+    assert angle_miner["embed"] == [miner] and angle_miner["load"] == []
+    opt.mine_missing_negatives(_angles(tmp_path), 1, model=Path("models/m"))
+    assert angle_miner["load"] == ["models/m"] and angle_miner["embed"][-1] == ("encoder", "models/m")
+    opt.mine_missing_negatives(_angles(tmp_path), 1)                    # drmix mine's default model
+    assert angle_miner["load"][-1] is None and angle_miner["embed"][-1] == ("encoder", None)
+    angle_miner["load"].clear()
+    angle_miner["embed"].clear()
+    cols = _angles(tmp_path)
+    cols[0].dataset = cols[0].dataset.map(lambda r: {"negatives": r["negatives"] or ["na1"]})
+    report = opt.mine_missing_negatives(cols, 1, model="no/such/model")    # every example has one: no load
+    assert report["a"] == {"examples": 3, "needed": 0, "mined": 0, "short": 0}
+    assert angle_miner["load"] == [] and angle_miner["embed"] == []
+
+
+def test_optimize_mines_with_the_miner_given(tmp_path, recorded, angle_miner):
+    opt.optimize_weights(_config(tmp_path, num_negatives=1), miner="models/miner")
+    assert set(angle_miner["load"]) == {"models/miner"}
+    assert set(angle_miner["embed"]) == {("encoder", "models/miner")}
+
+
+def test_one_negative_is_filled_too(tmp_path, recorded, hand_miner):
+    """num_negatives 1 (the earlier stage-1 setting) still tops up, by both rules."""
+    opt.optimize_weights(_config(tmp_path, num_negatives=1), miner=object())
+    assert all(len(n) == 1 for c in recorded["collections"] for n in c.dataset["negatives"])
+    opt.optimize_weights(_config(tmp_path, num_negatives=1), fill_negatives="random")
+    assert all(len(n) == 1 for c in recorded["collections"] for n in c.dataset["negatives"])
+
+
+def test_random_rule_draws_with_the_run_seed(tmp_path, recorded):
+    from drmix.data.collections import load_collections
+
+    for seed in (1, 7):
+        cfg = _config(tmp_path, num_negatives=2, seed=seed)
+        opt.optimize_weights(cfg, fill_negatives="random")
+        got = next(c for c in recorded["collections"] if c.name == "b").dataset["negatives"]
+        want = opt.fill_missing_negatives(load_collections([str(_data(tmp_path))]), 2, seed=seed)
+        assert got == next(c for c in want if c.name == "b").dataset["negatives"]
+
+
+def test_negatives_json_goes_into_a_new_nested_or_an_existing_output_folder(tmp_path, recorded, hand_miner):
+    nested = tmp_path / "runs" / "deep" / "out"
+    opt.optimize_weights(_config(tmp_path, num_negatives=1, output_dir=str(nested)), miner=object())
+    assert json.loads((nested / "negatives.json").read_text())["rule"] == "mine"
+    opt.optimize_weights(_config(tmp_path, num_negatives=2, output_dir=str(nested)), miner=object())  # resumed
+    assert json.loads((nested / "negatives.json").read_text())["num_negatives"] == 2
+
+
+def test_mixed_batches_do_not_warn_and_non_bool_rules_are_refused(tmp_path, recorded, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="drmix.recipes.optimize"):
+        opt.optimize_weights(_config(tmp_path), fill_negatives="off")
+    assert not any("mixed batches" in r.message for r in caplog.records)
+    for bad in (1, 0, ["mine"]):                                  # only True/False stand for mine/off
+        with pytest.raises(ConfigError, match="negatives rule"):
+            opt.optimize_weights(_config(tmp_path), fill_negatives=bad)
+
+
+def test_fill_edges(tmp_path, caplog):
+    """A two-example collection gives each example the other's positive; one negative asked is one given; a
+    collection with nothing missing, or a one-example one, is left as it is and nothing is logged for it."""
+    import logging
+
+    from drmix.data.collections import load_collections
+
+    d = tmp_path / "edges"
+    d.mkdir()
+    (d / "two.jsonl").write_text("".join(json.dumps({"query": f"q{i}", "positive": f"p{i}"}) + "\n" for i in range(2)))
+    (d / "one.jsonl").write_text(json.dumps({"query": "q", "positive": "p"}) + "\n")
+    (d / "full.jsonl").write_text("".join(json.dumps({"query": f"f{i}", "positive": f"fp{i}", "negatives": [f"fn{i}"]})
+                                          + "\n" for i in range(3)))
+    with caplog.at_level(logging.INFO, logger="drmix.recipes.optimize"):
+        out = {c.name: c for c in opt.fill_missing_negatives(load_collections([str(d)]), 1)}
+    assert out["two"].dataset["negatives"] == [["p1"], ["p0"]]
+    assert out["one"].dataset["negatives"] == [[]]
+    assert out["full"].dataset["negatives"] == [["fn0"], ["fn1"], ["fn2"]]
+    filled = [r.getMessage() for r in caplog.records if "same-collection" in r.getMessage()]
+    assert len(filled) == 1 and filled[0].startswith("stage 1: two:")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="drmix.recipes.optimize"):
+        opt.fill_missing_negatives(load_collections([str(d)]), 0)
+    assert not any("same-collection" in r.getMessage() for r in caplog.records)
+
+
+def test_stage1_resumes_unless_told_not_to(tmp_path):
+    base = TrainConfig(data=[str(_data(tmp_path))], output_dir=str(tmp_path / "x"))
+    assert opt.stage1_config(base, strategy="tdro", reference="r", output_dir=tmp_path / "o").run.resume is True
+    assert opt.stage1_config(base, strategy="tdro", reference="r", output_dir=tmp_path / "o",
+                             overrides={"resume": False}).run.resume is False
