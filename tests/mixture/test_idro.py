@@ -386,6 +386,7 @@ def test_refresh_assign_schedule_state_and_outputs_without_a_trainer():
     copy.load_state_dict(json.loads(json.dumps(s.state_dict())))
     assert copy.h.tolist() == s.h.tolist() and copy.refreshes == 3
     assert np.array_equal(copy.centroids, s.centroids) and copy.cluster_sizes.tolist() == s.cluster_sizes.tolist()
+    assert copy.centroids.dtype == s.centroids.dtype      # so the resumed assignment computes as the uninterrupted one
     untouched = IDROStrategy(IDROConfig(clusters=3))
     untouched.load_state_dict({})
     assert untouched.centroids is None and untouched.h.tolist() == [1.0, 1.0, 1.0]
@@ -409,3 +410,346 @@ def test_refresh_needs_queries_an_encoder_and_enough_queries():
         IDROStrategy(IDROConfig(clusters=3)).refresh(_cluster_ctx(encode=False))
     with pytest.raises(ConfigError, match="K=13"):
         IDROStrategy(IDROConfig(clusters=13)).refresh(_cluster_ctx())
+
+
+# ------------------------------------------------------------------ DDP scopes, GradCache, options (unit level)
+
+def _ctx(model, where, step=0, **kw):
+    from drmix.mixture.base import StepContext
+
+    return StepContext(step=step, model=model, optimizer=None, scheduler=None, collection_names=["a"],
+                       collection_sizes=[len(where)], compute_losses=lambda b: None,
+                       encode_queries=lambda texts, batch_size=128: np.stack([where[t] for t in texts]), **kw)
+
+
+def _batch(queries):
+    from drmix.data.batch import Batch
+
+    return Batch(list(queries), ["p"] * len(queries), [[]] * len(queries), np.zeros(len(queries), dtype=np.int64))
+
+
+_CORNERS = np.array([[0, 0], [10, 0], [0, 10], [10, 10]], np.float32)
+
+
+class _OtherRank:
+    """all_reduce over two processes, the other one's contributions given: its cluster counts, its cluster loss
+    sums and its per-cluster gradients (in the order the globally present clusters are differentiated)."""
+
+    def __init__(self, counts, sums, flats):
+        self.counts, self.sums, self.flats = counts, sums, list(flats)
+        self.k_calls = 0
+
+    def __call__(self, x, op="sum"):
+        assert op == "sum"
+        if x.dtype == torch.float64 and x.shape == (len(self.counts),):
+            other = (self.counts, self.sums)[self.k_calls]
+            self.k_calls += 1
+            return x + torch.as_tensor(other, dtype=x.dtype)
+        return x + self.flats.pop(0)
+
+
+def _last_blocks_grad(model, objective):
+    params = [p for blk in list(model.encoder.layer)[-3:] for p in blk.parameters()]
+    g = torch.autograd.grad(objective, params, retain_graph=True)
+    return torch.cat([x.reshape(-1) for x in g]).float()
+
+
+@pytest.mark.parametrize("scope", ["rank", "global"])
+def test_two_processes_rank_and_global_scope_by_hand(scope):
+    """Module docstring, DDP: ``rank`` keeps this process's counts, cluster losses and weights and sums only the
+    per-cluster gradients; ``global`` all-reduces counts and loss sums too and back-propagates
+    ``world * sum_i h_i (local sum_i / global n_i)``. This process holds clusters 0 (2 queries) and 1 (1); the
+    other one clusters 1 (2 queries, loss sum 5) and 2 (1 query, loss 3); cluster 3 is nowhere."""
+    K = 4
+    model = _Layered()
+    s = IDROStrategy(IDROConfig(clusters=K, refresh_every=0, scope=scope))
+    s.centroids = _CORNERS.copy()
+    where = {"a": _CORNERS[0], "b": _CORNERS[0], "c": _CORNERS[1]}
+    x = torch.as_tensor(np.random.default_rng(3).normal(size=(3, 3)))
+    losses = (model(x) ** 2).sum(-1) * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    a, b, c = losses.tolist()
+    rng = np.random.default_rng(5)
+    other = [torch.zeros(36), torch.as_tensor(rng.normal(size=36), dtype=torch.float32),
+             torch.as_tensor(rng.normal(size=36), dtype=torch.float32)]        # clusters 0 (absent there), 1, 2
+    reduce = _OtherRank([0.0, 2.0, 1.0, 0.0], [0.0, 5.0, 3.0, 0.0], other)
+    out = s.loss(losses, _batch(where), _ctx(model, where, world_size=2, all_reduce=reduce))
+    if scope == "rank":
+        n = [2, 1, 1, 1]                                           # this process's counts (at least 1)
+        assert out.item() == pytest.approx((a + b) / 2 + c, rel=1e-12)
+        cl_loss, present = np.array([(a + b) / 2, c, 0, 0]), np.array([True, True, False, False])
+    else:
+        n = [2, 3, 1, 1]                                           # the global counts
+        assert out.item() == pytest.approx(2 * ((a + b) / 2 + c / 3), rel=1e-12)
+        cl_loss, present = np.array([(a + b) / 2, (c + 5) / 3, 3.0, 0]), np.array([True, True, True, False])
+    local = [(losses[0] + losses[1]) / n[0], losses[2] / n[1]]
+    g = [_last_blocks_grad(model, local[0]) + other[0], _last_blocks_grad(model, local[1]) + other[1], other[2]]
+    G = torch.stack([v / v.norm() for v in g]).double().numpy()
+    cos = np.zeros((K, K))
+    cos[:3, :3] = G @ G.T
+    want, _ = idro_update(np.ones(K), cl_loss, present, cos)
+    assert s.h == pytest.approx(want, rel=1e-6, abs=1e-12)
+    # rank: cluster 2, seen only by the other process, drops to the floor here; global: it is weighted
+    assert (s.h[2] == 0.01) == (scope == "rank") and s.h[3] == 0.01
+    assert s.trajectory_record(0)["present"] == int(present.sum())
+
+
+def test_grad_cache_per_cluster_gradients_equal_the_uncached_ones_without_a_trainer():
+    """GradCache (module docstring, step 3): the loss sees detached embeddings, each cluster's representation
+    gradient is projected through the chunks' re-forward; the weights come out as without the cache. The
+    documents' embeddings are not used by this (query-only) loss, which must not break the projection."""
+    from drmix.train.gradcache import GradCache
+
+    K = 3
+    cluster = [0, 0, 1, 1, 2, 0, 1]
+    where = {f"q{i}": _CORNERS[c] for i, c in enumerate(cluster)}
+    rng = np.random.default_rng(1)
+    xq, xd = torch.as_tensor(rng.normal(size=(7, 3))), torch.as_tensor(rng.normal(size=(7, 3)))
+    scale = torch.as_tensor(1.0 + np.arange(7) / 3)
+
+    def fresh():
+        s = IDROStrategy(IDROConfig(clusters=K, refresh_every=0))
+        s.centroids = _CORNERS[:K].copy()
+        return s
+
+    model = _Layered()
+    plain = fresh()
+    want = plain.loss((model(xq) ** 2).sum(-1) * scale, _batch(where), _ctx(model, where))
+    cached = fresh()
+    ctx = _ctx(model, where)
+    cache = GradCache(lambda q, d: (model(q), model(d)), chunk_size=3)
+
+    def loss_fn(q, d):
+        ctx.embeddings, ctx.grad_cache = (q, d), cache
+        return cached.loss((q ** 2).sum(-1) * scale, _batch(where), ctx)
+
+    got = cache.step([xq, xd], loss_fn)
+    assert got.item() == pytest.approx(want.item(), rel=1e-12)
+    assert cached.h == pytest.approx(plain.h, rel=1e-6, abs=1e-12)
+    assert len(set(np.round(plain.h, 9))) == K                  # the weights moved
+
+
+def test_losses_that_miss_the_last_layers_are_refused():
+    """Per-cluster gradients that reach none of the last 3 blocks: a ConfigError, not uniform weights."""
+    model = _Layered()
+    s = IDROStrategy(IDROConfig(clusters=2, refresh_every=0))
+    s.centroids = _CORNERS[:2].copy()
+    where = {"a": _CORNERS[0], "b": _CORNERS[1]}
+    x = torch.as_tensor(np.ones((2, 3)))
+    losses = (model.encoder.layer[0](x) ** 2).sum(-1)             # only the first block
+    with pytest.raises(ConfigError, match="no gradient signal"):
+        s.loss(losses, _batch(where), _ctx(model, where))
+
+
+@pytest.mark.parametrize("rule", ["authors", "present"])
+def test_update_uses_the_configured_options_and_normalises_small_gradients(rule):
+    """beta, rho, power, floor and rule reach the update; per-cluster gradients far below norm 1 are
+    normalised all the same (their dot products are cosines)."""
+    opts = dict(beta=0.5, rho=3.0, power=0.5, floor=0.05, rule=rule)
+    s = IDROStrategy(IDROConfig(clusters=4, **opts))
+    s.h = np.array([0.4, 0.3, 0.2, 0.1])
+    flats = [torch.tensor([3e-4, 0, 0]), torch.tensor([0, 2e-4, 0]), torch.tensor([1e-4, 1e-4, 0])]
+    r = 1 / math.sqrt(2)
+    cos = np.array([[1, 0, r, 0], [0, 1, r, 0], [r, r, 1, 0], [0, 0, 0, 0]])
+    cl_loss, present = np.array([1.0, 4.0, 9.0, 0.0]), np.array([True, True, True, False])
+    want, _ = idro_update(s.h, cl_loss, present, cos, **opts)
+    s._update(flats, True, np.array([0, 1, 2]), cl_loss, present, _ctx(None, {}))
+    assert s.h == pytest.approx(want, rel=1e-6)
+    assert not np.allclose(want, idro_update([0.4, 0.3, 0.2, 0.1], cl_loss, present, cos)[0])   # options matter
+
+
+def test_a_fresh_strategy_clusters_before_its_first_loss_and_keeps_the_training_dtype():
+    records = []
+    ctx = _cluster_ctx(records)
+    model = _Layered().float()
+    ctx.model = model
+    s = IDROStrategy(IDROConfig(clusters=3, kmeans_iterations=10))
+    assert s.trajectory_record(0) == {"weights": {"cluster0": 1.0, "cluster1": 1.0, "cluster2": 1.0}}
+    queries = ["x0", "x1", "y2", "z0", "z1"]
+    losses = (model(torch.ones(5, 3)) ** 2).sum(-1) * torch.arange(1.0, 6.0)
+    out = s.loss(losses, _batch(queries), ctx)
+    assert s.refreshes == 1 and records[-1]["idro_refresh"] == 1 and s.centroids is not None
+    assert out.dtype == torch.float32                              # the robust loss stays float32
+    assert s.trajectory_record(1)["present"] == 3
+    out.backward()
+
+
+def test_outputs_and_state_before_the_first_refresh():
+    """weights.json, weights.jsonl and the checkpoint of a strategy that has not clustered yet (a run cut
+    before its first step): integer cluster sizes, no centroids, and a resume that still clusters first."""
+    s = IDROStrategy(IDROConfig(clusters=3))
+    s.setup(["a"], [5])
+    fw = json.loads(json.dumps(s.final_weights()))
+    assert fw["cluster_sizes"] == [0, 0, 0] and json.dumps(fw["cluster_sizes"]) == "[0, 0, 0]"
+    assert set(fw) == {"strategy", "collections", "weights", "cluster_weights", "clusters", "cluster_sizes",
+                       "refreshes", "options"} and fw["strategy"] == "idro"
+    state = json.loads(json.dumps(s.state_dict()))
+    assert state["centroids"] is None and state["refreshes"] == 0
+    resumed = IDROStrategy(IDROConfig(clusters=3))
+    resumed.load_state_dict(state)
+    assert resumed.centroids is None and resumed.h.tolist() == [1.0, 1.0, 1.0]
+
+
+# ------------------------------------------------------------------ refresh: the options, DDP, the log
+
+def test_refresh_passes_its_options_and_a_per_refresh_seed_to_kmeans(monkeypatch):
+    import drmix.mixture.idro as idro
+
+    calls = []
+    real = idro.kmeans
+
+    def spy(x, k, **kw):
+        calls.append(kw)
+        return real(x, k, **kw)
+
+    monkeypatch.setattr(idro, "kmeans", spy)
+    s = IDROStrategy(IDROConfig(clusters=3, kmeans_iterations=7, kmeans_restarts=2, kmeans="spherical"), seed=11)
+    ctx = _cluster_ctx()
+    s.refresh(ctx)
+    s.refresh(ctx)
+    assert calls == [dict(iterations=7, restarts=2, spherical=True, seed=11),
+                     dict(iterations=7, restarts=2, spherical=True, seed=12)]
+    assert np.linalg.norm(s.centroids, axis=1) == pytest.approx([1, 1, 1], abs=1e-5)   # spherical centroids
+
+
+def test_refresh_log_line_and_encoder_batch_size():
+    records, sizes = [], []
+    ctx = _cluster_ctx(records)
+    enc = ctx.encode_queries
+
+    def spy(texts, batch_size=128):
+        sizes.append(batch_size)
+        return enc(texts)
+
+    ctx.encode_queries = spy
+    ctx.step = 40
+    s = IDROStrategy(IDROConfig(clusters=3, encode_batch_size=5, kmeans_iterations=5))
+    s.refresh(ctx)
+    assert sizes == [5]
+    assert records[-1]["step"] == 40 and records[-1]["queries"] == 12
+
+
+def test_refresh_allows_as_many_clusters_as_queries():
+    s = IDROStrategy(IDROConfig(clusters=12, kmeans_iterations=5, kmeans_restarts=1))
+    s.refresh(_cluster_ctx())
+    assert s.cluster_sizes.tolist() == [1] * 12
+
+
+def test_cluster_sizes_count_every_cluster_even_an_empty_one():
+    """Duplicate queries (one embedding for many texts): more clusters than distinct points, so some
+    centroid gets no query; the sizes still have one entry per cluster."""
+    from drmix.mixture.base import StepContext
+
+    texts = [f"t{i}" for i in range(8)]
+    pts = {t: ([0.0, 0.0] if i < 6 else [9.0, 9.0]) for i, t in enumerate(texts)}
+    ctx = StepContext(step=0, model=None, optimizer=None, scheduler=None, collection_names=["a"],
+                      collection_sizes=[8], compute_losses=lambda b: None, training_queries=lambda: texts,
+                      encode_queries=lambda b, batch_size=128: np.array([pts[t] for t in b], np.float32))
+    s = IDROStrategy(IDROConfig(clusters=4, kmeans_iterations=5, kmeans_restarts=1), seed=3)
+    s.setup(["a"], [8])
+    s.refresh(ctx)                                                 # (seed 3: the last clusters are the empty ones)
+    assert len(s.cluster_sizes) == 4 and sorted(s.cluster_sizes.tolist()) == [0, 0, 2, 6]
+    assert json.loads(json.dumps(s.final_weights()))["cluster_sizes"] == s.cluster_sizes.tolist()
+
+
+def test_refresh_sample_is_distinct_seeded_and_changes_per_refresh():
+    seen = []
+    ctx = _cluster_ctx()
+    enc = ctx.encode_queries
+
+    def spy(texts, batch_size=128):
+        seen.append(list(texts))
+        return enc(texts)
+
+    ctx.encode_queries = spy
+    a = IDROStrategy(IDROConfig(clusters=3, max_queries=11, kmeans_iterations=5), seed=3)
+    a.refresh(ctx)
+    a.refresh(ctx)
+    IDROStrategy(IDROConfig(clusters=3, max_queries=11, kmeans_iterations=5), seed=3).refresh(ctx)
+    assert all(len(set(q)) == 11 for q in seen)                    # without replacement
+    assert seen[2] == seen[0] and seen[1] != seen[0]               # the same seed, the same sample
+
+
+def test_refresh_under_several_processes_takes_rank_zeros_centroids(monkeypatch):
+    import drmix.mixture.idro as idro
+
+    got = []
+    rank0 = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+
+    def fake_broadcast(value, src=0):
+        got.append((value.shape, value.device, src))
+        return rank0.clone()
+
+    monkeypatch.setattr(idro, "broadcast", fake_broadcast)
+    ctx = _cluster_ctx()
+    s = IDROStrategy(IDROConfig(clusters=3, kmeans_iterations=5))
+    s.refresh(ctx)                                                 # one process: nothing to broadcast
+    assert got == []
+    ctx.world_size, ctx.device = 2, torch.device("meta")
+    s.refresh(ctx)
+    assert got == [((3, 2), torch.device("meta"), 0)]
+    assert np.array_equal(s.centroids, rank0.numpy())
+
+
+# ------------------------------------------------------------------ k-means, the nearest centroid, the layers
+
+def _blobs(n=200, seed=0):
+    return np.random.default_rng(seed).uniform(size=(n, 2)).astype(np.float32)
+
+
+def _inertia(x, cent):
+    return float(((x[:, None, :] - cent[None]) ** 2).sum(-1).min(1).sum())
+
+
+def test_kmeans_iterations_restarts_and_seed_take_effect(capfd):
+    x = _blobs()
+    assert not np.allclose(kmeans(x, 8, iterations=1, restarts=1), kmeans(x, 8, iterations=60, restarts=1))
+    one = kmeans(x, 8, iterations=20, restarts=1, seed=4)
+    best = kmeans(x, 8, iterations=20, restarts=6, seed=4)
+    assert _inertia(x, best) < _inertia(x, one)                   # the best of 6 restarts
+    assert np.array_equal(kmeans(x, 8, iterations=20, restarts=1, seed=4), one)
+    assert not np.allclose(kmeans(x, 8, iterations=20, restarts=1, seed=5), one)
+    # a run seed past 2**31 (seed + refreshes) wraps instead of failing
+    assert np.array_equal(kmeans(x, 8, iterations=20, restarts=1, seed=2**31 + 4), one)
+    assert capfd.readouterr() == ("", "")                          # quiet
+
+
+def test_kmeans_is_l2_by_default_quiet_on_few_points_and_uses_every_point(capfd):
+    x = _blobs(12) * 10 + 5
+    cent = kmeans(x, 3, iterations=10)
+    assert np.linalg.norm(cent, axis=1).min() > 2                  # L2 centroids, not unit vectors
+    assert len(kmeans(x[:3], 3, iterations=5)) == 3                # K = n is allowed
+    many = _blobs(600, seed=2)
+    assert kmeans(many, 1, iterations=3, restarts=1) == pytest.approx(many.mean(0, keepdims=True), abs=1e-5)
+    assert capfd.readouterr() == ("", "")                          # no faiss warnings (too few / too many)
+
+
+def test_assign_is_the_nearest_centroid_in_l2():
+    s = IDROStrategy(IDROConfig(clusters=2))
+    s.centroids = np.array([[0.0, 0.0], [4.0, 0.0]], np.float32)
+    assert s.assign(np.array([[1.5, 0.0], [2.5, 0.0]])).tolist() == [0, 1]
+
+
+class _Named(torch.nn.Module):
+    def __init__(self, name, n, extra=None):
+        super().__init__()
+        setattr(self, name, torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(n)]))
+        if extra:
+            setattr(self, extra[0], torch.nn.ModuleList([torch.nn.Linear(2, 2) for _ in range(extra[1])]))
+
+
+@pytest.mark.parametrize("name", ["layer", "layers", "h", "block", "blocks"])
+def test_last_layer_parameters_finds_each_layer_list_name(name):
+    m = _Named(name, 4)
+    assert {id(p) for p in last_layer_parameters(m, 2)} == {id(p) for p in getattr(m, name)[2:].parameters()}
+
+
+def test_last_layer_parameters_skips_other_lists_keeps_the_first_of_equals_and_refuses_none():
+    m = _Named("layer", 3, extra=("heads", 6))                    # a longer list that is not transformer layers
+    assert {id(p) for p in last_layer_parameters(m, 1)} == {id(p) for p in m.layer[2].parameters()}
+    encdec = torch.nn.Module()
+    encdec.encoder, encdec.decoder = _Named("block", 2), _Named("block", 2)
+    assert {id(p) for p in last_layer_parameters(encdec, 1)} == {id(p) for p in encdec.encoder.block[1].parameters()}
+    one = _Named("layer", 1)
+    assert len(last_layer_parameters(one, 3)) == 2
+    with pytest.raises(ConfigError, match="cannot find the transformer layers"):
+        last_layer_parameters(torch.nn.Linear(2, 2), 3)

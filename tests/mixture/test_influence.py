@@ -611,8 +611,10 @@ class _HandEncoder(torch.nn.Module):
         super().__init__()
         self.table, self.prompts, self.seen = table, prompts or {}, []
 
-    def encode(self, texts, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False):
-        assert convert_to_tensor and normalize_embeddings and not show_progress_bar and not self.training
+    def encode(self, texts, convert_to_tensor=False, normalize_embeddings=False, show_progress_bar=None):
+        # SentenceTransformer.encode's own defaults: the metric must ask for tensors, unit vectors and no bar
+        assert convert_to_tensor is True and normalize_embeddings is True and show_progress_bar is False
+        assert not self.training
         self.seen.append(list(texts))
         return torch.nn.functional.normalize(torch.tensor([self.table[t] for t in texts], dtype=torch.float32), dim=-1)
 
@@ -783,3 +785,451 @@ def test_scorer_state_objectives_and_pretraining():
     assert capped.pretrain(np.array([0.2, 0.3, 0.5]), max_steps=5) == 5
     done = Scorer(np.log(np.array([0.2, 0.3, 0.5])), lr=1e-4)
     assert done.pretrain(np.array([0.2, 0.3, 0.5])) == 1             # already there: one step, as the authors
+
+
+# ---------------------------------------------------------------------------------------------------
+# Wiring of the strategy: options, several processes, edge cases, the diagnostics a user reads
+# ---------------------------------------------------------------------------------------------------
+
+def test_small_collections_large_scores_and_two_rewards_scaled():
+    assert softmax(initial_scores([1, 3], 1.0)) == pytest.approx([0.25, 0.75])      # one example is enough
+    # scores far from 0 (a long-trained policy) stay finite: softmax([1000, 999]) = [e, 1] / (e + 1)
+    assert softmax(np.array([1000.0, 999.0])) == pytest.approx([0.7310586, 0.2689414], abs=1e-7)
+    # two rewards 0 and 4: population std 2 -> 0, 2
+    assert scale_rewards([0.0, 4.0], "std") == pytest.approx([0.0, 2.0])
+
+
+def test_lookahead_steps_every_parameter_and_rmsprop_reads_the_bias_corrected_moment():
+    p1, p2 = torch.nn.Parameter(torch.tensor([1.0])), torch.nn.Parameter(torch.tensor([1.0]))
+    lookahead_step([p1, p2], [torch.tensor([2.0]), torch.tensor([4.0])], lr=0.1)
+    assert (p1.item(), p2.item()) == pytest.approx((0.8, 0.6))
+    # two AdamW steps with gradient 2 on two parameters: v = .999 * .004 + .001 * 4 = .007996, step 2,
+    # v_hat = .007996 / (1 - .999^2) = 4 -> rmsprop look-ahead with gradient 3: -.1 * 3 / 2 = -.15 on both
+    q1, q2 = torch.nn.Parameter(torch.tensor([1.0])), torch.nn.Parameter(torch.tensor([1.0]))
+    opt = torch.optim.AdamW([q1, q2], lr=0.01, weight_decay=0.0)
+    for _ in range(2):
+        q1.grad, q2.grad = torch.tensor([2.0]), torch.tensor([2.0])
+        opt.step()
+    b1, b2 = q1.item(), q2.item()
+    lookahead_step([q1, q2], [torch.tensor([3.0]), torch.tensor([3.0])], lr=0.1, optimizer=opt, mode="rmsprop")
+    assert q1.item() == pytest.approx(b1 - 0.15, abs=1e-6) and q2.item() == pytest.approx(b2 - 0.15, abs=1e-6)
+
+
+class _BiasToy(ToyTask):
+    """ToyTask whose model also has a trainable bias that no loss uses."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.model = torch.nn.Linear(1, 1, bias=True)
+        with torch.no_grad():
+            self.model.weight.zero_()
+            self.model.bias.fill_(0.3)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.5)
+
+
+def test_a_trainable_parameter_the_loss_does_not_use_is_left_alone():
+    task = _BiasToy()
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    # as test_influence_update_hand_computed: I = .375 / -.625, Reptile to near's look-ahead w = .5
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
+    assert task.model.weight.item() == pytest.approx(0.5) and task.model.bias.item() == pytest.approx(0.3)
+    # MultiDDS's flat gradient has zeros where a parameter is unused: at w = 0 towards 1: (w - 1, 0) = (-1, 0)
+    from drmix.mixture.influence.metrics import flat_grad
+    task2 = _BiasToy()
+    g = flat_grad(task2.losses, trainable_parameters(task2.model), task2.batch(0, 2))
+    assert g.tolist() == pytest.approx([-1.0, 0.0])
+
+
+def _half_mean(t, op="sum"):
+    """all_reduce of two processes whose other one holds zeros: "mean" halves, "sum" keeps."""
+    if op not in ("sum", "mean"):
+        raise ValueError(op)
+    if op == "mean":
+        t.mul_(0.5)
+    return t
+
+
+def test_two_processes_average_lookahead_gradients_and_rewards():
+    # the other process's gradients and rewards are 0: the look-ahead gradient halves, -1/2 and +1/2 at lr .5:
+    # w_near = .25, w_far = -.25 -> I = .5 - .75^2/2 = .21875, .5 - 1.25^2/2 = -.28125; the rewards then average
+    # with 0: .109375, -.140625. Reptile on the local influences: near only, w = .25 (gradient units, alpha/lr 1)
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    ctx = task.ctx(1)
+    ctx.world_size, ctx.all_reduce = 2, _half_mean
+    strat.after_step(ctx)
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"near": 0.109375, "far": -0.140625})
+    assert task.model.weight.item() == pytest.approx(0.25)
+
+
+def test_multidds_under_two_processes_reduces_every_gradient(monkeypatch):
+    """Every gradient (train and dev) is the mean over the processes; the other process's gradient is (0, -1).
+    At w = 0: near -(1, 0) -> (-.5, -.5), far -(0, 1) -> (0, -1), dev -(2, 1) -> (-1, -1):
+    cos = 1 and 1/sqrt(2) (both the authors' summed-dev rule and the per-dev mean, one dev set).
+    With the probe step 1 the dev gradient is taken at w' = g_reduced: near w' = (-.5, -.5), dev local
+    (-2.5, -1.5) -> (-1.25, -1.25): cos 1; far w' = (0, -1), dev local (-2, -2) -> (-1, -1.5): cos 1.5/sqrt(3.25)."""
+    import drmix.mixture.influence.metrics as metrics
+
+    other = torch.tensor([0.0, -1.0])
+
+    def reduce(t, op="sum"):
+        assert op == "mean"
+        return t.add_(other).mul_(0.5)
+
+    monkeypatch.setattr(metrics, "all_reduce", reduce)
+    for kw, expected in (({"gradcos": "authors"}, [1.0, 1 / math.sqrt(2)]),
+                         ({"gradcos": "per_dev"}, [1.0, 1 / math.sqrt(2)]),
+                         ({"gradcos": "authors", "probe_step": 1.0}, [1.0, 1.5 / math.sqrt(3.25)])):
+        task = ToyTask2(targets=([1.0, 0.0], [0.0, 1.0]), dev=[2.0, 1.0])
+        strat = MultiDDSStrategy(toy_config(scorer_pretrain=False, **kw), seed=0)
+        strat.setup(["near", "far"], [10, 10])
+        ctx = task.ctx(1)
+        ctx.world_size, ctx.all_reduce = 2, lambda t, op="sum": t    # the rewards: the same on both
+        strat.after_step(ctx)
+        rewards = strat.trajectory_record(1)["rewards"]
+        assert [rewards["near"], rewards["far"]] == pytest.approx(expected, rel=1e-6), kw
+
+
+def test_multidds_reward_of_tiny_gradients_keeps_the_authors_epsilon():
+    """get_grad_sim's ``/ (sqrt(|g|^2 |G|^2) + 1e-10)``: gradients of 1e-6 give 1e-12 / 1.01e-10, not cos = 1;
+    with the probe step 1 the dev gradient doubles: 2e-12 / (2e-12 + 1e-10)."""
+    from drmix.mixture.influence.metrics import probe_gradcos_rewards
+    task = ToyTask2(targets=([1e-6, 0.0],), dev=[1e-6, 0.0])
+    params = trainable_parameters(task.model)
+    train, dev = [task.batch(0, 1)], [task.batch(-1, 1)]
+    assert probe_gradcos_rewards(task.losses, params, train, dev, 0.0) == pytest.approx([1e-12 / (1e-12 + 1e-10)],
+                                                                                        rel=1e-4)
+    assert probe_gradcos_rewards(task.losses, params, train, dev, 1.0) == pytest.approx([2e-12 / (2e-12 + 1e-10)],
+                                                                                        rel=1e-4)
+
+
+class _ThreeParams(torch.nn.Module):
+    """theta = (a [2], b [3], c [1]) concatenated; collection i has loss |theta - t_i|^2 / 2, the dev set d."""
+
+    def __init__(self, targets, dev):
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Parameter(torch.zeros(n, dtype=torch.float64)) for n in (2, 3, 1))
+        self.targets = [torch.tensor(t, dtype=torch.float64) for t in targets]
+        self.dev = torch.tensor(dev, dtype=torch.float64)
+        self.fail_dev = False
+
+    def losses(self, batch: Batch) -> torch.Tensor:
+        theta = torch.cat([self.a, self.b, self.c])
+        if self.fail_dev and batch.collection_ids[0] < 0:
+            raise RuntimeError("dev batch unreadable")
+        return torch.stack([((theta - (self.dev if c < 0 else self.targets[c])) ** 2).sum() / 2
+                            for c in batch.collection_ids])
+
+
+def test_multidds_probe_moves_each_parameter_by_its_own_gradient_and_is_undone_on_error():
+    """At theta = 0: g_i = -t_i, theta' = -s t_i, dev gradient theta' - d: r_i = t_i.(s t_i + d) / (|t_i| |s t_i + d|)."""
+    from drmix.mixture.influence.metrics import probe_gradcos_rewards
+    targets = [[1.0, 2.0, 3.0, -1.0, 0.5, 4.0], [0.0, -2.0, 1.0, 1.0, 2.0, -3.0]]
+    dev = [1.0, 0.0, -1.0, 2.0, 1.0, 1.0]
+    m = _ThreeParams(targets, dev)
+    batch = lambda c: Batch(["q"], ["p"], [[]], np.array([c], dtype=np.int64))  # noqa: E731
+    s = 0.5
+    expected = []
+    for t in targets:
+        t, d = np.array(t), np.array(dev)
+        u = s * t + d
+        expected.append(float(t @ u / (np.linalg.norm(t) * np.linalg.norm(u))))
+    got = probe_gradcos_rewards(m.losses, list(m.parameters()), [batch(0), batch(1)], [batch(-1)], s)
+    assert got == pytest.approx(expected, rel=1e-9)
+    assert all(float(p.detach().abs().sum()) == 0.0 for p in m.parameters())             # restored after each probe
+    m.fail_dev = True
+    with pytest.raises(RuntimeError, match="unreadable"):
+        probe_gradcos_rewards(m.losses, list(m.parameters()), [batch(0)], [batch(-1)], s)
+    assert all(float(p.detach().abs().sum()) == 0.0 for p in m.parameters())             # the probe undone on the error
+
+
+def test_an_error_during_a_lookahead_restores_the_model():
+    task = ToyTask()
+    draws = []
+
+    def draw(c, n):
+        draws.append(c)
+        if len(draws) == 2:          # near's second look-ahead batch: after its first step moved w to .5
+            raise RuntimeError("collection unreadable")
+        return task.batch(c, n)
+
+    strat = InfluenceStrategy(toy_config(lookahead_steps=2), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    ctx = task.ctx(1)
+    ctx.draw_batch = draw
+    with pytest.raises(RuntimeError, match="unreadable"):
+        strat.after_step(ctx)
+    assert task.model.weight.item() == 0.0
+
+
+def test_reptile_weighted_by_the_policy():
+    """reptile_weights: policy -> p = P(i | S): init_temperature 1 over sizes 10, 30 gives P = [.25, .75]; the
+    look-ahead deltas .5 and -.5 -> mean -.25, alpha/lr 1 -> w = -.25."""
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(reptile_weights="policy", init_temperature=1.0, scorer_lr=1e-9), seed=0)
+    strat.setup(["near", "far"], [10, 30])
+    assert strat.sampling_weights().tolist() == pytest.approx([0.25, 0.75])     # the initial policy, no pretraining
+    strat.after_step(task.ctx(1))
+    assert task.model.weight.item() == pytest.approx(-0.25, abs=1e-6)
+
+
+def test_a_non_finite_dev_measure_keeps_that_lookahead_out_of_reptile(caplog):
+    """far's look-ahead model (w = -.5) is finite but its dev loss is NaN: under policy weights only near's delta
+    (.5, weight P(near | S) = .5, normalised: 1) moves the model: w = .5; the policy update leaves far out."""
+    task = ToyTask()
+    plain = task.losses
+
+    def losses(batch):
+        out = plain(batch)
+        if batch.collection_ids[0] < 0 and task.model.weight.item() < 0:
+            return out * float("nan")
+        return out
+
+    task.losses = losses
+    strat = InfluenceStrategy(toy_config(reptile_weights="policy"), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    with caplog.at_level(logging.WARNING, logger="drmix.mixture.influence"):
+        strat.after_step(task.ctx(1))
+    assert task.model.weight.item() == pytest.approx(0.5)
+    assert strat.sampling_weights().tolist() == pytest.approx([0.5, 0.5])
+    assert any("non-finite reward" in r.message for r in caplog.records)
+
+
+def test_no_warning_when_every_reward_is_finite(caplog):
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    with caplog.at_level(logging.WARNING, logger="drmix.mixture.influence"):
+        strat.after_step(task.ctx(1))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_each_dev_set_is_drawn_and_measured():
+    """Two dev sets with targets 1 and -1: near's look-ahead (w = .5) gains .375 on the first and loses .625 on
+    the second; far the reverse; the reward is the mean over dev sets (-.125 each)."""
+    task = ToyTask()
+    devs = [1.0, -1.0]
+    plain = task.losses
+
+    def losses(batch):
+        c = int(batch.collection_ids[0])
+        if c >= 0:
+            return plain(batch)
+        w = task.model.weight.reshape(())
+        return (w - devs[-c - 1]) ** 2 / 2 * torch.ones(len(batch.collection_ids))
+
+    task.losses = losses
+    strat = InfluenceStrategy(toy_config(reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    ctx = task.ctx(1)
+    ctx.dev_names = ["d0", "d1"]
+    ctx.draw_dev_batch = lambda j, n: task.batch(-(j + 1), n)
+    strat.after_step(ctx)
+    rec = strat.trajectory_record(1)
+    assert rec["influence_per_dev"] == {"near": {"d0": pytest.approx(0.375), "d1": pytest.approx(-0.625)},
+                                        "far": {"d0": pytest.approx(-0.625), "d1": pytest.approx(0.375)}}
+    assert rec["rewards"] == pytest.approx({"near": -0.125, "far": -0.125})
+
+
+def test_rewards_are_kept_in_double_precision():
+    """A float64 model: SGD look-ahead lr .3 from 0 -> w = +-.3, I = .5 - .7^2/2 = .255 and .5 - 1.3^2/2 = -.345,
+    recorded to 1e-12 (a float32 reward would be off by 1e-8)."""
+    task = ToyTask(lr=0.3)
+    task.model = torch.nn.Linear(1, 1, bias=False, dtype=torch.float64)
+    with torch.no_grad():
+        task.model.weight.zero_()
+    task.optimizer = torch.optim.SGD(task.model.parameters(), lr=0.3)
+    target = {0: 1.0, 1: -1.0, -1: 1.0}
+    task.losses = lambda batch: torch.stack([(task.model.weight.reshape(()) - target[int(c)]) ** 2 / 2
+                                             for c in batch.collection_ids])
+    strat = InfluenceStrategy(toy_config(reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    rewards = strat.trajectory_record(1)["rewards"]
+    assert rewards["near"] == pytest.approx(0.255, rel=1e-12) and rewards["far"] == pytest.approx(-0.345, rel=1e-12)
+
+
+def test_scorer_optimizer_and_reward_scaling_options():
+    """SGD at lr 1 on I = [.375, -.625] (P = .5 each): d = .5 (I - mean I) = [.25, -.25]; reward_scale std divides
+    I by its std .5 first: d = [.5, -.5]. (Adam's first step would be +-lr = +-1 either way.)"""
+    for scale, expected in (("none", [0.25, -0.25]), ("std", [0.5, -0.5])):
+        task = ToyTask()
+        strat = InfluenceStrategy(toy_config(scorer_optimizer="sgd", scorer_lr=1.0, reward_scale=scale,
+                                             reptile=False), seed=0)
+        strat.setup(["near", "far"], [10, 10])
+        strat.after_step(task.ctx(1))
+        assert strat.scorer.psi.tolist() == pytest.approx(expected)
+
+
+def test_multidds_records_no_per_dev_influence_and_always_rewards_gradient_cosines():
+    task = ToyTask2(targets=([1.0, 0.0], [0.0, 1.0]), dev=[2.0, 1.0])
+    strat = MultiDDSStrategy(toy_config(scorer_pretrain=False), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(task.ctx(1))
+    assert strat.trajectory_record(1)["influence_per_dev"] is None
+    # MultiDDS rewards gradient cosines even when the options say influence
+    assert MultiDDSStrategy(InfDDSConfig(reward="influence")).config.reward == "gradcos"
+
+
+def test_subsets_are_distinct_collections_reproducible_from_the_seed():
+    cfg = toy_config(subset_size=2)
+    names = ["a", "b", "c"]
+
+    def draws(strat):
+        strat.setup(names, [5, 5, 5])
+        return [strat.choose_subset() for _ in range(30)]
+
+    first = draws(InfluenceStrategy(cfg, seed=7))
+    assert all(len(set(s)) == 2 and s == sorted(s) for s in first)
+    assert draws(InfluenceStrategy(cfg, seed=7)) == first
+    # the default seed is the training config's default (42): a strategy built directly draws as the CLI's
+    assert draws(InfluenceStrategy(cfg)) == draws(InfluenceStrategy(cfg, seed=42))
+    assert draws(MultiDDSStrategy(cfg)) == draws(MultiDDSStrategy(cfg, seed=42))
+
+
+def test_a_dev_set_name_without_a_way_to_draw_it_is_a_config_error():
+    task = ToyTask()
+    for names, draw in ((["dev"], None), ([], lambda j, n: task.batch(-1, n))):
+        strat = InfluenceStrategy(toy_config(), seed=0)
+        strat.setup(["near", "far"], [10, 10])
+        ctx = task.ctx(1)
+        ctx.dev_names, ctx.draw_dev_batch = names, draw
+        with pytest.raises(ConfigError, match="dev set"):
+            strat.after_step(ctx)
+
+
+def test_batch_sizes_of_lookahead_and_dev_batches():
+    """Options first, then the trainer's batch size, then 32 when the trainer does not say."""
+    for opts, ctx_bs, expected in (({"train_batch_size": 3, "dev_batch_size": 5}, 8, {"train": 3, "dev": 5}),
+                                   ({}, 8, {"train": 8, "dev": 8}), ({}, 0, {"train": 32, "dev": 32})):
+        task = ToyTask()
+        sizes = {"train": set(), "dev": set()}
+        strat = InfluenceStrategy(InfDDSConfig(update_every=1, warmup_steps=0, lookahead_optimizer="sgd",
+                                               reptile=False, **opts), seed=0)
+        strat.setup(["near", "far"], [10, 10])
+        ctx = task.ctx(1)
+        ctx.batch_size = ctx_bs
+        ctx.draw_batch = lambda c, n: (sizes["train"].add(n), task.batch(c, n))[1]
+        ctx.draw_dev_batch = lambda j, n: (sizes["dev"].add(n), task.batch(-1, n))[1]
+        strat.after_step(ctx)
+        assert sizes == {k: {v} for k, v in expected.items()}, opts
+
+
+def test_update_returns_the_subset_and_the_policy_it_started_from():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(init_temperature=1.0, reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 30])
+    out = strat.update(task.ctx(1))
+    assert out["subset"] == ["near", "far"] and out["weights_before"] == pytest.approx([0.25, 0.75])
+    assert out["rewards"] == pytest.approx({"near": 0.375, "far": -0.625})
+
+
+def test_trajectory_records_only_at_step_one_and_updates_also_after_a_resume():
+    task = ToyTask()
+    strat = InfluenceStrategy(toy_config(update_every=3, warmup_steps=4, reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    state0 = json.loads(json.dumps(strat.state_dict()))      # a checkpoint before any update
+    assert state0["scorer"]["optimizer"] == {} and state0["updates"] == 0
+    strat.after_step(task.ctx(1))
+    assert strat.trajectory_record(1)["step"] == 1
+    strat.after_step(task.ctx(2))                             # before warmup: no update, no record
+    assert strat.trajectory_record(2) is None
+    for s in range(3, 7):
+        strat.after_step(task.ctx(s))
+    assert strat.trajectory_record(6)["step"] == 6
+    resumed = InfluenceStrategy(toy_config(update_every=3, warmup_steps=4, reptile=False), seed=0)
+    resumed.setup(["near", "far"], [10, 10])
+    resumed.load_state_dict(json.loads(json.dumps(strat.state_dict())))
+    resumed.after_step(task.ctx(7))                           # not an update step: nothing to record
+    assert resumed.trajectory_record(7) is None
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def perf_counter(self):
+        return self.t
+
+
+def test_lookahead_and_regular_time_in_records_logs_outputs_and_resume(monkeypatch):
+    """A clock that each drawn batch advances by .0123456 s (3 draws per update) and training by 1.23456 s between
+    steps: after 3 updates the look-ahead took .1111104 s and the training between them 2.46912 s."""
+    import drmix.mixture.influence.strategy as strategy_mod
+
+    clock = _Clock()
+    monkeypatch.setattr(strategy_mod, "time", clock)
+    task = ToyTask()
+    draw = task.batch
+
+    def timed(c, n):
+        clock.t += 0.0123456
+        return draw(c, n)
+
+    task.batch = timed
+    strat = InfluenceStrategy(toy_config(reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    for s in (1, 2, 3):
+        strat.after_step(task.ctx(s))
+        clock.t += 1.23456
+    rec = strat.trajectory_record(3)
+    assert rec["step"] == 3 and rec["lookahead_s"] == 0.1111 and rec["regular_s"] == 2.4691
+    log_rec = task.logged[-1]
+    assert (log_rec["lookahead_s"], log_rec["lookahead_total_s"], log_rec["regular_total_s"]) == (0.037, 0.111, 2.469)
+    fw = strat.final_weights()
+    assert fw["lookahead_s"] == pytest.approx(0.1111104) and fw["regular_s"] == pytest.approx(2.46912)
+    resumed = InfluenceStrategy(toy_config(reptile=False), seed=0)
+    resumed.setup(["near", "far"], [10, 10])
+    resumed.load_state_dict(json.loads(json.dumps(strat.state_dict())))
+    assert resumed.final_weights()["lookahead_s"] == fw["lookahead_s"]
+    assert resumed.final_weights()["regular_s"] == fw["regular_s"]
+    # a checkpoint written before the timings were kept resumes with both at 0
+    old = {k: v for k, v in strat.state_dict().items() if k not in ("lookahead_s", "regular_s")}
+    older = InfluenceStrategy(toy_config(reptile=False), seed=0)
+    older.setup(["near", "far"], [10, 10])
+    older.load_state_dict(old)
+    assert (older.final_weights()["lookahead_s"], older.final_weights()["regular_s"]) == (0.0, 0.0)
+
+
+class _SlopeEncoder(torch.nn.Module):
+    """encode(): query q0 -> (1, w), passages p0 -> (0, 1), n0 -> (1, 0) (unit vectors); the training loss of
+    collection i is (w - t_i)^2 / 2. q0's positive p0 outranks n0 once w > 1."""
+
+    prompts: dict = {}
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    def encode(self, texts, convert_to_tensor=False, normalize_embeddings=False, show_progress_bar=None):
+        assert convert_to_tensor is True and normalize_embeddings is True and show_progress_bar is False
+        w = float(self.weight)
+        table = {"q0": [1.0, w], "p0": [0.0, 1.0], "n0": [1.0, 0.0]}
+        return torch.nn.functional.normalize(torch.tensor([table[t] for t in texts]), dim=-1)
+
+
+def test_influence_measured_by_dev_ndcg():
+    """influence_metric ndcg, k 1: at w = 0 p0 ranks 2nd (nDCG@1 = 0); near (target 4) looks ahead to w = 2,
+    where p0 ranks 1st: I = 1; far (target -1) to w = -.5: still 2nd, I = 0."""
+    model = _SlopeEncoder()
+    targets = [4.0, -1.0]
+
+    def losses(batch):
+        return torch.stack([(model.weight[0] - targets[c]) ** 2 / 2 for c in batch.collection_ids])
+
+    def draw(c, n):
+        return Batch(["q"] * n, ["p"] * n, [[] for _ in range(n)], np.full(n, c, dtype=np.int64))
+
+    ctx = StepContext(step=1, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5), scheduler=None,
+                      collection_names=["near", "far"], collection_sizes=[10, 10], compute_losses=losses,
+                      draw_batch=draw, dev_names=["dev"],
+                      draw_dev_batch=lambda j, n: Batch(["q0"], ["p0"], [["n0"]], np.zeros(1, dtype=np.int64)),
+                      log=lambda r: None)
+    strat = InfluenceStrategy(toy_config(influence_metric="ndcg", ndcg_k=1, reptile=False), seed=0)
+    strat.setup(["near", "far"], [10, 10])
+    strat.after_step(ctx)
+    assert strat.trajectory_record(1)["rewards"] == pytest.approx({"near": 1.0, "far": 0.0})
+    assert model.weight.item() == 0.0

@@ -114,3 +114,23 @@ def test_build_static_strategy_routes_each_setting(tmp_path, caplog):
     assert s.sampling_weights().tolist() == [0.0, 1.0]
     with pytest.raises(ConfigError, match="--transfer needs --weights-file"):
         build_static_strategy(TrainConfig(data=["x"], transfer="reweight"), None, names, None)
+
+
+def test_defaults_mix_uniformly_and_temperature_defaults_to_two():
+    """Without a scheme the mixture is uniform (as --mixture's default); the temperature scheme without tau uses
+    tau = 2, the config's default mixture_temperature."""
+    assert initial_weights([1, 3]).tolist() == [0.5, 0.5]
+    s = StaticStrategy()
+    s.setup(["a", "b"], [1, 3])
+    assert s.sampling_weights().tolist() == [0.5, 0.5]
+    t = StaticStrategy(scheme="temperature")
+    t.setup(["a", "b", "c"], [100, 400, 900])
+    assert t.sampling_weights().tolist() == pytest.approx([1 / 6, 2 / 6, 3 / 6], abs=1e-15)
+    assert TrainConfig(data=["x"]).mixture.mixture_temperature == t.temperature
+
+
+def test_a_weights_file_without_a_training_collection_is_named_in_the_error(tmp_path):
+    f = _weights_file(tmp_path)
+    with pytest.raises(ConfigError, match="no weight for training collection") as e:
+        file_mixture_weights(f, ["a", "b", "c"])
+    assert e.value.path == f

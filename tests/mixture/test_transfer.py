@@ -250,3 +250,85 @@ def test_parse_top_fraction(spec, frac):
 def test_parse_top_fraction_refuses(spec, match):
     with pytest.raises(ConfigError, match=match):
         parse_top_fraction(spec)
+
+
+# -- what a user reads: the file named in errors, the weights.json of each transfer, the fraction's forms ---------
+
+def test_a_missing_collection_names_the_weights_file(weights_file):
+    with pytest.raises(ConfigError, match="no weight for training collection") as e:
+        build_transfer_strategy(weights_file, "reweight", NAMES + ["extra"])
+    assert e.value.path == weights_file
+    from drmix.mixture.transfer import align_weights
+
+    with pytest.raises(ConfigError) as e:                     # no file behind the mapping: no path shown
+        align_weights({"a": 1.0}, ["a", "b"])
+    assert e.value.path is None and not e.value.format().startswith("XXXX")
+
+
+def test_yaml_without_a_position_is_still_a_config_error(tmp_path):
+    """A control character stops YAML's reader before any parsing: no line to name, still one clear error."""
+    bad = tmp_path / "w.yaml"
+    bad.write_text("a: \x01\n")
+    with pytest.raises(ConfigError, match="not valid YAML") as e:
+        read_weights_file(bad)
+    assert e.value.line is None
+
+
+@pytest.mark.parametrize("spec, frac", [("top:0.5%", 0.005), ("top:1%", 0.01), ("top:2", 0.02)])
+def test_small_percentages(spec, frac):
+    """A '%' always means a percentage (even below 1); a whole number above 1 is a percentage."""
+    assert parse_top_fraction(spec) == pytest.approx(frac, abs=1e-15)
+
+
+@pytest.mark.parametrize("spec", ["top:0.7:0.5", "top:70X", "top:0.5:"])
+def test_a_fraction_with_trailing_text_is_refused(spec):
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_top_fraction(spec)
+
+
+def test_top_fraction_keeps_fractional_percentages(tmp_path):
+    """floor(k * K) with K as given: top:0.125 of 16 collections keeps 2, top:0.995 of 2 keeps 1."""
+    names = [f"c{i:02d}" for i in range(16)]
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({n: i + 1.0 for i, n in enumerate(names)}))
+    s = setup(build_transfer_strategy(str(path), "top:0.125", names), names)
+    assert s.final_weights()["kept"] == ["c15", "c14"]
+    path.write_text(json.dumps({"a": 1.0, "b": 2.0}))
+    assert setup(build_transfer_strategy(str(path), "top:0.995", ["a", "b"]), ["a", "b"]).final_weights()["kept"] == ["b"]
+
+
+def test_each_transfer_records_its_name_and_source(weights_file):
+    for spec, name in (("reweight", "reweight"), ("loss", "loss"), ("top:0.7", "top:0.7")):
+        s = setup(build_transfer_strategy(weights_file, spec, NAMES))
+        fw = s.final_weights()
+        assert s.name == name
+        assert fw["transfer"] == spec and fw["weights_file"] == weights_file
+        assert fw["learned"] == pytest.approx(dict(zip(NAMES, LEARNED)))
+
+
+def test_loss_scales_follow_the_losses_dtype(weights_file):
+    s = setup(build_transfer_strategy(weights_file, "loss", NAMES))
+    out = s.loss(torch.tensor([1.0, 3.0]), batch_of([0, 9]), CTX)
+    assert out.dtype == torch.float32 and out.item() == pytest.approx((0.1 * 1 + 2.8 * 3) / 2, rel=1e-6)
+
+
+def test_loss_scales_go_to_the_losses_device(weights_file):
+    """Losses on another device than the CPU (the meta device stands for a GPU here; its first use costs ~1.5 s of
+    torch's one-time set-up) are scaled there, not met by CPU scales."""
+    s = setup(build_transfer_strategy(weights_file, "loss", NAMES))
+    assert s.loss(torch.ones(2, device="meta"), batch_of([0, 9]), CTX).device.type == "meta"
+
+
+def test_weights_files_are_read_as_utf8_whatever_the_locale(tmp_path):
+    """A collection named with a non-ASCII letter reads the same under an ASCII locale (as on a bare C locale or
+    a Windows code page)."""
+    import locale
+
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({"café": 1.0}, ensure_ascii=False), encoding="utf-8")
+    old = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        assert read_weights_file(path) == {"café": 1.0}
+    finally:
+        locale.setlocale(locale.LC_CTYPE, old)
