@@ -93,12 +93,18 @@ import collections
 import re
 
 counts = collections.Counter()
+by_module = collections.defaultdict(collections.Counter)
 for line in open("results.txt", encoding="utf-8"):
     m = re.match(r"\s*(\S+): (.+)$", line)
     if m:
         counts[m.group(2).strip()] += 1
+        by_module[m.group(1).split(".x")[0]][m.group(2).strip()] += 1
 total = sum(counts.values())
 killed = counts.get("killed", 0)
+print("| module | mutants | killed | survived | score |\n|---|---:|---:|---:|---:|")
+for module, c in sorted(by_module.items()):
+    n = sum(c.values())
+    print(f"| `{module}` | {n:,} | {c['killed']:,} | {n - c['killed']:,} | {100 * c['killed'] / n:.1f}% |")
 print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())))
 print(f"score: {killed} of {total} mutants killed ({100 * killed / max(total, 1):.1f}%)")
 EOF
