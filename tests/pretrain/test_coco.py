@@ -475,3 +475,15 @@ def test_coco_loss_defaults_to_the_local_batch_and_gathers_on_process_0(monkeypa
 def test_coco_loss_is_computed_on_the_spans_device():
     a, b = torch.randn(3, 4, device="meta"), torch.randn(3, 4, device="meta")   # meta stands in for a GPU
     assert coco_losses(a, b).device.type == "meta"
+
+
+def test_target_corpora_need_distinct_names(tmp_path):
+    """The corpora of one run are named by corpus_name; none, or two of one name, is a ConfigError."""
+    from drmix.errors import ConfigError
+    from drmix.pretrain.coco import check_corpus_names
+
+    assert check_corpus_names([tmp_path / "scifact", tmp_path / "nq.jsonl"]) == ["scifact", "nq"]
+    with pytest.raises(ConfigError, match="no target corpus"):
+        check_corpus_names([])
+    with pytest.raises(ConfigError, match="same name"):
+        check_corpus_names([tmp_path / "a" / "scifact", tmp_path / "b" / "scifact" / "corpus.jsonl"])
