@@ -454,15 +454,17 @@ def _last_blocks_grad(model, objective):
     return torch.cat([x.reshape(-1) for x in g]).float()
 
 
-@pytest.mark.parametrize("scope", ["rank", "global"])
+@pytest.mark.parametrize("scope", [None, "rank", "global"])
 def test_two_processes_rank_and_global_scope_by_hand(scope):
     """Module docstring, DDP: ``rank`` keeps this process's counts, cluster losses and weights and sums only the
     per-cluster gradients; ``global`` all-reduces counts and loss sums too and back-propagates
     ``world * sum_i h_i (local sum_i / global n_i)``. This process holds clusters 0 (2 queries) and 1 (1); the
-    other one clusters 1 (2 queries, loss sum 5) and 2 (1 query, loss 3); cluster 3 is nowhere."""
+    other one clusters 1 (2 queries, loss sum 5) and 2 (1 query, loss 3); cluster 3 is nowhere. Without a ``scope``
+    the strategy is the authors' (``rank``)."""
     K = 4
     model = _Layered()
-    s = IDROStrategy(IDROConfig(clusters=K, refresh_every=0, scope=scope))
+    s = IDROStrategy(IDROConfig(clusters=K, refresh_every=0, **({} if scope is None else {"scope": scope})))
+    per_rank = scope != "global"
     s.centroids = _CORNERS.copy()
     where = {"a": _CORNERS[0], "b": _CORNERS[0], "c": _CORNERS[1]}
     x = torch.as_tensor(np.random.default_rng(3).normal(size=(3, 3)))
@@ -473,7 +475,7 @@ def test_two_processes_rank_and_global_scope_by_hand(scope):
              torch.as_tensor(rng.normal(size=36), dtype=torch.float32)]        # clusters 0 (absent there), 1, 2
     reduce = _OtherRank([0.0, 2.0, 1.0, 0.0], [0.0, 5.0, 3.0, 0.0], other)
     out = s.loss(losses, _batch(where), _ctx(model, where, world_size=2, all_reduce=reduce))
-    if scope == "rank":
+    if per_rank:
         n = [2, 1, 1, 1]                                           # this process's counts (at least 1)
         assert out.item() == pytest.approx((a + b) / 2 + c, rel=1e-12)
         cl_loss, present = np.array([(a + b) / 2, c, 0, 0]), np.array([True, True, False, False])
@@ -489,7 +491,7 @@ def test_two_processes_rank_and_global_scope_by_hand(scope):
     want, _ = idro_update(np.ones(K), cl_loss, present, cos)
     assert s.h == pytest.approx(want, rel=1e-6, abs=1e-12)
     # rank: cluster 2, seen only by the other process, drops to the floor here; global: it is weighted
-    assert (s.h[2] == 0.01) == (scope == "rank") and s.h[3] == 0.01
+    assert (s.h[2] == 0.01) == per_rank and s.h[3] == 0.01
     assert s.trajectory_record(0)["present"] == int(present.sum())
 
 
