@@ -355,6 +355,14 @@ def test_weighted_and_group_loss_on_one_process():
     assert out.item() == pytest.approx(4.75 / 3, rel=1e-12)
 
 
+def test_group_loss_is_made_on_the_losses_device():
+    """GroupDRO's per-example scales go to the losses' device (a GPU in training; ``meta`` stands in for it here:
+    a scale left on the CPU cannot multiply losses elsewhere)."""
+    g = make("groupdro")
+    out = g.group_loss(torch.tensor(PROXY, device="meta"), IDS)
+    assert out.device.type == "meta" and out.shape == ()
+
+
 def test_strategy_passes_its_guard_options_to_the_measurement():
     # reference_guard: mean (threshold 0.2 of the batch mean): the numbers of test_dro's mean-guard case.
     s = make("tdro", reference_guard="mean")
