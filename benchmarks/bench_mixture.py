@@ -443,7 +443,7 @@ class Prep:
                 if not done.exists():
                     t0 = time.perf_counter()
                     cols = load_collections(self.data, seed=self.args.stage1_seed)
-                    report = mine_missing_negatives(cols, num_negatives)
+                    report = mine_missing_negatives(cols, num_negatives, model=self.args.miner)
                     out.mkdir(parents=True, exist_ok=True)
                     for c in cols:
                         write_jsonl_atomic(out / f"{c.name}.jsonl",
@@ -480,9 +480,7 @@ class Prep:
         self.tr["weights"][strategy] = {"weights": dict(zip(learned["collections"], learned["weights"])),
                                         "top70": learned.get("top", {}).get("70", [])}
         if stage1_setting(strategy)[2] == "mine":    # how many hard negatives stage 1's collections got mined
-            import yaml
-
-            k = yaml.safe_load((out / "config.yaml").read_text())["num_negatives"]
+            k = cfg.contrastive.num_negatives
             mined = json.loads((self.root / f"stage1-collections-{k}" / "negatives.json").read_text())["collections"]
             self.tr["weights"][strategy]["mined"] = {n: c["mined"] for n, c in mined.items()}
         return out / "weights.json"
@@ -1003,6 +1001,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None,
                     help="starting model folder (default: the bundled all-MiniLM-L6-v2; on a GPU machine without "
                          "it, /tmp/drmix-model from ../shared/tools/gpu-pack.sh)")
+    ap.add_argument("--miner", default=None,
+                    help="model that mines stage 1's missing hard negatives (default: drmix mine's, the bundled "
+                         "all-MiniLM-L6-v2; on a GPU machine without it, /tmp/drmix-model)")
     ap.add_argument("--model-layers", type=int, default=None,
                     help="fine-tune all-MiniLM-L6-v2 cut to its first N layers (preset medium: 1; others: all 6)")
     ap.add_argument("--negatives", choices=("tfidf", "mined"), default="tfidf",

@@ -295,3 +295,28 @@ def test_stage1_settings_and_the_pair_report():
     assert cells[3:5] == ["20", "2"]                      # queries, seeds both ran
     assert float(cells[5]) == pytest.approx(0.3, abs=1e-4) and float(cells[6]) == pytest.approx(0.2, abs=1e-4)
     assert cells[7].startswith("+0.1000")
+
+
+GPU_ARMS = ["uniform", "tdro:dev", "groupdro:reweight", "tdro:top:0.7", "tdro@prev:top:0.7"]
+GPU_FIXTURE = Path(__file__).parent / "fixtures" / "mixture-gpu-nfcorpus-results.json"
+
+
+def test_the_gpu_suite_tables_of_the_docs_are_what_report_only_prints(tmp_path, capsys):
+    """The stored results of docs/benchmarks.md's `--preset gpu` run on one H200 (suite 1 and the two top-70%
+    arms): the stage-1 weights and the seed table, per-seed line and paired table printed from them are the
+    docs' byte for byte, and every arm has its three seeds over NFCorpus's 323 test queries."""
+    import shutil
+
+    shutil.copy(GPU_FIXTURE, tmp_path / "results.json")
+    bm.main(["--report-only", "--preset", "gpu", "--targets", "nfcorpus", "--work", str(tmp_path),
+             "--arms", *GPU_ARMS, "--pair", "tdro:top:0.7=tdro@prev:top:0.7"])
+    printed = capsys.readouterr().out
+    weights = printed[printed.index("| collection | tDRO | tDRO@prev | GroupDRO |"):
+                      printed.index("LOO nfcorpus, every arm against uniform:")].rstrip("\n")
+    block = printed[printed.index("| model | nDCG@10 (95% CI over seeds) |"):].rstrip("\n")
+    assert weights.count("\n") == 18 and "| tdro:top:0.7 | tdro@prev:top:0.7 | nfcorpus | 323 | 3 |" in block
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert weights in docs and block in docs
+    results = json.loads(GPU_FIXTURE.read_text())["results"]
+    assert all(len(results["nfcorpus"]["arms"][a]) == 3 for a in GPU_ARMS)
+    assert all(len(scores) == 323 for a in GPU_ARMS for scores in results["nfcorpus"]["arms"][a].values())
