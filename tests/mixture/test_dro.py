@@ -11,19 +11,8 @@ import torch
 
 from drmix.data.batch import Batch
 from drmix.mixture.base import StepContext
-from drmix.mixture.dro import DROConfig, DROStrategy, build_dro_strategy, measure, top_k_selection, update_log_weights
-
-NAMES = ["a", "b", "c"]
-# One mixed batch: two examples of each collection.
-IDS = np.array([0, 0, 1, 1, 2, 2])
-PROXY = np.array([1.0, 3.0, 2.0, 2.0, 1.0, 0.5])
-REF = np.array([1.0, 1.0, 2.0, 2.0, 0.5, 0.5])
-
-
-def make(strategy: str, **cfg) -> DROStrategy:
-    s = build_dro_strategy(strategy, DROConfig(**cfg))
-    s.setup(NAMES, [10, 20, 30])
-    return s
+from drmix.mixture.dro import DROConfig, DROStrategy, measure, top_k_selection, update_log_weights
+from dro_helpers import IDS, NAMES, PROXY, REF, make
 
 
 def ctx_for(ref: np.ndarray | None) -> StepContext:

@@ -12,19 +12,9 @@ import torch
 
 from drmix.data.batch import Batch
 from drmix.mixture.base import StepContext
-from drmix.mixture.dro import (DROConfig, DROStrategy, build_dro_strategy, log_softmax, measure,
+from drmix.mixture.dro import (DROConfig, DROStrategy, log_softmax, measure,
                                update_log_weights)
-
-NAMES = ["a", "b", "c"]
-IDS = np.array([0, 0, 1, 1, 2, 2])
-PROXY = np.array([1.0, 3.0, 2.0, 2.0, 1.0, 0.5])
-REF = np.array([1.0, 1.0, 2.0, 2.0, 0.5, 0.5])
-
-
-def make(strategy: str, **cfg) -> DROStrategy:
-    s = build_dro_strategy(strategy, DROConfig(**cfg))
-    s.setup(NAMES, [10, 20, 30])
-    return s
+from dro_helpers import IDS, NAMES, PROXY, REF, make
 
 
 def ctx_for(ref, micro: int = 0, accum: int = 1) -> StepContext:
@@ -50,19 +40,25 @@ def _skip_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "skipped the weight update" in r.getMessage()]
 
 
+def _skipped_record(s, caplog, reason: str, counts: dict) -> dict:
+    """The one skipped step of ``s``: the weights still uniform, one warning naming ``reason``, and its
+    weights.jsonl record (null measurements, the batch's counts)."""
+    assert s.n_skipped == 1 and s.n_steps == 1
+    np.testing.assert_array_equal(s.weights, np.full(3, 1 / 3))
+    (msg,) = _skip_warnings(caplog)
+    assert reason in msg
+    rec = s.trajectory_record(1)
+    assert rec["skipped"] is True and rec["counts"] == counts
+    assert rec["measurement"] == {"a": None, "b": None, "c": None}
+    return rec
+
+
 def test_non_finite_losses_skip_the_step_and_record_the_finite_means(caplog):
     s = make("tdro")
     proxy = np.array([1.0, np.nan, 2.0, 4.0, 1.0, 0.5])
     with caplog.at_level(logging.WARNING, logger="drmix.mixture.dro"):
         s.step_weights(proxy, REF, IDS)
-    assert s.n_skipped == 1 and s.n_steps == 1
-    np.testing.assert_array_equal(s.weights, np.full(3, 1 / 3))
-    (msg,) = _skip_warnings(caplog)
-    assert "non-finite losses" in msg
-    rec = s.trajectory_record(1)
-    assert rec["skipped"] is True
-    assert rec["measurement"] == {"a": None, "b": None, "c": None}
-    assert rec["counts"] == {"a": 2, "b": 2, "c": 2}
+    rec = _skipped_record(s, caplog, "non-finite losses", {"a": 2, "b": 2, "c": 2})
     assert (rec["proxy_loss"]["b"], rec["proxy_loss"]["c"]) == (3.0, 0.75)
     assert rec["reference_loss"] == {"a": 1.0, "b": 2.0, "c": 0.5}
 
@@ -279,14 +275,7 @@ def test_micro_accumulation_with_a_bad_micro_batch_skips_the_step(caplog):
     refs = [np.array([0.5, 1.5, 2.5]), np.array([3.0, 1.0, 1.0])]
     with caplog.at_level(logging.WARNING, logger="drmix.mixture.dro"):
         out = _accumulate(s, parts, refs)
-    assert s.n_steps == 1 and s.n_skipped == 1
-    np.testing.assert_array_equal(s.weights, np.full(3, 1 / 3))
-    (msg,) = _skip_warnings(caplog)
-    assert "non-finite losses" in msg
-    rec = s.trajectory_record(1)
-    assert rec["skipped"] is True
-    assert rec["measurement"] == {"a": None, "b": None, "c": None}
-    assert rec["counts"] == {"a": 2, "b": 3, "c": 1}
+    rec = _skipped_record(s, caplog, "non-finite losses", {"a": 2, "b": 3, "c": 1})
     assert rec["proxy_loss"]["b"] == pytest.approx(7.0 / 3, rel=1e-12) and rec["proxy_loss"]["c"] == 3.0
     assert rec["reference_loss"] == pytest.approx({"a": 1.75, "b": 5.0 / 3, "c": 1.0}, rel=1e-12)
     assert torch.isfinite(out)
