@@ -98,7 +98,7 @@ for line in open("results.txt", encoding="utf-8"):
     m = re.match(r"\s*(\S+): (.+)$", line)
     if m:
         counts[m.group(2).strip()] += 1
-        by_module[m.group(1).split(".x")[0]][m.group(2).strip()] += 1
+        by_module[re.split(r"\.x(?:_|ǁ)", m.group(1))[0]][m.group(2).strip()] += 1
 total = sum(counts.values())
 killed = counts.get("killed", 0)
 print("| module | mutants | killed | survived | score |\n|---|---:|---:|---:|---:|")
