@@ -17,7 +17,10 @@ token ids; the next chunk is tokenised on a background thread while the current 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +31,7 @@ log = logging.getLogger(__name__)
 
 _LENGTH_CHUNK = 4096  # texts tokenised per call when measuring lengths (bounds memory on big corpora)
 _SORT_CHUNK = 16384  # texts tokenised and length-sorted together by encode_texts
+_PROC_MIN_TEXTS = 2048  # below this, tokenising in process is quicker than starting workers
 
 
 def model_normalizes(model: Any) -> bool:
@@ -73,11 +77,13 @@ def embedding_dim(model: Any) -> int:
 
 class _ChunkTokens:
     """The token ids of each chunk of texts (None where the model has no fast tokenizer): read from the
-    on-disk cache (``cache_ids``), or tokenised -- the next chunk on a background thread, with a private copy
-    of the tokenizer (a fast tokenizer must not be shared between threads), while this one is encoded."""
+    on-disk cache (``cache_ids``), made ahead in worker processes (``num_proc`` > 1 and at least
+    ``_PROC_MIN_TEXTS`` texts: :class:`~drmix.retrieval.tokenize_pool.TokenizePool`, the next two chunks
+    while this one is encoded), or tokenised in process -- the next chunk on a background thread, with a
+    private copy of the tokenizer (a fast tokenizer must not be shared between threads)."""
 
     def __init__(self, model: Any, texts: list[str], batcher: Any, prompt: str, max_length: int | None,
-                 cache_ids: bool) -> None:
+                 cache_ids: bool, num_proc: int = 1) -> None:
         import copy
 
         from drmix.model.features import TextBatcher
@@ -88,29 +94,49 @@ class _ChunkTokens:
             from drmix.data.tokenized import corpus_ids
 
             self.stored = corpus_ids(model, texts, prompt=prompt, max_length=batcher.limit)
+        self.num_proc = (num_proc if batcher.tokenizer is not None and self.stored is None
+                         and len(texts) >= _PROC_MIN_TEXTS else 1)
         self.ahead = (TextBatcher(model, prompt, max_length, tokenizer=copy.deepcopy(batcher.tokenizer))
-                      if batcher.tokenizer is not None and len(texts) > _SORT_CHUNK and self.stored is None else None)
+                      if batcher.tokenizer is not None and len(texts) > _SORT_CHUNK and self.stored is None
+                      and self.num_proc == 1 else None)
         self.pool = None
+        self.procs = None
+        self.handles: dict[int, Any] = {}
         self.pending = None
 
     def __enter__(self) -> "_ChunkTokens":
         from concurrent.futures import ThreadPoolExecutor
 
-        if self.ahead is not None:
+        if self.num_proc > 1:
+            from drmix.retrieval.tokenize_pool import TokenizePool
+
+            self.procs = TokenizePool(self.batcher.tokenizer, prompt=self.batcher.prompt, max_length=self.batcher.limit,
+                                      num_proc=self.num_proc)
+        elif self.ahead is not None:
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drmix-tokenize")
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.procs is not None:
+            self.procs.close()
 
-    def ids(self, start: int) -> list[list[int]] | None:
-        """The ids of ``texts[start:start + _SORT_CHUNK]``; starts tokenising the chunk after it."""
+    def _from_processes(self, start: int, chunk: list[str]) -> list[Any] | None:
+        for ahead in (start, start + _SORT_CHUNK, start + 2 * _SORT_CHUNK):
+            if ahead < len(self.texts) and ahead not in self.handles:
+                self.handles[ahead] = self.procs.submit(self.texts[ahead:ahead + _SORT_CHUNK])
+        ids = self.procs.result(self.handles.pop(start))
+        return ids if ids is not None else self.batcher.tokenize(chunk)
+
+    def ids(self, start: int) -> list[Any] | None:
+        """The ids of ``texts[start:start + _SORT_CHUNK]``; starts tokenising the chunk(s) after it."""
         chunk = self.texts[start:start + _SORT_CHUNK]
         if self.stored is not None:
-            ids = self.stored.rows(start, start + len(chunk)) if self.batcher.fast is not False else None
-        else:
-            ids = self.pending.result() if self.pending is not None else self.batcher.tokenize(chunk)
+            return self.stored.rows(start, start + len(chunk)) if self.batcher.fast is not False else None
+        if self.procs is not None:
+            return self._from_processes(start, chunk) if self.batcher.fast is not False else None
+        ids = self.pending.result() if self.pending is not None else self.batcher.tokenize(chunk)
         nxt = self.texts[start + _SORT_CHUNK:start + 2 * _SORT_CHUNK]
         self.pending = (self.pool.submit(self.ahead.tokenize, nxt)
                         if self.pool is not None and nxt and self.batcher.fast is not False else None)
@@ -148,7 +174,7 @@ def _encode_chunk(model: Any, batcher: Any, chunk: list[str], ids: list[list[int
         if normalize:
             emb = torch.nn.functional.normalize(emb.float(), p=2, dim=1)
         embs.append(emb.float())
-        bar.update(1)
+        bar.update(len(idx))
     return order, torch.cat(embs).cpu().numpy()  # one device-to-host copy per chunk (no sync per batch)
 
 
@@ -162,10 +188,63 @@ def _shard_devices(model: Any, n: int, devices: Sequence[str] | None) -> Sequenc
     return devices if devices is not None and len(devices) > 1 else None
 
 
+@dataclass(frozen=True)
+class EncodeDefaults:
+    """Defaults of :func:`encode_texts`'s ``tokenize_num_proc`` and ``cache_embeddings`` (``None`` there)."""
+
+    tokenize_num_proc: int | None = None  # None or 0: every available core
+    cache_embeddings: bool = False
+
+
+_DEFAULTS: ContextVar[EncodeDefaults] = ContextVar("drmix_encode_defaults", default=EncodeDefaults())
+
+
+@contextmanager
+def encode_defaults(*, tokenize_num_proc: int | None = None, cache_embeddings: bool | None = None) -> Iterator[None]:
+    """Within the block, every :func:`encode_texts` call that leaves ``tokenize_num_proc`` / ``cache_embeddings``
+    at ``None`` uses these (how ``drmix index``, ``eval`` and ``mine`` hand their options to the encodes deep
+    inside indexing and evaluation); arguments left at ``None`` keep the current default."""
+    cur = _DEFAULTS.get()
+    token = _DEFAULTS.set(EncodeDefaults(
+        cur.tokenize_num_proc if tokenize_num_proc is None else tokenize_num_proc,
+        cur.cache_embeddings if cache_embeddings is None else bool(cache_embeddings)))
+    try:
+        yield
+    finally:
+        _DEFAULTS.reset(token)
+
+
+def _encode_cached(model: Any, texts: list[str], *, prompt: str, max_length: int | None, normalize: bool,
+                   precision: str | None, encode: Any) -> np.ndarray:
+    """Rows from the embedding cache; ``encode(texts, sink)`` encodes the distinct texts not found (see
+    :mod:`drmix.retrieval.embedding_cache`), each finished chunk stored as it comes."""
+    from drmix.retrieval.embedding_cache import EmbeddingCache, text_keys
+
+    cache = EmbeddingCache(model, prompt=prompt, max_length=max_length, normalize=normalize, precision=precision)
+    keys = text_keys(texts)
+    found, rows = cache.lookup(keys)
+    missing = np.nonzero(~found)[0]
+    _, first = np.unique(keys[missing].view(np.dtype((np.void, 16))).ravel(), return_index=True)
+    todo = missing[np.sort(first)]  # each distinct missing text once, in input order
+    log.info("embedding cache: %d of %d texts found, %d to encode", int(found.sum()), len(texts), len(todo))
+    if len(todo) == 0:
+        return rows if rows is not None else np.zeros((0, embedding_dim(model)), dtype=np.float32)
+    fresh = encode([texts[i] for i in todo], lambda idx, emb: cache.store(keys[todo[idx]], emb))
+    out = rows if rows is not None else np.empty((len(texts), fresh.shape[1]), dtype=np.float32)
+    out[todo] = fresh
+    if len(missing) > len(todo):  # repeated texts: copy the row of their first occurrence
+        pos = {keys[i].tobytes(): j for j, i in enumerate(todo)}
+        for i in missing:
+            out[i] = fresh[pos[keys[i].tobytes()]]
+    return out
+
+
 def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prompt: str = "",
                  max_length: int | None = None, show_progress: bool = False,
                  normalize: bool = False, precision: str | None = "auto",
-                 devices: Sequence[str] | None = None, cache_ids: bool = False) -> np.ndarray:
+                 devices: Sequence[str] | None = None, cache_ids: bool = False,
+                 tokenize_num_proc: int | None = None, cache_embeddings: bool | None = None,
+                 _sink: Callable[[np.ndarray, np.ndarray], None] | None = None) -> np.ndarray:
     """Embed ``texts`` with a SentenceTransformer; float32 ``[len(texts), dim]`` in input order.
 
     ``prompt`` is prepended to every text (and handed to the model so prompt-aware pooling works);
@@ -178,6 +257,12 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
     ids on disk (:func:`drmix.data.tokenized.corpus_ids`, keyed by the texts' content, the tokenizer, the prompt
     and the length), so encoding the same corpus again (every model a benchmark evaluates) only pads; the ids
     are checked against ``model.preprocess`` like freshly tokenised ones.
+    ``tokenize_num_proc``: worker processes that tokenise ahead of the encoder (:mod:`drmix.retrieval.tokenize_pool`;
+    ``None``: the :func:`encode_defaults` value, every available core unless set; ``1``: tokenise in this
+    process, on a background thread). ``cache_embeddings``: reuse and store rows in the embedding cache, keyed
+    by the model's weights, the settings and each text's content (:mod:`drmix.retrieval.embedding_cache`;
+    ``None``: the :func:`encode_defaults` value, off unless set). ``show_progress``: a bar in passages, with
+    passages/s and the time left.
     """
     import torch
     from tqdm.auto import tqdm
@@ -185,24 +270,40 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
     from drmix.device import model_device
     from drmix.model.features import TextBatcher
     from drmix.retrieval.accel import encode_sharded, inference_setup
+    from drmix.retrieval.embedding_cache import disabled as cache_disabled
+    from drmix.retrieval.tokenize_pool import resolve_num_proc
 
     if batch_size < 1:
         raise ConfigError(f"batch size must be at least 1, got {batch_size}.", fix="pass --batch-size 1 or more.")
     texts = list(texts)
     n = len(texts)
+    defaults = _DEFAULTS.get()
+    num_proc = resolve_num_proc(defaults.tokenize_num_proc if tokenize_num_proc is None else tokenize_num_proc)
+    cache = defaults.cache_embeddings if cache_embeddings is None else cache_embeddings
+    if cache and n and not cache_disabled():
+        return _encode_cached(model, texts, prompt=prompt, max_length=max_length, normalize=normalize,
+                              precision=precision, encode=lambda part, sink: encode_texts(
+                                  model, part, batch_size=batch_size, prompt=prompt, max_length=max_length,
+                                  show_progress=show_progress, normalize=normalize, precision=precision,
+                                  devices=devices, cache_ids=cache_ids, tokenize_num_proc=num_proc,
+                                  cache_embeddings=False, _sink=sink))
     shards = _shard_devices(model, n, devices)
     if shards is not None:
-        return encode_sharded(model, texts, shards, lambda m, part: encode_texts(
+        out = encode_sharded(model, texts, shards, lambda m, part: encode_texts(
             m, part, batch_size=batch_size, prompt=prompt, max_length=max_length, normalize=normalize,
-            precision=precision, devices=[str(model_device(m))]))
+            precision=precision, devices=[str(model_device(m))], tokenize_num_proc=num_proc, cache_embeddings=False))
+        if _sink is not None:
+            _sink(np.arange(n), out)
+        return out
     owner = model
     model, autocast = inference_setup(model, precision)
     batcher = TextBatcher(model, prompt, max_length)
-    tokens = _ChunkTokens(model, texts, batcher, prompt, max_length, cache_ids)
+    tokens = _ChunkTokens(model, texts, batcher, prompt, max_length, cache_ids, num_proc)
     out: np.ndarray | None = None
     was_training = bool(getattr(owner, "training", False))
     model.eval()
-    bar = tqdm(total=-(-n // batch_size), desc="encoding", unit="batch", disable=not show_progress)
+    bar = tqdm(total=n, desc="encoding", unit="passage", unit_scale=True, dynamic_ncols=True,
+               disable=not show_progress)
     try:
         with tokens, torch.inference_mode(), autocast():
             for start in range(0, n, _SORT_CHUNK):
@@ -213,6 +314,8 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
                 if out is None:
                     out = np.empty((n, emb.shape[1]), dtype=np.float32)
                 out[order + start] = emb
+                if _sink is not None:
+                    _sink(order + start, emb)
     finally:
         bar.close()
         owner.train(was_training)
