@@ -109,3 +109,63 @@ def test_chunks_keep_the_input_order(minilm, monkeypatch):
     monkeypatch.setattr(encode, "_SORT_CHUNK", 4)
     np.testing.assert_allclose(encode_texts(minilm, TEXTS * 2, batch_size=3), whole, atol=1e-5)
     assert embedding_dim(minilm) == 384
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of 7 texts and worker processes from the first text, so a few texts cross every path."""
+    import drmix.retrieval.encode as enc
+
+    monkeypatch.setattr(enc, "_SORT_CHUNK", 7)
+    monkeypatch.setattr(enc, "_PROC_MIN_TEXTS", 0)
+
+
+def test_worker_processes_give_the_in_process_embeddings_bit_for_bit(minilm, small_chunks):
+    texts = [f"{i}: " + TEXTS[i % 5] * (1 + i % 9) for i in range(23)]  # 4 chunks; some cut at max_length 8
+    one = encode_texts(minilm, texts, batch_size=4, max_length=8, tokenize_num_proc=1)
+    two = encode_texts(minilm, texts, batch_size=4, max_length=8, tokenize_num_proc=2)
+    assert one.dtype == two.dtype == np.float32
+    assert np.abs(one - two).max() == 0.0
+    cos = (one * two).sum(1) / np.linalg.norm(one, axis=1) / np.linalg.norm(two, axis=1)
+    assert cos.min() >= 0.9999
+
+
+def test_encode_defaults_set_the_workers_of_calls_that_leave_them_unset(tiny, small_chunks, monkeypatch):
+    import drmix.retrieval.encode as enc
+
+    seen = []
+    real = enc._ChunkTokens.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        seen.append(self.num_proc)
+    monkeypatch.setattr(enc._ChunkTokens, "__init__", spy)
+    with enc.encode_defaults(tokenize_num_proc=1):
+        encode_texts(tiny, TEXTS)
+        encode_texts(tiny, TEXTS, tokenize_num_proc=2)             # an explicit value wins
+        with enc.encode_defaults(cache_embeddings=False):           # unset here: the outer default stays
+            encode_texts(tiny, TEXTS)
+    assert seen == [1, 2, 1]
+    assert enc._DEFAULTS.get() == enc.EncodeDefaults()
+
+
+def test_progress_bar_counts_passages(tiny, monkeypatch):
+    import tqdm.auto
+
+    bars = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            self.kwargs, self.n = kwargs, 0
+            bars.append(self)
+
+        def update(self, k):
+            self.n += k
+
+        def close(self):
+            pass
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    encode_texts(tiny, TEXTS * 3, batch_size=4, show_progress=True)
+    [bar] = bars
+    assert bar.kwargs["total"] == 15 and bar.kwargs["unit"] == "passage" and bar.n == 15
+    assert bar.kwargs["disable"] is False

@@ -1,0 +1,42 @@
+"""drmix.model.fingerprint: a loaded model is known by its files (hashed once), a changed one by its tensors."""
+from __future__ import annotations
+
+import torch
+
+from drmix.model.fingerprint import file_hash, folder_fingerprint, tensors_fingerprint, weights_fingerprint
+
+
+def test_loaded_model_is_its_files_until_a_weight_changes(tiny_model_path, tmp_path, monkeypatch):
+    from drmix.model.encoder import load_encoder
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path))
+    a, b = load_encoder(tiny_model_path, device="cpu"), load_encoder(tiny_model_path, device="cpu")
+    fp = weights_fingerprint(a)
+    assert fp == "files:" + folder_fingerprint(tiny_model_path) == weights_fingerprint(b)
+    with torch.no_grad():
+        next(a.parameters()).mul_(2.0)
+    changed = weights_fingerprint(a)
+    assert changed == "tensors:" + tensors_fingerprint(a) and changed != fp
+    with torch.no_grad():
+        next(a.parameters()).div_(2.0)                              # the same values again, but no longer "as loaded"
+    assert weights_fingerprint(a) == "tensors:" + tensors_fingerprint(b)
+
+
+def test_file_hash_is_remembered_by_path_size_and_mtime(tmp_path, monkeypatch):
+    import hashlib
+    import os
+
+    import drmix.model.fingerprint as fpm
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"weights")
+    expected = hashlib.blake2b(b"weights", digest_size=16).hexdigest()
+    assert file_hash(f) == expected and len(list((tmp_path / "cache" / "fingerprints").iterdir())) == 1
+    fpm._FILES.clear()
+    memo = next((tmp_path / "cache" / "fingerprints").iterdir())
+    memo.write_text("f" * 32)                                        # read back from disk, not rehashed
+    assert file_hash(f) == "f" * 32
+    f.write_bytes(b"other!!")
+    os.utime(f, ns=(1, 1))                                           # same size, new mtime: hashed again
+    assert file_hash(f) == hashlib.blake2b(b"other!!", digest_size=16).hexdigest()
