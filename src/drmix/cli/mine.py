@@ -19,6 +19,7 @@ from typing import Optional
 import typer
 
 from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
 from drmix.cli.options import ATTN_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 
@@ -83,6 +84,8 @@ def mine_command(
                                          "tevatron | flag | beir | auto (default: detected; docs/data.md)."),
     columns: Optional[str] = typer.Option(None, "--columns", help="negatives: column mapping ROLE=COLUMN,... (e.g. "
                                           "query=question,positive=answer); see docs/data.md."),
+    tokenize_num_proc: Optional[int] = tokenize_num_proc_option(),
+    cache_embeddings: bool = cache_embeddings_option(),
 ) -> None:
     """Mine training examples with a retriever: --mode negatives (hard negatives for labelled collections) or
     --mode teacher (DRAMA's teacher mining for unlabelled queries)."""
@@ -102,17 +105,19 @@ def mine_command(
         if queries is None or corpus is None:
             raise ConfigError("--mode teacher needs --queries and --corpus.",
                               fix="pass --queries QUERIES.jsonl --corpus BEIR_DIR (unlabelled queries to mine for).")
-        mine_teacher(queries, corpus, output, teacher=model, positives=positive_ranks, negatives=window,
-                     keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
+        with encoding(tokenize_num_proc, cache_embeddings):
+            mine_teacher(queries, corpus, output, teacher=model, positives=positive_ranks, negatives=window,
+                         keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
         return
     if data is None:
         raise ConfigError("--mode negatives needs --data.",
                           fix="pass --data COLLECTION (or a folder of them); for unlabelled queries use "
                               "--mode teacher.")
-    mine_negatives(data, output, model=model, ranks=window, num_negatives=num_negatives, sampling=sampling,
-                   max_score_ratio=max_score_ratio, keep_negatives=keep_negatives, batch_size=batch_size, seed=seed,
-                   overwrite=overwrite, query_instruction=query_instruction, torch_dtype=torch_dtype,
-                   attn_implementation=attn_implementation, format=format, columns=columns)
+    with encoding(tokenize_num_proc, cache_embeddings):
+        mine_negatives(data, output, model=model, ranks=window, num_negatives=num_negatives, sampling=sampling,
+                       max_score_ratio=max_score_ratio, keep_negatives=keep_negatives, batch_size=batch_size,
+                       seed=seed, overwrite=overwrite, query_instruction=query_instruction, torch_dtype=torch_dtype,
+                       attn_implementation=attn_implementation, format=format, columns=columns)
 
 
 def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, num_negatives: int, sampling: str,

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import typer
 
 from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
 from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi.registry import search_policy_usage
@@ -169,6 +170,8 @@ def index_command(
     precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
+    tokenize_num_proc: Optional[int] = tokenize_num_proc_option(),
+    cache_embeddings: bool = cache_embeddings_option(),
 ) -> None:
     """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query."""
     from drmix.data.beir import read_corpus
@@ -186,11 +189,15 @@ def index_command(
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
     elif kind is IndexKind.ivf:
         params = {"nlist": nlist, "nprobe": nprobe}
-    index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
-                         store_texts=not no_texts, precision=precision.value,
-                         metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}, **params)
+    with encoding(tokenize_num_proc, cache_embeddings):
+        index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
+                             store_texts=not no_texts, precision=precision.value,
+                             metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())},
+                             **params)
     index.save(output)
     _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
+    _console().print(f"index written to {output.resolve()}; search it with: drmix search --index {output} "
+                     "--query TEXT", soft_wrap=True)
 
 
 def _check_index_room(output: Path, docs: dict[str, dict[str, str]], encoder: Any, *, store_texts: bool) -> None:
@@ -363,6 +370,8 @@ def eval_command(
     max_docs: Optional[int] = typer.Option(None, "--max-docs", min=1, help="Cap each corpus at this many "
                                            "documents (seeded; the kept queries' judged documents always stay)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --max-queries / --max-docs sample."),
+    tokenize_num_proc: Optional[int] = tokenize_num_proc_option(),
+    cache_embeddings: bool = cache_embeddings_option(),
 ) -> None:
     """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets (or on MTEB tasks with --mteb)."""
     from drmix.evaluation.evaluate import evaluate_model
@@ -390,11 +399,12 @@ def eval_command(
     instructions = read_prompts_file(prompts) if prompts is not None else {}
     if query_instruction is not None:  # every dataset, over the prompts file
         instructions.update({Path(d).expanduser().name: query_instruction for d in data})
-    report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
-                            metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
-                            precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
-                            model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
-                            max_docs=max_docs, seed=seed)
+    with encoding(tokenize_num_proc, cache_embeddings):
+        report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
+                                metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
+                                precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
+                                model_kwargs=model_kwargs(torch_dtype, attn_implementation),
+                                max_queries=max_queries, max_docs=max_docs, seed=seed)
     print_report(report)
     if output is not None:
         report.write(output)

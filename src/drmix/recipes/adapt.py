@@ -639,7 +639,7 @@ def teacher_ranker(teacher: Any, teacher_name: str | None) -> Callable[..., list
                 return emb
         except (OSError, ValueError):
             pass
-        emb = encode_texts(teacher, texts, prompt=dp, normalize=True)
+        emb = encode_texts(teacher, texts, prompt=dp, normalize=True, cache_embeddings=True)
         buf = io.BytesIO()
         np.save(buf, emb)
         atomic_write_bytes(path, buf.getvalue())
