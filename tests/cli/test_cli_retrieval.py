@@ -107,3 +107,27 @@ def test_index_hnsw_option_and_missing_corpus(app, indexed, tmp_path):
     assert meta["kind"] == "hnsw" and meta["params"]["M"] == 8 and meta["has_texts"] is False
     result = CliRunner().invoke(app, ["index", "--corpus", str(tmp_path / "nope"), "--output", str(tmp_path / "x")])
     assert isinstance(result.exception, DataError)
+
+
+def test_index_and_eval_share_cached_embeddings_and_pass_their_encoding_options(app, tmp_path, monkeypatch):
+    import drmix.retrieval.encode as enc
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    calls = []
+    real = enc._ChunkTokens.__init__
+
+    def spy(self, model, texts, *args, **kwargs):
+        real(self, model, texts, *args, **kwargs)
+        calls.append((len(texts), args[-1] if len(args) > 4 else kwargs.get("num_proc")))
+    monkeypatch.setattr(enc._ChunkTokens, "__init__", spy)
+    data = write_beir(tmp_path / "toy", CORPUS, QUERIES, QRELS)
+    result = CliRunner().invoke(app, ["index", "--corpus", str(data), "--output", str(tmp_path / "idx"),
+                                      "--cache-embeddings", "--tokenize-num-proc", "1"])
+    assert result.exit_code == 0, result.output
+    assert calls == [(3, 1)]                                        # the three documents, one process
+    flat = "".join(result.output.split())                          # wrapped at any width: compare without spaces
+    assert f"indexwrittento{(tmp_path / 'idx').resolve()}".replace(" ", "") in flat
+    assert list((tmp_path / "cache" / "embedding-cache").glob("*/*.keys.npy"))
+    result = CliRunner().invoke(app, ["eval", "--data", str(data), "--cache-embeddings", "--tokenize-num-proc", "2"])
+    assert result.exit_code == 0, result.output
+    assert calls[1:] == [(2, 2)]                                    # only the queries: the corpus came from the cache
