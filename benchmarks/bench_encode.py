@@ -16,9 +16,20 @@ fp32 and at each ``--precision`` and prints the nDCG@10 change with a paired t-t
 (95% interval) and Fisher's randomisation test. Presets: ``--preset cpu`` (int8 and onnx-int8, 500
 passages, batch 64) and ``--preset gpu`` (auto = fp16/bf16, 8,000 passages, batch 256, with --ndcg).
 
+``--tokenize-num-proc 1,all`` times drmix with each number of tokenising worker processes (``all``: every core
+the process may use) in the same rounds; the worker path is forced even below its 2,048-text threshold so a
+small run measures it. ``--tokenize-n N`` first measures tokenisation alone on N passages, in texts/s: the
+model's transformers tokenizer in this process (the previous path) and drmix's worker pool with each of
+``--workers`` (default 1,2,all) processes (pool start-up timed apart). ``--json FILE`` saves the figures, and
+:func:`render` prints both tables from them (tests/benchmarks/test_bench_encode.py holds the table in
+docs/benchmarks.md to the stored figures). Presets: ``--preset cpu`` (fp32, tokenisation on 2,000 passages,
+160 passages end to end with 1 and all workers, 2 rounds: about 5 minutes on 2 shared cores) and ``--preset gpu``
+(auto = fp16/bf16, the whole SciFact corpus for both parts, batch 256, 3 rounds, with --ndcg; its estimate is
+printed first).
+
     python benchmarks/bench_encode.py --data ../shared/data --n 500 --rounds 2
-    python benchmarks/bench_encode.py --data ../shared/data --preset cpu --ndcg
-    python benchmarks/bench_encode.py --data ../shared/data --preset gpu --device cuda
+    python benchmarks/bench_encode.py --data ../shared/data --preset cpu --json encode-cpu.json
+    python benchmarks/bench_encode.py --data ../shared/data --preset gpu --device cuda --json encode-gpu.json
 """
 from __future__ import annotations
 
@@ -47,8 +58,96 @@ def pad_tokens(lengths: np.ndarray, order: np.ndarray, batch_size: int) -> int:
     return total
 
 
-PRESETS = {"cpu": {"precision": "int8,onnx-int8", "n": 500, "batch_size": 64},
-           "gpu": {"precision": "auto", "n": 8000, "batch_size": 256, "ndcg": True}}
+PRESETS = {"cpu": {"precision": "fp32", "n": 160, "batch_size": 64, "rounds": 2, "tokenize_num_proc": "1,all",
+                   "tokenize_n": 2000, "workers": "1,2,all"},
+           "gpu": {"precision": "auto", "n": 8000, "batch_size": 256, "rounds": 3, "ndcg": True,
+                   "tokenize_num_proc": "1,all", "tokenize_n": 8000, "workers": "1,2,all"}}
+TOKENIZE_TEXTS_PER_S = 1400.0  # in-process tokenisation assumed by the estimate (5,183 SciFact passages in 3.8 s)
+
+
+def worker_counts(spec: str) -> list[int]:
+    """``"1,2,all"`` -> [1, 2, every core], duplicates dropped in order."""
+    from drmix.retrieval.tokenize_pool import available_cpus
+
+    out: list[int] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        if part:
+            k = available_cpus() if part == "all" else int(part)
+            if k not in out:
+                out.append(k)
+    return out
+
+
+def tokenize_throughput(model, texts: list[str], workers: list[int], max_length: int, rounds: int) -> dict:
+    """Texts/s of one tokenisation pass: the transformers tokenizer in process, then the pool per worker count."""
+    from drmix.model.features import TextBatcher
+    from drmix.retrieval.tokenize_pool import TokenizePool
+
+    batcher = TextBatcher(model, "", max_length)
+    rows = []
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        batcher.tokenize(texts)
+        times.append(time.perf_counter() - t)
+    rows.append({"method": "transformers tokenizer, in process", "workers": 0, "start_s": 0.0,
+                 "texts_per_s": [len(texts) / x for x in times], "cut": 0})
+    for k in workers:
+        t = time.perf_counter()
+        pool = TokenizePool(model.tokenizer, prompt="", max_length=max_length, num_proc=k)
+        start = time.perf_counter() - t
+        times = []
+        try:
+            for _ in range(rounds):
+                pool.cut_texts = 0
+                t = time.perf_counter()
+                ids = pool.result(pool.submit(texts))
+                times.append(time.perf_counter() - t)
+            assert ids is not None, "the worker ids failed the check against the model's tokenizer"
+        finally:
+            pool.close()
+        rows.append({"method": f"drmix worker pool, {k} process{'es' if k > 1 else ''}", "workers": k,
+                     "start_s": start, "texts_per_s": [len(texts) / x for x in times], "cut": pool.cut_texts})
+    return {"texts": len(texts), "max_length": max_length, "rows": rows}
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def render(results: dict) -> str:
+    """The tokenisation and end-to-end tables (Markdown) from the figures ``--json`` saves."""
+    out = []
+    tok = results.get("tokenize")
+    if tok:
+        base = _med(tok["rows"][0]["texts_per_s"])
+        out += [f"Tokenisation alone, {tok['texts']:,} SciFact passages at max length {tok['max_length']}:", "",
+                "| tokeniser | texts/s (median; rounds) | vs in process | pool start-up s | texts cut |",
+                "|---|---:|---:|---:|---:|"]
+        for r in tok["rows"]:
+            v = r["texts_per_s"]
+            out.append(f"| {r['method']} | {_med(v):,.0f} ({', '.join(f'{x:,.0f}' for x in v)}) | "
+                       f"{_med(v) / base:.2f}x | {r['start_s']:.2f} | {r['cut']:,} |")
+        out.append("")
+    e2e = results["end_to_end"]
+    out += [f"End to end, {e2e['n']:,} passages, batch {e2e['batch_size']}, max length {e2e['max_length']}, "
+            f"device {e2e['device']}, {e2e['rounds']} rounds in rotated order:", "",
+            "| method | passages/s wall (median; rounds) | passages per CPU-s (median; rounds) | ratio to ST, wall (median; rounds) |",
+            "|---|---:|---:|---:|"]
+    st, n = e2e["wall"]["st"], e2e["n"]
+    for name in e2e["names"]:
+        w, c = e2e["wall"][name], e2e["cpu"][name]
+        label = "SentenceTransformer.encode" if name == "st" else f"drmix encode_texts, {name[6:]}"
+        ratios = [b / a for a, b in zip(w, st)]
+        pw, pc = [n / x for x in w], [n / x for x in c]
+        out.append(f"| {label} | {_med(pw):.1f} ({', '.join(f'{x:.1f}' for x in pw)}) | "
+                   f"{_med(pc):.1f} ({', '.join(f'{x:.1f}' for x in pc)}) | "
+                   f"{_med(ratios):.3f} ({', '.join(f'{x:.3f}' for x in ratios)}) |")
+    if e2e.get("max_diff"):
+        out += ["", "Largest |embedding difference| to drmix with one process: " + ", ".join(
+            f"{k[6:]} {v:.1e}" for k, v in e2e["max_diff"].items())]
+    return "\n".join(out)
 
 
 def scifact_ndcg(model, data: Path, precision: str, batch_size: int, max_length: int,
@@ -87,6 +186,11 @@ def main() -> None:
     ap.add_argument("--ndcg", action="store_true", help="also measure SciFact nDCG@10 at fp32 and --precision")
     ap.add_argument("--ndcg-docs", type=int, default=None,
                     help="rank against the judged documents plus this many others (default: the full corpus)")
+    ap.add_argument("--tokenize-num-proc", default="1", help="drmix tokenising worker processes, comma-separated "
+                    "(1 = in process; all = every core)")
+    ap.add_argument("--tokenize-n", type=int, default=0, help="also time tokenisation alone on this many passages")
+    ap.add_argument("--workers", default="1,2,all", help="worker counts for --tokenize-n")
+    ap.add_argument("--json", type=Path, default=None, help="save the figures here")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
     args = ap.parse_args()
@@ -95,9 +199,12 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from _lease import Estimate, estimate_line
 
-        est = Estimate()  # drmix and sentence-transformers, each round twice, per precision; SciFact twice
+        est = Estimate()  # each round: ST and drmix per precision and worker count; SciFact twice; tokenising
         n_prec = len([p for p in str(args.precision).split(",") if p.strip()])
-        est.encode(2 * 2 * args.rounds * args.n * (1 + n_prec) + (2 * 5483 if args.ndcg else 0))
+        n_proc = len([p for p in str(args.tokenize_num_proc).split(",") if p.strip()])
+        est.encode(2 * args.rounds * args.n * (1 + n_prec * n_proc) + (2 * 5483 if args.ndcg else 0))
+        n_workers = len([p for p in str(args.workers).split(",") if p.strip()])
+        est.fixed_s += args.rounds * (1 + n_workers) * min(args.tokenize_n, 5183) / TOKENIZE_TEXTS_PER_S
         print(estimate_line(est, "this command"), flush=True)
         if args.estimate:
             return
@@ -119,21 +226,37 @@ def main() -> None:
             "token-sorted (drmix)": pad_tokens(tok_lengths, length_order(tok_lengths), args.batch_size)}
 
     precisions = [p.strip() for p in str(args.precision).split(",") if p.strip()]
+    procs = worker_counts(args.tokenize_num_proc)
+    import drmix.retrieval.encode as enc
 
-    def run_drmix(precision: str, batch: list[str] = texts) -> np.ndarray:
+    enc._PROC_MIN_TEXTS = 0  # the worker path even on a small run (the library starts it at 2,048 texts)
+    results: dict = {}
+    if args.tokenize_n:
+        tok = tokenize_throughput(model, load_passages(args.data, args.tokenize_n), worker_counts(args.workers),
+                                  args.max_length, args.rounds)
+        results["tokenize"] = tok
+        for r in tok["rows"]:
+            print(f"tokenise {r['method']}: {_med(r['texts_per_s']):,.0f} texts/s (start-up {r['start_s']:.2f} s)",
+                  flush=True)
+
+    def run_drmix(precision: str, batch: list[str] = texts, num_proc: int = 1) -> np.ndarray:
         return encode_texts(model, batch, batch_size=args.batch_size, max_length=args.max_length,
-                            precision=precision)
+                            precision=precision, tokenize_num_proc=num_proc)
 
     def run_st(batch: list[str] = texts) -> np.ndarray:
         return model.encode(batch, batch_size=args.batch_size, convert_to_numpy=True, show_progress_bar=False)
 
     run_st(texts[:16])  # warm-up (thread pools, allocator, int8 copy, ONNX export) on a few texts
     for p in precisions:
-        run_drmix(p, texts[:16])
+        for k in procs:
+            run_drmix(p, texts[:16], k)
     # Wall time and process CPU time (all threads). On a shared, oversubscribed machine the wall time
     # mostly measures the scheduler; CPU time measures the work each method does.
-    names = [f"drmix {p}" for p in precisions] + ["st"]
-    fns = {f"drmix {p}": (lambda p=p: run_drmix(p)) for p in precisions}
+    variants = {(f"drmix {p}" if len(procs) == 1 else
+                 f"drmix {p}, " + (f"{k} tokenising processes" if k > 1 else "tokenised in process")):
+                (p, k) for p in precisions for k in procs}
+    names = list(variants) + ["st"]
+    fns = {name: (lambda p=p, k=k: run_drmix(p, num_proc=k)) for name, (p, k) in variants.items()}
     fns["st"] = run_st
     wall: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
@@ -152,14 +275,6 @@ def main() -> None:
     print(f"model {model[0].auto_model.config._name_or_path}; {len(texts)} SciFact passages; batch {args.batch_size}; "
           f"max_length {args.max_length}; torch threads {torch.get_num_threads()}; device {args.device}; "
           f"drmix precision {', '.join(precisions)}, ST at its defaults")
-    print("| method | passages/s wall (median; rounds) | passages per CPU-s (median; rounds) |")
-    print("|---|---:|---:|")
-    for name in names:
-        label = "SentenceTransformer.encode" if name == "st" else f"drmix encode_texts, {name[6:]}"
-        per_w = [len(texts) / t for t in wall[name]]
-        per_c = [len(texts) / t for t in cpu[name]]
-        print(f"| {label} | {statistics.median(per_w):.1f} ({', '.join(f'{p:.1f}' for p in per_w)}) | "
-              f"{statistics.median(per_c):.1f} ({', '.join(f'{p:.1f}' for p in per_c)}) |")
     for name in names[:-1]:
         for label, times in (("wall", wall), ("CPU", cpu)):
             ratios = [s / d for d, s in zip(times[name], times["st"])]
@@ -171,6 +286,17 @@ def main() -> None:
         print(f"{name} vs ST: max |embedding difference| {float(np.abs(out - ref).max()):.2e}, "
               f"lowest cosine {float(cos.min()):.4f}")
     print(f"one tokenizer pass over all texts (drmix tokenises once, ST per batch): {t_len:.2f} s wall")
+    first = names[0]
+    results["end_to_end"] = {"n": len(texts), "batch_size": args.batch_size, "max_length": args.max_length,
+                             "device": args.device, "rounds": args.rounds, "names": names, "wall": wall, "cpu": cpu,
+                             "torch_threads": torch.get_num_threads(),
+                             "max_diff": {n: float(np.abs(outputs[n] - outputs[first]).max()) for n in names[1:-1]}}
+    print()
+    print(render(results))
+    if args.json is not None:
+        import json
+
+        args.json.write_text(json.dumps(results, indent=1))
     for name, p in pads.items():
         print(f"pad tokens, {name}: {p} ({100 * p / real:.2f}% of {real} real tokens)")
     if args.ndcg:

@@ -11,8 +11,13 @@ differs, so every SentenceTransformer module (prompts, prompt-aware pooling, cus
 exactly what it would see from ``encode``.
 
 Texts are taken in chunks of ``_SORT_CHUNK``, each sorted by token length, which bounds the memory held by
-token ids; the next chunk is tokenised on a background thread while the current one is encoded
-(:class:`_ChunkTokens`), and each chunk is encoded batch by batch (:func:`_encode_chunk`).
+token ids, and each chunk is encoded batch by batch (:func:`_encode_chunk`). The next chunks are tokenised
+while the current one is encoded (:class:`_ChunkTokens`): by ``tokenize_num_proc`` worker processes
+(:mod:`drmix.retrieval.tokenize_pool`; every core by default, long texts cut where the cut provably keeps
+the ids, :mod:`drmix.model.pretokenize`), or with ``tokenize_num_proc=1`` on one background thread as
+before. The chunks and batches are the same either way, so the embeddings are the same bit for bit.
+``cache_embeddings`` looks each text up in :mod:`drmix.retrieval.embedding_cache` first and encodes only the
+texts the model has not encoded with these settings, storing each finished chunk.
 """
 from __future__ import annotations
 
