@@ -169,3 +169,15 @@ def test_progress_bar_counts_passages(tiny, monkeypatch):
     [bar] = bars
     assert bar.kwargs["total"] == 15 and bar.kwargs["unit"] == "passage" and bar.n == 15
     assert bar.kwargs["disable"] is False
+
+
+def test_a_dead_tokenising_worker_falls_back_to_the_process(tiny, small_chunks, monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    from drmix.retrieval.tokenize_pool import TokenizePool
+
+    def broken(self, handle):
+        raise BrokenProcessPool("killed")
+    expected = encode_texts(tiny, TEXTS * 3, tokenize_num_proc=1)
+    monkeypatch.setattr(TokenizePool, "result", broken)
+    assert np.array_equal(encode_texts(tiny, TEXTS * 3, tokenize_num_proc=2), expected)

@@ -131,7 +131,14 @@ class _ChunkTokens:
         for ahead in (start, start + _SORT_CHUNK, start + 2 * _SORT_CHUNK):
             if ahead < len(self.texts) and ahead not in self.handles:
                 self.handles[ahead] = self.procs.submit(self.texts[ahead:ahead + _SORT_CHUNK])
-        ids = self.procs.result(self.handles.pop(start))
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            ids = self.procs.result(self.handles.pop(start))
+        except BrokenProcessPool as e:  # a worker was killed (out of memory): tokenise here from now on
+            log.warning("a tokenising worker process died (%s); tokenising in this process", e)
+            self.procs.ok = False
+            ids = None
         return ids if ids is not None else self.batcher.tokenize(chunk)
 
     def ids(self, start: int) -> list[Any] | None:
@@ -139,8 +146,10 @@ class _ChunkTokens:
         chunk = self.texts[start:start + _SORT_CHUNK]
         if self.stored is not None:
             return self.stored.rows(start, start + len(chunk)) if self.batcher.fast is not False else None
-        if self.procs is not None:
+        if self.procs is not None and self.procs.ok is not False:
             return self._from_processes(start, chunk) if self.batcher.fast is not False else None
+        if self.procs is not None:
+            return self.batcher.tokenize(chunk)
         ids = self.pending.result() if self.pending is not None else self.batcher.tokenize(chunk)
         nxt = self.texts[start + _SORT_CHUNK:start + 2 * _SORT_CHUNK]
         self.pending = (self.pool.submit(self.ahead.tokenize, nxt)
@@ -296,7 +305,8 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
     if shards is not None:
         out = encode_sharded(model, texts, shards, lambda m, part: encode_texts(
             m, part, batch_size=batch_size, prompt=prompt, max_length=max_length, normalize=normalize,
-            precision=precision, devices=[str(model_device(m))], tokenize_num_proc=num_proc, cache_embeddings=False))
+            precision=precision, devices=[str(model_device(m))], tokenize_num_proc=max(1, num_proc // len(shards)),
+            cache_embeddings=False))  # the cores shared among the devices' encodes
         if _sink is not None:
             _sink(np.arange(n), out)
         return out

@@ -21,6 +21,7 @@ import logging
 import multiprocessing as mp
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -33,6 +34,7 @@ PIECE = 512  # texts per task sent to a worker
 CHECK = 64  # texts of the first piece checked against the transformers tokenizer
 
 _worker: dict[str, Any] = {}
+_START = threading.Lock()
 
 
 def available_cpus() -> int:
@@ -90,17 +92,18 @@ class TokenizePool:
         args = (tokenizer.backend_tokenizer.to_str(), getattr(tokenizer, "truncation_side", "right"), prompt,
                 max_length, self.cut)
         method = "fork" if sys.platform.startswith("linux") else "spawn"
-        saved = os.environ.get("TOKENIZERS_PARALLELISM")
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # forked workers must not start the Rust thread pool
-        try:
-            self.pool = ProcessPoolExecutor(max_workers=self.num_proc, mp_context=mp.get_context(method),
-                                            initializer=_init, initargs=args)
-            self.pool.submit(int, 0).result()  # starts the workers while the variable is set
-        finally:
-            if saved is None:
-                os.environ.pop("TOKENIZERS_PARALLELISM", None)
-            else:
-                os.environ["TOKENIZERS_PARALLELISM"] = saved
+        with _START:  # one pool starts at a time (encodes on several GPUs run on threads)
+            saved = os.environ.get("TOKENIZERS_PARALLELISM")
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"  # forked workers must not start the Rust thread pool
+            try:
+                self.pool = ProcessPoolExecutor(max_workers=self.num_proc, mp_context=mp.get_context(method),
+                                                initializer=_init, initargs=args)
+                self.pool.submit(int, 0).result()  # starts the workers while the variable is set
+            finally:
+                if saved is None:
+                    os.environ.pop("TOKENIZERS_PARALLELISM", None)
+                else:
+                    os.environ["TOKENIZERS_PARALLELISM"] = saved
 
     def submit(self, texts: Sequence[str]) -> tuple[list[str], list[Future]]:
         texts = list(texts)
