@@ -23,7 +23,8 @@ model's transformers tokenizer in this process (the previous path) and drmix's w
 ``--workers`` (default 1,2,all) processes (pool start-up timed apart). ``--json FILE`` saves the figures, and
 :func:`render` prints both tables from them (tests/benchmarks/test_bench_encode.py holds the table in
 docs/benchmarks.md to the stored figures). Presets: ``--preset cpu`` (fp32, tokenisation on 2,000 passages,
-160 passages end to end with 1 and all workers, 2 rounds: about 5 minutes on 2 shared cores) and ``--preset gpu``
+160 passages end to end with 1 and all workers, 2 rounds: about 9 minutes on the 2 shared cores at a load
+average of 10) and ``--preset gpu``
 (auto = fp16/bf16, the whole SciFact corpus for both parts, batch 256, 3 rounds, with --ndcg; its estimate is
 printed first).
 
