@@ -116,6 +116,12 @@ def test_size_bound_deletes_least_recently_used_shards(tmp_path):
     freed = prune(root, 2 * size + 1, keep={paths[0]})              # room for two: the oldest unkept one goes
     assert freed == size and [p.exists() for p in paths] == [True, False, True]
     assert not (root / "a" / "s1.emb.npy").exists()
+    orphan, recent = root / "b" / "old.emb.npy", root / "b" / "new.emb.npy"   # no keys file: never completed
+    orphan.write_bytes(b"x")
+    recent.write_bytes(b"x")
+    os.utime(orphan, (1000, 1000))
+    prune(root, 10**9)
+    assert not orphan.exists() and recent.exists()                  # a shard being written now is left alone
 
 
 def test_bad_size_setting_names_the_variable(monkeypatch):

@@ -14,7 +14,8 @@ So a second stage, a rerun or another command that encodes the same passages wit
 settings reads them back, and an edited passage (another hash) is encoded afresh. Each folder holds shards:
 ``<id>.emb.npy`` (float32 rows) and ``<id>.keys.npy`` (their text hashes), each written to a temporary file
 and renamed; the keys file is written last and marks the shard complete, so a killed run leaves whole
-shards (one per chunk of 16,384 texts encoded) that the next run reuses, and never half of one.
+shards (one per chunk of 16,384 texts encoded) that the next run reuses, and never half of one (an embeddings
+file whose keys never came is deleted once it is an hour old).
 
 Size: a row costs ``4 * dim + 16`` bytes (1,552 for a 384-dimensional model: 1.5 GB per million
 passages). The whole cache is kept under ``DRMIX_EMBEDDING_CACHE_GB`` (default 20): after each write the
@@ -29,6 +30,7 @@ import io
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -197,8 +199,15 @@ def prune(root: Path, limit: int, *, keep: set[Path] = frozenset()) -> int:
             shards.append((keys_path.stat().st_mtime, keys_path, emb_path, size))
         except OSError:
             continue
-    total = sum(s[3] for s in shards)
     freed = 0
+    for emb_path in root.glob("*/*.emb.npy"):  # a run killed between a shard's two files, an hour ago or more
+        keys_path = emb_path.with_name(emb_path.name[:-len(".emb.npy")] + ".keys.npy")
+        try:
+            if not keys_path.exists() and time.time() - emb_path.stat().st_mtime > 3600:
+                emb_path.unlink()
+        except OSError:
+            pass
+    total = sum(s[3] for s in shards)
     for _, keys_path, emb_path, size in sorted(shards, key=lambda s: s[0]):
         if total - freed <= limit:
             break
