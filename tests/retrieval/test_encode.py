@@ -147,6 +147,10 @@ def test_encode_defaults_set_the_workers_of_calls_that_leave_them_unset(tiny, sm
             encode_texts(tiny, TEXTS)
     assert seen == [1, 2, 1]
     assert enc._DEFAULTS.get() == enc.EncodeDefaults()
+    encode_texts(tiny, TEXTS)                                       # no default set: every available core
+    from drmix.retrieval.tokenize_pool import available_cpus
+
+    assert seen[-1] == available_cpus()
 
 
 def test_progress_bar_counts_passages(tiny, monkeypatch):
