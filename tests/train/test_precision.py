@@ -127,3 +127,17 @@ def test_release_on_a_gpu_keeps_the_process_state_and_clears_the_precision(fresh
     assert release_foreign_state(cpu=False) is False  # already "no" on the GPU: nothing to clear
     assert release_foreign_state(cpu=True) is True  # a CPU run after a GPU one starts the process state afresh
     assert PartialState._shared_state == {} and AcceleratorState._shared_state == {}
+
+
+def test_release_leaves_a_distributed_or_deepspeed_state_alone(fresh_accelerate_state):
+    """Under torch.distributed the process group is never torn down, and DeepSpeed's precision is its config's
+    (accelerate does not refuse it): nothing is cleared."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, DistributedType
+
+    Accelerator(mixed_precision="no", cpu=True)
+    AcceleratorState._shared_state.update(device=torch.device("cuda", 0), distributed_type=DistributedType.MULTI_GPU)
+    assert release_foreign_state(cpu=True) is False
+    AcceleratorState._shared_state.update(_mixed_precision="bf16", distributed_type=DistributedType.DEEPSPEED)
+    assert release_foreign_state(cpu=False) is False
+    assert AcceleratorState._shared_state["_mixed_precision"] == "bf16"
