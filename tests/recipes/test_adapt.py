@@ -373,6 +373,38 @@ def test_work_plan_counts_by_hand(tmp_path, tiny_model_path):
     assert list(work)[:3] == ["synthetic set", "COCO", "uniform fine-tuning"]
 
 
+def test_candidates_are_compared_on_the_capped_sub_corpus_and_the_final_evaluation_on_the_whole(finished):
+    cfg, result, _, _ = finished
+    for label, model in result.candidates.items():
+        key = json.loads((Path(model).parent / "select-dev.json").read_text())["key"]
+        assert key["max_docs"] == 100_000 and key["split"] == "dev", label      # --select-max-docs' default
+    key = json.loads((Path(result.candidates["uniform"]).parent / "synthetic-test.json").read_text())["key"]
+    assert key["max_docs"] is None                                                 # the whole corpus
+
+
+def test_selection_cap_estimate_and_gpu_hours_by_hand(tmp_path, tiny_model_path):
+    from drmix.recipes.adapt import StageWork, estimate_table, gpu_hours, select_max_docs
+
+    cfg = make_config(tmp_path, tiny_model_path, select_max_docs=3)
+    assert select_max_docs(cfg) == 3
+    assert select_max_docs(cfg.replace(eval_max_docs=2)) == 2                      # the smaller cap wins
+    assert select_max_docs(cfg.replace(select_max_docs=None)) is None
+    assert select_max_docs(cfg.replace(select_max_docs=None, eval_max_docs=7)) == 7
+    work = {w.name: w for w in plan_work(cfg)}
+    # 5 candidates on 2 corpora of 8 documents, 3 of each; the final evaluation: 4 report models on the synthetic
+    # test and, with --eval-data, the base model, the baseline and 5 candidates on the labelled split
+    assert work["selection on synthetic dev"].passages == 5 * 2 * 3
+    assert work["final evaluation"].passages == (4 + 7) * 16
+    no_labels = {w.name: w for w in plan_work(cfg.replace(eval_data=[]))}
+    assert no_labels["final evaluation"].passages == 4 * 16
+    # 3.6M examples at 1,000/s and 36M passages at 10,000/s: two hours on one GPU, a quarter hour on eight
+    assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000)], 8) == (2.0, 0.25)
+    text = " ".join(estimate_table(cfg, gpus=4).split())
+    assert "For 16 target passages:" in text and "on 4 GPUs" in text
+    with pytest.raises(ConfigError, match="--estimate-gpus"):
+        estimate_table(cfg, gpus=0)
+
+
 def test_bad_inputs_fail_before_any_stage(tmp_path, tiny_model_path):
     cfg = make_config(tmp_path, tiny_model_path)
     for change, message in (({"corpus": []}, "no target corpus"), ({"data": []}, "no training collections"),

@@ -1,8 +1,10 @@
-"""Precision: auto resolution, per-trainer autocast, fp16 loss scaling, two trainers with different precision."""
+"""Precision: auto resolution, per-trainer autocast, fp16 loss scaling, two trainers with different precision,
+and drmix's trainer after another library's trainer left accelerate's process state at bf16."""
+import pytest
 import torch
 
 from drmix.device import inference_autocast, resolve_precision
-from drmix.train.precision import Precision
+from drmix.train.precision import Precision, release_foreign_state
 from train_helpers import config, make_collections, read_metrics
 
 
@@ -50,3 +52,92 @@ def test_two_trainers_with_different_precision_in_one_process(tiny_model_path, t
     for t, out in ((fp32, "a"), (bf16, "b"), (auto, "c")):
         assert t.train().steps == 2
         assert len(read_metrics(tmp_path / out)) == 2
+
+
+@pytest.fixture()
+def fresh_accelerate_state():
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def _st_train_bf16(model_path, out):
+    """One step of sentence-transformers' own trainer at bf16: it leaves accelerate's state at bf16."""
+    from datasets import Dataset
+    from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,
+                                       SentenceTransformerTrainingArguments, losses)
+
+    model = SentenceTransformer(model_path, device="cpu")
+    ds = Dataset.from_dict({"anchor": ["alpha beta", "gamma delta"], "positive": ["alpha", "gamma"]})
+    args = SentenceTransformerTrainingArguments(output_dir=str(out), per_device_train_batch_size=2, max_steps=1,
+                                                use_cpu=True, bf16=True, report_to=[], save_strategy="no",
+                                                disable_tqdm=True)
+    SentenceTransformerTrainer(model=model, args=args, train_dataset=ds,
+                               loss=losses.MultipleNegativesRankingLoss(model)).train()
+
+
+def test_sentence_transformers_trainer_at_bf16_and_drmix_trainer_alternate_in_one_process(
+        tiny_model_path, tmp_path, fresh_accelerate_state):
+    """bench_train.py --rounds 2: drmix, ST at bf16, drmix again (refused before), ST again."""
+    from accelerate.state import AcceleratorState
+
+    from drmix.train.trainer import Trainer
+
+    data = make_collections(tmp_path / "data", n=8)
+    for r in range(2):
+        drmix = Trainer(config(tiny_model_path, data, tmp_path / f"d{r}", max_steps=1, mixed_precision="no"))
+        assert AcceleratorState().mixed_precision == "no"
+        assert drmix.train().steps == 1
+        _st_train_bf16(tiny_model_path, tmp_path / f"st{r}")
+        assert AcceleratorState._shared_state["_mixed_precision"] == "bf16"
+
+
+def test_release_clears_only_a_state_drmix_would_be_refused(fresh_accelerate_state):
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    assert release_foreign_state(cpu=True) is False  # nothing built yet
+    Accelerator(mixed_precision="no", cpu=True)
+    assert release_foreign_state(cpu=True) is False  # drmix's own state is kept
+    assert AcceleratorState._shared_state["_mixed_precision"] == "no"
+    AcceleratorState._reset_state(reset_partial_state=True)
+    Accelerator(mixed_precision="bf16", cpu=True)
+    with pytest.raises(ValueError, match="already been initialized"):
+        Accelerator(mixed_precision="no", cpu=True)
+    assert release_foreign_state(cpu=True) is True
+    assert Accelerator(mixed_precision="no", cpu=True).mixed_precision == "no"
+
+
+def test_release_on_a_gpu_keeps_the_process_state_and_clears_the_precision(fresh_accelerate_state):
+    """A stand-in for CUDA: the state another trainer left on a GPU (device cuda, bf16)."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, PartialState
+
+    Accelerator(mixed_precision="bf16", cpu=True)
+    for shared in (PartialState._shared_state, AcceleratorState._shared_state):
+        shared["device"] = torch.device("cuda", 0)
+    assert release_foreign_state(cpu=False) is True
+    assert AcceleratorState._shared_state == {}
+    assert PartialState._shared_state["device"] == torch.device("cuda", 0)  # the process group is kept
+    Accelerator(mixed_precision="no", cpu=True)
+    for shared in (PartialState._shared_state, AcceleratorState._shared_state):
+        shared["device"] = torch.device("cuda", 0)
+    assert release_foreign_state(cpu=False) is False  # already "no" on the GPU: nothing to clear
+    assert release_foreign_state(cpu=True) is True  # a CPU run after a GPU one starts the process state afresh
+    assert PartialState._shared_state == {} and AcceleratorState._shared_state == {}
+
+
+def test_release_leaves_a_distributed_or_deepspeed_state_alone(fresh_accelerate_state):
+    """Under torch.distributed the process group is never torn down, and DeepSpeed's precision is its config's
+    (accelerate does not refuse it): nothing is cleared."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, DistributedType
+
+    Accelerator(mixed_precision="no", cpu=True)
+    AcceleratorState._shared_state.update(device=torch.device("cuda", 0), distributed_type=DistributedType.MULTI_GPU)
+    assert release_foreign_state(cpu=True) is False
+    AcceleratorState._shared_state.update(_mixed_precision="bf16", distributed_type=DistributedType.DEEPSPEED)
+    assert release_foreign_state(cpu=False) is False
+    assert AcceleratorState._shared_state["_mixed_precision"] == "bf16"

@@ -26,23 +26,30 @@ base model, uniform fine-tuning, COCO -> uniform and the adapted model on the sy
 --preset cpu|medium|gpu fills the settings it names that are not given (docs/adapt.md). Each stage is a folder
 of --output-dir: a rerun reuses the stages made with the same settings and resumes an interrupted one; a changed
 stage is refused unless --resume-with-changes (re-run it and the stages built on it) or --overwrite (re-run
-every stage). --estimate prints each stage's estimated time and exits.
+every stage). --estimate prints each stage's estimated time, and the hours of the whole run on one GPU and on
+--estimate-gpus GPUs, and exits.
 """
 
 _ESTIMATE = inspect.Parameter(
     "estimate", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
     default=typer.Option(False, "--estimate", help="Print every stage's work and estimated time (on --device, or "
                                                    "a GPU for --preset gpu) and exit without running anything."))
+_ESTIMATE_GPUS = inspect.Parameter(
+    "estimate_gpus", inspect.Parameter.KEYWORD_ONLY, annotation=int,
+    default=typer.Option(8, "--estimate-gpus", min=1, help="With --estimate: also state the hours on this many GPUs "
+                                                         "(beside one GPU)."))
 
 
-def run_adapt_command(config_path: Path | None, overrides: dict[str, Any], estimate: bool = False) -> None:
+def run_adapt_command(config_path: Path | None, overrides: dict[str, Any], estimate: bool = False,
+                      estimate_gpus: int = 8) -> None:
     from drmix.cli import console
     from drmix.cli.pipeline import _finish, _run_recipe
     from drmix.recipes.adapt import AdaptConfig, estimate_table, run_adapt
 
     config = load_checked(AdaptConfig, config_path, overrides)
     if estimate:
-        console.print(estimate_table(config), highlight=False, soft_wrap=True, markup=False, emoji=False)
+        console.print(estimate_table(config, gpus=estimate_gpus), highlight=False, soft_wrap=True, markup=False,
+                      emoji=False)
         return
     result = _run_recipe(config, run_adapt)
     _finish(result.table, result.output_dir / "summary.md", result.output_dir, config)
@@ -52,7 +59,7 @@ def register(app: typer.Typer) -> None:
     from drmix.recipes.adapt import AdaptConfig
 
     app.command("adapt", help=paragraphs(ADAPT_HELP), no_args_is_help=True)(
-        config_command(AdaptConfig, run_adapt_command, extra=[_ESTIMATE]))
+        config_command(AdaptConfig, run_adapt_command, extra=[_ESTIMATE, _ESTIMATE_GPUS]))
 
 
 AREAS.register(CommandArea("adapt", register))

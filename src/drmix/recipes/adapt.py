@@ -87,9 +87,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                    candidates=["uniform", "uniform+synthetic", "size+synthetic", "tdro:reweight+synthetic",
                                "tdro:top:0.7+synthetic", "infdds+synthetic"],
                    eval_max_queries=100, eval_max_docs=800),
-    # one 10-minute command on one H100 for two BEIR-sized targets (drmix adapt --preset gpu --estimate)
+    # one 10-minute command on one H100 for two BEIR-sized targets (drmix adapt --preset gpu --estimate); the
+    # pseudo-queries of at most 20,000 documents a corpus (all of a BEIR-sized target's) keep the synthetic set's
+    # size and its round-trip search bounded on a corpus of millions
     "gpu": dict(max_steps=400, batch_size=64, learning_rate=2e-5, query_max_length=64, doc_max_length=256,
-                max_collection_size=None, num_negatives=1, max_docs=None, dev_queries=300, test_queries=300,
+                max_collection_size=None, num_negatives=1, max_docs=20_000, dev_queries=300, test_queries=300,
                 coco=dict(max_steps=400, batch_size=128, learning_rate=1e-4, span_max_length=128),
                 stage1=dict(max_steps=150),
                 candidates=["uniform", "uniform+synthetic", "size+synthetic", "tdro:reweight+synthetic",
@@ -156,6 +158,12 @@ def candidate_plan(specs: list[str]) -> list[Candidate]:
         if c not in out:
             out.append(c)
     return out
+
+
+#: the candidates are compared on a sub-corpus of this many documents per corpus (the dev queries' passages and
+#: a seeded sample of distractors): six candidates on two corpora encode 1.2M passages, about 2 minutes on one
+#: GPU at the assumed 10,000 passages/s, whatever the corpus size (docs/adapt.md)
+SELECT_MAX_DOCS = 100_000
 
 
 # ---------------------------------------------------------------------------------------------- the config
@@ -260,6 +268,11 @@ class AdaptStages(Part):
                                    "learning_rate, span_max_length, max_documents, ...).")
     stage1: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for tDRO's "
                                      "stage 1 (e.g. max_steps).")
+    select_max_docs: int | None = setting(
+        SELECT_MAX_DOCS, ge=1, description="Documents per corpus the candidates are compared on (the synthetic dev): "
+                                           "the dev queries' source passages plus a seeded sample of the rest "
+                                           "(none = the whole corpus; --eval-max-docs, when smaller, wins). The "
+                                           "final evaluation is not capped by it.")
 
     @field_validator("candidates")
     @classmethod
@@ -466,6 +479,13 @@ class StageWork:
         return self.examples / rates[0] + self.passages / rates[1]
 
 
+def select_max_docs(config: AdaptConfig) -> int | None:
+    """The corpus cap of the selection on the synthetic dev: ``--select-max-docs``, or ``--eval-max-docs`` when
+    that is smaller (it caps every evaluation)."""
+    caps = [c for c in (config.stages.select_max_docs, config.eval.eval_max_docs) if c is not None]
+    return min(caps) if caps else None
+
+
 def _corpus_sizes(config: AdaptConfig) -> dict[str, int]:
     from drmix.pretrain.coco import corpus_file
 
@@ -476,17 +496,20 @@ def _corpus_sizes(config: AdaptConfig) -> dict[str, int]:
     return out
 
 
-def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None) -> list[StageWork]:
+def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
+              sizes: Mapping[str, int] | None = None) -> list[StageWork]:
     """The work of every stage, in the order they run (the estimate's input; hand-written, like
-    benchmarks/_lease.py: no library estimates a training script's time)."""
+    benchmarks/_lease.py: no library estimates a training script's time). ``sizes``: documents per corpus, when
+    already counted."""
     plan = plan or plan_adapt(config)
-    sizes = _corpus_sizes(config)
+    sizes = sizes if sizes is not None else _corpus_sizes(config)
     s = config.synthetic
     n_corpus = sum(sizes.values())
     queries = sum(min(n, s.max_docs or n) * (s.max_per_doc or 3) for n in sizes.values())
     llm = len(sizes) * s.generate_max_docs if s.llm else 0
     cap = config.eval.eval_max_docs
     eval_docs = sum(min(n, cap or n) for n in sizes.values())
+    select_docs = sum(min(n, select_max_docs(config) or n) for n in sizes.values())
     out = [StageWork("synthetic set", passages=n_corpus + queries + llm, llm_calls=llm),
            StageWork("COCO", examples=plan.coco.optim.max_steps * plan.coco.contrastive.batch_size)]
 
@@ -515,8 +538,10 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None) -> list[StageW
                                + (k + 1) * len(plan.synthetic_dirs) * (o.dev_batch_size or bs) / 3)
         out.append(StageWork(f"candidate {label}", examples=work))
     n_models = len(plan.candidates) + 2
-    out.append(StageWork("selection on synthetic dev", passages=len(plan.candidates) * eval_docs))
-    out.append(StageWork("final evaluation", passages=n_models * eval_docs * (1 + bool(config.eval.eval_data))))
+    out.append(StageWork("selection on synthetic dev", passages=len(plan.candidates) * select_docs))
+    # the synthetic test: the report's four models (base, uniform fine-tuning, COCO -> uniform, adapted); the
+    # labelled split: the base model, the baseline and every candidate (the report's others are cached among them)
+    out.append(StageWork("final evaluation", passages=(4 + n_models * bool(config.eval.eval_data)) * eval_docs))
     return out
 
 
@@ -531,9 +556,21 @@ def estimate_device(config: AdaptConfig) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def estimate_table(config: AdaptConfig) -> str:
-    """Markdown: every stage's work and estimated minutes on the estimate's device, and the total."""
-    work = plan_work(config)
+def gpu_hours(work: list[StageWork], gpus: int) -> tuple[float, float]:
+    """(hours on one GPU, hours on ``gpus`` GPUs) of ``work`` at the assumed GPU rates. Over several GPUs every
+    stage is split evenly (data-parallel training, sharded encoding): a lower bound, since the gradient
+    all-reduce, the gather of sharded embeddings and the exact search on one device are not counted."""
+    one = sum(w.seconds(ASSUMED_RATES["cuda"]) for w in work) / 3600
+    return one, one / gpus
+
+
+def estimate_table(config: AdaptConfig, gpus: int = 8) -> str:
+    """Markdown: every stage's work and estimated minutes on the estimate's device, the total, and the hours of
+    the whole run for this corpus on one GPU and on ``gpus`` (:func:`gpu_hours`)."""
+    if gpus < 1:
+        raise ConfigError(f"--estimate-gpus must be at least 1, got {gpus}.", fix="pass --estimate-gpus 8 (or 1).")
+    sizes = _corpus_sizes(config)
+    work = plan_work(config, sizes=sizes)
     device = estimate_device(config)
     rates = ASSUMED_RATES[device]
     lines = [f"Estimated time on {device} at {rates[0]:,.0f} training examples/s and {rates[1]:,.0f} passages/s "
@@ -546,6 +583,10 @@ def estimate_table(config: AdaptConfig) -> str:
         lines.append(f"| {w.name} | {w.examples:,.0f} | {w.passages:,.0f} | {sec / 60:.1f} |")
     lines.append(f"| total | {sum(w.examples for w in work):,.0f} | {sum(w.passages for w in work):,.0f} | "
                  f"{total / 60:.1f} |")
+    one, many = gpu_hours(work, gpus)
+    lines += ["", f"For {sum(sizes.values()):,} target passages: {one:,.2f} h on one GPU, at least {many:,.2f} h on "
+                  f"{gpus} GPUs (at {ASSUMED_RATES['cuda'][0]:,.0f} examples/s and {ASSUMED_RATES['cuda'][1]:,.0f} "
+                  "passages/s a GPU, every stage split evenly over the GPUs)."]
     llm = sum(w.llm_calls for w in work)
     if llm:
         lines += ["", f"Plus {llm:,} LLM calls (not estimated: their speed is the LLM's)."]
@@ -828,7 +869,7 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
     # 5. selection on the synthetic dev (the only choice, made before any label is read)
     t = bar.start("selection on synthetic dev", f"{len(models)} candidates")
     dev = evaluate_suite(models, plan.synthetic_dirs, kind="select", split="dev", seed=config.optim.seed,
-                         metrics=("ndcg@10",), **caps).results
+                         metrics=("ndcg@10",), **{**caps, "max_docs": select_max_docs(config)}).results
     dev_avg = {lb: _average(r) for lb, r in dev.items()}
     selected = next(iter(models))
     for lb, v in dev_avg.items():

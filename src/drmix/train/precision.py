@@ -14,6 +14,11 @@ would silently change the first trainer's precision too. Each :class:`Precision`
 own ``torch.autocast`` settings and ``GradScaler``), so several trainers with different precision
 live in one process (pipeline stages, notebooks); the trainer's ``Accelerator`` always runs with
 ``mixed_precision="no"``.
+
+Another library's trainer in the same process (sentence-transformers' / transformers' ``Trainer`` at bf16 or
+fp16) leaves that singleton at its own precision; :func:`release_foreign_state` clears it before drmix's
+``Accelerator`` is built, as ``transformers.TrainingArguments`` itself does before each of its trainers, so the
+two trainers alternate in one process (``benchmarks/bench_train.py --rounds 2``).
 """
 from __future__ import annotations
 
@@ -68,3 +73,23 @@ class Precision:
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         if state and self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
+
+
+def release_foreign_state(cpu: bool) -> bool:
+    """Clear accelerate's process-wide state when another trainer left it where drmix's
+    ``Accelerator(mixed_precision="no", cpu=cpu)`` would be refused: a mixed precision other than ``"no"``, or
+    (single process only) a GPU device when ``cpu`` is asked. The process group (``PartialState``) is kept
+    unless the device itself must change. Returns whether anything was cleared."""
+    from accelerate.state import AcceleratorState, DistributedType, PartialState
+
+    state = AcceleratorState._shared_state
+    if not state:
+        return False
+    wrong_device = bool(cpu) and getattr(state.get("device"), "type", "cpu") != "cpu"
+    if wrong_device and state.get("distributed_type", DistributedType.NO) == DistributedType.NO:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        return True
+    if state.get("_mixed_precision", "no") != "no" and state.get("distributed_type") != DistributedType.DEEPSPEED:
+        AcceleratorState._reset_state(reset_partial_state=False)
+        return True
+    return False

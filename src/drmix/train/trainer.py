@@ -52,7 +52,7 @@ from drmix.train.lock import run_lock
 from drmix.train.lora import apply_lora
 from drmix.train.objective import Objective, objective_from_config
 from drmix.train.optim import build_optimizer
-from drmix.train.precision import Precision
+from drmix.train.precision import Precision, release_foreign_state
 from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
 from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy, warn_small_collections
@@ -139,6 +139,7 @@ class Trainer:
         # Encoders often hold parameters the embedding never uses (e.g. BERT's pooler under mean pooling).
         ddp = DistributedDataParallelKwargs(find_unused_parameters=True)
         # precision is per trainer (train/precision.py), not accelerate's process-wide mixed_precision
+        release_foreign_state(cpu=(config.run.device == "cpu"))  # e.g. after a sentence-transformers trainer
         self.accelerator = Accelerator(mixed_precision="no", cpu=(config.run.device == "cpu"), kwargs_handlers=[ddp])
         self.device = self.accelerator.device
         self.precision = Precision(config.optim.mixed_precision, self.device)
