@@ -140,7 +140,8 @@ def print_report(report: Any) -> None:
     for m in report.metrics:
         table.add_column(m, justify="right")
     for name, row in report.rows():
-        table.add_row(name, *(f"{row[m]:.4f}" if m in row else "" for m in report.metrics))
+        table.add_row(report.label(name) if hasattr(report, "label") else name,
+                      *(f"{row[m]:.4f}" if m in row else "" for m in report.metrics))
     _console().print(table)
 
 
