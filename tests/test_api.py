@@ -60,6 +60,7 @@ def test_one_dataset_is_one_collection_and_the_model_object_is_trained(tiny_mode
                       show_progress=False, warmup_ratio=0.0, learning_rate=1e-3)
     result = drmix.train(cfg, model=model, train_dataset=Dataset.from_dict(rows), loss="mnrl")
     assert json.loads((result.output_dir / "weights.json").read_text())["collections"] == ["train"]
+    assert f"name_or_path: {tiny_model_path}" in (result.output_dir / "config.yaml").read_text()  # the model's folder
     assert not torch.cat([p.detach().flatten() for p in model.parameters()]).equal(before)
     assert json.loads(json.dumps(result.details))["loss"] == "MultipleNegativesRankingLoss"
 
