@@ -82,3 +82,46 @@ def test_cached_mnrl_with_grad_cache_chunk_and_loss_objects_without_embeddings_a
         SentenceTransformersLoss(torch.nn.Linear(2, 2), num_negatives=0)
     with pytest.raises(ConfigError, match="--strategy groupdro"):
         objective_from_loss(torch.nn.Linear(2, 2), TrainConfig(strategy="groupdro"))
+
+
+def _gist(guide_q, guide_p):
+    from drmix.train.st_losses import GISTEmbed
+
+    guides = {"q": torch.tensor(guide_q), "p": torch.tensor(guide_p)}
+    guide = SimpleNamespace(encode=lambda texts, **kw: guides[texts[0][0]])
+    loss = SimpleNamespace(guide=guide, temperature=1.0, margin_strategy="absolute", margin=0.0,
+                           contrast_anchors=False, contrast_positives=False,
+                           sim_matrix=lambda a, b: F.cosine_similarity(a.unsqueeze(1), b.unsqueeze(0), dim=-1))
+    return GISTEmbed(loss, num_negatives=0)
+
+
+def test_gist_masks_what_the_guide_scores_above_the_positive():
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    d = torch.tensor([[0.6, 0.8], [0.8, 0.6]])        # the model prefers the other example's positive
+    batch = SimpleNamespace(queries=["q1", "q2"], positives=["p1", "p2"], negatives=[[], []])
+    mask = torch.zeros(2, 0, dtype=torch.bool)
+    # the guide agrees with the labels: nothing masked, log(1 + e^(0.8 - 0.6)) per row
+    kept = _gist([[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]]).losses(q, d, mask, gather=False, batch=batch)
+    assert kept.tolist() == pytest.approx([0.798139] * 2, abs=1e-6)
+    # the guide scores each other positive above the example's own: both masked as false negatives, loss 0
+    masked = _gist([[1.0, 0.0], [0.0, 1.0]], [[0.6, 0.8], [1.0, 0.0]]).losses(q, d, mask, gather=False, batch=batch)
+    assert masked.tolist() == pytest.approx([0.0, 0.0], abs=1e-7)
+
+
+def test_gist_object_trains_under_drmix(tiny_model_path, tmp_path):
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
+
+    import drmix
+
+    model = SentenceTransformer(tiny_model_path, device="cpu")
+    guide = SentenceTransformer(tiny_model_path, device="cpu")
+    rows = {"anchor": [f"q {i}" for i in range(8)], "positive": [f"p {i}" for i in range(8)],
+            "negative": [f"n {i}" for i in range(8)]}
+    cfg = TrainConfig(output_dir=str(tmp_path / "run"), max_steps=2, batch_size=4, num_negatives=1, device="cpu",
+                      show_progress=False)
+    result = drmix.train(cfg, model=model, train_dataset=Dataset.from_dict(rows),
+                         loss=GISTEmbedLoss(model, guide))
+    assert result.steps == 2 and result.details["loss"] == "GISTEmbedLoss"
+    assert "loss:GISTEmbedLoss" in (result.model_dir / "README.md").read_text()

@@ -11,8 +11,8 @@ By name (``--loss``, registered in :data:`~drmix.train.objective.OBJECTIVES`):
   caching (Gao et al., "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup",
   arXiv:2101.06983); drmix's own GradCache does the caching, so it needs ``--grad-cache-chunk N`` (the loss's
   ``mini_batch_size``; 32 is its default);
-* ``gist`` -- refused: ``GISTEmbedLoss`` embeds the texts itself, with a guide model too, so it cannot take
-  drmix's embeddings.
+* ``gist`` -- refused by name (``GISTEmbedLoss`` needs a guide model, which the command line has no option for);
+  as an object, ``drmix.train(config, loss=GISTEmbedLoss(model, guide))``, it is :class:`GISTEmbed`.
 
 ``MarginMSELoss`` is drmix's ``--loss margin_mse`` (the same formula, per example); as an object
 (``drmix.train(..., loss=MarginMSELoss(model))``) it gets the teacher margins of the batch as labels.
@@ -119,9 +119,70 @@ class SentenceTransformersLoss(Objective):
         return {"loss": type(self.loss).__name__}
 
 
+class GISTEmbed(SentenceTransformersLoss):
+    """A ``GISTEmbedLoss(model, guide)`` object over drmix's embeddings: its guide embeds the batch's texts (no
+    gradient), and the loss is GISTEmbed's (Solatorio, "GISTEmbed: Guided In-sample Selection of Training
+    Negatives for Text Embedding Fine-tuning", arXiv:2402.16829) as sentence-transformers computes it: anchor-
+    positive, anchor-anchor, positive-positive and anchor-negative similarities, each candidate the guide scores
+    above the example's positive (less ``margin``) masked, cross-entropy at ``temperature``. The first hard
+    negative column is used (the loss takes at most one); candidates come from this process only."""
+
+    def __init__(self, loss: torch.nn.Module, *, num_negatives: int) -> None:
+        self.loss = loss
+        self.num_negatives = min(num_negatives, 1)
+        self.margins = False
+        self.name = "GISTEmbedLoss"
+        self._warned = False
+
+    def wants_tokens(self) -> bool:
+        return False  # the guide embeds the batch's texts
+
+    def _guide(self, texts: list[str], device: torch.device) -> torch.Tensor:
+        with torch.no_grad():
+            return self.loss.guide.encode(texts, convert_to_tensor=True, show_progress_bar=False).to(device).float()
+
+    def losses(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *, gather: bool,
+               batch: Any = None) -> torch.Tensor:
+        if batch is None:
+            raise ConfigError("GISTEmbedLoss needs the batch's texts for its guide, and none were given.",
+                              fix="train through drmix's Trainer.")
+        L, B = self.loss, q.size(0)
+        anchor, positive = q.float(), d[:B].float()
+        anchor_g, positive_g = self._guide(list(batch.queries), q.device), self._guide(list(batch.positives), q.device)
+        has_neg = mask.size(1) > 0 and bool(mask[:, 0].all())
+        guided_sim = L.sim_matrix(anchor_g, positive_g).diagonal().view(-1, 1)
+
+        def masked(guided: torch.Tensor, sim: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+            if L.margin_strategy == "absolute":
+                drop = guided > (guided_sim - L.margin)
+            else:
+                drop = guided > (guided_sim - guided_sim.abs() * L.margin)
+            if keep is not None:
+                drop = drop & ~keep
+            return sim.masked_fill(drop, float("-inf"))
+
+        own = torch.eye(B, dtype=torch.bool, device=q.device)
+        scores = [masked(L.sim_matrix(anchor_g, positive_g), L.sim_matrix(anchor, positive), own)]
+        if L.contrast_anchors:
+            scores.append(masked(L.sim_matrix(anchor_g, anchor_g), L.sim_matrix(anchor, anchor)))
+        if L.contrast_positives:
+            scores.append(masked(L.sim_matrix(positive_g, positive_g), L.sim_matrix(positive, positive)))
+        if has_neg:
+            rows = torch.arange(B, device=q.device)
+            first = torch.cumsum(mask.reshape(-1).long(), 0).reshape(mask.shape)[:, 0] - 1  # row of each 1st negative
+            negative = d[B:][first[rows]].float()
+            negative_g = self._guide([n[0] for n in batch.negatives], q.device)
+            scores.append(masked(L.sim_matrix(anchor_g, negative_g), L.sim_matrix(anchor, negative)))
+        logits = torch.cat(scores, dim=1) / L.temperature
+        value = torch.nn.functional.cross_entropy(logits, torch.arange(B, device=q.device))
+        return value.expand(B)
+
+
 def objective_from_loss(loss: torch.nn.Module, config: Any, strategy: Any = None) -> SentenceTransformersLoss:
-    """The objective of a loss object given to :func:`drmix.api.train`."""
+    """The objective of a loss object given to :func:`drmix.api.train` (``GISTEmbedLoss``: :class:`GISTEmbed`)."""
     check_static(getattr(strategy, "name", None) or config.mixture.strategy, type(loss).__name__)
+    if type(loss).__name__ == "GISTEmbedLoss":
+        return GISTEmbed(loss, num_negatives=config.contrastive.num_negatives)
     return SentenceTransformersLoss(loss, num_negatives=config.contrastive.num_negatives)
 
 
@@ -146,11 +207,10 @@ def _mnrl(config: Any, *, cached: bool = False) -> SentenceTransformersLoss:
 
 
 def _gist(config: Any) -> Objective:
-    raise ConfigError("loss gist (sentence-transformers' GISTEmbedLoss) embeds the texts itself, with a guide "
-                      "model as well, so it cannot train on the embeddings drmix's trainer computes.",
-                      fix="use --loss infonce --mask-duplicates (false negatives masked by their text), or train "
-                          "GISTEmbedLoss in SentenceTransformerTrainer with drmix's mixture "
-                          "(drmix.integrations.sentence_transformers).")
+    raise ConfigError("loss gist (sentence-transformers' GISTEmbedLoss) needs a guide model, which the command "
+                      "line has no option for.",
+                      fix="pass the loss object from Python: drmix.train(config, loss=GISTEmbedLoss(model, guide)); "
+                          "or use --loss infonce --mask-duplicates (false negatives masked by their text).")
 
 
 OBJECTIVES.register(ObjectiveSpec("mnrl", _mnrl, "sentence-transformers' MultipleNegativesRankingLoss "
