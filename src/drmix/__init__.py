@@ -7,6 +7,7 @@ The main entry points, importable from the top level (loaded lazily, so ``import
 from __future__ import annotations
 
 import importlib
+import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -30,6 +31,15 @@ _LAZY = {
     "load_beir": "drmix.data.beir",
     "DenseIndex": "drmix.retrieval.index",
 }
+
+
+class CallablePackage(types.ModuleType):
+    """A subpackage named like an entry point of :data:`_LAZY` (``drmix.train``): importing it sets the
+    ``drmix.train`` attribute to the package, so the package calls the entry point (``drmix.train(config)``)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = self.__name__.rpartition(".")[2]
+        return getattr(importlib.import_module(_LAZY[name]), name)(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

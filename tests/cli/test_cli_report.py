@@ -136,3 +136,14 @@ def test_print_outcome_names_weights_report_and_next_command(tmp_path, capsys):
     print_outcome(pipeline)
     out = capsys.readouterr().out
     assert "final weights of stage1 (tdro): alpha 0.3000, beta 0.7000" in out and "--data BEIR_DIR" in out
+
+
+def test_report_on_a_sentence_transformers_run(tmp_path, capsys):
+    from report.test_trainer_state import _st_run
+
+    run = _st_run(tmp_path / "st")
+    code, out, _ = _main(["report", str(run)], capsys)
+    assert code == 0 and "Mixture weights" in (run / "report.html").read_text()
+    (tmp_path / "empty").mkdir()
+    code, _, err = _main(["report", str(tmp_path / "empty")], capsys)
+    assert code == 2 and "trainer_state.json" in err

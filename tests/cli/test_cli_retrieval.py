@@ -58,6 +58,31 @@ def test_search_json_and_run_file(app, indexed):
     assert saved[1]["hits"][0] == {"rank": 1, "doc_id": "ship", "score": rows[1]["hits"][0]["score"]}
 
 
+def test_search_trec_run_scored_by_eval_run(app, indexed, tmp_path):
+    root, data = indexed
+    runner = CliRunner()
+    run = tmp_path / "run.trec"
+    result = runner.invoke(app, ["search", "--index", str(root / "idx"), "--queries", str(data / "queries.jsonl"),
+                                 "--k", "2", "--format", "trec", "--output", str(run)])
+    assert result.exit_code == 0, result.output
+    lines = run.read_text().splitlines()
+    assert [line.split()[:4] for line in lines[::2]] == [["q1", "Q0", "cat", "1"], ["q2", "Q0", "ship", "1"]]
+    assert all(len(line.split()) == 6 and line.endswith(" drmix") for line in lines)
+    printed = runner.invoke(app, ["search", "--index", str(root / "idx"), "--queries", str(data / "queries.jsonl"),
+                                  "--k", "2", "--format", "trec"])
+    assert printed.stdout.splitlines() == lines
+    result = runner.invoke(app, ["eval", "--run", str(run), "--data", str(data), "--output", str(tmp_path / "e")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "e" / "eval.json").read_text())
+    assert report["results"]["toy"] == pytest.approx({"ndcg@10": 1.0, "recall@100": 1.0, "mrr@10": 1.0,
+                                                      "map@100": 1.0})
+    assert report["model"] == "run.trec" and report["info"]["toy"]["run"] == str(run)
+    result = runner.invoke(app, ["eval", "--run", str(run), "--data", str(data), "--model", "x", "--dims", "8"])
+    assert isinstance(result.exception, ConfigError) and "--model, --dims" in str(result.exception)
+    result = runner.invoke(app, ["search", "--index", str(root / "idx"), "-q", "x", "--format", "trec", "--json"])
+    assert isinstance(result.exception, ConfigError)
+
+
 def test_search_query_files_and_table(app, indexed, tmp_path):
     root, data = indexed
     txt = tmp_path / "q.txt"

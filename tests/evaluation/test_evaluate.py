@@ -45,6 +45,21 @@ def test_report_average_markdown_json(tmp_path):
     assert [name for name, _ in report.rows()] == ["a", "b", "average"]
 
 
+def test_sampled_evaluation_is_labelled_in_its_table():
+    info = {"a": {"queries": 100, "documents": 1500, "subsample": {"of_queries": 300, "of_documents": 5183,
+                                                                   "seed": 0}},
+            "b": {"queries": 40, "documents": 900, "subsample": {"of_queries": 40, "of_documents": 2000, "seed": 0}},
+            "c": {"queries": 7, "documents": 9}}
+    report = EvalReport(model="m", split="test", results={n: {"ndcg@10": 0.5} for n in "abc"}, info=info)
+    md = report.to_markdown().splitlines()
+    assert md[4:8] == ["| a (sample: 100 of 300 queries, 1,500 of 5,183 documents) | 0.5000 |",
+                       "| b (sample: 900 of 2,000 documents) | 0.5000 |", "| c | 0.5000 |",
+                       "| average (of samples) | 0.5000 |"]
+    assert "not comparable with the full dataset" in md[-1]
+    assert "sample" not in EvalReport(model="m", split="test", results={"c": {"ndcg@10": 0.5}},
+                                      info={"c": info["c"]}).to_markdown()
+
+
 def test_evaluate_model_perfect_retrieval(minilm, toy, caplog):
     report = evaluate_model(minilm, [toy], split="test", k=5, show_progress=False, model_name="my-model")
     assert "cuts off at 100" in caplog.text  # recall@100 and map@100 are capped by k=5

@@ -321,6 +321,9 @@ def test_groupdro_callback_weights_equal_drmix_strategy_and_resume(tiny_model_pa
     saved = json.loads((tmp_path / "full" / "weights.json").read_text())
     assert saved["weights"] == pytest.approx(ref.weights.tolist()) and saved["trainer"] == "sentence-transformers"
     assert max(abs(w - 1 / 3) for w in saved["weights"]) > 1e-4   # the weights moved
+    from drmix.report.html import render_report   # drmix report draws the run's weights and proxy losses
+
+    assert "Mixture weights" in render_report(tmp_path / "full")
     # a run stopped at step 6 and resumed from its checkpoint ends with the same weights
     part = tmp_path / "part"
     run(part, stop=True)

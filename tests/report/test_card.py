@@ -136,6 +136,25 @@ def test_card_facts_round_trip_and_refresh_with_later_evaluations(tiny, tmp_path
     assert {m["type"]: m["value"] for m in results["metrics"]} == {"ndcg@10": 0.5, "recall@100": 0.75}
 
 
+def test_sampled_evaluation_is_named_as_a_sample_in_the_card_and_model_index(tiny, tmp_path):
+    from drmix.report.card import CARD_FACTS, refresh_card
+
+    cfg = TrainConfig(data=["a.jsonl"], output_dir=str(tmp_path))
+    tiny.save(str(tmp_path / "model"))
+    (tmp_path / CARD_FACTS).write_text(json.dumps(info_from_train_config(cfg, names=["a"], sizes=[3]).to_json()))
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps(
+        {"split": "test", "results": {"scifact": {"ndcg@10": 0.5}},
+         "info": {"scifact": {"queries": 100, "documents": 1500,
+                              "subsample": {"of_queries": 300, "of_documents": 5183, "seed": 0}}}}))
+    path = refresh_card(tmp_path, model=tiny)
+    label = "scifact (sample: 100 of 300 queries, 1,500 of 5,183 documents)"
+    meta = ModelCard.load(path).data.to_dict()
+    assert [r["dataset"]["name"] for r in meta["model-index"][0]["results"]] == [label]
+    body = path.read_text(encoding="utf-8").split("\n---\n", 1)[1]
+    assert "sample: 100 of 300 queries" in body and "| scifact |" not in body
+
+
 def test_transferred_weights_say_where_they_were_learned(tiny, tmp_path):
     wf = tmp_path / "weights.json"
     wf.write_text(json.dumps({"strategy": "doremi", "collections": ["a", "b"], "weights": [0.3, 0.7]}))

@@ -37,8 +37,10 @@ def report_command(
     if not run_dir.is_dir():
         raise ConfigError("no such folder.", path=run_dir, fix="pass the output folder of drmix train or a pipeline.")
     if not is_run(run_dir) and not sub_runs(run_dir):
-        raise ConfigError("the folder holds no run (no metrics.jsonl in it or in the folders below it).",
-                          path=run_dir, fix="pass the --output-dir of drmix train, a pipeline or the demo.")
+        raise ConfigError("the folder holds no run (no metrics.jsonl, weights.jsonl or trainer_state.json in it "
+                          "or in the folders below it).", path=run_dir,
+                          fix="pass the --output-dir of drmix train, a pipeline or the demo, or the output_dir of "
+                              "a sentence-transformers run.")
     check_report_target(run_dir, overwrite=overwrite)
     for run in sub_runs(run_dir):
         check_report_target(run, overwrite=overwrite)

@@ -19,6 +19,7 @@ from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_p
 from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi.registry import search_policy_usage
+from drmix.retrieval.trec import RunFormat
 
 SNIPPET_CHARS = 160
 
@@ -140,7 +141,8 @@ def print_report(report: Any) -> None:
     for m in report.metrics:
         table.add_column(m, justify="right")
     for name, row in report.rows():
-        table.add_row(name, *(f"{row[m]:.4f}" if m in row else "" for m in report.metrics))
+        table.add_row(report.label(name) if hasattr(report, "label") else name,
+                      *(f"{row[m]:.4f}" if m in row else "" for m in report.metrics))
     _console().print(table)
 
 
@@ -281,6 +283,10 @@ def search_command(
                                               "name (e.g. a dataset's instruction saved by drmix train)."),
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
+    run_format: RunFormat = typer.Option(RunFormat.jsonl, "--format", help="Run file layout. jsonl: one query per "
+                                         "line with its hits; trec: 'query_id Q0 doc_id rank score drmix' lines "
+                                         "for trec_eval, pyserini and ranx, written to --output or, without it, "
+                                         "printed instead of the tables. drmix eval --run reads both."),
 ) -> None:
     """Answer queries from the command line or a file with ids, scores and text."""
     from drmix.io import write_jsonl_atomic
@@ -322,7 +328,18 @@ def search_command(
     else:
         rows = search_results(encoder, index, texts, k, batch_size=batch_size, precision=precision.value,
                               prompt=prompt)
-    if output is not None:
+    if run_format is RunFormat.trec:  # drmix.retrieval.trec
+        from drmix.retrieval.trec import trec_lines, write_trec_run
+
+        if output is not None:
+            write_trec_run(output, rows)
+        elif as_json:
+            raise ConfigError("--format trec without --output prints the run; --json cannot be added.",
+                              fix="drop --json, or write the run with --output FILE.")
+        else:
+            typer.echo("\n".join(trec_lines(rows)))
+            return
+    elif output is not None:
         write_jsonl_atomic(output, [{**r, "hits": [{k2: v for k2, v in h.items() if k2 != "text"}
                                                     for h in r["hits"]]} for r in rows])
     if as_json:
@@ -372,12 +389,18 @@ def eval_command(
     seed: int = typer.Option(0, "--seed", help="Seed of the --max-queries / --max-docs sample."),
     tokenize_num_proc: Optional[int] = tokenize_num_proc_option(),
     cache_embeddings: bool = cache_embeddings_option(),
+    run_file: Optional[list[Path]] = typer.Option(None, "--run", help="Score a run file instead of a model: TREC "
+                                                  "(query_id Q0 doc_id rank score tag, as trec_eval, pyserini and "
+                                                  "ranx write it) or drmix search's JSONL, cut to its top --k per "
+                                                  "query; one per --data, in the same order."),
 ) -> None:
     """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets (or on MTEB tasks with --mteb)."""
     from drmix.evaluation.evaluate import evaluate_model
     from drmix.evaluation.matryoshka import parse_dims
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
+    if mteb and run_file:
+        raise ConfigError("--run and --mteb cannot be combined.", fix="score a run file with --run and --data DIR.")
     if mteb:
         return _eval_mteb(mteb, data=data, model=model, split=split, output=output, overwrite=overwrite, k=k,
                           batch_size=batch_size, max_length=max_length, metric=metric, precision=precision,
@@ -387,6 +410,13 @@ def eval_command(
     if not data:
         raise ConfigError("no dataset given.", fix="pass --data DIR (a BEIR directory) or --mteb TASK.")
     split = split or "test"
+    if run_file:
+        return _eval_runs(run_file, data, split=split, output=output, overwrite=overwrite, k=k, metric=metric,
+                          encoding=(("--model", model), ("--max-length", max_length), ("--dims", dims),
+                                    ("--precision", precision is not EncodingPrecision.auto),
+                                    ("--query-instruction", query_instruction), ("--prompts", prompts),
+                                    ("--torch-dtype", torch_dtype), ("--attn-implementation", attn_implementation),
+                                    ("--max-queries", max_queries), ("--max-docs", max_docs)))
     from drmix.cli.report import into_run, refresh_run
 
     output, run = into_run(output, "eval")
@@ -405,6 +435,31 @@ def eval_command(
                                 precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
                                 model_kwargs=model_kwargs(torch_dtype, attn_implementation),
                                 max_queries=max_queries, max_docs=max_docs, seed=seed)
+    print_report(report)
+    if output is not None:
+        report.write(output)
+        _console().print(f"wrote {output / 'eval.json'} and {output / 'eval.md'}")
+        refresh_run(run)
+
+
+def _eval_runs(runs: list[Path], data: list[Path], *, split, output, overwrite, k, metric, encoding) -> None:
+    """``drmix eval --run``: :func:`drmix.evaluation.runfile.evaluate_run_files`, the same table and files."""
+    from drmix.evaluation.metrics import DEFAULT_METRICS
+    from drmix.evaluation.runfile import evaluate_run_files
+
+    unsupported = [flag for flag, given in encoding if given]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)} cannot be used with --run: a run file is scored as it is, "
+                          "no model encodes anything.", fix=f"drop {', '.join(unsupported)}, or evaluate a model "
+                                                            "without --run.")
+    from drmix.cli.report import into_run, refresh_run
+
+    output, run = into_run(output, "eval")
+    if output is not None:
+        from drmix.outputs import claim_output
+
+        claim_output(output, "eval", overwrite=overwrite, inputs=[*data, *runs])
+    report = evaluate_run_files(runs, data, split=split, k=k, metrics=tuple(metric) if metric else DEFAULT_METRICS)
     print_report(report)
     if output is not None:
         report.write(output)

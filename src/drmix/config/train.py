@@ -103,7 +103,10 @@ class ContrastiveConfig(Part):
     loss: str = setting("infonce", description="The training loss, a registered objective: infonce (contrastive) | "
                         "margin_mse (MarginMSE on teacher score margins) | kl (KL divergence to the teacher's "
                         "softmax over positive and hard negatives); margin_mse and kl read the collections' "
-                        "positive_scores / negative_scores (docs/training.md, Distillation).")
+                        "positive_scores / negative_scores (docs/training.md, Distillation) | mnrl "
+                        "(sentence-transformers' MultipleNegativesRankingLoss, scale 1/temperature) | cached_mnrl "
+                        "(the same with --grad-cache-chunk); mnrl and cached_mnrl give one loss per batch, so they "
+                        "train under --strategy static only.")
     teacher_temperature: float = setting(1.0, gt=0, description="loss=kl: teacher scores are divided by it before "
                                          "their softmax (the student's scores by temperature).")
 
@@ -172,6 +175,7 @@ class EvalConfig(Part):
     eval_every: int = setting(0, ge=0, role=OPERATIONAL, description="Evaluate on eval_data every N steps (0 = only at the end if eval_data).")
     eval_split: str = setting("dev", role=OPERATIONAL, description="Qrels split used by the periodic evaluation.")
     eval_max_queries: int | None = setting(None, ge=1, role=OPERATIONAL, description="Cap on queries per periodic evaluation set.")
+    evaluator: list[str] = setting(default_factory=list, role=OPERATIONAL, description="sentence-transformers evaluators run with the periodic evaluation (every eval_every steps): nanobeir (all 13 NanoBEIR datasets, from the Hugging Face Hub) or nanobeir:NAME,NAME (e.g. nanobeir:msmarco,nfcorpus); their scores go to metrics.jsonl and the report. Evaluator objects: drmix.train(..., evaluator=...).")
     query_instructions: dict[str, str] = setting(default_factory=dict, description="Query instruction per evaluation dataset (dataset name -> text), used by every evaluation and saved in the model folder's prompts (see docs/llm.md).")
 
 

@@ -58,6 +58,13 @@ class EvalReport:
             rows.append((AVERAGE, self.average()))
         return rows
 
+    def label(self, name: str) -> str:
+        """The dataset's name in a table: with its sample's size when the evaluation was sampled
+        (:func:`sample_label`)."""
+        if name == AVERAGE and any("subsample" in i for i in self.info.values()):
+            return f"{AVERAGE} (of samples)"
+        return sample_label(name, self.info.get(name))
+
     def to_markdown(self) -> str:
         metrics = self.metrics
         from drmix.report.markdown import md_cell, md_code
@@ -65,7 +72,10 @@ class EvalReport:
         lines = [f"Model: {md_code(self.model)} — split: {md_code(self.split)}", "",
                  "| dataset | " + " | ".join(map(md_cell, metrics)) + " |", "|---|" + "---:|" * len(metrics)]
         for name, row in list(self.results.items()) + [(AVERAGE, self.average())]:
-            lines.append(f"| {md_cell(name)} | " + " | ".join(_fmt(row.get(m)) for m in metrics) + " |")
+            lines.append(f"| {md_cell(self.label(name))} | " + " | ".join(_fmt(row.get(m)) for m in metrics) + " |")
+        if any("subsample" in i for i in self.info.values()):
+            lines += ["", "Sampled evaluation (--max-queries / --max-docs): a smaller corpus is an easier task, so "
+                          "these scores are not comparable with the full dataset's."]
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +90,20 @@ class EvalReport:
         with AtomicFiles() as files:
             files.write_json(out / "eval.json", self.to_json())
             files.write_text(out / "eval.md", self.to_markdown())
+
+
+def sample_label(name: str, info: Mapping[str, Any] | None) -> str:
+    """``name``, or for a sampled evaluation (``info["subsample"]``, as :func:`evaluate_model` records it)
+    ``"scifact (sample: 100 of 300 queries, 1,500 of 5,183 documents)"``."""
+    sub = (info or {}).get("subsample")
+    if not isinstance(sub, Mapping):
+        return name
+    parts = []
+    for what, of in (("queries", "of_queries"), ("documents", "of_documents")):
+        n, total = (info or {}).get(what), sub.get(of)
+        if isinstance(n, int) and isinstance(total, int) and n != total:
+            parts.append(f"{n:,} of {total:,} {what}")
+    return f"{name} (sample: {', '.join(parts) or 'seed ' + str(sub.get('seed'))})"
 
 
 def _fmt(value: float | None) -> str:

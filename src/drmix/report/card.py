@@ -461,7 +461,11 @@ CARD_FACTS = "card.json"
 
 def eval_results_from(run_dir: str | Path) -> tuple[dict[str, dict[str, float]], str | None]:
     """``({dataset: {metric: value}}, split)`` of the evaluations ``drmix eval`` wrote into a run
-    (``RUN/eval/eval.json``, or any ``RUN/eval*/eval.json``), later files winning per dataset."""
+    (``RUN/eval/eval.json``, or any ``RUN/eval*/eval.json``), later files winning per dataset. A sampled
+    evaluation's dataset is named with its sample (``scifact (sample: 100 of 300 queries, ...)``), in the card's
+    tables and its ``model-index`` alike: it is not the full dataset's task."""
+    from drmix.evaluation.evaluate import sample_label
+
     out: dict[str, dict[str, float]] = {}
     split = None
     for path in sorted(Path(run_dir).glob("eval*/eval.json")):
@@ -473,9 +477,10 @@ def eval_results_from(run_dir: str | Path) -> tuple[dict[str, dict[str, float]],
         if not isinstance(results, dict):
             continue
         split = obj.get("split") or split
+        info = obj.get("info") if isinstance(obj.get("info"), dict) else {}
         for dataset, metrics in results.items():
             if isinstance(metrics, dict):
-                out[str(dataset)] = {k: float(v) for k, v in metrics.items()
+                out[sample_label(str(dataset), info.get(dataset))] = {k: float(v) for k, v in metrics.items()
                                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return out, split
 

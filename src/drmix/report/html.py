@@ -1,6 +1,8 @@
 """``report.html``: one self-contained page per run and per pipeline (no network, figures inline as SVG).
 
-A *run* is a folder with ``metrics.jsonl`` (written by the trainer); a *pipeline* (tDRO, COCO, DRAMA, the
+A *run* is a folder with ``metrics.jsonl`` (written by the trainer), or the output folder of
+sentence-transformers' trainer (``weights.jsonl`` of :mod:`drmix.integrations.sentence_transformers`, or a
+``trainer_state.json``: :mod:`drmix.report.trainer_state`); a *pipeline* (tDRO, COCO, DRAMA, the
 demo) is a folder whose sub-folders (to two levels) are runs. The page shows, from what the folder holds:
 
 * the configuration (``config.yaml`` / ``pipeline.yaml``, ...);
@@ -221,6 +223,10 @@ def _href(rel: Path, folder: bool = False) -> str:
 def _run_sections(run: Path, base: Path, level: int = 2) -> str:
     h = f"h{level}"
     metrics = _records(run / "metrics.jsonl")
+    if not (run / "metrics.jsonl").is_file():  # a sentence-transformers trainer's run: its log_history
+        from drmix.report.trainer_state import trainer_records
+
+        metrics = trainer_records(run)
     train = [r for r in metrics if "loss" in r]
     parts: list[str] = []
     loss_fig = _line_figure([
@@ -346,7 +352,10 @@ def _size(p: Path) -> str:
 
 
 def is_run(folder: Path) -> bool:
-    return (folder / "metrics.jsonl").is_file()
+    """A drmix run (``metrics.jsonl``), or a sentence-transformers trainer's (:mod:`drmix.report.trainer_state`)."""
+    from drmix.report.trainer_state import is_trainer_run
+
+    return (folder / "metrics.jsonl").is_file() or is_trainer_run(folder)
 
 
 def sub_runs(folder: Path) -> list[Path]:

@@ -67,8 +67,12 @@ class RunReport(Listener):
         from drmix.report.card import CARD_FACTS, eval_results_from, info_from_train_config, write_model_card
 
         config, out = trainer.config, Path(trainer.out)
+        periodic = eval_results_of(out / "metrics.jsonl")
+        if config.eval.eval_max_queries:  # a seeded sample of each dev set: not the full dataset's task
+            periodic = {f"{d} (sample: at most {config.eval.eval_max_queries:,} queries)": v
+                        for d, v in periodic.items()}
         info = info_from_train_config(config, names=trainer.names, sizes=trainer.sizes, weights=weights,
-                                      eval_results=eval_results_of(out / "metrics.jsonl"),
+                                      eval_results=periodic,
                                       eval_split=config.eval.eval_split if config.eval.eval_data else None,
                                       sources=[getattr(c, "source", None) for c in trainer.collections])
         for key, value in trainer.objective.card().items():

@@ -9,6 +9,8 @@ per-example losses, plus what the run records about it. Built in:
   collections with hard, in-batch and cross-device negatives, false negatives masked
   (``mask_duplicates``), optional Matryoshka sizes (:func:`drmix.model.losses.contrastive_losses`);
 * ``loss: margin_mse`` and ``loss: kl`` -- distillation from teacher scores (:mod:`drmix.train.distill`);
+* ``loss: mnrl`` / ``cached_mnrl`` -- sentence-transformers' losses over drmix's embeddings
+  (:mod:`drmix.train.st_losses`, which also wraps a loss object given to :func:`drmix.api.train`);
 * :class:`drmix.pretrain.coco.CocoObjective` -- COCO's contrastive pretraining on two spans of one document.
 
 The objectives a config can name (``contrastive.loss``) are registered in :data:`OBJECTIVES` (a
@@ -145,7 +147,8 @@ class ObjectiveSpec:
 
 
 #: the objectives a config can name; built-ins in drmix.train.objective and drmix.train.distill
-OBJECTIVES: Registry[ObjectiveSpec] = Registry("loss", ("drmix.train.objective", "drmix.train.distill"),
+OBJECTIVES: Registry[ObjectiveSpec] = Registry("loss", ("drmix.train.objective", "drmix.train.distill",
+                                                        "drmix.train.st_losses"),
                                                entry_points="drmix.objectives")
 OBJECTIVES.register(ObjectiveSpec("infonce", InfoNCE.from_config, "InfoNCE over in-batch and hard negatives."))
 
