@@ -96,3 +96,13 @@ def test_short_names_digest_size_and_rows(tmp_path):
     assert short(fp) == f"blake2b-160 {fp['digest'][:16]}, {fp['bytes']:,} bytes, 2 rows"
     assert short(fingerprint(tmp_path / "data")).endswith(", 1 files")
     assert short(None) == "missing"
+
+
+def test_a_target_corpus_is_its_corpus_file_only(tmp_path):
+    beir = tmp_path / "set"
+    _rows(beir / "corpus.jsonl", 5)
+    _rows(beir / "queries.jsonl", 4)
+    assert sorted(provenance.corpus_fingerprint(beir)["files"]) == ["corpus.jsonl"]
+    plain = _rows(tmp_path / "docs" / "a.txt", 2)
+    assert sorted(provenance.corpus_fingerprint(plain.parent)["files"]) == ["a.txt"]
+    assert provenance.corpus_fingerprint(plain)["rows"] == 2

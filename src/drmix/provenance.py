@@ -172,6 +172,17 @@ def beir_fingerprint(root: str | Path, split: str) -> dict[str, Any] | None:
     return fingerprint(p, only=only)
 
 
+def corpus_fingerprint(root: str | Path) -> dict[str, Any] | None:
+    """A target corpus as a recipe reads it: of a BEIR set only its ``corpus`` file(s) -- the labelled queries
+    and qrels are never opened -- else the file or folder as it is."""
+    p = Path(root)
+    if p.is_dir():
+        only = [f.name for f in sorted(p.iterdir()) if f.is_file() and f.name.split(".")[0] == "corpus"]
+        if only:
+            return fingerprint(p, only=only)
+    return fingerprint(p)
+
+
 def fingerprints(paths: Mapping[str, str | Path]) -> dict[str, dict[str, Any]]:
     """``{name: fingerprint}`` of the named paths that exist (others are left out)."""
     out = {}

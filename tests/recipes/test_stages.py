@@ -211,3 +211,23 @@ def test_a_stage_not_run_yet_is_not_refused_for_its_inputs(tmp_path):
     prepare_stages(stages, provenance=record)             # interrupted before any stage wrote its folder
     _collection(tmp_path / "data" / "train.jsonl", 15)
     assert prepare_stages(stages, provenance=record) == []
+
+
+def test_a_target_corpus_rewritten_in_place_is_refused_and_its_labels_are_not_read(tmp_path):
+    from drmix.recipes.drama import DramaConfig
+
+    beir = tmp_path / "target"
+    corpus = _collection(beir / "corpus.jsonl", 6)
+    _collection(beir / "queries.jsonl", 3)
+    values = {"corpus": [str(beir)], "seed": 1}
+    stage = Stage("augment", values, output_dir=tmp_path / "run" / "augment", record=tmp_path / "run" / "drama.yaml",
+                  kind=DramaConfig)
+    assert list(stage.inputs()["corpus"][str(beir)]["files"]) == ["corpus.jsonl"]
+    record = tmp_path / "run" / "provenance.json"
+    prepare_stages([stage], provenance=record)
+    (tmp_path / "run" / "augment").mkdir()
+    _collection(beir / "queries.jsonl", 1)                        # the labels: not what the stage reads
+    assert check_stages([stage], provenance=record) == []
+    _collection(Path(corpus), 4)
+    with pytest.raises(ResumeMismatchError, match=r"augment: corpus \S+target: corpus.jsonl: rows 6 -> 4"):
+        check_stages([stage], provenance=record)

@@ -44,7 +44,7 @@ import yaml
 
 from drmix.config import INPUT, Config, TrainConfig
 from drmix.io import atomic_write_json, atomic_write_text
-from drmix.provenance import describe_change, fingerprint
+from drmix.provenance import corpus_fingerprint, describe_change, fingerprint
 from drmix.outputs import run_finished
 from drmix.train.resume_check import ResumeMismatchError, training_changes
 
@@ -145,12 +145,16 @@ class Stage:
 
     def inputs(self, products: Sequence[Path] = ()) -> dict[str, dict[str, Any]]:
         """``{field: {path: fingerprint}}`` of :meth:`input_paths` (:func:`drmix.provenance.fingerprint`)."""
-        return {key: {p: fingerprint(p) for p in paths} for key, paths in self.input_paths(products).items()}
+        return {key: {p: (corpus_fingerprint if key in CORPUS_INPUTS else fingerprint)(p) for p in paths}
+                for key, paths in self.input_paths(products).items()}
 
 
 #: input fields that are no stage's input: the sets evaluated at the end and those a model is selected on (their
 #: evaluations are cached by content, :mod:`drmix.evaluation.suite`)
 NOT_STAGE_INPUTS = frozenset({"test_data", "eval_data", "select_on"})
+#: input fields that are target corpora: of a BEIR set only the corpus is read (its queries and qrels are never
+#: opened, :func:`drmix.provenance.corpus_fingerprint`)
+CORPUS_INPUTS = frozenset({"corpus"})
 
 
 def _within(path: str, root: str) -> bool:
