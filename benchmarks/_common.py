@@ -171,13 +171,18 @@ def keyed_write(path: Path, key: dict[str, Any], value: Any) -> None:
 
 
 def dataset_key(dataset: Any) -> dict[str, Any]:
-    """What an evaluation set is: its folder, split, and a digest of the query and document ids it kept (so
-    every cap, seed and subsampling rule is in it)."""
+    """What an evaluation set is: its folder, split, a digest of the query and document ids it kept (so
+    every cap, seed and subsampling rule is in it) and the content digest of the files that split reads
+    (:func:`drmix.provenance.beir_fingerprint`: a text edited at the same path, same ids, is another set)."""
     import hashlib
+
+    from drmix.provenance import beir_fingerprint
 
     h = hashlib.blake2b(digest_size=12)
     for part in (sorted(dataset.queries), sorted(dataset.corpus),
                  sorted((q, d, s) for q, r in dataset.qrels.items() for d, s in r.items())):
         h.update(repr(part).encode("utf-8"))
-    return {"data": Path(getattr(dataset, "root", "")).name, "split": getattr(dataset, "split", None),
-            "queries": len(dataset.queries), "documents": len(dataset.corpus), "ids": h.hexdigest()}
+    root, split = getattr(dataset, "root", None), getattr(dataset, "split", None)
+    files = beir_fingerprint(root, split or "test") if root else None
+    return {"data": Path(root or "").name, "split": split, "queries": len(dataset.queries),
+            "documents": len(dataset.corpus), "ids": h.hexdigest(), "files": (files or {}).get("digest")}

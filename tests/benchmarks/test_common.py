@@ -76,6 +76,22 @@ def test_dataset_key_names_the_ids_a_cap_kept():
     ka, kb = common.dataset_key(a), common.dataset_key(b)
     assert (ka["data"], ka["split"], ka["queries"], ka["documents"]) == ("nfcorpus", "test", 1, 2)
     assert ka["ids"] != kb["ids"] and common.dataset_key(a) == ka
+    assert ka["files"] is None                                   # no folder at that path: nothing to read
+
+
+def test_dataset_key_changes_when_a_text_is_edited_in_place(tmp_path, monkeypatch):
+    from drmix.data.beir import load_beir
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "set"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "cats"}\n')
+    (root / "queries.jsonl").write_text('{"_id": "q1", "text": "cat"}\n')
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    before = common.dataset_key(load_beir(root, "test"))
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "dogs and more"}\n')   # same ids
+    after = common.dataset_key(load_beir(root, "test"))
+    assert after["ids"] == before["ids"] and after["files"] != before["files"]
 
 
 def test_a_collection_changed_in_place_after_the_run_stops_the_benchmark(tmp_path):
