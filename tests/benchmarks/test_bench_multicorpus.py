@@ -116,3 +116,41 @@ def test_simplex_specs_cover_every_split_of_three_corpora():
     fixed = [s for s in specs if s.startswith("fixed:")]
     assert len(fixed) == 66 and "fixed:1,0,0" in fixed and "fixed:0.3,0.3,0.4" in fixed
     assert specs[0] == "naive" and specs[-2:] == ["equal", "oracle"] and "confidence:0.1" not in specs
+
+
+def _row(recall, mrr):
+    return {"pc_recall@10": recall, "pc_mrr@10": mrr}
+
+
+def test_page_table_prints_the_federated_table_in_the_pages_layout(tmp_path):
+    """docs/multicorpus.md's table is what --page-table prints from a run's results.json."""
+    from drmix.evaluation.multi import load_sweep_json, write_sweep
+
+    a = SweepResult("W-A, walmart known", 10, {
+        "naive": _row(0.5142, 0.282), "fixed:0.4": _row(0.59, 0.29), "fixed:0.5": _row(0.5973, 0.295),
+        "equal": _row(0.5973, 0.295), "coverage": _row(0.62114, 0.3731), "fixed (dev-tuned)": _row(0.5961, 0.293),
+        LABEL_FREE_ROW: _row(0.62108, 0.3729), "oracle": _row(0.6687, 0.297)},
+        chosen={"fixed": "fixed:0.4/fixed:0.5/fixed:0.4", "label-free": "coverage/coverage/coverage"})
+    b = SweepResult("three corpora", 10, {"naive": _row(0.3589, 0.241), "oracle": _row(0.3927, 0.245)})
+    expected = (
+        "| policy | W-A, walmart known | three corpora |\n"
+        "| --- | --- | --- |\n"
+        "| naive | 51.42 / 0.282 | **35.89** / 0.241 |\n"
+        "| equal (= fixed 0.5 for two) | 59.73 / 0.295 | – |\n"
+        "| coverage | **62.11** / 0.373 | – |\n"
+        "| best fixed on test (chosen with test labels) | 59.73 / 0.295 (0.5) | – |\n"
+        "| fixed, dev-tuned | 59.61 / 0.293 (0.4, 0.5, 0.4) | – |\n"
+        "| label-free, dev-chosen | **62.11** / 0.373 (coverage ×3) | – |\n"
+        "| oracle | 66.87 / 0.297 | 39.27 / 0.245 |\n")
+    assert bm.page_table([a, b]) == expected
+    write_sweep([a, b], tmp_path / "results", plot_top=0)
+    assert bm.page_table(load_sweep_json(tmp_path / "results" / "results.json")) == expected
+
+
+def test_page_table_option_reads_an_earlier_runs_results(tmp_path, capsys):
+    from drmix.evaluation.multi import write_sweep
+
+    r = SweepResult("A-G, google known", 10, {"naive": _row(0.1614, 0.077), "oracle": _row(0.1947, 0.08)})
+    write_sweep([r], tmp_path / "results", plot_top=0)
+    assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
+    assert capsys.readouterr().out == bm.page_table([r])
