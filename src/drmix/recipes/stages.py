@@ -157,6 +157,11 @@ NOT_STAGE_INPUTS = frozenset({"test_data", "eval_data", "select_on"})
 CORPUS_INPUTS = frozenset({"corpus"})
 
 
+def _products(stages: Sequence[Stage]) -> list[Path]:
+    """What the stages write: their outputs and folders (a path inside one is no input of the recipe)."""
+    return [Path(o) for s in stages for o in (*s.outputs, s.output_dir)]
+
+
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
@@ -232,7 +237,7 @@ def check_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwr
     changed: dict[str, dict[str, Any]] = {s.name: c for s in stages if (c := s.changes())}
     if provenance is not None:
         recorded = read_provenance(provenance)
-        products = [Path(o) for s in stages for o in s.outputs]
+        products = _products(stages)
         for s in stages:
             if s.exists() and (c := input_changes((recorded.get(s.name) or {}).get("inputs"),
                                                   s.inputs(products))):
@@ -287,7 +292,7 @@ def record_provenance(path: str | Path, stages: Sequence[Stage]) -> dict[str, An
     """Write ``path`` (``provenance.json``, atomically): every stage's inputs with their fingerprints now.
 
     ``{"stages": {stage name: {"inputs": {field: {path: fingerprint}}}}}``; returns what was written."""
-    products = [Path(o) for s in stages for o in s.outputs]
+    products = _products(stages)
     data = {"stages": {s.name: {"inputs": s.inputs(products)} for s in stages}}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(Path(path), data)
