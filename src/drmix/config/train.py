@@ -245,7 +245,7 @@ class PipelineRun(RunConfig):
 
     overwrite: bool = setting(False, role=OPERATIONAL, description="Re-run every stage, replacing the earlier run's "
                               "outputs in output_dir (without it a rerun reuses the stages made with the same settings "
-                              "and refuses changed ones unless --resume-with-changes re-runs them).")
+                              "from the same inputs and refuses changed ones unless --resume-with-changes re-runs them).")
 
 
 class PipelineBaseConfig(TrainConfig):
