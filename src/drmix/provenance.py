@@ -47,21 +47,30 @@ def store_path() -> Path:
     return cache_root() / "provenance" / "hashes.sqlite"
 
 
+_CONNECTIONS: dict[tuple[str, int], sqlite3.Connection] = {}
+
+
 def _connect(create: bool) -> sqlite3.Connection | None:
+    """The process's connection to the digest store (one per store and process), or None when it cannot be used
+    (``create``: make the store when missing; else a missing store is None)."""
     path = store_path()
+    key = (str(path), os.getpid())
+    if key in _CONNECTIONS:
+        return _CONNECTIONS[key]
     try:
         if create:
             path.parent.mkdir(parents=True, exist_ok=True)
         elif not path.exists():
             return None
-        con = sqlite3.connect(str(path), timeout=5.0)
+        con = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False)
         con.execute("CREATE TABLE IF NOT EXISTS digests (path TEXT, size INTEGER, mtime_ns INTEGER, "
                     "inode INTEGER, algorithm TEXT, digest TEXT, rows INTEGER, "
                     "PRIMARY KEY (path, size, mtime_ns, inode, algorithm))")
-        return con
     except (OSError, sqlite3.Error) as e:
         log.debug("provenance: digest store %s not usable (%s); hashing without it", path, e)
         return None
+    _CONNECTIONS[key] = con
+    return con
 
 
 def _remembered(key: tuple[str, int, int, int]) -> tuple[str, int | None] | None:
@@ -71,13 +80,10 @@ def _remembered(key: tuple[str, int, int, int]) -> tuple[str, int | None] | None
     if con is None:
         return None
     try:
-        with con:
-            row = con.execute("SELECT digest, rows FROM digests WHERE path=? AND size=? AND mtime_ns=? AND inode=? "
-                              "AND algorithm=?", (*key, ALGORITHM)).fetchone()
+        row = con.execute("SELECT digest, rows FROM digests WHERE path=? AND size=? AND mtime_ns=? AND inode=? "
+                          "AND algorithm=?", (*key, ALGORITHM)).fetchone()
     except sqlite3.Error:
         row = None
-    finally:
-        con.close()
     return (row[0], row[1]) if row else None
 
 
@@ -91,8 +97,6 @@ def _remember(key: tuple[str, int, int, int], value: tuple[str, int | None]) -> 
             con.execute("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?, ?)", (*key, ALGORITHM, *value))
     except sqlite3.Error as e:
         log.debug("provenance: digest of %s not remembered (%s)", key[0], e)
-    finally:
-        con.close()
 
 
 def _hash(path: Path, count_rows: bool) -> tuple[str, int | None]:
