@@ -106,3 +106,15 @@ def test_a_target_corpus_is_its_corpus_file_only(tmp_path):
     plain = _rows(tmp_path / "docs" / "a.txt", 2)
     assert sorted(provenance.corpus_fingerprint(plain.parent)["files"]) == ["a.txt"]
     assert provenance.corpus_fingerprint(plain)["rows"] == 2
+
+
+def test_a_file_added_a_kind_changed_and_tool_folders_left_out(tmp_path):
+    root = tmp_path / "model"
+    _rows(root / "a.txt", 1)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref\n")
+    before = fingerprint(root)
+    assert list(before["files"]) == ["a.txt"]                  # a tool's folder is not what the folder holds
+    _rows(root / "b.txt", 2)
+    assert describe_change(before, fingerprint(root)) == "b.txt added"
+    assert describe_change(fingerprint(root / "a.txt"), before) == "was a file, now a folder"

@@ -187,16 +187,6 @@ def corpus_fingerprint(root: str | Path) -> dict[str, Any] | None:
     return fingerprint(p)
 
 
-def fingerprints(paths: Mapping[str, str | Path]) -> dict[str, dict[str, Any]]:
-    """``{name: fingerprint}`` of the named paths that exist (others are left out)."""
-    out = {}
-    for name, path in paths.items():
-        fp = fingerprint(path)
-        if fp is not None:
-            out[name] = {"path": str(path), **fp}
-    return out
-
-
 def short(fp: Mapping[str, Any] | None) -> str:
     """One line for a fingerprint: digest prefix, size and rows (a model card's "made from" list)."""
     if not fp:
