@@ -21,8 +21,9 @@ in ``provenance.json`` beside its own record, and a rerun compares them: an inpu
 (a collection cut from 20 to 15 rows, a corpus rewritten, a model folder replaced) is refused like a changed
 setting, naming the stage, the input and what changed, or re-run with ``--resume-with-changes`` together with
 every stage built on it. Files inside another stage's folder (a stage's model, stage 1's ``weights.json``)
-are that stage's outputs, followed by the rule above instead; the test and selection sets are not a stage's input (the
-evaluation cache, :mod:`drmix.evaluation.suite`, is keyed by their content).
+are that stage's outputs, followed by the rule above instead; the test and selection sets are not a stage's
+input (the evaluation cache, :mod:`drmix.evaluation.suite`, is keyed by their content). A stage finished
+before its recipe recorded ``provenance.json`` is taken as made from its inputs as they are now.
 
 A stage is finished when its model is saved (:func:`drmix.outputs.run_finished`); an interrupted stage made
 with the same settings is resumed from its last checkpoint (the recipes set ``resume: true`` on every stage's
