@@ -112,17 +112,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------------------
 
 
-def save_cset(cset: CandidateSet, path: Path) -> None:
+def save_cset(cset: CandidateSet, path: Path, key: dict | None = None) -> None:
     def row(cc: CorpusCandidates) -> list:
         sample = None if cc.sample_scores is None else [round(x, 6) for x in cc.sample_scores.tolist()]
         return [cc.ids, [round(x, 6) for x in cc.scores.tolist()], cc.background, sample, cc.size, cc.sample_size]
 
     rows = {q: {c: row(cc) for c, cc in by_c.items()} for q, by_c in cset.by_query.items()}
-    atomic_write_json(path, {"corpora": cset.corpora, "by_query": rows}, indent=None)
+    atomic_write_json(path, {"key": key, "corpora": cset.corpora, "by_query": rows}, indent=None)
 
 
 def load_cset(path: Path) -> CandidateSet:
-    d = json.loads(path.read_text())
+    return _cset_from(json.loads(path.read_text()))
+
+
+def _cset_from(d: dict) -> CandidateSet:
 
     def cands(v: list) -> CorpusCandidates:
         v = v + [None] * (6 - len(v))
@@ -166,13 +169,37 @@ def three_corpus_layout(out: Path, data: Path) -> dict:
     return {"corpus_dirs": dirs, "train_files": {}, "passage_contains_query": False}
 
 
+def candidates_key(model_path, man: dict, split_queries: dict, args) -> dict:
+    """What the candidates are made from: the model (its files' content digest), each corpus file's content,
+    the queries, the depth, the budget and the passage length."""
+    import hashlib
+
+    from drmix.evaluation.suite import model_stamp
+    from drmix.provenance import corpus_fingerprint
+
+    h = hashlib.blake2b(digest_size=12)
+    h.update(json.dumps(sorted((q, t) for qs in split_queries.values() for q, t in qs.items())).encode("utf-8"))
+    return {"model": None if model_path is None else str(model_path), "model_files": model_stamp(model_path),
+            "corpora": {n: (corpus_fingerprint(d) or {}).get("digest") for n, d in man["corpus_dirs"].items()},
+            "queries": h.hexdigest(), "depth": args.depth, "k": max(args.k, max(KS)),
+            "doc_max_length": args.doc_max_length}
+
+
 def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
-    """Candidates of every split's queries (cached as JSON so an interrupted run resumes cheaply)."""
+    """Candidates of every split's queries, cached as JSON under :func:`candidates_key` (an interrupted run
+    resumes cheaply; a cache made with another model, corpus, query set or setting is made again)."""
     from drmix.model.encoder import load_encoder
 
     enc = None
+    key = json.loads(json.dumps(candidates_key(model_path, man, split_queries, args)))
+    stored = {}
     if cache.exists():
-        cset = load_cset(cache)
+        try:
+            stored = json.loads(cache.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stored = {}
+    if isinstance(stored, dict) and stored.get("key") == key:
+        cset = _cset_from(stored)
     else:
         model = load_encoder(model_path)
         t = time.perf_counter()
@@ -183,7 +210,7 @@ def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
         enc = time.perf_counter() - t
         log.info("encoded %s passages and %d queries in %.0f s", {n: len(i.ids) for n, i in retr.indexes.items()},
                  len(all_q), enc)
-        save_cset(cset, cache)
+        save_cset(cset, cache, key)
     return {s: cset.subset(qs) for s, qs in split_queries.items()}, enc
 
 

@@ -154,3 +154,45 @@ def test_page_table_option_reads_an_earlier_runs_results(tmp_path, capsys):
     write_sweep([r], tmp_path / "results", plot_top=0)
     assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
     assert capsys.readouterr().out == bm.page_table([r])
+
+
+def test_candidates_are_made_again_for_a_corpus_changed_in_place(tmp_path, monkeypatch):
+    import argparse
+
+    import numpy as np
+
+    import drmix.model.encoder as encoder
+    from drmix.retrieval.multi import CandidateSet, CorpusCandidates
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    made = []
+
+    class Retriever:
+        indexes = {}
+
+        @classmethod
+        def from_dirs(cls, model, dirs, **kw):
+            made.append(dict(dirs))
+            return cls()
+
+        def candidates(self, queries, k):
+            return CandidateSet(["a"], {q: {"a": CorpusCandidates(["d1"], np.array([0.5]))} for q in queries})
+
+    monkeypatch.setattr(bm, "MultiCorpusRetriever", Retriever)
+    monkeypatch.setattr(encoder, "load_encoder", lambda path: object())
+    corpus = tmp_path / "a"
+    corpus.mkdir()
+    (corpus / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    man = {"corpus_dirs": {"a": str(corpus)}}
+    queries = {"test": {"q1": "x"}, "dev": {"q2": "y"}}
+    args = argparse.Namespace(depth=10, k=10, doc_max_length=48, encode_batch_size=8)
+    cache = tmp_path / "cset.json"
+    first, _ = bm.candidates(None, man, queries, args, cache)
+    again, enc = bm.candidates(None, man, queries, args, cache)
+    assert len(made) == 1 and enc is None and list(again["test"].by_query) == ["q1"]
+    (corpus / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n{"_id": "d2", "text": "z"}\n')
+    bm.candidates(None, man, queries, args, cache)
+    assert len(made) == 2
+    bm.candidates(None, man, queries, argparse.Namespace(depth=20, k=10, doc_max_length=48, encode_batch_size=8),
+                  cache)
+    assert len(made) == 3
