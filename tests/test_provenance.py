@@ -118,3 +118,14 @@ def test_a_file_added_a_kind_changed_and_tool_folders_left_out(tmp_path):
     _rows(root / "b.txt", 2)
     assert describe_change(before, fingerprint(root)) == "b.txt added"
     assert describe_change(fingerprint(root / "a.txt"), before) == "was a file, now a folder"
+
+
+def test_a_folder_with_many_changed_files_names_five_and_counts_the_rest(tmp_path):
+    root = tmp_path / "shards"
+    for i in range(8):
+        _rows(root / f"s{i}.jsonl", 1)
+    before = fingerprint(root)
+    for i in range(8):
+        _rows(root / f"s{i}.jsonl", 2)
+    said = describe_change(before, fingerprint(root))
+    assert said.count("rows 1 -> 2") == 5 and said.endswith("; and 3 more files")

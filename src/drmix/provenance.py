@@ -37,6 +37,8 @@ ROW_SUFFIXES = frozenset({".jsonl", ".tsv", ".csv", ".txt"})
 #: files in a folder that are not part of what it holds (caches and markers other tools put beside data)
 _IGNORED_PARTS = frozenset({".git", "__pycache__", ".cache", ".ipynb_checkpoints"})
 _IGNORED_NAMES = frozenset({".DS_Store"})
+#: the changed files of a folder named one by one (the others are counted)
+MAX_LISTED = 5
 
 _LOCK = threading.Lock()
 _MEMO: dict[tuple[str, int, int, int], tuple[str, int | None]] = {}
@@ -234,4 +236,6 @@ def describe_change(before: Mapping[str, Any] | None, after: Mapping[str, Any] |
             said.append(f"{rel} added")
         elif (c := _file_change(b[rel], a[rel])) is not None:
             said.append(f"{rel}: {c}")
+    if len(said) > MAX_LISTED:
+        said = said[:MAX_LISTED] + [f"and {len(said) - MAX_LISTED} more files"]
     return "; ".join(said) or "content changed"
