@@ -196,3 +196,19 @@ def test_candidates_are_made_again_for_a_corpus_changed_in_place(tmp_path, monke
     bm.candidates(None, man, queries, argparse.Namespace(depth=20, k=10, doc_max_length=48, encode_batch_size=8),
                   cache)
     assert len(made) == 3
+
+
+AG_FIXTURE = Path(__file__).parent / "fixtures" / "multicorpus-amazon-google-untrained-results.json"
+
+
+def test_the_untrained_amazon_google_table_of_the_docs_is_what_page_table_prints(tmp_path, capsys):
+    """docs/multicorpus.md's re-printed Amazon-Google table is --page-table's output from the stored results."""
+    import shutil
+
+    (tmp_path / "results").mkdir()
+    shutil.copy(AG_FIXTURE, tmp_path / "results" / "results.json")
+    assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 15 and "| crcs | 13.04 / 0.056 | 13.09 / 0.056 |" in printed
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
+    assert printed in docs
