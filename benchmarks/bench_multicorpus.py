@@ -94,6 +94,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--k", type=int, default=10, help="retrieval budget of the table")
     ap.add_argument("--depth", type=int, default=100, help="candidates fetched per corpus")
     ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
+    ap.add_argument("--page-table", action="store_true", help="print docs/multicorpus.md's table from the "
+                    "results.json of an earlier run in --out and exit")
     for key, val in PRESETS["cpu"].items():
         ap.add_argument("--" + key.replace("_", "-"), type=type(val), default=None,
                         help=f"override the preset (cpu: {val}, gpu: {PRESETS['gpu'][key]})")
@@ -110,17 +112,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------------------
 
 
-def save_cset(cset: CandidateSet, path: Path) -> None:
+def save_cset(cset: CandidateSet, path: Path, key: dict | None = None) -> None:
     def row(cc: CorpusCandidates) -> list:
         sample = None if cc.sample_scores is None else [round(x, 6) for x in cc.sample_scores.tolist()]
         return [cc.ids, [round(x, 6) for x in cc.scores.tolist()], cc.background, sample, cc.size, cc.sample_size]
 
     rows = {q: {c: row(cc) for c, cc in by_c.items()} for q, by_c in cset.by_query.items()}
-    atomic_write_json(path, {"corpora": cset.corpora, "by_query": rows}, indent=None)
+    atomic_write_json(path, {"key": key, "corpora": cset.corpora, "by_query": rows}, indent=None)
 
 
 def load_cset(path: Path) -> CandidateSet:
-    d = json.loads(path.read_text())
+    return _cset_from(json.loads(path.read_text()))
+
+
+def _cset_from(d: dict) -> CandidateSet:
 
     def cands(v: list) -> CorpusCandidates:
         v = v + [None] * (6 - len(v))
@@ -164,13 +169,37 @@ def three_corpus_layout(out: Path, data: Path) -> dict:
     return {"corpus_dirs": dirs, "train_files": {}, "passage_contains_query": False}
 
 
+def candidates_key(model_path, man: dict, split_queries: dict, args) -> dict:
+    """What the candidates are made from: the model (its files' content digest), each corpus file's content,
+    the queries, the depth, the budget and the passage length."""
+    import hashlib
+
+    from drmix.evaluation.suite import model_stamp
+    from drmix.provenance import corpus_fingerprint
+
+    h = hashlib.blake2b(digest_size=12)
+    h.update(json.dumps(sorted((q, t) for qs in split_queries.values() for q, t in qs.items())).encode("utf-8"))
+    return {"model": None if model_path is None else str(model_path), "model_files": model_stamp(model_path),
+            "corpora": {n: (corpus_fingerprint(d) or {}).get("digest") for n, d in man["corpus_dirs"].items()},
+            "queries": h.hexdigest(), "depth": args.depth, "k": max(args.k, max(KS)),
+            "doc_max_length": args.doc_max_length}
+
+
 def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
-    """Candidates of every split's queries (cached as JSON so an interrupted run resumes cheaply)."""
+    """Candidates of every split's queries, cached as JSON under :func:`candidates_key` (an interrupted run
+    resumes cheaply; a cache made with another model, corpus, query set or setting is made again)."""
     from drmix.model.encoder import load_encoder
 
     enc = None
+    key = json.loads(json.dumps(candidates_key(model_path, man, split_queries, args)))
+    stored = {}
     if cache.exists():
-        cset = load_cset(cache)
+        try:
+            stored = json.loads(cache.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            stored = {}
+    if isinstance(stored, dict) and stored.get("key") == key:
+        cset = _cset_from(stored)
     else:
         model = load_encoder(model_path)
         t = time.perf_counter()
@@ -181,7 +210,7 @@ def candidates(model_path, man: dict, split_queries: dict, args, cache: Path):
         enc = time.perf_counter() - t
         log.info("encoded %s passages and %d queries in %.0f s", {n: len(i.ids) for n, i in retr.indexes.items()},
                  len(all_q), enc)
-        save_cset(cset, cache)
+        save_cset(cset, cache, key)
     return {s: cset.subset(qs) for s, qs in split_queries.items()}, enc
 
 
@@ -295,6 +324,58 @@ def format_summary(summary: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the rows of docs/multicorpus.md's federated-search tables: (row name, the sweep's row label); a label the
+#: results do not hold (zscore in the untrained run) is left out
+PAGE_ROWS = (("naive", "naive"), ("equal (= fixed 0.5 for two)", "equal"), ("equal:merge=rank", "equal:merge=rank"),
+             ("zscore", "zscore"), ("calibrated", "calibrated"), ("redde", "redde"), ("crcs", "crcs"),
+             ("coverage", "coverage"), ("coverage:merge=score", "coverage:merge=score"))
+
+
+def _choices(specs: list[str], strip: str = "") -> str:
+    """``(0.4, 0.5, 0.4)`` for one choice per seed, ``(0.8 ×3)`` when every seed chose the same."""
+    vals = [sp.removeprefix(strip) for sp in specs]
+    if len(vals) > 1 and len(set(vals)) == 1:
+        return f"({vals[0]} ×{len(vals)})"
+    return "(" + ", ".join(vals) + ")"
+
+
+def page_table(results: list[SweepResult]) -> str:
+    """docs/multicorpus.md's federated-search table: a row per policy, a column per setting, cells ``recall@k
+    ×100 / MRR@k``; the best fixed fraction chosen on test (its fraction), the dev-tuned fixed fraction and the
+    label-free dev-chosen policy (the choice of each seed); the best recall of a column bold (ties all bold; the
+    oracle and the fraction chosen with test labels are never bold)."""
+    def cell(m: dict, k: int, best: float | None) -> str:
+        rec = f"{100 * m[f'pc_recall@{k}']:.2f}"
+        if best is not None and rec == f"{best:.2f}":
+            rec = f"**{rec}**"
+        return f"{rec} / {m[f'pc_mrr@{k}']:.3f}"
+
+    cols = []
+    for r in results:
+        fixed = [lab for lab in r.rows if lab.startswith("fixed:")]
+        best_fixed = max(fixed, key=lambda lab: (r.rows[lab][f"pc_recall@{r.k}"], -fixed.index(lab))) if fixed else None
+        ranked = [lab for lab in r.rows if lab != "oracle"]
+        best = max(100 * r.rows[lab][f"pc_recall@{r.k}"] for lab in ranked) if ranked else None
+        cols.append((r, best_fixed, best))
+    lines = ["| policy | " + " | ".join(r.setting for r in results) + " |", "| --- |" + " --- |" * len(results)]
+    for name, label in PAGE_ROWS:
+        if any(label in r.rows for r in results):
+            lines.append(f"| {name} | " + " | ".join(cell(r.rows[label], r.k, best) if label in r.rows else "–"
+                                                    for r, _, best in cols) + " |")
+    rows = [("best fixed on test (chosen with test labels)",
+             lambda r, bf, best: f"{cell(r.rows[bf], r.k, None)} ({bf.removeprefix('fixed:')})" if bf else "–"),
+            ("fixed, dev-tuned", lambda r, bf, best: f"{cell(r.rows['fixed (dev-tuned)'], r.k, best)} "
+                                               f"{_choices(r.chosen['fixed'].split('/'), 'fixed:')}"
+             if "fixed (dev-tuned)" in r.rows else "–"),
+            ("label-free, dev-chosen", lambda r, bf, best: f"{cell(r.rows[LABEL_FREE_ROW], r.k, best)} "
+                                                     f"{_choices(r.chosen['label-free'].split('/'))}"
+             if LABEL_FREE_ROW in r.rows else "–"),
+            ("oracle", lambda r, bf, best: cell(r.rows["oracle"], r.k, None) if "oracle" in r.rows else "–")]
+    for name, fmt in rows:
+        lines.append(f"| {name} | " + " | ".join(fmt(r, bf, best) for r, bf, best in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------------
@@ -332,6 +413,11 @@ def main(argv=None) -> int:
         print(estimate_line(estimate(args), "this command"), flush=True)
         if args.estimate:
             return 0
+    if args.page_table:
+        from drmix.evaluation.multi import load_sweep_json
+
+        print(page_table(load_sweep_json(Path(args.out) / "results" / "results.json")), end="")
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import torch
 
@@ -405,6 +491,7 @@ def main(argv=None) -> int:
     atomic_write_json(res_dir / "timings.json", timings)
     atomic_write_json(res_dir / "config.json", {k: v for k, v in vars(args).items()})
     print(format_table(results))
+    print(page_table(results))
     print(format_summary(summary))
     print(json.dumps(timings, indent=2))
     print("wrote", {k: str(v) for k, v in paths.items()})

@@ -167,12 +167,41 @@ def cap(rows: list[dict], limit: int, seed: int) -> list[dict]:
     return [rows[i] for i in keep]
 
 
+#: what the files of ``build_all`` are made with, besides the data (``out/build.json`` records it)
+BUILD_VERSION = 1
+
+
+def read_build_record(out: Path) -> dict:
+    """``out/build.json``: the settings the collections were built with and each file's content digest."""
+    try:
+        raw = json.loads((out / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _still_built(path: Path, record: dict, key: dict) -> bool:
+    """Whether ``path`` is the file built earlier with ``key`` (same settings, content unchanged since)."""
+    from drmix.provenance import file_fingerprint
+
+    digest = (record.get("files") or {}).get(path.stem)
+    return record.get("key") == key and path.is_file() and digest == file_fingerprint(path)["digest"]
+
+
 def build_all(data: Path, out: Path, *, seed: int = 0, max_per_collection: int = 1500, max_words: int = 120,
               localdocs: bool = True) -> dict[str, int]:
-    """Write ``out/<name>.jsonl`` for every collection; returns ``{name: examples}``. Existing files are kept."""
-    from drmix.io import write_jsonl_atomic
+    """Write ``out/<name>.jsonl`` for every collection; returns ``{name: examples}``.
+
+    A file is kept when ``out/build.json`` records it built with the same seed, cap and word limit and its
+    content is unchanged since; otherwise (other settings, an edited file, a folder from before the record) it
+    is built again and replaced atomically."""
+    from drmix.io import atomic_write_json, write_jsonl_atomic
+    from drmix.provenance import file_fingerprint
 
     out.mkdir(parents=True, exist_ok=True)
+    key = {"seed": seed, "max_per_collection": max_per_collection, "max_words": max_words, "version": BUILD_VERSION}
+    record = read_build_record(out)
+    files: dict[str, str] = {}
     builders = {
         "scifact": lambda: beir_collection(data / "scifact", max_words=max_words, seed=seed),
         "nfcorpus": lambda: beir_collection(data / "nfcorpus", max_words=max_words, seed=seed),
@@ -186,19 +215,30 @@ def build_all(data: Path, out: Path, *, seed: int = 0, max_per_collection: int =
     sizes = {}
     for name, build in builders.items():
         path = out / f"{name}.jsonl"
-        if not path.exists():
+        if not _still_built(path, record, key):
+            if path.exists():
+                log.info("%s: built with other settings or changed since; built again", name)
             rows = cap(build(), max_per_collection, seed)
             write_jsonl_atomic(path, rows)
             log.info("%s: %d examples", name, len(rows))
+        files[name] = file_fingerprint(path)["digest"]
         sizes[name] = sum(1 for _ in open(path, encoding="utf-8"))
     if localdocs:
-        sizes.update(_localdocs(out, seed=seed, max_per_collection=max_per_collection))
+        docs = _localdocs(out, seed=seed, max_per_collection=max_per_collection,
+                          rebuild=not all(_still_built(p, record, key) for p in out.glob("docs_*.jsonl")))
+        sizes.update(docs)
+        files.update({name: file_fingerprint(out / f"{name}.jsonl")["digest"] for name in docs})
+    atomic_write_json(out / "build.json", {"key": key, "files": files})
     return sizes
 
 
-def _localdocs(out: Path, *, seed: int, max_per_collection: int) -> dict[str, int]:
+def _localdocs(out: Path, *, seed: int, max_per_collection: int, rebuild: bool = False) -> dict[str, int]:
     sizes = {}
     existing = sorted(out.glob("docs_*.jsonl"))
+    if rebuild:
+        for path in existing:
+            path.unlink()
+        existing = []
     if not existing:
         try:
             from drmix.data.builders.localdocs import build_localdocs

@@ -104,6 +104,16 @@ MUTANTS = (
            "object.__setattr__(self, step, False)", ("tests/recipes/test_drama.py",)),
     Mutant("drama-one-negative", "DRAMA: one hard negative (the paper: 7)", "src/drmix/recipes/drama.py",
            "num_negatives: int = setting(7,", "num_negatives: int = setting(1,", ("tests/recipes/test_drama.py",)),
+    # what a user configured, silently not done
+    Mutant("checkpoint-one-extra-kept", "Checkpoints: one more kept than keep_checkpoints",
+           "src/drmix/train/checkpoint.py", "for old in done[:-keep]:", "for old in done[:-keep - 1]:",
+           ("tests/train/test_checkpoint.py",)),
+    Mutant("eval-key-without-max-length", "Evaluation cache: max_length left out of the key (a cache made at "
+           "another length reused)", "src/drmix/evaluation/suite.py",
+           '"seed": seed, "max_length": max_length, ', '"seed": seed, ', ("tests/evaluation/test_suite.py",)),
+    Mutant("infonce-fixed-temperature", "InfoNCE: the configured temperature ignored, always 0.05",
+           "src/drmix/train/objective.py", "return cls(temperature=c.temperature,", "return cls(temperature=0.05,",
+           ("tests/train/test_objective.py",)),
 )
 
 # the trainer runs and spawned processes scripts/mutation.sh leaves out (30-60 s each)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -25,5 +24,5 @@ def test_score_key_changes_with_the_model_files_the_test_caps_and_the_length(tmp
     assert bi.evaluation_key(str(model), {"nfcorpus": small}, args) == key
     assert bi.evaluation_key(str(model), {"nfcorpus": full}, args) != key                     # other caps
     assert bi.evaluation_key(str(model), {"nfcorpus": small}, argparse.Namespace(doc_max_length=32)) != key
-    os.utime(model / "modules.json", ns=(1, 1))                                                # saved again
+    (model / "modules.json").write_text("[{}]")                                                # saved again
     assert bi.evaluation_key(str(model), {"nfcorpus": small}, args) != key

@@ -202,7 +202,10 @@ def test_a_cached_score_is_reused_only_for_the_same_model_set_and_length(tmp_pat
     assert len(bm.evaluate(args, model, capped, cache)) == 3 and len(calls) == 2   # another test cap
     bm.evaluate(argparse.Namespace(doc_len=8), model, capped, cache)
     assert len(calls) == 3                                                          # another length
-    os.utime(model / "modules.json", ns=(1, 1))                                     # the model saved again
+    os.utime(model / "modules.json", ns=(1, 1))                   # touched, the same content: still reused
+    bm.evaluate(argparse.Namespace(doc_len=8), model, capped, cache)
+    assert len(calls) == 3
+    (model / "README.md").write_text("saved again")                                 # the model saved again
     bm.evaluate(argparse.Namespace(doc_len=8), model, capped, cache)
     assert len(calls) == 4
 

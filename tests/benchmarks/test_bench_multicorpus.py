@@ -116,3 +116,99 @@ def test_simplex_specs_cover_every_split_of_three_corpora():
     fixed = [s for s in specs if s.startswith("fixed:")]
     assert len(fixed) == 66 and "fixed:1,0,0" in fixed and "fixed:0.3,0.3,0.4" in fixed
     assert specs[0] == "naive" and specs[-2:] == ["equal", "oracle"] and "confidence:0.1" not in specs
+
+
+def _row(recall, mrr):
+    return {"pc_recall@10": recall, "pc_mrr@10": mrr}
+
+
+def test_page_table_prints_the_federated_table_in_the_pages_layout(tmp_path):
+    """docs/multicorpus.md's table is what --page-table prints from a run's results.json."""
+    from drmix.evaluation.multi import load_sweep_json, write_sweep
+
+    a = SweepResult("W-A, walmart known", 10, {
+        "naive": _row(0.5142, 0.282), "fixed:0.4": _row(0.59, 0.29), "fixed:0.5": _row(0.5973, 0.295),
+        "equal": _row(0.5973, 0.295), "coverage": _row(0.62114, 0.3731), "fixed (dev-tuned)": _row(0.5961, 0.293),
+        LABEL_FREE_ROW: _row(0.62108, 0.3729), "oracle": _row(0.6687, 0.297)},
+        chosen={"fixed": "fixed:0.4/fixed:0.5/fixed:0.4", "label-free": "coverage/coverage/coverage"})
+    b = SweepResult("three corpora", 10, {"naive": _row(0.3589, 0.241), "oracle": _row(0.3927, 0.245)})
+    expected = (
+        "| policy | W-A, walmart known | three corpora |\n"
+        "| --- | --- | --- |\n"
+        "| naive | 51.42 / 0.282 | **35.89** / 0.241 |\n"
+        "| equal (= fixed 0.5 for two) | 59.73 / 0.295 | – |\n"
+        "| coverage | **62.11** / 0.373 | – |\n"
+        "| best fixed on test (chosen with test labels) | 59.73 / 0.295 (0.5) | – |\n"
+        "| fixed, dev-tuned | 59.61 / 0.293 (0.4, 0.5, 0.4) | – |\n"
+        "| label-free, dev-chosen | **62.11** / 0.373 (coverage ×3) | – |\n"
+        "| oracle | 66.87 / 0.297 | 39.27 / 0.245 |\n")
+    assert bm.page_table([a, b]) == expected
+    write_sweep([a, b], tmp_path / "results", plot_top=0)
+    assert bm.page_table(load_sweep_json(tmp_path / "results" / "results.json")) == expected
+
+
+def test_page_table_option_reads_an_earlier_runs_results(tmp_path, capsys):
+    from drmix.evaluation.multi import write_sweep
+
+    r = SweepResult("A-G, google known", 10, {"naive": _row(0.1614, 0.077), "oracle": _row(0.1947, 0.08)})
+    write_sweep([r], tmp_path / "results", plot_top=0)
+    assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
+    assert capsys.readouterr().out == bm.page_table([r])
+
+
+def test_candidates_are_made_again_for_a_corpus_changed_in_place(tmp_path, monkeypatch):
+    import argparse
+
+    import numpy as np
+
+    import drmix.model.encoder as encoder
+    from drmix.retrieval.multi import CandidateSet, CorpusCandidates
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    made = []
+
+    class Retriever:
+        indexes = {}
+
+        @classmethod
+        def from_dirs(cls, model, dirs, **kw):
+            made.append(dict(dirs))
+            return cls()
+
+        def candidates(self, queries, k):
+            return CandidateSet(["a"], {q: {"a": CorpusCandidates(["d1"], np.array([0.5]))} for q in queries})
+
+    monkeypatch.setattr(bm, "MultiCorpusRetriever", Retriever)
+    monkeypatch.setattr(encoder, "load_encoder", lambda path: object())
+    corpus = tmp_path / "a"
+    corpus.mkdir()
+    (corpus / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    man = {"corpus_dirs": {"a": str(corpus)}}
+    queries = {"test": {"q1": "x"}, "dev": {"q2": "y"}}
+    args = argparse.Namespace(depth=10, k=10, doc_max_length=48, encode_batch_size=8)
+    cache = tmp_path / "cset.json"
+    first, _ = bm.candidates(None, man, queries, args, cache)
+    again, enc = bm.candidates(None, man, queries, args, cache)
+    assert len(made) == 1 and enc is None and list(again["test"].by_query) == ["q1"]
+    (corpus / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n{"_id": "d2", "text": "z"}\n')
+    bm.candidates(None, man, queries, args, cache)
+    assert len(made) == 2
+    bm.candidates(None, man, queries, argparse.Namespace(depth=20, k=10, doc_max_length=48, encode_batch_size=8),
+                  cache)
+    assert len(made) == 3
+
+
+AG_FIXTURE = Path(__file__).parent / "fixtures" / "multicorpus-amazon-google-untrained-results.json"
+
+
+def test_the_untrained_amazon_google_table_of_the_docs_is_what_page_table_prints(tmp_path, capsys):
+    """docs/multicorpus.md's re-printed Amazon-Google table is --page-table's output from the stored results."""
+    import shutil
+
+    (tmp_path / "results").mkdir()
+    shutil.copy(AG_FIXTURE, tmp_path / "results" / "results.json")
+    assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 15 and "| crcs | 13.04 / 0.056 | 13.09 / 0.056 |" in printed
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
+    assert printed in docs

@@ -11,6 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import _common as common  # noqa: E402
 
+from drmix.io import file_digest  # noqa: E402
+
 from drmix.config import TrainConfig  # noqa: E402
 
 
@@ -74,3 +76,45 @@ def test_dataset_key_names_the_ids_a_cap_kept():
     ka, kb = common.dataset_key(a), common.dataset_key(b)
     assert (ka["data"], ka["split"], ka["queries"], ka["documents"]) == ("nfcorpus", "test", 1, 2)
     assert ka["ids"] != kb["ids"] and common.dataset_key(a) == ka
+    assert ka["files"] is None                                   # no folder at that path: nothing to read
+
+
+def test_dataset_key_changes_when_a_text_is_edited_in_place(tmp_path, monkeypatch):
+    from drmix.data.beir import load_beir
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "set"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "cats"}\n')
+    (root / "queries.jsonl").write_text('{"_id": "q1", "text": "cat"}\n')
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    before = common.dataset_key(load_beir(root, "test"))
+    (root / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "dogs and more"}\n')   # same ids
+    after = common.dataset_key(load_beir(root, "test"))
+    assert after["ids"] == before["ids"] and after["files"] != before["files"]
+
+
+def test_a_collection_changed_in_place_after_the_run_stops_the_benchmark(tmp_path):
+    """Both sides used to hash the file at the recorded path now: an edit in place was invisible."""
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"query": "q", "positive": "p"}\n' * 20)
+    cfg = TrainConfig(data=[str(data)], output_dir=str(tmp_path / "run"), resume=True)
+    assert not common.reusable(tmp_path / "run", cfg)           # about to train: the inputs of now are recorded
+    assert common.identities_file(tmp_path / "run") == tmp_path / "run.inputs.json"
+    _run(tmp_path / "run", data)
+    assert common.reusable(tmp_path / "run", cfg)
+    data.write_text('{"query": "q", "positive": "p"}\n' * 15)
+    with pytest.raises(SystemExit, match=r"other settings or inputs \(data \['file:[0-9a-f]{40}'\] -> "
+                                         r"\['file:[0-9a-f]{40}'\]\)"):
+        common.reusable(tmp_path / "run", cfg)
+
+
+def test_a_run_made_before_identities_were_recorded_adopts_them(tmp_path):
+    data = tmp_path / "c.jsonl"
+    data.write_text('{"query": "q", "positive": "p"}\n')
+    cfg = _run(tmp_path / "run", data)
+    assert common.recorded_identities(tmp_path / "run") is None
+    assert common.reusable(tmp_path / "run", cfg)
+    ids = common.recorded_identities(tmp_path / "run")
+    assert ids[str(data)] == common._identity(str(data)) == "file:" + file_digest(data)
+    assert ids[str(tmp_path / "run")] == str(tmp_path / "run")           # a folder: its real path

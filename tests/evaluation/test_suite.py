@@ -94,3 +94,40 @@ def test_results_table_per_metric_with_share_and_no_average():
     assert lines[0] == "| dataset | metric | teacher | student | student / teacher |"
     assert lines[2:] == ["| a | ndcg@10 | 0.5000 | 0.4500 | 90.0% |", "| a | r | 0.8000 | 0.4000 | 50.0% |",
                          "| b | ndcg@10 | 0.4000 | 0.1000 | 25.0% |"]          # b has no r: no row
+
+
+def _counting(monkeypatch) -> list[int]:
+    import drmix.evaluation.evaluate as ev
+
+    calls: list[int] = []
+    real = ev.evaluate_dataset
+    monkeypatch.setattr(ev, "evaluate_dataset", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    return calls
+
+
+def test_a_test_set_cut_at_the_same_path_is_evaluated_again(tmp_path, tiny_model_path, monkeypatch):
+    """qrels cut from 6 to 3 queries: the cache of the full set is not reported for the cut one."""
+    calls = _counting(monkeypatch)
+    data = _beir(tmp_path)
+    folder = tmp_path / "run"
+    first = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",))
+    assert len(first.per_query["m"]["toy"]) == 6
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
+                                                                                   for i in range(3)))
+    cut = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",))
+    assert len(calls) == 2 and sorted(cut.per_query["m"]["toy"]) == ["q0", "q1", "q2"]
+    (data / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td1\t1\n")   # another split
+    evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",))
+    assert len(calls) == 2
+
+
+def test_another_max_length_is_evaluated_again(tmp_path, tiny_model_path, monkeypatch):
+    calls = _counting(monkeypatch)
+    data = _beir(tmp_path)
+    folder = tmp_path / "run"
+    evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",), max_length=8)
+    evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",), max_length=8)
+    assert len(calls) == 1
+    evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",), max_length=16)
+    assert len(calls) == 2
+    assert json.loads((folder / "eval-test.json").read_text())["key"]["max_length"] == 16

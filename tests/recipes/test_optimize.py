@@ -308,3 +308,16 @@ def test_stage1_resumes_unless_told_not_to(tmp_path):
     assert opt.stage1_config(base, strategy="tdro", reference="r", output_dir=tmp_path / "o").run.resume is True
     assert opt.stage1_config(base, strategy="tdro", reference="r", output_dir=tmp_path / "o",
                              overrides={"resume": False}).run.resume is False
+
+
+def test_the_cosine_temperature_on_dot_products_is_refused_unless_stage1_has_its_own(tmp_path):
+    base = TrainConfig(data=[str(_data(tmp_path))], output_dir=str(tmp_path / "x"), normalize=False)
+    with pytest.raises(ConfigError, match=r"normalize is off: it would divide raw dot products by 0\.002.*"
+                                          r"--stage1 temperature=0\.05.*--temperature 0\.05"):
+        opt.stage1_config(base, strategy="tdro", reference="r", output_dir=tmp_path / "o")
+    given = opt.stage1_config(base, strategy="tdro", reference="r", output_dir=tmp_path / "o",
+                              overrides={"temperature": 0.05})
+    assert given.contrastive.temperature == 0.05 and given.model.normalize is False
+    cosine = opt.stage1_config(base.replace(normalize=True), strategy="tdro", reference="r",
+                               output_dir=tmp_path / "o")
+    assert cosine.contrastive.temperature == opt.STAGE1_TEMPERATURE

@@ -116,3 +116,118 @@ def test_the_default_model_matches_the_path_the_trainer_records(tmp_path):
     _finished(earlier)
     assert Stage("s", _config(out)).changes() == {}
     assert set(Stage("s", _config(out, model="org/other-model")).changes()) == {"model"}
+
+
+# -- inputs changed at the same path (drmix.provenance) ---------------------------------------------------------
+def _collection(path: Path, n: int) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f'{{"query": "q{i}", "positive": "d{i}"}}\n' for i in range(n)))
+    return str(path)
+
+
+def _model(folder: Path, weights: bytes) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "modules.json").write_text("[]")
+    (folder / "model.safetensors").write_bytes(weights)
+    return str(folder)
+
+
+def _two_stages(tmp_path: Path, data: str, model: str) -> list[Stage]:
+    s0 = _config(tmp_path / "run" / "stage0", data=[data], model=model)
+    s1 = _config(tmp_path / "run" / "stage1", data=[data],
+                 reference_model=str(tmp_path / "run" / "stage0" / "model"))
+    return [Stage("stage 0", s0), Stage("stage 1", s1)]
+
+
+def _finished_run(tmp_path: Path, **kw) -> tuple[list[Stage], Path]:
+    data = _collection(tmp_path / "data" / "train.jsonl", 20)
+    model = _model(tmp_path / "base", b"\0" * 64)
+    (tmp_path / "beir").mkdir()
+    stages = _two_stages(tmp_path, data, model)
+    record = tmp_path / "run" / "provenance.json"
+    prepare_stages(stages, provenance=record)
+    for s in stages:
+        _finished(s.config)
+    return stages, record
+
+
+def test_the_inputs_recorded_are_the_input_fields_less_other_stages_outputs(tmp_path):
+    stages, record = _finished_run(tmp_path)
+    import json
+
+    recorded = json.loads(record.read_text())["stages"]
+    assert sorted(recorded["stage 0"]["inputs"]) == ["data", "model"]
+    # stage 1 starts from the bundled model; its reference, stage 0's model, is an output of a stage: not listed
+    assert sorted(recorded["stage 1"]["inputs"]) == ["data", "model"]
+    fp = recorded["stage 0"]["inputs"]["data"][str(tmp_path / "data" / "train.jsonl")]
+    assert fp["rows"] == 20 and fp["kind"] == "file"
+    assert check_stages(stages, provenance=record) == []                  # nothing changed: reused
+
+
+def test_a_collection_cut_in_place_is_refused_naming_the_input_and_its_rows(tmp_path):
+    stages, record = _finished_run(tmp_path)
+    data = _collection(tmp_path / "data" / "train.jsonl", 15)
+    before = _snapshot(tmp_path)
+    with pytest.raises(ResumeMismatchError) as e:
+        prepare_stages(stages, provenance=record)
+    msg = str(e.value)
+    assert f"stage 0: data {data}: rows 20 -> 15" in msg
+    assert f"stage 1: data {data}: rows 20 -> 15" in msg
+    assert "--resume-with-changes" in msg
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_model_replaced_at_the_same_path_reruns_its_stage_and_those_built_on_it(tmp_path, caplog):
+    stages, record = _finished_run(tmp_path)
+    _model(tmp_path / "base", b"\1" * 80)
+    with pytest.raises(ResumeMismatchError, match="model.safetensors: bytes 64 -> 80"):
+        check_stages(stages, provenance=record)
+    with caplog.at_level(logging.WARNING, logger="drmix.recipes"):
+        rerun = prepare_stages(stages, allow_changes=True, provenance=record)
+    assert [s.name for s in rerun] == ["stage 0", "stage 1"]
+    assert "stage 1: re-run with the changed settings (it is built on stage 0)" in caplog.text
+    assert not (tmp_path / "run" / "stage0").exists()
+    # the record now holds the new model: the next run with it reuses what is trained from it
+    for s in stages:
+        _finished(s.config)
+    assert check_stages(stages, provenance=record) == []
+
+
+def test_test_and_selection_sets_are_no_stage_input(tmp_path):
+    from drmix.recipes.tdro import PipelineConfig
+
+    data = _collection(tmp_path / "data" / "train.jsonl", 2)
+    (tmp_path / "beir").mkdir()
+    values = {"data": [data], "test_data": [str(tmp_path / "beir")], "select_on": [str(tmp_path / "beir")]}
+    stage = Stage("s", values, output_dir=tmp_path / "s", record=tmp_path / "pipeline.yaml", kind=PipelineConfig)
+    assert stage.input_paths() == {"data": [data]}
+
+
+def test_a_stage_not_run_yet_is_not_refused_for_its_inputs(tmp_path):
+    data = _collection(tmp_path / "data" / "train.jsonl", 20)
+    model = _model(tmp_path / "base", b"\0" * 64)
+    stages = _two_stages(tmp_path, data, model)
+    record = tmp_path / "run" / "provenance.json"
+    prepare_stages(stages, provenance=record)             # interrupted before any stage wrote its folder
+    _collection(tmp_path / "data" / "train.jsonl", 15)
+    assert prepare_stages(stages, provenance=record) == []
+
+
+def test_a_target_corpus_rewritten_in_place_is_refused_and_its_labels_are_not_read(tmp_path):
+    from drmix.recipes.drama import DramaConfig
+
+    beir = tmp_path / "target"
+    corpus = _collection(beir / "corpus.jsonl", 6)
+    _collection(beir / "queries.jsonl", 3)
+    values = {"corpus": [str(beir)], "seed": 1}
+    stage = Stage("augment", values, output_dir=tmp_path / "run" / "augment", record=tmp_path / "run" / "drama.yaml",
+                  kind=DramaConfig)
+    assert list(stage.inputs()["corpus"][str(beir)]["files"]) == ["corpus.jsonl"]
+    record = tmp_path / "run" / "provenance.json"
+    prepare_stages([stage], provenance=record)
+    (tmp_path / "run" / "augment").mkdir()
+    _collection(beir / "queries.jsonl", 1)                        # the labels: not what the stage reads
+    assert check_stages([stage], provenance=record) == []
+    _collection(Path(corpus), 4)
+    with pytest.raises(ResumeMismatchError, match=r"augment: corpus \S+target: corpus.jsonl: rows 6 -> 4"):
+        check_stages([stage], provenance=record)

@@ -418,3 +418,28 @@ def test_mine_missing_negatives_tops_every_example_up(tmp_path, monkeypatch):
     # enough already: nothing is mined, the miner is never loaded
     assert mine_missing_negatives(cols, 2, model=None) == {n: {"examples": 12, "needed": 0, "mined": 0, "short": 0}
                                                           for n in WORDS}
+
+
+def test_a_rerun_after_inputs_changed_in_place_is_refused_and_a_cut_test_set_is_evaluated_again(pipeline_config):
+    """A collection cut in place refuses every stage built from it, naming the rows; a test set's qrels cut in
+    place is no stage change, and its evaluation is made again on the queries left."""
+    from drmix.train.resume_check import ResumeMismatchError
+
+    cfg = pipeline_config.replace(**{"transfers": ["reweight"], "max_steps": 2, "stage1": {"max_steps": 2,
+                                                                                            "temperature": 0.05}})
+    run_tdro_pipeline(cfg)
+    root = Path(cfg.run.output_dir)
+    qrels = Path(cfg.test.test_data[0]) / "qrels" / "test.tsv"
+    lines = qrels.read_text().splitlines(keepends=True)
+    assert len(json.loads((root / "stage0-reference" / "eval-test.json").read_text())["per_query"]["beir-test"]) \
+        == len(lines) - 1
+    qrels.write_text("".join(lines[:4]))                    # 3 queries left
+    run_tdro_pipeline(cfg)
+    assert len(json.loads((root / "stage0-reference" / "eval-test.json").read_text())["per_query"]["beir-test"]) == 3
+    data = Path(cfg.data.collections[0]) / "tools.jsonl"
+    rows = data.read_text().splitlines(keepends=True)
+    data.write_text("".join(rows[:-2]))
+    with pytest.raises(ResumeMismatchError, match=rf"stage 0: data \S+: tools.jsonl: rows {len(rows)} -> "
+                                                  rf"{len(rows) - 2}") as e:
+        run_tdro_pipeline(cfg)
+    assert "stage 1: data" in str(e.value) and "stage 2 (reweight): data" in str(e.value)

@@ -162,3 +162,18 @@ def test_transferred_weights_say_where_they_were_learned(tiny, tmp_path):
     info = info_from_train_config(cfg, names=["a", "b"], sizes=[5, 5], weights=None, command=None)
     assert "transferred (top:0.7) from weights learned by doremi" in info.weights_how
     assert "doremi" in [p.key for p in info.papers]
+
+
+def test_made_from_lists_each_input_by_content(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"query": "q", "positive": "p"}\n' * 20)
+    cfg = TrainConfig(data=[str(data), str(tmp_path / "gone.jsonl")], max_steps=1)
+    info = info_from_train_config(cfg, names=["train"], sizes=[20])
+    [(key, fp)] = [(k, v) for k, v in info.made_from.items() if v["field"] == "data"]
+    assert key == f"data {data}" and fp["rows"] == 20 and fp["bytes"] == 20 * 32 and fp["kind"] == "file"
+    text = render_model_card(tiny, info)
+    section = text.split("### Made from")[1].split("###")[0]
+    assert f"| data | {data} | blake2b-160 {fp['digest'][:16]}, 640 bytes, 20 rows |" in section
+    assert "gone.jsonl" not in section                       # a path with nothing at it is no input
+    assert CardInfo.from_json(json.loads(json.dumps(info.to_json()))).made_from == info.made_from

@@ -157,3 +157,14 @@ def test_no_duplicates_sampling_trains_and_keeps_its_state(tiny_model_path, dup_
     assert trainer.sampler.no_duplicates and trainer.sampler.row_keys == trainer.builder.row_keys
     state = json.loads((tmp_path / "nd" / "checkpoints" / "step-3" / "trainer_state.json").read_text())
     assert "deferred" in state["sampler"]
+
+
+def test_from_config_uses_the_configured_temperature():
+    from drmix.config import TrainConfig
+
+    obj = InfoNCE.from_config(TrainConfig(temperature=0.5, num_negatives=1))
+    assert obj.temperature == 0.5
+    q = torch.tensor([[1.0, 0.0]])
+    d = torch.tensor([[1.0, 0.0], [0.0, 1.0]])            # the positive (score 1), one hard negative (score 0)
+    got = obj.losses(q, d, torch.tensor([[True]]), gather=False)
+    assert got.tolist() == pytest.approx([-1 / 0.5 + math.log(math.exp(1 / 0.5) + math.exp(0.0))], abs=1e-6)

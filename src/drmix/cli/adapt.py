@@ -24,10 +24,11 @@ base model, uniform fine-tuning, COCO -> uniform and the adapted model on the sy
 (summary.md, report.html; the adapted model with its card is OUTPUT_DIR/model).
 
 --preset cpu|medium|gpu fills the settings it names that are not given (docs/adapt.md). Each stage is a folder
-of --output-dir: a rerun reuses the stages made with the same settings and resumes an interrupted one; a changed
-stage is refused unless --resume-with-changes (re-run it and the stages built on it) or --overwrite (re-run
-every stage). --estimate prints each stage's estimated time, and the hours of the whole run on one GPU and on
---estimate-gpus GPUs, and exits.
+of --output-dir: a rerun reuses the stages made with the same settings from the same inputs (corpora, --data,
+--model compared by content) and resumes an interrupted one; a changed stage is refused unless
+--resume-with-changes (re-run it and the stages built on it) or --overwrite (re-run every stage). --estimate
+prints each stage's estimated time, and the hours of the whole run on one GPU and on --estimate-gpus GPUs, and
+exits.
 """
 
 _ESTIMATE = inspect.Parameter(

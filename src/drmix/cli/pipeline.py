@@ -21,9 +21,10 @@ baseline and every transfer on --test-data (BEIR directories), ending with one t
 
 Every training field applies to all stages; --stage0/--stage1/--stage2 KEY=VALUE override a field for one
 stage (e.g. --stage1 max_steps=200). Each stage writes a subdirectory of --output-dir; rerunning the command
-reuses the stages made with the same settings and resumes an interrupted one; a stage made with other
-settings is refused, unless --resume-with-changes (re-run it and the stages built on it) or --overwrite
-(re-run every stage). The table is saved as summary.md / summary.json,
+reuses the stages made with the same settings from the same inputs and resumes an interrupted one; a stage
+made with other settings, or from an input changed at the same path (a collection, corpus or model folder,
+compared by content: provenance.json), is refused naming the change, unless --resume-with-changes (re-run it
+and the stages built on it) or --overwrite (re-run every stage). The table is saved as summary.md / summary.json,
 with paired tests of every transfer against uniform. Every stage's configuration, transfer and path is
 checked before stage 0 trains. --select-on DEV_BEIR_DIR chooses among uniform and the transfers on that
 dev split only and keeps the best as output_dir/model (warning about transfers below uniform); without it
@@ -36,16 +37,18 @@ idro) from the COCO model and, for comparison, the same fine-tuning from --model
 nDCG@10 of both on --test-data with a paired t-test over queries, as one table (summary.md / summary.json).
 
 Training fields apply to the fine-tuning; --coco KEY=VALUE overrides a field of the COCO stage (e.g. --coco
-max_steps=2000 --coco batch_size=256). Rerunning reuses the stages made with the same settings and resumes an
-interrupted one; a changed stage is refused unless --resume-with-changes or --overwrite re-runs it.
+max_steps=2000 --coco batch_size=256). Rerunning reuses the stages made with the same settings from the same
+inputs (compared by content) and resumes an interrupted one; a stage whose settings or inputs changed is refused
+unless --resume-with-changes or --overwrite re-runs it.
 """
 
 
 DRAMA_HELP = ("Run the DRAMA recipe: augment --corpus (crop + teacher mining; LLM generate / rerank with "
                  "--generate / --rerank), train the student (--model, or one pruned from --prune-from), then "
                  "evaluate teacher, untuned and trained student on --test-data at full size and at --dims, in one "
-                 "table (summary.md). A rerun reuses the steps made with the same settings; a changed one is "
-                 "refused unless --resume-with-changes or --overwrite re-runs it.")
+                 "table (summary.md). A rerun reuses the steps made with the same settings from the same inputs "
+                 "(compared by content); one whose settings or inputs changed is refused unless "
+                 "--resume-with-changes or --overwrite re-runs it.")
 
 
 

@@ -189,7 +189,7 @@ class RunConfig(Part):
     keep_checkpoints: int = setting(2, ge=1, role=OPERATIONAL, description="How many recent checkpoints to keep.")
     log_every: int = setting(10, ge=1, role=OPERATIONAL, description="Write a metrics record every N steps.")
     resume: bool = setting(False, role=OPERATIONAL, description="Continue from the latest checkpoint in output_dir.")
-    resume_with_changes: bool = setting(False, role=OPERATIONAL, description="With resume: accept training fields that differ from the checkpoint's (logged in metrics.jsonl).")
+    resume_with_changes: bool = setting(False, role=OPERATIONAL, description="With resume: accept training fields that differ from the checkpoint's (logged in metrics.jsonl); in a recipe: re-run the stages whose settings or inputs changed, and those built on them.")
     show_progress: bool = setting(True, role=OPERATIONAL, description="Show a progress bar.")
     device: str | None = setting(None, role=OPERATIONAL, description="Device override (default: cuda if available, else cpu).")
     report_to: list[str] = setting(default_factory=list, role=OPERATIONAL, description="Also send the logged scalars to tensorboard "
@@ -249,7 +249,7 @@ class PipelineRun(RunConfig):
 
     overwrite: bool = setting(False, role=OPERATIONAL, description="Re-run every stage, replacing the earlier run's "
                               "outputs in output_dir (without it a rerun reuses the stages made with the same settings "
-                              "and refuses changed ones unless --resume-with-changes re-runs them).")
+                              "from the same inputs and refuses changed ones unless --resume-with-changes re-runs them).")
 
 
 class PipelineBaseConfig(TrainConfig):

@@ -4,7 +4,8 @@
 valid cache with :func:`drmix.evaluation.evaluate.evaluate_dataset` (exact search, pytrec_eval metrics,
 optionally Matryoshka ``dims``) and writes one cache file per model, ``<folder>/<kind>-<split>.json``
 (:func:`cache_file`), holding the key of the evaluation (datasets, split, caps, seed, lengths, metrics, dims,
-model and a fingerprint of a local model folder's files, :func:`model_stamp`), the per-dataset means and the
+model, the content digests of the test sets' files, :func:`data_stamp`, and of a local model folder's files,
+:func:`model_stamp`), the per-dataset means and the
 per-query scores. The file is what ``drmix compare`` reads, so any two evaluated models of any recipe can be
 compared with paired tests. A cache whose key differs (another model, split, cap ...) is recomputed and
 replaced atomically.
@@ -48,19 +49,23 @@ def cache_file(folder: str | Path, split: str, kind: str = "eval") -> Path:
 
 
 def model_stamp(model: Any) -> str | None:
-    """A fingerprint of a local model folder's files (names, sizes, modification times), so a cache made with an
-    earlier model saved at the same path (a stage trained again) is not reused; None for anything else."""
-    import hashlib
+    """The content digest of a local model folder (every file's full hash, :func:`drmix.provenance.fingerprint`;
+    remembered by path, size, modification time and inode, so an unchanged folder is not read again), so a
+    cache made with an earlier model saved at the same path (a stage trained again, a folder replaced) is not
+    reused; None for anything else (a hub id, a loaded encoder)."""
+    from drmix.provenance import fingerprint
 
     if not isinstance(model, (str, Path)) or not Path(model).is_dir():
         return None
-    root = Path(model)
-    h = hashlib.blake2b(digest_size=12)
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+    return fingerprint(model)["digest"]
+
+
+def data_stamp(test_data: Sequence[str | Path], split: str) -> list[str | None]:
+    """The content digest of each BEIR set as ``split`` reads it (corpus, queries, ``qrels/<split>``), so a set
+    edited at the same path (queries cut, qrels changed) is evaluated again (:func:`drmix.provenance.beir_fingerprint`)."""
+    from drmix.provenance import beir_fingerprint
+
+    return [(fp or {}).get("digest") for fp in (beir_fingerprint(d, split) for d in test_data)]
 
 
 def _load_model(model: Any, device: str | None):
@@ -91,7 +96,8 @@ def evaluate_suite(models: Mapping[str, Any], test_data: Sequence[str | Path], *
     metrics = tuple(metrics or DEFAULT_METRICS)
     key = {"split": split, "data": [str(Path(d).resolve()) for d in test_data], "max_queries": max_queries,
            "max_docs": max_docs, "seed": seed, "max_length": max_length, "metrics": list(metrics),
-           "dims": list(dims), **({"query_instructions": dict(query_instructions)} if query_instructions else {})}
+           "dims": list(dims), "data_files": data_stamp(test_data, split),
+           **({"query_instructions": dict(query_instructions)} if query_instructions else {})}
     out = SuiteResult()
     datasets = None
     for label, model in models.items():

@@ -819,7 +819,8 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
     root = plan.root
     claim_run(config, "recipe")
     _check_model_target(root / "model")
-    prepare_stages(plan.stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
+    prepare_stages(plan.stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
+                   provenance=root / "provenance.json")
     record_config(root, "adapt.yaml", config)
     work = plan_work(config, plan)
     bar = Progress(work, estimate_device(config), progress)

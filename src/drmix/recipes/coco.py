@@ -138,7 +138,8 @@ def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
     # the earlier run's stages are reused only when made with these settings (refused or re-run otherwise)
     prepare_stages([Stage("COCO", coco_cfg, record=coco_out / "coco.yaml"),
                     *(Stage(f"fine-tuning ({label})", cfg) for label, cfg in finetunes.items())],
-                   allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
+                   allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
+                   provenance=root / "provenance.json")
     record_config(root, "pipeline.yaml", config)
     run_stage("COCO", coco_cfg, lambda: pretrain_coco(coco_cfg), record="coco.yaml")
     models: dict[str, Path] = {label: train_stage(f"fine-tuning ({label})", cfg).model_dir

@@ -250,7 +250,8 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
         stages.append(Stage("student-init", {k: values[k] for k in PRUNE_FIELDS}, output_dir=root / "student-init",
                             record=root / "drama.yaml", kind=DramaConfig))
     stages.append(Stage("student", train_cfg))
-    prepare_stages(stages, allow_changes=cfg.run.resume_with_changes, overwrite=cfg.run.overwrite)
+    prepare_stages(stages, allow_changes=cfg.run.resume_with_changes, overwrite=cfg.run.overwrite,
+                   provenance=root / "provenance.json")
     aug.mkdir(parents=True, exist_ok=True)
     record_config(root, "drama.yaml", cfg)
     teacher = load_encoder(r.teacher, model_kwargs=BackboneOptions.from_config(cfg.model).model_kwargs())

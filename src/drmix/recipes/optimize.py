@@ -10,7 +10,8 @@ evaluation) is :mod:`drmix.recipes.tdro`.
 The stage-1 setting is the authors' (``scripts/s1_tdro.sh``): ``train_n_passages 8`` -- **seven hard negatives**
 per query (:data:`STAGE1_NEGATIVES`), ``dro_only_hn`` (no in-batch or cross-device negatives), and contrastive
 temperature **0.002** on cosine scores (``score_function cos_sim``; :data:`STAGE1_TEMPERATURE`). drmix's default
-model normalises its embeddings too, so the temperature applies as it is. The fine-tuning stages keep their own
+model normalises its embeddings too (``normalize: true``), so the temperature applies as it is; with
+``normalize: false`` (dot products) stage 1 is refused unless it is given a temperature of its own. The fine-tuning stages keep their own
 settings; ``stage1: {num_negatives: 1, temperature: 0.05}`` (pipeline) or ``--num-negatives`` /
 ``--temperature`` (``drmix mixture optimize``) set stage 1 otherwise -- drmix's earlier setting was one negative
 at the fine-tuning temperature 0.05, which makes each example's loss a 2-way softmax.
@@ -112,12 +113,22 @@ def stage1_config(base: Config, *, strategy: str, reference: str | None,
     """The TrainConfig of stage 1, composed from the training parts of ``base`` (a TrainConfig or a recipe's
     config): the authors' setting (module docstring) -- mixed equal-share batches, hard-negative-only InfoNCE with
     :data:`STAGE1_NEGATIVES` negatives at :data:`STAGE1_TEMPERATURE`, uniform sampling, the DRO strategy;
-    ``overrides`` (flat names of training fields) win over all of it."""
-    return TrainConfig.from_parts(base, **{
+    ``overrides`` (flat names of training fields) win over all of it.
+
+    :data:`STAGE1_TEMPERATURE` is the authors' for *cosine* scores: with ``normalize`` off (dot products) and no
+    stage-1 ``temperature`` given, the configuration is refused (a :class:`~drmix.errors.ConfigError`) rather
+    than dividing raw dot products by 0.002."""
+    config = TrainConfig.from_parts(base, **{
         "batching": "mixed", "in_batch_negatives": False, "cross_device_negatives": False, "mixture": "uniform",
         "num_negatives": STAGE1_NEGATIVES, "temperature": STAGE1_TEMPERATURE, "strategy": strategy,
         "reference_model": reference, "transfer": None, "weights_file": None, "output_dir": str(output_dir),
         "resume": True, **(overrides or {})})
+    if not config.model.normalize and "temperature" not in (overrides or {}):
+        raise ConfigError(f"tDRO stage 1's temperature {STAGE1_TEMPERATURE} is the authors' for cosine scores, but "
+                          f"normalize is off: it would divide raw dot products by {STAGE1_TEMPERATURE}.",
+                          fix="keep normalize on, or give stage 1 a temperature for dot products (drmix pipeline "
+                              "tdro: --stage1 temperature=0.05; drmix mixture optimize: --temperature 0.05).")
+    return config
 
 
 def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_negatives: bool | str = "mine",

@@ -13,6 +13,18 @@ with every differing field of every stage and the fix, unless the user asks for 
   train again; the other finished stages are reused. Which stages are re-run, and why, is logged;
 * ``--overwrite``: every stage is re-run.
 
+A stage is also made **from** its inputs: the files and folders its input fields name (training collections,
+the starting model, a reference model, a weights file, dev sets, target corpora, a teacher; the fields whose
+role is ``input``, :mod:`drmix.config.parts`). A path says nothing about what is at it, so the recipe records
+each input's content fingerprint (:mod:`drmix.provenance`: a full content hash, rows and bytes of every file)
+in ``provenance.json`` beside its own record, and a rerun compares them: an input changed at the same path
+(a collection cut from 20 to 15 rows, a corpus rewritten, a model folder replaced) is refused like a changed
+setting, naming the stage, the input and what changed, or re-run with ``--resume-with-changes`` together with
+every stage built on it. Files inside another stage's folder (a stage's model, stage 1's ``weights.json``)
+are that stage's outputs, followed by the rule above instead; the test and selection sets are not a stage's
+input (the evaluation cache, :mod:`drmix.evaluation.suite`, is keyed by their content). A stage finished
+before its recipe recorded ``provenance.json`` is taken as made from its inputs as they are now.
+
 A stage is finished when its model is saved (:func:`drmix.outputs.run_finished`); an interrupted stage made
 with the same settings is resumed from its last checkpoint (the recipes set ``resume: true`` on every stage's
 config). The recipe writes its own record (``pipeline.yaml``, ``drama.yaml``) only after :func:`check_stages`
@@ -31,8 +43,9 @@ from typing import Any
 
 import yaml
 
-from drmix.config import Config, TrainConfig
+from drmix.config import INPUT, Config, TrainConfig
 from drmix.io import atomic_write_json, atomic_write_text
+from drmix.provenance import corpus_fingerprint, describe_change, fingerprint
 from drmix.outputs import run_finished
 from drmix.train.resume_check import ResumeMismatchError, training_changes
 
@@ -115,6 +128,75 @@ class Stage:
     def exists(self) -> bool:
         return any(Path(p).exists() for p in self.outputs)
 
+    def input_paths(self, products: Sequence[Path] = ()) -> dict[str, list[str]]:
+        """``{field: [path, ...]}``: the existing files and folders named by the stage's input fields (role
+        ``input``), less the test sets (:data:`NOT_STAGE_INPUTS`) and anything inside ``products`` (outputs
+        of the recipe's stages) or the stage's own folder."""
+        roles = self.config_cls.roles()
+        inside = [os.path.abspath(p) for p in (*products, self.output_dir)]
+        out: dict[str, list[str]] = {}
+        for key, value in self.settings().items():
+            if roles.get(key) != INPUT or key in NOT_STAGE_INPUTS:
+                continue
+            paths = [s for s in _strings(value) if s and Path(s).exists()
+                     and not any(_within(os.path.abspath(s), root) for root in inside)]
+            if paths:
+                out[key] = list(dict.fromkeys(paths))
+        return out
+
+    def inputs(self, products: Sequence[Path] = ()) -> dict[str, dict[str, Any]]:
+        """``{field: {path: fingerprint}}`` of :meth:`input_paths` (:func:`drmix.provenance.fingerprint`)."""
+        return {key: {p: (corpus_fingerprint if key in CORPUS_INPUTS else fingerprint)(p) for p in paths}
+                for key, paths in self.input_paths(products).items()}
+
+
+#: input fields that are no stage's input: the sets evaluated at the end and those a model is selected on (their
+#: evaluations are cached by content, :mod:`drmix.evaluation.suite`)
+NOT_STAGE_INPUTS = frozenset({"test_data", "eval_data", "select_on"})
+#: input fields that are target corpora: of a BEIR set only the corpus is read (its queries and qrels are never
+#: opened, :func:`drmix.provenance.corpus_fingerprint`)
+CORPUS_INPUTS = frozenset({"corpus"})
+
+
+def _products(stages: Sequence[Stage]) -> list[Path]:
+    """What the stages write: their outputs and folders (a path inside one is no input of the recipe)."""
+    return [Path(o) for s in stages for o in (*s.outputs, s.output_dir)]
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def input_changes(before: dict[str, Any] | None, now: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """``{"field path": what changed}`` between a stage's recorded input fingerprints and those of now, for the
+    paths named both times (a path added or dropped is a change of settings, reported as such)."""
+    if not isinstance(before, dict):
+        return {}
+    out = {}
+    for key, paths in now.items():
+        for path, fp in paths.items():
+            old = (before.get(key) or {}).get(path) if isinstance(before.get(key), dict) else None
+            if old is None:
+                continue
+            change = describe_change(old, fp)
+            if change is not None:
+                out[f"{key} {path}"] = change
+    return out
+
+
+def read_provenance(path: str | Path | None) -> dict[str, Any]:
+    """The recorded ``{stage name: {"inputs": ...}}`` of a recipe's ``provenance.json`` ({} when none)."""
+    if path is None:
+        return {}
+    import json
+
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    stages = raw.get("stages") if isinstance(raw, dict) else None
+    return stages if isinstance(stages, dict) else {}
+
 
 def _strings(value: Any) -> Iterable[str]:
     if isinstance(value, str):
@@ -136,24 +218,37 @@ def _uses(stage: Stage, output: Path) -> bool:
     return False
 
 
-def _describe(changes: dict[str, dict[str, Any]]) -> str:
-    return ", ".join(f"{k} {v['before']!r} -> {v['after']!r}" for k, v in changes.items())
+def _describe(changes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" if isinstance(v, str) else f"{k} {v['before']!r} -> {v['after']!r}"
+                     for k, v in changes.items())
 
 
-def check_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwrite: bool = False) -> list[Stage]:
-    """Compare every stage's earlier run with its configuration now; return the stages to re-run.
+def check_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwrite: bool = False,
+                 provenance: str | Path | None = None) -> list[Stage]:
+    """Compare every stage's earlier run with its configuration and inputs now; return the stages to re-run.
 
-    Raises :class:`~drmix.train.resume_check.ResumeMismatchError` naming every changed stage and field when a
-    stage was made with other settings and neither ``allow_changes`` (``--resume-with-changes``: re-run the
-    changed stages and those built on them) nor ``overwrite`` (re-run every stage) is set. Nothing is written;
-    :func:`clear_stages` removes the outputs of the stages returned.
+    Raises :class:`~drmix.train.resume_check.ResumeMismatchError` naming every changed stage and field, and
+    every changed input with what changed in it, when a stage was made with other settings or from other
+    inputs and neither ``allow_changes`` (``--resume-with-changes``: re-run the changed stages and those built
+    on them) nor ``overwrite`` (re-run every stage) is set. ``provenance``: the recipe's ``provenance.json``
+    holding the inputs' fingerprints of the earlier run (None: inputs are not compared). Nothing is written;
+    :func:`clear_stages` removes the outputs of the stages returned, :func:`record_provenance` records the
+    inputs of now.
     """
-    changed = {s.name: c for s in stages if (c := s.changes())}
+    changed: dict[str, dict[str, Any]] = {s.name: c for s in stages if (c := s.changes())}
+    if provenance is not None:
+        recorded = read_provenance(provenance)
+        products = _products(stages)
+        for s in stages:
+            if s.exists() and (c := input_changes((recorded.get(s.name) or {}).get("inputs"),
+                                                  s.inputs(products))):
+                changed[s.name] = {**changed.get(s.name, {}), **c}
     if changed and not (allow_changes or overwrite):
         listed = "; ".join(f"{name}: {_describe(c)}" for name, c in changed.items())
         folder = Path(os.path.commonpath([os.path.abspath(s.output_dir) for s in stages]))
         raise ResumeMismatchError(
-            f"the earlier run was made with other settings, so its stages cannot be reused ({listed}).",
+            f"the earlier run was made with other settings or from other inputs, so its stages cannot be reused "
+            f"({listed}).",
             path=folder, fix="pass --resume-with-changes to re-run the changed stages (and those built on them), "
                              "--overwrite to re-run every stage, or choose a new --output-dir.")
     if overwrite:
@@ -194,10 +289,25 @@ def clear_stages(stages: Iterable[Stage]) -> None:
                 p.unlink()
 
 
-def prepare_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwrite: bool = False) -> list[Stage]:
-    """:func:`check_stages`, then :func:`clear_stages` on the stages to re-run; returns them."""
-    rerun = check_stages(stages, allow_changes=allow_changes, overwrite=overwrite)
+def record_provenance(path: str | Path, stages: Sequence[Stage]) -> dict[str, Any]:
+    """Write ``path`` (``provenance.json``, atomically): every stage's inputs with their fingerprints now.
+
+    ``{"stages": {stage name: {"inputs": {field: {path: fingerprint}}}}}``; returns what was written."""
+    products = _products(stages)
+    data = {"stages": {s.name: {"inputs": s.inputs(products)} for s in stages}}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(Path(path), data)
+    return data
+
+
+def prepare_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwrite: bool = False,
+                   provenance: str | Path | None = None) -> list[Stage]:
+    """:func:`check_stages`, then :func:`clear_stages` on the stages to re-run, then (with ``provenance``, the
+    recipe's ``provenance.json``) :func:`record_provenance`; returns the stages re-run."""
+    rerun = check_stages(stages, allow_changes=allow_changes, overwrite=overwrite, provenance=provenance)
     clear_stages(rerun)
+    if provenance is not None:
+        record_provenance(provenance, stages)
     return rerun
 
 

@@ -216,7 +216,8 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     stages.append(Stage("stage 1 (missing negatives)", {k: flat[k] for k in ("stage1_fill_negatives", "stage1_miner")},
                         output_dir=s1_out, record=root / "pipeline.yaml", kind=type(config)))
     stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
-    prepare_stages(stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite)
+    prepare_stages(stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
+                   provenance=root / "provenance.json")
     record_config(root, "pipeline.yaml", config)
 
     if s0_cfg is not None:

@@ -98,6 +98,7 @@ class CardInfo:
     model_id: str | None = None  # the Hub repository the card is pushed to (its usage snippet loads it)
     model_path: str | None = None  # the folder the model is written to (the snippet loads it when no model_id)
     loss_tag: str | None = None    # the ``loss:`` tag (InfoNCE, MarginMSE, ...)
+    made_from: dict[str, dict[str, Any]] = field(default_factory=dict)  # "field path" -> content fingerprint
 
     def to_json(self) -> dict[str, Any]:
         """JSON of the card's facts (papers by key where they have one), for :func:`refresh_card`."""
@@ -209,7 +210,36 @@ def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence
         loss="InfoNCE (contrastive, in-batch and hard negatives)", loss_config=loss_config, config=cfg,
         defaults=defaults, roles=type(config).roles(), config_file=config.model_dump(mode="json"), command=command if command is not None else current_command(),
         eval_results={k: dict(v) for k, v in (eval_results or {}).items()}, eval_split=eval_split,
-        papers=papers, tags=tags)
+        papers=papers, tags=tags, made_from=made_from(config))
+
+
+def made_from(config: Any) -> dict[str, dict[str, Any]]:
+    """``{"field path": fingerprint}`` of every file and folder the configuration's input fields name (the
+    training collections, the starting model, a weights file, a reference model, dev sets): what the model was
+    made from, by content (:func:`drmix.provenance.fingerprint`; hashes remembered, so nothing is read twice)."""
+    from drmix.provenance import fingerprint
+
+    roles = type(config).roles()
+    out: dict[str, dict[str, Any]] = {}
+
+    def strings(v: Any):
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, Mapping):
+            for x in v.values():
+                yield from strings(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                yield from strings(x)
+
+    for key, value in config.flat().items():
+        if roles.get(key) != "input":
+            continue
+        for path in dict.fromkeys(strings(value)):
+            fp = fingerprint(path) if path and Path(path).exists() else None
+            if fp is not None:
+                out[f"{key} {path}"] = {"field": key, "path": path, **fp}
+    return out
 
 
 def _constructible(cls: type) -> bool:
@@ -310,6 +340,14 @@ def drmix_sections(info: CardInfo) -> str:
         out += ["### Loss", "", f"{info.loss}" + (" with these parameters:" if info.loss_config else "."), ""]
         if info.loss_config:
             out += [md_fence(json.dumps(info.loss_config, indent=4), "json"), ""]
+    if info.made_from:
+        from drmix.provenance import short
+
+        out += ["### Made from", "", "The inputs by content, so a file changed at the same path is told apart:", "",
+                "| input | path | content |", "|---|---|---|"]
+        for fp in info.made_from.values():
+            out.append(f"| {md_cell(fp.get('field', ''))} | {md_cell(fp.get('path', ''))} | {md_cell(short(fp))} |")
+        out.append("")
     if info.command or info.config:
         out += ["### Reproduce", ""]
         if info.command:
