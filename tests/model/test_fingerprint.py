@@ -22,21 +22,14 @@ def test_loaded_model_is_its_files_until_a_weight_changes(tiny_model_path, tmp_p
     assert weights_fingerprint(a) == "tensors:" + tensors_fingerprint(b)
 
 
-def test_file_hash_is_remembered_by_path_size_and_mtime(tmp_path, monkeypatch):
+def test_file_hash_is_the_provenance_digest_and_follows_the_content(tmp_path, monkeypatch):
     import hashlib
     import os
-
-    import drmix.model.fingerprint as fpm
 
     monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
     f = tmp_path / "w.bin"
     f.write_bytes(b"weights")
-    expected = hashlib.blake2b(b"weights", digest_size=16).hexdigest()
-    assert file_hash(f) == expected and len(list((tmp_path / "cache" / "fingerprints").iterdir())) == 1
-    fpm._FILES.clear()
-    memo = next((tmp_path / "cache" / "fingerprints").iterdir())
-    memo.write_text("f" * 32)                                        # read back from disk, not rehashed
-    assert file_hash(f) == "f" * 32
+    assert file_hash(f) == hashlib.blake2b(b"weights", digest_size=20).hexdigest()
     f.write_bytes(b"other!!")
     os.utime(f, ns=(1, 1))                                           # same size, new mtime: hashed again
-    assert file_hash(f) == hashlib.blake2b(b"other!!", digest_size=16).hexdigest()
+    assert file_hash(f) == hashlib.blake2b(b"other!!", digest_size=20).hexdigest()

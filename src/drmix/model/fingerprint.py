@@ -5,8 +5,8 @@ A model loaded by :func:`drmix.model.encoder.load_encoder` from a local folder i
 the identity of its tensors at load time (each tensor's storage address and autograd version counter, which
 every in-place update -- an optimiser step, ``copy_``, ``load_state_dict`` -- advances). While every tensor
 is still the one loaded, the fingerprint is the BLAKE2b hash of the folder's files (weights, configuration,
-tokenizer), computed once per file and remembered by (path, size, modification time, inode) in memory and
-under ``cache_root()/fingerprints/``, so a rerun hashes nothing. Any other model -- built in memory, trained,
+tokenizer), computed once per file and remembered by (path, size, modification time, inode) by
+:mod:`drmix.provenance` (the same digests every stage record uses), so a rerun hashes nothing. Any other model -- built in memory, trained,
 moved or cast after loading -- is fingerprinted by hashing its tensors' bytes
 (:func:`drmix.retrieval.onnx.fingerprint`-style), remembered on the model for as long as its tensors stay
 the same. (Writes through ``tensor.data`` bypass the version counter; code that updates weights that way and
@@ -19,7 +19,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-_FILES: dict[tuple, str] = {}  # (path, size, mtime_ns, inode) -> content hash
 _SKIP_DIRS = {".git", "__pycache__", "checkpoints"}
 
 
@@ -40,31 +39,10 @@ def remember_source(model: Any, path: str | Path) -> Any:
 
 
 def file_hash(path: Path) -> str:
-    """BLAKE2b of a file's bytes, remembered by (path, size, mtime, inode) in memory and on disk."""
-    from drmix.io import atomic_write_text, cache_root
+    """A file's content digest, remembered by (path, size, mtime, inode): :func:`drmix.provenance.file_fingerprint`."""
+    from drmix.provenance import file_fingerprint
 
-    st = path.stat()
-    stat_key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
-    if stat_key in _FILES:
-        return _FILES[stat_key]
-    memo = cache_root() / "fingerprints" / (hashlib.blake2b(repr(stat_key).encode(), digest_size=16).hexdigest()
-                                            + ".txt")
-    try:
-        digest = memo.read_text().strip()
-    except OSError:
-        digest = ""
-    if len(digest) != 32:
-        h = hashlib.blake2b(digest_size=16)
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        digest = h.hexdigest()
-        try:
-            atomic_write_text(memo, digest)
-        except OSError:
-            pass
-    _FILES[stat_key] = digest
-    return digest
+    return file_fingerprint(path)["digest"]
 
 
 def folder_fingerprint(folder: str | Path) -> str:
