@@ -169,23 +169,47 @@ def index_command(
     precision: EncodingPrecision = typer.Option(EncodingPrecision.auto, "--precision", help=PRECISION_HELP),
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
+    estimate: bool = typer.Option(False, "--estimate", help="Print the hours encoding this corpus takes on one GPU "
+                                  "and on --gpus GPUs (the throughput assumed is printed with it), then stop."),
+    gpus: int = typer.Option(8, "--gpus", min=1, help="With --estimate: the GPU count to estimate besides one."),
+    passages_per_s: Optional[float] = typer.Option(None, "--passages-per-s", min=0.001, help="With --estimate: "
+                                                   "your measured passages/s per GPU (default: 900, one H200)."),
 ) -> None:
-    """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query."""
+    """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query.
+
+    Under torchrun / accelerate launch every process encodes one shard of the corpus into OUTPUT.shards
+    (a rerun encodes only the missing shards) and the first merges them into the index."""
     from drmix.data.beir import read_corpus
     from drmix.model.encoder import load_encoder
     from drmix.outputs import check_output_dir
     from drmix.retrieval.index import index_corpus
+    from drmix.retrieval.ranks import launched
 
-    check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
-    corpus_file = resolve_corpus_file(corpus)
-    docs = read_corpus(corpus_file)
-    encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
-    _check_index_room(output, docs, encoder, store_texts=not no_texts)
     params: dict[str, Any] = {}
     if kind is IndexKind.hnsw:
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
     elif kind is IndexKind.ivf:
         params = {"nlist": nlist, "nprobe": nprobe}
+    corpus_file = resolve_corpus_file(corpus)
+    if estimate:
+        from drmix.cli.sharded import print_estimate
+
+        return print_estimate(corpus_file, gpus=gpus, rate=passages_per_s, echo=typer.echo)
+    if launched():
+        from drmix.cli.sharded import index_sharded
+
+        return index_sharded(
+            output=output, corpus=corpus, corpus_file=corpus_file, overwrite=overwrite,
+            load=lambda: load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation)),
+            check_room=lambda enc, docs: _check_index_room(output, docs, enc, store_texts=not no_texts),
+            index_kwargs={"kind": kind.value, "batch_size": batch_size, "max_length": max_length,
+                          "store_texts": not no_texts, "precision": precision.value, **params},
+            metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())},
+            echo=_console().print)
+    check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
+    docs = read_corpus(corpus_file)
+    encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
+    _check_index_room(output, docs, encoder, store_texts=not no_texts)
     index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
                          store_texts=not no_texts, precision=precision.value,
                          metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}, **params)
