@@ -68,7 +68,8 @@ def estimate_lines(passages: int, *, gpus: Sequence[int] = (1, 8), rate: float |
     source = ("assumed: drmix encode_texts on one H200, 256-token passages, bf16 (docs/benchmarks.md); "
               "pass --passages-per-s with your own measured rate" if assumed and device == "gpu" else
               "assumed: all-MiniLM-L6-v2 on two CPU threads, fp32 (docs/benchmarks.md)" if assumed else "given with --passages-per-s")
-    lines = [f"{passages:,} passages at {rate:,.0f} passages/s per {unit} ({source}), plus {START_S:.0f} s to start"
+    shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.3g}"
+    lines = [f"{passages:,} passages at {shown} passages/s per {unit} ({source}), plus {START_S:.0f} s to start"
              + (f" and the merge of {passages * dim * 4 / 1e9:.1f} GB of vectors" if dim else "") + ":"]
     for n in gpus:
         plan = EncodePlan(passages, n, rate, dim)
