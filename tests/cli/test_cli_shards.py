@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -102,3 +103,43 @@ def test_two_gloo_processes_give_the_bytes_of_one(corpus, tiny_model_path, tmp_p
     assert "1 reused from an earlier run" in " ".join(done.stdout.split())
     assert (shards / "rank-00000-of-00002.npy").stat().st_mtime_ns == first  # only rank 1 encoded again
     assert (tmp_path / "two" / "vectors.npy").read_bytes() == (tmp_path / "one" / "vectors.npy").read_bytes()
+
+
+def test_eval_and_mine_under_a_launcher_give_what_one_process_gives(corpus, tiny_model_path, tmp_path, capsys,
+                                                                       monkeypatch, chunk4):
+    from drmix.data.beir import write_beir
+
+    data = write_beir(tmp_path / "toy", DOCS, {"q1": "word3 word6", "q2": "t4"},
+                      {"test": {"q1": {"d3": 1}, "q2": {"d4": 1}}})
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps({"query": q}) + "\n" for q in ("word3 word6", "t4", "word1")))
+    evaluate = ["eval", "--data", str(data), "--model", tiny_model_path, "--metric", "ndcg@10"]
+    mine = ["mine", "--mode", "teacher", "--queries", str(queries), "--corpus", str(data), "--model",
+            tiny_model_path, "--positive-ranks", "1:2", "--ranks", "3:5"]
+    assert run([*evaluate, "--output", str(tmp_path / "e1")], capsys)[0] == 0
+    assert run([*mine, "-o", str(tmp_path / "m1.jsonl")], capsys)[0] == 0
+    _launched(monkeypatch)
+    code, _, err = run([*evaluate, "--output", str(tmp_path / "e2")], capsys)
+    assert code == 0, err
+    one, two = (json.loads((tmp_path / e / "eval.json").read_text()) for e in ("e1", "e2"))
+    assert two["results"] == one["results"]
+    names = [p.name for p in (tmp_path / "e2" / "shards").iterdir()]  # one folder per corpus: its fingerprint
+    assert len(names) == 1 and re.fullmatch("[0-9a-f]{16}", names[0])
+    assert run([*evaluate, "--output", str(tmp_path / "e2"), "--overwrite"], capsys)[0] == 0  # shards reused
+    code, _, err = run([*mine, "-o", str(tmp_path / "m2.jsonl")], capsys)
+    assert code == 0, err
+    assert (tmp_path / "m2.jsonl").read_bytes() == (tmp_path / "m1.jsonl").read_bytes()
+    assert (tmp_path / "m2.jsonl.shards" / "shards.json").exists() is False  # one folder per corpus below it
+    assert len(list((tmp_path / "m2.jsonl.shards").glob("*/shards.json"))) == 1
+
+
+def test_only_rank_0_writes_under_sharded_corpora(tmp_path):
+    from drmix.retrieval.ranks import Ranks
+    from drmix.retrieval.shards import sharded_corpora, writes_here
+
+    assert writes_here()
+    with sharded_corpora(Ranks(1, 2), tmp_path):
+        assert not writes_here()
+    with sharded_corpora(Ranks(0, 2), tmp_path):
+        assert writes_here()
+    assert writes_here()

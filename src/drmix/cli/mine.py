@@ -19,6 +19,7 @@ from typing import Optional
 import typer
 
 from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.sharded import launched_shards
 from drmix.cli.options import ATTN_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 
@@ -102,17 +103,19 @@ def mine_command(
         if queries is None or corpus is None:
             raise ConfigError("--mode teacher needs --queries and --corpus.",
                               fix="pass --queries QUERIES.jsonl --corpus BEIR_DIR (unlabelled queries to mine for).")
-        mine_teacher(queries, corpus, output, teacher=model, positives=positive_ranks, negatives=window,
-                     keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
+        with launched_shards(output, "mine", overwrite=overwrite):  # torchrun: the corpus encoded in shards
+            mine_teacher(queries, corpus, output, teacher=model, positives=positive_ranks, negatives=window,
+                         keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
         return
     if data is None:
         raise ConfigError("--mode negatives needs --data.",
                           fix="pass --data COLLECTION (or a folder of them); for unlabelled queries use "
                               "--mode teacher.")
-    mine_negatives(data, output, model=model, ranks=window, num_negatives=num_negatives, sampling=sampling,
-                   max_score_ratio=max_score_ratio, keep_negatives=keep_negatives, batch_size=batch_size, seed=seed,
-                   overwrite=overwrite, query_instruction=query_instruction, torch_dtype=torch_dtype,
-                   attn_implementation=attn_implementation, format=format, columns=columns)
+    with launched_shards(output, "mine", overwrite=overwrite):  # torchrun: each pool encoded in shards
+        mine_negatives(data, output, model=model, ranks=window, num_negatives=num_negatives, sampling=sampling,
+                       max_score_ratio=max_score_ratio, keep_negatives=keep_negatives, batch_size=batch_size,
+                       seed=seed, overwrite=overwrite, query_instruction=query_instruction, torch_dtype=torch_dtype,
+                       attn_implementation=attn_implementation, format=format, columns=columns)
 
 
 def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, num_negatives: int, sampling: str,
@@ -123,6 +126,7 @@ def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, nu
     from drmix.augment.mine import RankWindow, mine_collection
     from drmix.cli import console
     from drmix.model.encoder import load_encoder
+    from drmix.retrieval.shards import writes_here
 
     if sampling not in ("top", "random"):
         raise ConfigError(f"unknown --sampling {sampling!r}.", fix="pass --sampling top or --sampling random.")
@@ -143,6 +147,8 @@ def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, nu
                                 max_score_ratio=max_score_ratio or None, keep_negatives=keep_negatives, seed=seed,
                                 batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2", query_prompt=qp,
                                 format=format, columns=column_map)
+        if not writes_here():  # under torchrun: rank 0 reports
+            continue
         console.print(f"{Path(src).name}: {stats.queries} queries, pool {stats.pool} documents, {stats.negatives} "
                       f"negatives mined (ranks {window}; {stats.filtered} filtered as likely positives; "
                       f"{stats.short} queries short) -> {dst}", soft_wrap=True)

@@ -414,11 +414,16 @@ def eval_command(
     instructions = read_prompts_file(prompts) if prompts is not None else {}
     if query_instruction is not None:  # every dataset, over the prompts file
         instructions.update({Path(d).expanduser().name: query_instruction for d in data})
-    report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
-                            metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
-                            precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
-                            model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
-                            max_docs=max_docs, seed=seed)
+    from drmix.cli.sharded import launched_shards
+
+    with launched_shards(output, "eval", overwrite=overwrite) as ranks:  # torchrun: corpora encoded in shards
+        report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
+                                metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
+                                precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
+                                model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
+                                max_docs=max_docs, seed=seed)
+    if ranks is not None and not ranks.main:
+        return
     print_report(report)
     if output is not None:
         report.write(output)

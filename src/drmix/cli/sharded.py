@@ -1,7 +1,9 @@
-"""``drmix index`` under ``torchrun`` / ``accelerate launch``: the corpus encoded in shards, one per rank, and
-``drmix index --estimate``. The library side is :mod:`drmix.retrieval.shards` and :mod:`drmix.retrieval.plan`."""
+"""``drmix index``, ``drmix eval`` and ``drmix mine`` under ``torchrun`` / ``accelerate launch``: each corpus
+encoded in shards, one per rank; and ``drmix index --estimate``. The library side is :mod:`drmix.retrieval.shards` and :mod:`drmix.retrieval.plan`."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
@@ -81,5 +83,34 @@ def index_sharded(*, output: Path, corpus: Path, corpus_file: Path, load: Callab
         reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
         echo(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}; "
              f"{ranks.world_size} shards{reused} in {folder}")
+    finally:
+        ranks.close()
+
+
+def shards_root(output: Path | None, name: str) -> Path:
+    """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
+    ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
+    from drmix.io import cache_root
+
+    if output is None:
+        return cache_root() / "shards" / name
+    output = output.expanduser()
+    return output / "shards" if output.suffix == "" else output.with_name(output.name + ".shards")
+
+
+@contextlib.contextmanager
+def launched_shards(output: Path | None, name: str, *, overwrite: bool = False) -> Iterator[Any]:
+    """Under torchrun / accelerate launch: join the ranks and encode every corpus in shards
+    (:func:`drmix.retrieval.shards.sharded_corpora`); yields the ranks (``None`` in a plain process)."""
+    from drmix.retrieval.ranks import Ranks, launched
+    from drmix.retrieval.shards import sharded_corpora
+
+    if not launched():
+        yield None
+        return
+    ranks = Ranks.from_env()
+    try:
+        with sharded_corpora(ranks, shards_root(output, name), overwrite=overwrite):
+            yield ranks
     finally:
         ranks.close()

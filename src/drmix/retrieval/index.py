@@ -393,9 +393,11 @@ def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: s
     ids = list(corpus)
     normalize = model_normalizes(model)
     prompt = document_prompt(model)
-    emb = encode_texts(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size, prompt=prompt,
-                       max_length=max_length, show_progress=show_progress, normalize=normalize, precision=precision,
-                       cache_ids=cache_ids)
+    from drmix.retrieval.shards import encode_corpus  # encode_texts, or in shards under torchrun (drmix eval)
+
+    emb = encode_corpus(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size, prompt=prompt,
+                        max_length=max_length, show_progress=show_progress, normalize=normalize, precision=precision,
+                        cache_ids=cache_ids)
     return index_embeddings(model, corpus, emb, kind=kind, max_length=max_length, store_texts=store_texts,
                             metadata=metadata, precision=precision, **params)
 

@@ -254,12 +254,12 @@ def _encode_range(model: Any, texts: Sequence[str], start: int, stop: int, *, sh
 def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, ranks: Ranks | None = None,
                    batch_size: int = 64, prompt: str = "", max_length: int | None = None, normalize: bool = False,
                    precision: str | None = "auto", model_name: str = "", overwrite: bool = False,
-                   show_progress: bool = True) -> ShardedEncoding:
+                   show_progress: bool = True, everywhere: bool = False) -> ShardedEncoding:
     """Encode ``texts`` split over the launched ranks into shards in ``folder``; every rank calls it.
 
-    Returns the merged embeddings on rank 0 (``None`` elsewhere), byte-identical to
-    ``encode_texts(model, texts, ...)`` in one process with the same settings. See the module docstring
-    for the files, the resume and the refusals."""
+    Returns the merged embeddings on rank 0 (on every rank with ``everywhere``, ``None`` elsewhere),
+    byte-identical to ``encode_texts(model, texts, ...)`` in one process with the same settings. See the
+    module docstring for the files, the resume and the refusals."""
     ranks = ranks or Ranks()
     folder = Path(folder).expanduser()
     texts = list(texts)
@@ -295,6 +295,57 @@ def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, rank
     result = ShardedEncoding(None, folder, ranks.rank, ranks.world_size, encoded=encoded,
                              reused=[r for r, w in enumerate(reasons) if w is None],
                              redone={r: w for r, w in enumerate(reasons) if w is not None})
-    if ranks.main:
+    if ranks.main or everywhere:
         result.embeddings = merge_shards(folder, settings)
     return result
+
+
+# ----------------------------------------------------------------------------------------------- in a command
+
+@dataclass
+class ShardedCorpora:
+    """While active (:func:`sharded_corpora`), :func:`encode_corpus` encodes each corpus in shards under
+    ``root/<first 16 hex digits of its fingerprint>/``, and every rank gets the merged embeddings."""
+
+    ranks: Ranks
+    root: Path
+    overwrite: bool = False
+    runs: list[ShardedEncoding] = field(default_factory=list)
+
+
+_active: ShardedCorpora | None = None
+
+
+@contextlib.contextmanager
+def sharded_corpora(ranks: Ranks, root: str | Path, *, overwrite: bool = False):
+    """Route the corpus encodings of a command (``drmix eval``, ``drmix mine``) through sharded encoding."""
+    global _active
+    previous, _active = _active, ShardedCorpora(ranks, Path(root).expanduser(), overwrite)
+    try:
+        yield _active
+    finally:
+        _active = previous
+
+
+def writes_here() -> bool:
+    """Whether this process writes a command's outputs: always, except the ranks other than 0 of a
+    :func:`sharded_corpora` command (they encode their shards and compute the same result, unwritten)."""
+    return _active is None or _active.ranks.main
+
+
+def encode_corpus(model: Any, texts: Sequence[str], **kwargs: Any) -> np.ndarray:
+    """``encode_texts(model, texts, **kwargs)``, or the same rows encoded in shards over the launched ranks when
+    :func:`sharded_corpora` is active (``devices`` and ``cache_ids`` then do not apply)."""
+    from drmix.retrieval import encode
+
+    plan = _active
+    if plan is None:
+        return encode.encode_texts(model, texts, **kwargs)
+    texts = list(texts)
+    folder = plan.root / corpus_fingerprint(texts)[:16]
+    keep = {k: kwargs[k] for k in ("batch_size", "prompt", "max_length", "normalize", "precision", "show_progress")
+            if k in kwargs}
+    run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True, **keep)
+    plan.runs.append(run)
+    assert run.embeddings is not None
+    return run.embeddings
