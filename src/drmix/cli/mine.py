@@ -103,7 +103,8 @@ def mine_command(
         if queries is None or corpus is None:
             raise ConfigError("--mode teacher needs --queries and --corpus.",
                               fix="pass --queries QUERIES.jsonl --corpus BEIR_DIR (unlabelled queries to mine for).")
-        with launched_shards(output, "mine", overwrite=overwrite):  # torchrun: the corpus encoded in shards
+        # under torchrun: the corpus encoded in shards (drmix.cli.sharded)
+        with launched_shards(output, "mine", folder=False, overwrite=overwrite):
             mine_teacher(queries, corpus, output, teacher=model, positives=positive_ranks, negatives=window,
                          keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
         return
@@ -111,7 +112,8 @@ def mine_command(
         raise ConfigError("--mode negatives needs --data.",
                           fix="pass --data COLLECTION (or a folder of them); for unlabelled queries use "
                               "--mode teacher.")
-    with launched_shards(output, "mine", overwrite=overwrite):  # torchrun: each pool encoded in shards
+    # under torchrun: each collection's pool encoded in shards (drmix.cli.sharded)
+    with launched_shards(output, "mine", folder=output.is_dir() or not output.suffix, overwrite=overwrite):
         mine_negatives(data, output, model=model, ranks=window, num_negatives=num_negatives, sampling=sampling,
                        max_score_ratio=max_score_ratio, keep_negatives=keep_negatives, batch_size=batch_size,
                        seed=seed, overwrite=overwrite, query_instruction=query_instruction, torch_dtype=torch_dtype,

@@ -416,7 +416,8 @@ def eval_command(
         instructions.update({Path(d).expanduser().name: query_instruction for d in data})
     from drmix.cli.sharded import launched_shards
 
-    with launched_shards(output, "eval", overwrite=overwrite) as ranks:  # torchrun: corpora encoded in shards
+    # under torchrun: every corpus encoded in shards (drmix.cli.sharded)
+    with launched_shards(output, "eval", folder=True, overwrite=overwrite) as ranks:
         report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
                                 metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
                                 precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,

@@ -1,5 +1,6 @@
 """``drmix index``, ``drmix eval`` and ``drmix mine`` under ``torchrun`` / ``accelerate launch``: each corpus
-encoded in shards, one per rank; and ``drmix index --estimate``. The library side is :mod:`drmix.retrieval.shards` and :mod:`drmix.retrieval.plan`."""
+encoded in shards, one per rank; and ``drmix index --estimate``. The library side is
+:mod:`drmix.retrieval.shards` and :mod:`drmix.retrieval.plan`."""
 from __future__ import annotations
 
 import contextlib
@@ -87,7 +88,7 @@ def index_sharded(*, output: Path, corpus: Path, corpus_file: Path, load: Callab
         ranks.close()
 
 
-def shards_root(output: Path | None, name: str) -> Path:
+def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:
     """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
     ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
     from drmix.io import cache_root
@@ -95,11 +96,11 @@ def shards_root(output: Path | None, name: str) -> Path:
     if output is None:
         return cache_root() / "shards" / name
     output = output.expanduser()
-    return output / "shards" if output.suffix == "" else output.with_name(output.name + ".shards")
+    return output / "shards" if folder else output.with_name(output.name + ".shards")
 
 
 @contextlib.contextmanager
-def launched_shards(output: Path | None, name: str, *, overwrite: bool = False) -> Iterator[Any]:
+def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: bool = False) -> Iterator[Any]:
     """Under torchrun / accelerate launch: join the ranks and encode every corpus in shards
     (:func:`drmix.retrieval.shards.sharded_corpora`); yields the ranks (``None`` in a plain process)."""
     from drmix.retrieval.ranks import Ranks, launched
@@ -110,7 +111,7 @@ def launched_shards(output: Path | None, name: str, *, overwrite: bool = False) 
         return
     ranks = Ranks.from_env()
     try:
-        with sharded_corpora(ranks, shards_root(output, name), overwrite=overwrite):
+        with sharded_corpora(ranks, shards_root(output, name, folder=folder), overwrite=overwrite):
             yield ranks
     finally:
         ranks.close()
