@@ -45,6 +45,7 @@ def index_sharded(*, output: Path, corpus: Path, corpus_file: Path, load: Callab
     """Every rank: claim (rank 0), read the corpus, load the model, encode its shard; rank 0 merges and
     writes the index, then says where the shards and the index are."""
     from drmix.data.beir import doc_text, read_corpus
+    from drmix.io import check_free_space
     from drmix.model.encoder import document_prompt
     from drmix.outputs import check_output_dir, claim_output
     from drmix.retrieval.encode import model_normalizes
@@ -69,6 +70,8 @@ def index_sharded(*, output: Path, corpus: Path, corpus_file: Path, load: Callab
         if ranks.main:
             try:
                 check_room(encoder, docs)
+                dim = int(encoder.get_sentence_embedding_dimension() or 0)
+                check_free_space(folder, len(docs) * dim * 4, what=f"the shards of {len(docs)} documents")
             except DrmixError as e:
                 error = e
         agree(ranks, error)

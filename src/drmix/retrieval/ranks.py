@@ -12,11 +12,15 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+#: how long a rank waits for the others at a barrier: the ranks' shares differ by up to one chunk of texts, but
+#: GPUs of one node do not run at one speed for hours (a rank that died stops the launcher's other ranks at once)
+WAIT_S = 2 * 3600
 
 
 def launched() -> bool:
@@ -65,7 +69,7 @@ class Ranks:
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
         if backend == "nccl":
             torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
-        dist.init_process_group(backend=backend, init_method="env://")
+        dist.init_process_group(backend=backend, init_method="env://", timeout=timedelta(seconds=WAIT_S))
         self.joined = True
         log.info("rank %d of %d joined the process group (%s)", self.rank, self.world_size, backend)
 
