@@ -207,3 +207,15 @@ def test_ranks_from_the_launcher_environment(monkeypatch):
     monkeypatch.setenv("RANK", "x")
     with pytest.raises(ConfigError, match="not whole numbers"):
         Ranks.from_env()
+
+
+def test_more_processes_than_gpus_on_a_node_is_refused(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")):
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=r"2 processes on this node but 1 GPU: .* Fix: start 1 process per node "
+                                          r"\(torchrun --nproc-per-node 1\)"):
+        Ranks.from_env()

@@ -67,6 +67,15 @@ class Ranks:
         if dist.is_initialized():
             return
         backend = "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", 0) or 0)
+        if torch.cuda.is_available() and per_node > torch.cuda.device_count():
+            from drmix.errors import ConfigError
+
+            gpus = torch.cuda.device_count()
+            raise ConfigError(f"{per_node} processes on this node but {gpus} GPU{'s' if gpus != 1 else ''}: each "
+                              "process encodes on a GPU of its own.",
+                              fix=f"start {gpus} process{'es' if gpus != 1 else ''} per node "
+                                  f"(torchrun --nproc-per-node {gpus}).")
         if backend == "nccl":
             torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
         dist.init_process_group(backend=backend, init_method="env://", timeout=timedelta(seconds=WAIT_S))
