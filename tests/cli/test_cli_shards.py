@@ -143,3 +143,9 @@ def test_only_rank_0_writes_under_sharded_corpora(tmp_path):
     with sharded_corpora(Ranks(0, 2), tmp_path):
         assert writes_here()
     assert writes_here()
+
+
+def test_estimate_names_a_missing_corpus(tmp_path, capsys):
+    code, _, err = run(["index", "--corpus", str(tmp_path / "nope.jsonl"), "--output", str(tmp_path / "o"),
+                        "--estimate"], capsys)
+    assert code == 2 and "nope.jsonl: corpus file not found" in " ".join(err.split())

@@ -219,3 +219,11 @@ def test_more_processes_than_gpus_on_a_node_is_refused(monkeypatch):
     with pytest.raises(ConfigError, match=r"2 processes on this node but 1 GPU: .* Fix: start 1 process per node "
                                           r"\(torchrun --nproc-per-node 1\)"):
         Ranks.from_env()
+
+
+def test_an_unreadable_shard_manifest_is_refused(tmp_path):
+    (tmp_path / "shards.json").write_text("{broken")
+    with pytest.raises(ConfigError, match=r"shards.json: cannot read the shard manifest .* Fix: pass --overwrite"):
+        shards.open_folder(tmp_path, {"world_size": 1})
+    shards.open_folder(tmp_path, {"world_size": 1}, overwrite=True)
+    assert json.loads((tmp_path / "shards.json").read_text()) == {"format": 1, "world_size": 1}
