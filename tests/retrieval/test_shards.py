@@ -2,7 +2,7 @@
 the refusals (another world size or model, truncated / foreign shards, a full disk).
 
 The ranks run one after the other in this process (:class:`SeqRanks`: no collectives), which is what each
-process of a launched run does between the barriers; the real two-process run is in tests/cli/test_cli_shards.py.
+process of a launched run does between the barriers; the real two-process run is in tests/cli/test_cli_sharded.py.
 """
 from __future__ import annotations
 
@@ -190,35 +190,6 @@ def test_another_ranks_error_stops_every_rank(monkeypatch):
     with pytest.raises(DiskFullError, match=r"/x/rank-1.npy: rank 1 stopped: no room Fix: free space"):
         shards.agree(ranks, None)
     shards.agree(SeqRanks(0, 2), None)  # nobody failed: no error
-
-
-def test_ranks_from_the_launcher_environment(monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        monkeypatch.delenv(name, raising=False)
-    assert (Ranks.from_env().rank, Ranks.from_env().world_size) == (0, 1)
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    one = Ranks.from_env()
-    assert (one.rank, one.world_size, one.joined, one.main) == (0, 1, False, True)
-    monkeypatch.setenv("RANK", "3")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ConfigError, match="RANK=3 does not lie in WORLD_SIZE=2"):
-        Ranks.from_env()
-    monkeypatch.setenv("RANK", "x")
-    with pytest.raises(ConfigError, match="not whole numbers"):
-        Ranks.from_env()
-
-
-def test_more_processes_than_gpus_on_a_node_is_refused(monkeypatch):
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("LOCAL_WORLD_SIZE", "2")):
-        monkeypatch.setenv(name, value)
-    with pytest.raises(ConfigError, match=r"2 processes on this node but 1 GPU: .* Fix: start 1 process per node "
-                                          r"\(torchrun --nproc-per-node 1\)"):
-        Ranks.from_env()
 
 
 def test_an_unreadable_shard_manifest_is_refused(tmp_path):

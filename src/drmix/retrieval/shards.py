@@ -297,6 +297,9 @@ def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, rank
                              redone={r: w for r, w in enumerate(reasons) if w is not None})
     if ranks.main or everywhere:
         result.embeddings = merge_shards(folder, settings)
+    if ranks.main:
+        log.info("%d passages encoded in %d shards (%d reused from an earlier run) in %s", len(texts),
+                 ranks.world_size, len(result.reused), folder)
     return result
 
 
