@@ -126,6 +126,13 @@ def test_eval_and_mine_under_a_launcher_give_what_one_process_gives(corpus, tiny
     names = [p.name for p in (tmp_path / "e2" / "shards").iterdir()]  # one folder per corpus: its fingerprint
     assert len(names) == 1 and re.fullmatch("[0-9a-f]{16}", names[0])
     assert run([*evaluate, "--output", str(tmp_path / "e2"), "--overwrite"], capsys)[0] == 0  # shards reused
+    monkeypatch.delenv("RANK")
+    assert run([*evaluate, "--dims", "16", "--output", str(tmp_path / "d1")], capsys)[0] == 0
+    _launched(monkeypatch)
+    assert run([*evaluate, "--dims", "16", "--output", str(tmp_path / "d2")], capsys)[0] == 0  # Matryoshka too
+    one, two = (json.loads((tmp_path / e / "eval.json").read_text()) for e in ("d1", "d2"))
+    assert two["results"] == one["results"] and "ndcg@10@16d" in one["results"]["toy"]
+    assert not (tmp_path / "d1" / "shards").exists() and (tmp_path / "d2" / "shards").is_dir()
     code, _, err = run([*mine, "-o", str(tmp_path / "m2.jsonl")], capsys)
     assert code == 0, err
     assert (tmp_path / "m2.jsonl").read_bytes() == (tmp_path / "m1.jsonl").read_bytes()
