@@ -411,7 +411,8 @@ def index_embeddings(model: Any, corpus: Mapping[str, Mapping[str, str]], embedd
     from drmix.model.encoder import document_prompt
 
     meta = {"model": model_name(model), "normalized": model_normalizes(model),
-            "document_prompt": document_prompt(model), "precision": precision, "max_length": max_length or getattr(model, "max_seq_length", None)}
+            "document_prompt": document_prompt(model), "precision": precision,
+            "max_length": max_length or getattr(model, "max_seq_length", None)}
     meta.update(metadata or {})
     return DenseIndex.build(embeddings, list(corpus), kind=kind, metadata=meta,
                             corpus=corpus if store_texts else None, **params)
