@@ -147,6 +147,7 @@ def _own(kind: str, folder):
         "compare": lambda: (folder / "compare.json").write_text('{"baseline": "a"}'),
         "shift": lambda: (folder / "shift.json").write_text("{}"),
         "sweep": lambda: (folder / "results.json").write_text('[{"setting": "s"}]'),
+        "shards": lambda: (folder / "shards.json").write_text('{"corpus_fingerprint": "0a"}'),
     }[kind]
     make()
     return folder

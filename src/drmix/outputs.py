@@ -121,6 +121,9 @@ def run_finished(run_dir: str | Path) -> bool:
 
 
 KINDS: dict[str, OutputKind] = {k.name: k for k in (
+    OutputKind("shards", "the shards of a sharded encoding (shards.json, rank-*-of-*.npy/.json)", "files", "continue",
+               _json_has("shards.json", "corpus_fingerprint"),
+               ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp")),
     OutputKind("index", "an index written by drmix index (vectors.npy or index.faiss, meta.json)", "folder", "replace",
                lambda d: ((d / "index.faiss").is_file() or (d / "vectors.npy").is_file())
                and _json_has("meta.json", "format_version")(d),
@@ -143,7 +146,7 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("demo", "an earlier drmix demo (demo.json)", "files", "overwrite", lambda d: (d / "demo.json").is_file(),
                ("data", "runs", "eval", "results.md", "results.json", "demo.json")),
     OutputKind("eval", "an evaluation written by drmix eval (eval.json, eval.md)", "files", "overwrite",
-               _json_has("eval.json", "results"), ("eval.json", "eval.md", "mteb")),
+               _json_has("eval.json", "results"), ("eval.json", "eval.md", "mteb", "shards")),
     OutputKind("compare", "a comparison written by drmix compare (compare.json, compare.md)", "files", "overwrite",
                _json_has("compare.json", "baseline"), ("compare.json", "compare.md")),
     OutputKind("shift", "an analysis written by drmix analyze shift (shift.json, shift.md, plots)", "files",

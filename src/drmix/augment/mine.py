@@ -91,11 +91,12 @@ def embed(model: Any, queries: Sequence[str], doc_texts: Sequence[str], *, batch
     """L2-normalised query and document embeddings; prompts default to the model's own."""
     from drmix.model.encoder import document_prompt, query_prompt as model_query_prompt
     from drmix.retrieval.encode import encode_texts
+    from drmix.retrieval.shards import encode_corpus  # in shards under torchrun (drmix mine)
 
     qp = model_query_prompt(model) if query_prompt is None else query_prompt
     dp = document_prompt(model) if doc_prompt is None else doc_prompt
-    d_emb = encode_texts(model, doc_texts, batch_size=batch_size, prompt=dp, normalize=True,
-                         show_progress=show_progress)
+    d_emb = encode_corpus(model, doc_texts, batch_size=batch_size, prompt=dp, normalize=True,
+                          show_progress=show_progress)
     q_emb = encode_texts(model, queries, batch_size=batch_size, prompt=qp, normalize=True,
                          show_progress=show_progress)
     return q_emb, d_emb
@@ -252,7 +253,10 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
         new["mined"] = {"model": model_name or _name(model), "ranks": str(window),
                         "scores": [round(s, 6) for _, s in chosen]}
         out_lines.append(json.dumps(new, ensure_ascii=False) + "\n")
-    atomic_write_text(out_path, "".join(out_lines))
+    from drmix.retrieval.shards import writes_here
+
+    if writes_here():  # under torchrun: rank 0 only
+        atomic_write_text(out_path, "".join(out_lines))
     if stats.short:
         log.warning("%s: %d of %d queries got fewer than %d mined negatives (small pool, window %s or the filter).",
                     in_path, stats.short, stats.queries, num_negatives, window)

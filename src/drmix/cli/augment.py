@@ -199,6 +199,10 @@ def mine_teacher(queries: Path, corpus: Path, output: Path, *, teacher: str | No
     out, counts = mine_examples(rows, {d: doc_text(x) for d, x in docs.items()}, model, positives=positives,
                                 negatives=negatives, keep_candidates=keep_candidates, batch_size=batch_size,
                                 teacher_name=teacher or "default")
+    from drmix.retrieval.shards import writes_here
+
+    if not writes_here():  # under torchrun: rank 0 writes
+        return
     _write_outputs(output, out, {"queries": len(rows), **counts})
     _console().print(f"wrote {len(out)} mined examples to {output} ({dict(counts)})")
 

@@ -20,6 +20,7 @@ import typer
 
 from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
+from drmix.cli.sharded import launched_shards
 from drmix.cli.options import ATTN_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
 
@@ -105,7 +106,9 @@ def mine_command(
         if queries is None or corpus is None:
             raise ConfigError("--mode teacher needs --queries and --corpus.",
                               fix="pass --queries QUERIES.jsonl --corpus BEIR_DIR (unlabelled queries to mine for).")
-        with encoding(tokenize_num_proc, cache_embeddings):
+        # under torchrun: the corpus encoded in shards (drmix.cli.sharded)
+        with encoding(tokenize_num_proc, cache_embeddings), \
+                launched_shards(output, "mine", folder=False, overwrite=overwrite):
             mine_teacher(queries, corpus, output, teacher=model, positives=positive_ranks, negatives=window,
                          keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
         return
@@ -113,7 +116,9 @@ def mine_command(
         raise ConfigError("--mode negatives needs --data.",
                           fix="pass --data COLLECTION (or a folder of them); for unlabelled queries use "
                               "--mode teacher.")
-    with encoding(tokenize_num_proc, cache_embeddings):
+    # under torchrun: each collection's pool encoded in shards (drmix.cli.sharded)
+    with encoding(tokenize_num_proc, cache_embeddings), \
+            launched_shards(output, "mine", folder=output.is_dir() or not output.suffix, overwrite=overwrite):
         mine_negatives(data, output, model=model, ranks=window, num_negatives=num_negatives, sampling=sampling,
                        max_score_ratio=max_score_ratio, keep_negatives=keep_negatives, batch_size=batch_size,
                        seed=seed, overwrite=overwrite, query_instruction=query_instruction, torch_dtype=torch_dtype,
@@ -128,6 +133,7 @@ def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, nu
     from drmix.augment.mine import RankWindow, mine_collection
     from drmix.cli import console
     from drmix.model.encoder import load_encoder
+    from drmix.retrieval.shards import writes_here
 
     if sampling not in ("top", "random"):
         raise ConfigError(f"unknown --sampling {sampling!r}.", fix="pass --sampling top or --sampling random.")
@@ -148,6 +154,8 @@ def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, nu
                                 max_score_ratio=max_score_ratio or None, keep_negatives=keep_negatives, seed=seed,
                                 batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2", query_prompt=qp,
                                 format=format, columns=column_map)
+        if not writes_here():  # under torchrun: rank 0 reports
+            continue
         console.print(f"{Path(src).name}: {stats.queries} queries, pool {stats.pool} documents, {stats.negatives} "
                       f"negatives mined (ranks {window}; {stats.filtered} filtered as likely positives; "
                       f"{stats.short} queries short) -> {dst}", soft_wrap=True)

@@ -174,23 +174,48 @@ def index_command(
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
     tokenize_num_proc: Optional[int] = tokenize_num_proc_option(),
     cache_embeddings: bool = cache_embeddings_option(),
+    estimate: bool = typer.Option(False, "--estimate", help="Print the hours encoding this corpus takes on one GPU "
+                                  "and on --gpus GPUs (the throughput assumed is printed with it), then stop."),
+    gpus: int = typer.Option(8, "--gpus", min=1, help="With --estimate: the GPU count to estimate besides one."),
+    passages_per_s: Optional[float] = typer.Option(None, "--passages-per-s", min=0.001, help="With --estimate: "
+                                                   "your measured passages/s per GPU (default: 900, one H200)."),
 ) -> None:
-    """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query."""
+    """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query.
+
+    Under torchrun / accelerate launch every process encodes one shard of the corpus into OUTPUT.shards
+    (a rerun encodes only the missing shards) and the first merges them into the index."""
     from drmix.data.beir import read_corpus
     from drmix.model.encoder import load_encoder
     from drmix.outputs import check_output_dir
     from drmix.retrieval.index import index_corpus
+    from drmix.retrieval.ranks import launched
 
-    check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
-    corpus_file = resolve_corpus_file(corpus)
-    docs = read_corpus(corpus_file)
-    encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
-    _check_index_room(output, docs, encoder, store_texts=not no_texts)
     params: dict[str, Any] = {}
     if kind is IndexKind.hnsw:
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
     elif kind is IndexKind.ivf:
         params = {"nlist": nlist, "nprobe": nprobe}
+    corpus_file = resolve_corpus_file(corpus)
+    if estimate:
+        from drmix.cli.sharded import print_estimate
+
+        return print_estimate(corpus_file, gpus=gpus, rate=passages_per_s, echo=typer.echo)
+    if launched():
+        from drmix.cli.sharded import index_sharded
+
+        with encoding(tokenize_num_proc, cache_embeddings):
+            return index_sharded(
+                output=output, corpus=corpus, corpus_file=corpus_file, overwrite=overwrite,
+                load=lambda: load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation)),
+                check_room=lambda enc, docs: _check_index_room(output, docs, enc, store_texts=not no_texts),
+                index_kwargs={"kind": kind.value, "batch_size": batch_size, "max_length": max_length,
+                              "store_texts": not no_texts, "precision": precision.value, **params},
+                metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())},
+                echo=_console().print)
+    check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
+    docs = read_corpus(corpus_file)
+    encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
+    _check_index_room(output, docs, encoder, store_texts=not no_texts)
     with encoding(tokenize_num_proc, cache_embeddings):
         index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
                              store_texts=not no_texts, precision=precision.value,
@@ -429,12 +454,18 @@ def eval_command(
     instructions = read_prompts_file(prompts) if prompts is not None else {}
     if query_instruction is not None:  # every dataset, over the prompts file
         instructions.update({Path(d).expanduser().name: query_instruction for d in data})
-    with encoding(tokenize_num_proc, cache_embeddings):
+    from drmix.cli.sharded import launched_shards
+
+    # under torchrun: every corpus encoded in shards (drmix.cli.sharded)
+    with encoding(tokenize_num_proc, cache_embeddings), \
+            launched_shards(output, "eval", folder=True, overwrite=overwrite) as ranks:
         report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
                                 metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
                                 precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
-                                model_kwargs=model_kwargs(torch_dtype, attn_implementation),
-                                max_queries=max_queries, max_docs=max_docs, seed=seed)
+                                model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
+                                max_docs=max_docs, seed=seed)
+    if ranks is not None and not ranks.main:
+        return
     print_report(report)
     if output is not None:
         report.write(output)

@@ -55,13 +55,14 @@ def evaluate_dims(model: Any, corpus: Mapping[str, Mapping[str, str]], queries: 
     from drmix.model.encoder import document_prompt, query_prompt as model_query_prompt
     from drmix.retrieval.encode import encode_texts, model_normalizes
     from drmix.retrieval.index import DenseIndex
+    from drmix.retrieval.shards import encode_corpus  # in shards under torchrun (drmix eval)
 
     ids = list(corpus)
     qids = list(queries)
     norm = model_normalizes(model)
-    d_emb = encode_texts(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size,
-                         prompt=document_prompt(model), max_length=max_length, show_progress=show_progress,
-                         precision=precision)
+    d_emb = encode_corpus(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size,
+                          prompt=document_prompt(model), max_length=max_length, show_progress=show_progress,
+                          precision=precision)
     qp = model_query_prompt(model) if query_prompt is None else query_prompt
     q_emb = encode_texts(model, [queries[q] for q in qids], batch_size=batch_size, prompt=qp, max_length=max_length,
                          precision=precision)

@@ -393,13 +393,29 @@ def index_corpus(model: Any, corpus: Mapping[str, Mapping[str, str]], *, kind: s
     ids = list(corpus)
     normalize = model_normalizes(model)
     prompt = document_prompt(model)
-    emb = encode_texts(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size, prompt=prompt,
-                       max_length=max_length, show_progress=show_progress, normalize=normalize, precision=precision,
-                       cache_ids=cache_ids)
-    meta = {"model": model_name(model), "normalized": normalize, "document_prompt": prompt, "precision": precision,
+    from drmix.retrieval.shards import encode_corpus  # encode_texts, or in shards under torchrun (drmix eval)
+
+    emb = encode_corpus(model, [doc_text(corpus[i]) for i in ids], batch_size=batch_size, prompt=prompt,
+                        max_length=max_length, show_progress=show_progress, normalize=normalize, precision=precision,
+                        cache_ids=cache_ids)
+    return index_embeddings(model, corpus, emb, kind=kind, max_length=max_length, store_texts=store_texts,
+                            metadata=metadata, precision=precision, **params)
+
+
+def index_embeddings(model: Any, corpus: Mapping[str, Mapping[str, str]], embeddings: np.ndarray, *,
+                     kind: str = "flat", max_length: int | None = None, store_texts: bool = True,
+                     metadata: dict[str, Any] | None = None, precision: str | None = "auto",
+                     **params: Any) -> DenseIndex:
+    """The index :func:`index_corpus` builds, from embeddings already encoded (row i: the corpus's i-th
+    document, encoded by ``model`` with its document prompt), e.g. merged from sharded encoding."""
+    from drmix.model.encoder import document_prompt
+
+    meta = {"model": model_name(model), "normalized": model_normalizes(model),
+            "document_prompt": document_prompt(model), "precision": precision,
             "max_length": max_length or getattr(model, "max_seq_length", None)}
     meta.update(metadata or {})
-    return DenseIndex.build(emb, ids, kind=kind, metadata=meta, corpus=corpus if store_texts else None, **params)
+    return DenseIndex.build(embeddings, list(corpus), kind=kind, metadata=meta,
+                            corpus=corpus if store_texts else None, **params)
 
 
 def search_queries(model: Any, index: DenseIndex, queries: Mapping[str, str], k: int = 100, *,

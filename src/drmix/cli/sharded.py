@@ -1,0 +1,120 @@
+"""``drmix index``, ``drmix eval`` and ``drmix mine`` under ``torchrun`` / ``accelerate launch``: each corpus
+encoded in shards, one per rank; and ``drmix index --estimate``. The library side is
+:mod:`drmix.retrieval.shards` and :mod:`drmix.retrieval.plan`."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+from drmix.errors import DrmixError
+
+
+def shard_folder(output: Path) -> Path:
+    """Where the shards of ``output`` go: ``OUTPUT.shards`` beside it."""
+    output = output.expanduser()
+    return output.with_name(output.name + ".shards")
+
+
+def count_passages(corpus_file: Path) -> int:
+    """Non-blank lines of a corpus ``.jsonl`` (one document each), counted without parsing them."""
+    from drmix.errors import DataError
+
+    if not corpus_file.is_file():
+        raise DataError("corpus file not found.", path=corpus_file,
+                        fix="pass --corpus with a BEIR directory or a corpus .jsonl file.")
+    with open(corpus_file, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Callable[[str], None]) -> None:
+    """What ``drmix index --estimate`` prints: the corpus, the assumption, the time on 1 and ``gpus`` GPUs."""
+    from drmix.retrieval.plan import estimate_lines
+
+    echo(f"{corpus_file}:")
+    for line in estimate_lines(count_passages(corpus_file), gpus=sorted({1, gpus}), rate=rate):
+        echo(line)
+    echo("Run it on N GPUs with: torchrun --nproc-per-node N -m drmix index ... (or accelerate launch; "
+         "docs/evaluation.md, \"Sharded encoding over processes and GPUs\").")
+
+
+def index_sharded(*, output: Path, corpus: Path, corpus_file: Path, load: Callable[[], Any],
+                  check_room: Callable[[Any, dict], None], overwrite: bool, index_kwargs: dict[str, Any],
+                  metadata: dict[str, Any], echo: Callable[[str], None]) -> None:
+    """Every rank: claim (rank 0), read the corpus, load the model, encode its shard; rank 0 merges and
+    writes the index, then says where the shards and the index are."""
+    from drmix.data.beir import doc_text, read_corpus
+    from drmix.io import check_free_space
+    from drmix.model.encoder import document_prompt
+    from drmix.outputs import check_output_dir, claim_output
+    from drmix.retrieval.encode import model_normalizes
+    from drmix.retrieval.index import index_embeddings
+    from drmix.retrieval.ranks import Ranks
+    from drmix.retrieval.shards import agree, encode_sharded
+
+    ranks = Ranks.from_env()
+    folder = shard_folder(output)
+    try:
+        error = None
+        if ranks.main:
+            try:
+                check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
+                claim_output(folder, "shards", overwrite=overwrite, inputs=[corpus])
+            except DrmixError as e:
+                error = e
+        agree(ranks, error)
+        docs = read_corpus(corpus_file)
+        encoder = load()
+        error = None
+        if ranks.main:
+            try:
+                check_room(encoder, docs)
+                dim = int(encoder.get_sentence_embedding_dimension() or 0)
+                check_free_space(folder, len(docs) * dim * 4, what=f"the shards of {len(docs)} documents")
+            except DrmixError as e:
+                error = e
+        agree(ranks, error)
+        result = encode_sharded(encoder, [doc_text(docs[i]) for i in docs], folder, ranks=ranks,
+                                batch_size=index_kwargs.pop("batch_size"), prompt=document_prompt(encoder),
+                                max_length=index_kwargs.get("max_length"), normalize=model_normalizes(encoder),
+                                precision=index_kwargs.get("precision"), model_name=str(metadata.get("model")),
+                                overwrite=overwrite)
+        if not ranks.main:
+            return
+        index = index_embeddings(encoder, docs, result.embeddings, metadata=metadata, **index_kwargs)
+        index.save(output)
+        reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
+        echo(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}; "
+             f"{ranks.world_size} shards{reused} in {folder}")
+    finally:
+        ranks.close()
+
+
+def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:
+    """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
+    ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
+    from drmix.io import cache_root
+
+    if output is None:
+        return cache_root() / "shards" / name
+    output = output.expanduser()
+    return output / "shards" if folder else output.with_name(output.name + ".shards")
+
+
+@contextlib.contextmanager
+def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: bool = False) -> Iterator[Any]:
+    """Under torchrun / accelerate launch: join the ranks and encode every corpus in shards
+    (:func:`drmix.retrieval.shards.sharded_corpora`); yields the ranks (``None`` in a plain process)."""
+    from drmix.retrieval.ranks import Ranks, launched
+    from drmix.retrieval.shards import sharded_corpora
+
+    if not launched():
+        yield None
+        return
+    ranks = Ranks.from_env()
+    try:
+        with sharded_corpora(ranks, shards_root(output, name, folder=folder), overwrite=overwrite):
+            yield ranks
+    finally:
+        ranks.close()

@@ -1,0 +1,200 @@
+"""Sharded encoding: rank ranges, shards byte-identical to one process, resume of the missing shards only, and
+the refusals (another world size or model, truncated / foreign shards, a full disk).
+
+The ranks run one after the other in this process (:class:`SeqRanks`: no collectives), which is what each
+process of a launched run does between the barriers; the real two-process run is in tests/cli/test_cli_sharded.py.
+"""
+from __future__ import annotations
+
+import errno
+import json
+
+import numpy as np
+import pytest
+
+import drmix.retrieval.encode as encode_mod
+from drmix.errors import ConfigError, DataError, DiskFullError
+from drmix.retrieval import shards
+from drmix.retrieval.encode import encode_texts
+from drmix.retrieval.ranks import Ranks
+from drmix.retrieval.shards import check_shard, encode_sharded, shard_ranges
+
+TEXTS = [f"passage {i} " + "word " * (i % 7) + ("tail" if i % 3 else "") for i in range(11)]
+
+
+class SeqRanks(Ranks):
+    """Rank ``rank`` of ``world_size`` without a process group: the gathers see only this rank's item."""
+
+    def gather(self, obj):
+        return [obj if r == self.rank else None for r in range(self.world_size)]
+
+    def barrier(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(tiny_model_path, device="cpu")
+
+
+@pytest.fixture
+def chunk4(monkeypatch):
+    """encode_texts sorts and batches every 4 texts on their own (16,384 in use), so 11 texts make 3 blocks."""
+    monkeypatch.setattr(encode_mod, "_SORT_CHUNK", 4)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """How many texts encode_texts was given, call by call."""
+    calls: list[int] = []
+    real = encode_mod.encode_texts
+
+    def spy(model, texts, **kw):
+        calls.append(len(texts))
+        return real(model, texts, **kw)
+
+    monkeypatch.setattr(encode_mod, "encode_texts", spy)
+    return calls
+
+
+def run_all(model, folder, world, **kw):
+    """Every rank, the last first (rank 0 merges once the others' shards are there); rank 0's result."""
+    results = {r: encode_sharded(model, TEXTS, folder, ranks=SeqRanks(r, world), batch_size=3, normalize=True,
+                                 show_progress=False, **kw) for r in reversed(range(world))}
+    return results
+
+
+def test_ranges_are_contiguous_aligned_and_even():
+    # 10 rows in blocks of 4: blocks [0,4) [4,8) [8,10); rank r gets blocks r*3//w .. (r+1)*3//w
+    assert shard_ranges(10, 2, 4) == [(0, 4), (4, 10)]
+    assert shard_ranges(10, 3, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert shard_ranges(10, 4, 4) == [(0, 0), (0, 4), (4, 8), (8, 10)]
+    assert shard_ranges(10, 1, 4) == [(0, 10)]
+    assert shard_ranges(0, 2, 4) == [(0, 0), (0, 0)]
+
+
+def test_two_ranks_give_the_bytes_of_one_process(tiny, tmp_path, chunk4):
+    one = encode_texts(tiny, TEXTS, batch_size=3, normalize=True)
+    results = run_all(tiny, tmp_path / "s", 2)
+    assert results[1].embeddings is None and results[1].encoded == 7  # rows 4..10: blocks [4,8) and [8,11)
+    assert results[0].encoded == 4
+    merged = results[0].embeddings
+    assert merged.dtype == np.float32 and merged.tobytes() == one.tobytes()
+    man = json.loads((tmp_path / "s" / "rank-00001-of-00002.json").read_text())
+    assert (man["start"], man["stop"], man["shape"], man["world_size"]) == (4, 11, [7, 32], 2)
+    assert json.loads((tmp_path / "s" / "shards.json").read_text())["count"] == 11
+    # three ranks, another folder: the same bytes
+    assert run_all(tiny, tmp_path / "s3", 3)[0].embeddings.tobytes() == one.tobytes()
+
+
+def test_a_rerun_encodes_only_the_missing_shard(tiny, tmp_path, chunk4, counted):
+    run_all(tiny, tmp_path, 2)
+    assert sum(counted) == 11
+    (tmp_path / "rank-00001-of-00002.npy").unlink()  # rank 1 killed before its shard was complete
+    (tmp_path / "rank-00001-of-00002.json").unlink()
+    counted.clear()
+    again = run_all(tiny, tmp_path, 2)
+    assert sum(counted) == 7 and again[1].encoded == 7 and again[0].encoded == 0
+    assert again[1].redone == {1: "missing"} and again[0].redone == {}
+    assert again[0].embeddings.tobytes() == encode_texts(tiny, TEXTS, batch_size=3, normalize=True).tobytes()
+
+
+def test_a_rank_killed_mid_write_leaves_no_shard_and_reruns(tiny, tmp_path, chunk4, counted, monkeypatch):
+    real = np.lib.format.write_array
+
+    def killed(f, array, **kw):
+        f.write(b"\x93NUMPY partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np.lib.format, "write_array", killed)
+    with pytest.raises(KeyboardInterrupt):
+        encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(1, 2), batch_size=3, show_progress=False)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written (rank 0 has not run: no shards.json either)
+    monkeypatch.setattr(np.lib.format, "write_array", real)
+    counted.clear()
+    assert encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(1, 2), batch_size=3, show_progress=False).encoded == 7
+
+
+def test_truncated_and_foreign_shards_are_named_and_encoded_again(tiny, tmp_path, chunk4, counted, caplog):
+    run_all(tiny, tmp_path, 2)
+    npy = tmp_path / "rank-00001-of-00002.npy"
+    npy.write_bytes(npy.read_bytes()[:-10])
+    settings = json.loads((tmp_path / "shards.json").read_text())
+    assert "truncated or damaged" in check_shard(tmp_path, 1, settings, 4, 11)
+    counted.clear()
+    run_all(tiny, tmp_path, 2)
+    assert sum(counted) == 7 and "rank-00001-of-00002.npy is truncated or damaged" in caplog.text
+    # a shard manifest of another run (another prompt) in place of rank 0's
+    man = tmp_path / "rank-00000-of-00002.json"
+    meta = json.loads(man.read_text())
+    man.write_text(json.dumps({**meta, "prompt": "query: "}))
+    assert check_shard(tmp_path, 0, settings, 0, 4) == "rank-00000-of-00002 is foreign: encoded with prompt query: , not "
+    counted.clear()
+    caplog.clear()
+    assert run_all(tiny, tmp_path, 2)[0].encoded == 4 and sum(counted) == 4 and "is foreign" in caplog.text
+    # an .npy without its manifest (the write of the manifest was stopped)
+    man.unlink()
+    assert check_shard(tmp_path, 0, settings, 0, 4) == "rank-00000-of-00002.npy has no manifest (its write was stopped)"
+
+
+def test_another_world_size_or_model_is_refused_naming_both(tiny, tmp_path, chunk4, tiny_model_path):
+    run_all(tiny, tmp_path, 2)
+    with pytest.raises(ConfigError, match=r"world_size 2, this run has 3\. Fix: run 2 processes again "
+                                          r"\(torchrun --nproc-per-node 2\), or pass --overwrite"):
+        encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(0, 3), batch_size=3, normalize=True, show_progress=False)
+    import copy
+
+    import torch
+
+    other = copy.deepcopy(tiny)
+    with torch.no_grad():
+        next(other.parameters()).add_(1.0)
+    with pytest.raises(ConfigError, match="encoded with model_fingerprint [0-9a-f]{32}, this run has [0-9a-f]{32}"):
+        encode_sharded(other, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=3, normalize=True, show_progress=False)
+    with pytest.raises(ConfigError, match="batch_size 3, this run has 4"):
+        encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=4, normalize=True, show_progress=False)
+    # --overwrite: the old shards are deleted and the new world size recorded
+    # (rank 0 alone: it encodes its rows, then cannot merge without the shards of ranks 1 and 2)
+    with pytest.raises(DataError, match="shard 1 of 3 cannot be merged: missing"):
+        encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(0, 3), batch_size=3, normalize=True,
+                       show_progress=False, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank-00000-of-00003.json", "rank-00000-of-00003.npy",
+                                                         "shards.json"]
+    assert json.loads((tmp_path / "shards.json").read_text())["world_size"] == 3
+
+
+def test_merge_names_a_shard_that_is_not_there(tiny, tmp_path, chunk4):
+    encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(1, 2), batch_size=3, show_progress=False)
+    (tmp_path / "rank-00001-of-00002.json").unlink()
+    with pytest.raises(DataError, match="shard 1 of 2 cannot be merged: rank-00001-of-00002.npy has no manifest"):
+        encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=3, show_progress=False)
+
+
+def test_a_full_disk_mid_shard_leaves_nothing_half_written(tiny, tmp_path, chunk4, monkeypatch):
+    def full(f, array, **kw):
+        f.write(b"\x93NUMPY")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np.lib.format, "write_array", full)
+    with pytest.raises(DiskFullError, match=r"no room to write this output: .*No space left on device.*"
+                                            r"rank-00001-of-00002\.npy was left as it was"):
+        encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(1, 2), batch_size=3, show_progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_another_ranks_error_stops_every_rank(monkeypatch):
+    ranks = SeqRanks(0, 2)
+    monkeypatch.setattr(ranks, "gather", lambda obj: [obj, ("DiskFullError", "no room", "/x/rank-1.npy", "free space")])
+    with pytest.raises(DiskFullError, match=r"/x/rank-1.npy: rank 1 stopped: no room Fix: free space"):
+        shards.agree(ranks, None)
+    shards.agree(SeqRanks(0, 2), None)  # nobody failed: no error
+
+
+def test_an_unreadable_shard_manifest_is_refused(tmp_path):
+    (tmp_path / "shards.json").write_text("{broken")
+    with pytest.raises(ConfigError, match=r"shards.json: cannot read the shard manifest .* Fix: pass --overwrite"):
+        shards.open_folder(tmp_path, {"world_size": 1})
+    shards.open_folder(tmp_path, {"world_size": 1}, overwrite=True)
+    assert json.loads((tmp_path / "shards.json").read_text()) == {"format": 1, "world_size": 1}
