@@ -235,7 +235,9 @@ def _check_index_room(output: Path, docs: dict[str, dict[str, str]], encoder: An
 
     from drmix.io import check_free_space
 
-    dim = encoder.get_sentence_embedding_dimension() or 0
+    from drmix.retrieval.encode import embedding_dim
+
+    dim = embedding_dim(encoder)
     vectors = len(docs) * int(dim) * 4
     sizes = {d: len(x.get("title", "")) + len(x.get("text", "")) for d, x in docs.items()}
     texts = sum(sizes.values())

@@ -48,7 +48,7 @@ def index_sharded(*, output: Path, corpus: Path, corpus_file: Path, load: Callab
     from drmix.io import check_free_space
     from drmix.model.encoder import document_prompt
     from drmix.outputs import check_output_dir, claim_output
-    from drmix.retrieval.encode import model_normalizes
+    from drmix.retrieval.encode import embedding_dim, model_normalizes
     from drmix.retrieval.index import index_embeddings
     from drmix.retrieval.ranks import Ranks
     from drmix.retrieval.shards import agree, encode_sharded
@@ -70,7 +70,7 @@ def index_sharded(*, output: Path, corpus: Path, corpus_file: Path, load: Callab
         if ranks.main:
             try:
                 check_room(encoder, docs)
-                dim = int(encoder.get_sentence_embedding_dimension() or 0)
+                dim = embedding_dim(encoder)
                 check_free_space(folder, len(docs) * dim * 4, what=f"the shards of {len(docs)} documents")
             except DrmixError as e:
                 error = e
