@@ -385,14 +385,22 @@ def test_sigterm_during_an_llm_run_writes_stats_and_exits_143(tmp_path):
     assert "stopped before the end" in err and "terminated (SIGTERM)" in err
 
 
-def test_sigterm_during_training_names_the_checkpoint_and_exits_143(tmp_path, tiny_model_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a non-interactive shell starts
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_during_training_names_the_checkpoint_and_exits_143(tmp_path, tiny_model_path, sigint):
+    """Also when the run started with SIGINT ignored (``drmix train ... &`` in a script): SIGTERM still stops it
+    the same way."""
     coll = tmp_path / "c.jsonl"
     coll.write_text("".join(json.dumps({"query": f"q {i}", "positive": f"p {i}"}) + "\n" for i in range(16)))
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "drmix", "train", "--data", str(coll), "--model", tiny_model_path,
                              "--output-dir", str(run), "--max-steps", "100000", "--save-every", "1", "--batch-size",
                              "4", "--device", "cpu", "--no-show-progress", "--keep-checkpoints", "1"], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint if sigint == "ignored" else None)
     from loopback_llm import wait_until
 
     try:
