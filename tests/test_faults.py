@@ -345,6 +345,35 @@ def _read_only_case(tmp_path: Path) -> None:
     assert list(ro.iterdir()) == []
 
 
+# -- an output that is a symbolic link: written through, the link kept; a loop of links: one line ----------------
+def test_index_output_that_is_a_link_is_written_into_its_target(tmp_path, tiny_model_path):
+    corpus = write_beir(tmp_path / "c", {"a": {"title": "", "text": "alpha"}, "b": {"title": "", "text": "beta"}},
+                        {"q": "alpha"}, {"test": {"q": {"a": 1}}})
+    target = tmp_path / "disk" / "idx"
+    target.mkdir(parents=True)  # (a link to nothing is refused: tests/test_outputs.py)
+    link = tmp_path / "idx"
+    link.symlink_to(target)
+    for extra in ([], ["--overwrite"]):  # an empty target, then an earlier index replaced
+        _ok(_invoke(["index", "--corpus", corpus, "--output", link, "--model", tiny_model_path, *extra]))
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        assert target.is_dir() and any(target.iterdir())
+        assert sorted(p.name for p in target.parent.iterdir()) == ["idx"]
+    hits = _invoke(["search", "--index", link, "--query", "alpha", "--model", tiny_model_path])
+    _ok(hits)
+
+
+def test_eval_output_into_a_symlink_loop_is_one_line(tmp_path):
+    corpus = write_beir(tmp_path / "c", {"a": {"title": "", "text": "alpha"}}, {"q": "alpha"},
+                        {"test": {"q": {"a": 1}}})
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for out in (loop, loop / "ev"):
+        r = _invoke(["eval", "--data", corpus, "--model", "never-loaded", "--output", out])
+        assert isinstance(r.exception, ConfigError), (r.exception, r.output)
+        assert str(out) in str(r.exception) and "loop of symbolic links" in str(r.exception)
+    assert loop.is_symlink()
+
+
 # -- SIGTERM is handled like Ctrl-C ---------------------------------------------------------------------------
 def test_sigterm_during_an_llm_run_writes_stats_and_exits_143(tmp_path):
     """A scheduler's SIGTERM while answers arrive: stats.json is written (finished: false), the answers so far
