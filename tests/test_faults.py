@@ -345,6 +345,61 @@ def _read_only_case(tmp_path: Path) -> None:
     assert list(ro.iterdir()) == []
 
 
+# -- DRMIX_CACHE that cannot be written: one line naming the cache and the fix --------------------------------------
+def _cache_fails(monkeypatch, cache: Path, err: int, sub: str) -> None:
+    """Creating anything under ``cache / sub`` fails with ``err`` (EROFS: a read-only filesystem; ENOSPC: full)."""
+    import errno as errnos
+
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *a, **kw):
+        if str(Path(path).absolute()).startswith(str(cache / sub)):
+            raise OSError(err, os.strerror(err), str(path))
+        return real_mkdir(path, *a, **kw)
+
+    monkeypatch.setenv("DRMIX_CACHE", str(cache))
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert err in (errnos.EROFS, errnos.ENOSPC)
+
+
+@pytest.mark.parametrize("err,sub,error_type,says", [(30, "", ConfigError, "cannot be written"),
+                                                     (28, "", DiskFullError, "no room in drmix's cache"),
+                                                     (30, "tokenized", ConfigError, "cannot be written")])
+def test_train_with_a_cache_that_cannot_be_written_is_one_line(tmp_path, tiny_model_path, monkeypatch, err, sub,
+                                                                error_type, says):
+    """The collections' conversion cache first, then the stored token ids (which --no-pretokenize skips)."""
+    coll = tmp_path / "c.jsonl"
+    coll.write_text("".join(json.dumps({"query": f"q {i}", "positive": f"p {i}"}) + "\n" for i in range(8)))
+    cache = tmp_path / "ro-cache"
+    _cache_fails(monkeypatch, cache, err, sub)
+    r = _invoke(["train", "--data", coll, "--model", tiny_model_path, "--output-dir", tmp_path / "run", "--max-steps",
+                 "1", "--batch-size", "4", "--device", "cpu", "--no-show-progress"])
+    assert isinstance(r.exception, error_type), (r.exception, r.output)
+    e = r.exception
+    assert says in e.message and e.path == str(cache), e.format()
+    assert "DRMIX_CACHE" in e.fix and ("--no-pretokenize" in e.fix) == (sub == "tokenized")
+
+
+def test_a_full_cache_names_the_cache_not_the_current_folder(tmp_path, tiny_model_path, monkeypatch):
+    """datasets' writer reports a full disk without a file name: the error names the cache it was writing."""
+    import datasets
+
+    coll = tmp_path / "c.jsonl"
+    coll.write_text("".join(json.dumps({"query": f"q {i}", "positive": f"p {i}"}) + "\n" for i in range(8)))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DRMIX_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+
+    def full(self, *a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(datasets.Dataset, "save_to_disk", full)
+    r = _invoke(["train", "--data", coll, "--model", tiny_model_path, "--output-dir", tmp_path / "run", "--max-steps",
+                 "1", "--batch-size", "4", "--device", "cpu", "--no-show-progress"])
+    assert isinstance(r.exception, DiskFullError), (r.exception, r.output)
+    assert r.exception.path == str(cache) and "DRMIX_CACHE" in r.exception.fix
+
+
 # -- an output that is a symbolic link: written through, the link kept; a loop of links: one line ----------------
 def test_index_output_that_is_a_link_is_written_into_its_target(tmp_path, tiny_model_path):
     corpus = write_beir(tmp_path / "c", {"a": {"title": "", "text": "alpha"}, "b": {"title": "", "text": "beta"}},

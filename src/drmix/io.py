@@ -114,6 +114,38 @@ def cache_root() -> Path:
     return Path(os.environ.get("DRMIX_CACHE", Path.home() / ".cache" / "drmix")).expanduser()
 
 
+class cache_writes(contextlib.ContextDecorator):
+    """Around code that writes drmix's cache (:func:`cache_root`), as a ``with`` block or a decorator: a full
+    disk, a read-only filesystem or a missing permission there is one line naming the cache and the fix
+    (another ``DRMIX_CACHE``; ``also``: a further way round it, e.g. an option that skips this cache)."""
+
+    def __init__(self, *, also: str = "") -> None:
+        self.also = also
+
+    def __enter__(self) -> "cache_writes":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, DrmixError):
+            return False
+        root = cache_root()
+        fix = (f"point DRMIX_CACHE at a writable folder with room (e.g. DRMIX_CACHE=/tmp/drmix-cache)"
+               f"{', ' + self.also if self.also else ''}, then run the command again.")
+        if is_disk_full(exc):
+            full = disk_full_error(exc, root, unchanged=False)
+            raise DiskFullError(full.message.replace("no room to write this output", "no room in drmix's cache"),
+                                path=root, fix=fix) from None
+        if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and (
+                exc.filename is None or _under(Path(str(exc.filename)), root)):
+            raise ConfigError(f"drmix's cache cannot be written ({exc.strerror}).", path=root, fix=fix) from None
+        return False
+
+
+def _under(path: Path, root: Path) -> bool:
+    a, b = os.path.abspath(path), os.path.abspath(root)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
+
+
 def _umask() -> int:
     """The process's umask (read by setting and restoring it; there is no other portable way)."""
     mask = os.umask(0o022)
