@@ -18,20 +18,27 @@ OTHER_TOOLS = {
 }
 
 
+def _fix_values(tree: ast.AST):
+    """The expressions that make fix texts: ``fix=`` arguments, and values assigned to a name that says fix
+    (``_SCORES_FIX = ...``, ``fix = ...``: texts built before the error is raised)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            yield from (kw.value for kw in node.keywords if kw.arg == "fix")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and "fix" in t.id.lower() for t in targets):
+                yield node.value
+
+
 def _fix_texts() -> list[tuple[str, int, str]]:
-    """(file, line, literal text) of every string literal inside a ``fix=`` argument."""
+    """(file, line, literal text) of every string literal (f-strings' literal parts too) in a fix text."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            for kw in node.keywords:
-                if kw.arg != "fix":
-                    continue
-                for part in ast.walk(kw.value):
-                    if isinstance(part, ast.Constant) and isinstance(part.value, str):
-                        found.append((str(path.relative_to(SRC)), part.lineno, part.value))
+        for value in _fix_values(tree):
+            for part in ast.walk(value):
+                if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                    found.append((str(path.relative_to(SRC)), part.lineno, part.value))
     return found
 
 
@@ -53,6 +60,8 @@ def test_the_walk_finds_fix_texts_and_options():
     texts = _fix_texts()
     assert len(texts) > 300
     assert any("--resume" in t for _, _, t in texts)
+    assert any("--loss infonce" in t for f, _, t in texts if f == "train/distill.py")    # _SCORES_FIX = ...
+    assert any("--transfers" in t for f, _, t in texts if f == "recipes/tdro.py")        # STAGE_SET_FIXES
     opts = _all_options()
     assert {"--output-dir", "--resume", "--max-docs", "--overwrite"} <= opts
     assert "--synthetic-docs" not in opts

@@ -275,7 +275,7 @@ def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
 #: training fields every stage sets itself (stage 0 and 2: uniform homogeneous; stage 1: uniform mixed; stage 2:
 #: each transfer of stage 1's weights): a value given for the whole pipeline would be ignored, so it is refused.
 #: flat field -> (its option, the stage default, a pipeline option or stage override that does the job)
-STAGE_SET_FIELDS: dict[str, tuple[str, Any, str]] = {
+STAGE_SET_FIXES: dict[str, tuple[str, Any, str]] = {
     "weights_file": ("--weights-file", None, "stage 2 uses stage 1's learned weights; to train on a weights file "
                                              "of your own use `drmix train --mixture file --weights-file FILE`"),
     "transfer": ("--transfer", None, "list the stage-2 transfers with --transfers (e.g. --transfers reweight)"),
@@ -288,7 +288,7 @@ STAGE_SET_FIELDS: dict[str, tuple[str, Any, str]] = {
 
 def _refuse_fields_the_stages_set(config: PipelineConfig) -> None:
     flat = config.flat()
-    for key, (flag, default, fix) in STAGE_SET_FIELDS.items():
+    for key, (flag, default, fix) in STAGE_SET_FIXES.items():
         value = flat[key]
         if value != default:
             raise ConfigError(f"{flag} is not used by drmix pipeline tdro (each stage sets {key} itself), so "
