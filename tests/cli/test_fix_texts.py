@@ -11,6 +11,7 @@ import typer
 from drmix.cli import app
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "drmix"
+FIX_NAME = re.compile(r"(?:^|_)fix(?:es)?(?:$|_)")  # fix, _SCORES_FIX, STAGE_SET_FIXES; not prefix / suffix
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # flags of other tools that fix texts tell users to pass to those tools
 OTHER_TOOLS = {
@@ -26,7 +27,7 @@ def _fix_values(tree: ast.AST):
             yield from (kw.value for kw in node.keywords if kw.arg == "fix")
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and "fix" in t.id.lower() for t in targets):
+            if any(isinstance(t, ast.Name) and FIX_NAME.search(t.id.lower()) for t in targets):
                 yield node.value
 
 
