@@ -1,6 +1,8 @@
 """Faults and hostile input, re-run as tests (issue #29's probe class): every folder-replacing command killed at
 each step of its swap, lone surrogates in every input and in LLM answers, a full disk (a file size limit in a
-child process), a read-only folder, an output under a file, SIGTERM, TensorBoard after a resume.
+child process), a read-only folder, an output under a file, a DRMIX_CACHE that is read-only or full, an output
+that is a symbolic link (or a loop of them), SIGTERM (also with SIGINT ignored, as in a script's background job),
+TensorBoard after a resume.
 
 Each case ends in success or in one DrmixError line naming the real path, and leaves every earlier output
 usable."""
