@@ -1,6 +1,8 @@
 """Faults and hostile input, re-run as tests (issue #29's probe class): every folder-replacing command killed at
 each step of its swap, lone surrogates in every input and in LLM answers, a full disk (a file size limit in a
-child process), a read-only folder, an output under a file, SIGTERM, TensorBoard after a resume.
+child process), a read-only folder, an output under a file, a DRMIX_CACHE that is read-only or full, an output
+that is a symbolic link (or a loop of them), SIGTERM (also with SIGINT ignored, as in a script's background job),
+TensorBoard after a resume.
 
 Each case ends in success or in one DrmixError line naming the real path, and leaves every earlier output
 usable."""
@@ -345,6 +347,90 @@ def _read_only_case(tmp_path: Path) -> None:
     assert list(ro.iterdir()) == []
 
 
+# -- DRMIX_CACHE that cannot be written: one line naming the cache and the fix --------------------------------------
+def _cache_fails(monkeypatch, cache: Path, err: int, sub: str) -> None:
+    """Creating anything under ``cache / sub`` fails with ``err`` (EROFS: a read-only filesystem; ENOSPC: full)."""
+    import errno as errnos
+
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *a, **kw):
+        if str(Path(path).absolute()).startswith(str(cache / sub)):
+            raise OSError(err, os.strerror(err), str(path))
+        return real_mkdir(path, *a, **kw)
+
+    monkeypatch.setenv("DRMIX_CACHE", str(cache))
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert err in (errnos.EROFS, errnos.ENOSPC)
+
+
+@pytest.mark.parametrize("err,sub,error_type,says", [(30, "", ConfigError, "cannot be written"),
+                                                     (28, "", DiskFullError, "no room in drmix's cache"),
+                                                     (30, "tokenized", ConfigError, "cannot be written")])
+def test_train_with_a_cache_that_cannot_be_written_is_one_line(tmp_path, tiny_model_path, monkeypatch, err, sub,
+                                                                error_type, says):
+    """The collections' conversion cache first, then the stored token ids (which --no-pretokenize skips)."""
+    coll = tmp_path / "c.jsonl"
+    coll.write_text("".join(json.dumps({"query": f"q {i}", "positive": f"p {i}"}) + "\n" for i in range(8)))
+    cache = tmp_path / "ro-cache"
+    _cache_fails(monkeypatch, cache, err, sub)
+    r = _invoke(["train", "--data", coll, "--model", tiny_model_path, "--output-dir", tmp_path / "run", "--max-steps",
+                 "1", "--batch-size", "4", "--device", "cpu", "--no-show-progress"])
+    assert isinstance(r.exception, error_type), (r.exception, r.output)
+    e = r.exception
+    assert says in e.message and e.path == str(cache), e.format()
+    assert "DRMIX_CACHE" in e.fix and ("--no-pretokenize" in e.fix) == (sub == "tokenized")
+
+
+def test_a_full_cache_names_the_cache_not_the_current_folder(tmp_path, tiny_model_path, monkeypatch):
+    """datasets' writer reports a full disk without a file name: the error names the cache it was writing."""
+    import datasets
+
+    coll = tmp_path / "c.jsonl"
+    coll.write_text("".join(json.dumps({"query": f"q {i}", "positive": f"p {i}"}) + "\n" for i in range(8)))
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DRMIX_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+
+    def full(self, *a, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(datasets.Dataset, "save_to_disk", full)
+    r = _invoke(["train", "--data", coll, "--model", tiny_model_path, "--output-dir", tmp_path / "run", "--max-steps",
+                 "1", "--batch-size", "4", "--device", "cpu", "--no-show-progress"])
+    assert isinstance(r.exception, DiskFullError), (r.exception, r.output)
+    assert r.exception.path == str(cache) and "DRMIX_CACHE" in r.exception.fix
+
+
+# -- an output that is a symbolic link: written through, the link kept; a loop of links: one line ----------------
+def test_index_output_that_is_a_link_is_written_into_its_target(tmp_path, tiny_model_path):
+    corpus = write_beir(tmp_path / "c", {"a": {"title": "", "text": "alpha"}, "b": {"title": "", "text": "beta"}},
+                        {"q": "alpha"}, {"test": {"q": {"a": 1}}})
+    target = tmp_path / "disk" / "idx"
+    target.mkdir(parents=True)  # (a link to nothing is refused: tests/test_outputs.py)
+    link = tmp_path / "idx"
+    link.symlink_to(target)
+    for extra in ([], ["--overwrite"]):  # an empty target, then an earlier index replaced
+        _ok(_invoke(["index", "--corpus", corpus, "--output", link, "--model", tiny_model_path, *extra]))
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        assert target.is_dir() and any(target.iterdir())
+        assert sorted(p.name for p in target.parent.iterdir()) == ["idx"]
+    hits = _invoke(["search", "--index", link, "--query", "alpha", "--model", tiny_model_path])
+    _ok(hits)
+
+
+def test_eval_output_into_a_symlink_loop_is_one_line(tmp_path):
+    corpus = write_beir(tmp_path / "c", {"a": {"title": "", "text": "alpha"}}, {"q": "alpha"},
+                        {"test": {"q": {"a": 1}}})
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for out in (loop, loop / "ev"):
+        r = _invoke(["eval", "--data", corpus, "--model", "never-loaded", "--output", out])
+        assert isinstance(r.exception, ConfigError), (r.exception, r.output)
+        assert str(out) in str(r.exception) and "loop of symbolic links" in str(r.exception)
+    assert loop.is_symlink()
+
+
 # -- SIGTERM is handled like Ctrl-C ---------------------------------------------------------------------------
 def test_sigterm_during_an_llm_run_writes_stats_and_exits_143(tmp_path):
     """A scheduler's SIGTERM while answers arrive: stats.json is written (finished: false), the answers so far
@@ -385,14 +471,22 @@ def test_sigterm_during_an_llm_run_writes_stats_and_exits_143(tmp_path):
     assert "stopped before the end" in err and "terminated (SIGTERM)" in err
 
 
-def test_sigterm_during_training_names_the_checkpoint_and_exits_143(tmp_path, tiny_model_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job of a non-interactive shell starts
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_during_training_names_the_checkpoint_and_exits_143(tmp_path, tiny_model_path, sigint):
+    """Also when the run started with SIGINT ignored (``drmix train ... &`` in a script): SIGTERM still stops it
+    the same way."""
     coll = tmp_path / "c.jsonl"
     coll.write_text("".join(json.dumps({"query": f"q {i}", "positive": f"p {i}"}) + "\n" for i in range(16)))
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "drmix", "train", "--data", str(coll), "--model", tiny_model_path,
                              "--output-dir", str(run), "--max-steps", "100000", "--save-every", "1", "--batch-size",
                              "4", "--device", "cpu", "--no-show-progress", "--keep-checkpoints", "1"], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ignore_sigint if sigint == "ignored" else None)
     from loopback_llm import wait_until
 
     try:

@@ -18,6 +18,7 @@ from drmix.errors import ConfigError, DiskFullError
 from drmix.io import (
     AtomicFiles,
     atomic_dir,
+    atomic_write_bytes,
     atomic_write_text,
     check_free_space,
     check_writable,
@@ -147,16 +148,56 @@ def test_missing_path_with_only_an_unfinished_folder_is_not_recovered(tmp_path):
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_swap_into_a_symlink_replaces_the_link_and_keeps_its_target(tmp_path):
-    target = tmp_path / "real"
-    target.mkdir()
+def test_swap_into_a_symlink_writes_through_it_and_keeps_the_link(tmp_path):
+    """The user's link stays a link; its target (reached through a chain of links too) is replaced."""
+    target = tmp_path / "data" / "real"
+    target.mkdir(parents=True)
     (target / "a.txt").write_text("a")
+    hop = tmp_path / "hop"
+    hop.symlink_to(target)
     link = tmp_path / "link"
-    link.symlink_to(target)
+    link.symlink_to(hop)
     with atomic_dir(link) as tmp:
         (tmp / "b.txt").write_text("b")
-    assert not link.is_symlink() and _tree(link) == {"b.txt": "b"}
-    assert _tree(target) == {"a.txt": "a"}
+    assert link.is_symlink() and os.readlink(link) == str(hop) and hop.is_symlink()
+    assert _tree(target) == {"b.txt": "b"} and _tree(link) == {"b.txt": "b"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "hop", "link"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["real"]  # no hidden leftover beside the target
+
+
+def test_swap_into_a_dangling_symlink_creates_its_target(tmp_path):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "later")
+    with atomic_dir(link) as tmp:
+        (tmp / "b.txt").write_text("b")
+    assert link.is_symlink() and _tree(tmp_path / "later") == {"b.txt": "b"}
+
+
+@pytest.mark.parametrize("how", ["atomic_write_bytes", "AtomicFiles"])
+def test_an_atomic_file_write_to_a_symlink_writes_its_target(tmp_path, how):
+    target = tmp_path / "keep" / "real.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "out.json"
+    link.symlink_to(target)
+    if how == "atomic_write_bytes":
+        atomic_write_bytes(link, b"new")
+    else:
+        with AtomicFiles() as files:
+            files.write_bytes(link, b"new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep", "out.json"]
+
+
+def test_a_symlink_loop_is_one_error_naming_the_path(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for write in (lambda: atomic_write_bytes(loop, b"x"), lambda: atomic_dir(loop).__enter__(),
+                  lambda: atomic_write_bytes(loop / "inside.json", b"x")):
+        with pytest.raises(ConfigError) as e:
+            write()
+        assert str(loop) in str(e.value) and "symbolic link" in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]
 
 
 def test_disk_full_while_building_names_the_output_and_keeps_the_old(tmp_path):

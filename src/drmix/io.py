@@ -68,7 +68,40 @@ def writable(path: Path) -> Iterator[None]:
         if e.errno == errno.EROFS:
             raise ConfigError("the filesystem is read-only.", path=_named(e, path),
                               fix="choose a location on a writable filesystem.") from None
+        if e.errno == errno.ELOOP:
+            raise link_loop_error(_named(e, path)) from None
         raise
+
+
+def link_loop_error(path: str | Path) -> ConfigError:
+    return ConfigError("the path runs into a loop of symbolic links.", path=path,
+                       fix="remove or fix the link, or choose another path.")
+
+
+def resolved_path(path: str | Path) -> Path:
+    """``path`` absolute with every symbolic link followed; a loop of links is a one-line ConfigError naming
+    ``path`` (Python's own answer is a RuntimeError, or on 3.13 a path that is still a link)."""
+    path = Path(path).expanduser()
+    try:
+        real = Path(os.path.abspath(path)).resolve()
+    except RuntimeError:
+        raise link_loop_error(path) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise link_loop_error(path) from None
+        raise
+    if os.path.islink(real):
+        raise link_loop_error(path)
+    return real
+
+
+def write_target(path: str | Path) -> Path:
+    """Where a write to ``path`` lands: a symbolic link's final target (the user's link is kept, and the
+    output is written into what it points at), else ``path`` itself. A loop of links anywhere on the way is
+    a one-line ConfigError."""
+    path = Path(path)
+    real = resolved_path(path)
+    return real if os.path.islink(path) else path
 
 
 def _make_parent(path: Path) -> None:
@@ -79,6 +112,38 @@ def _make_parent(path: Path) -> None:
 def cache_root() -> Path:
     """drmix's cache folder: ``$DRMIX_CACHE``, default ``~/.cache/drmix`` (GGUF conversions, ONNX exports)."""
     return Path(os.environ.get("DRMIX_CACHE", Path.home() / ".cache" / "drmix")).expanduser()
+
+
+class cache_writes(contextlib.ContextDecorator):
+    """Around code that writes drmix's cache (:func:`cache_root`), as a ``with`` block or a decorator: a full
+    disk, a read-only filesystem or a missing permission there is one line naming the cache and the fix
+    (another ``DRMIX_CACHE``; ``also``: a further way round it, e.g. an option that skips this cache)."""
+
+    def __init__(self, *, also: str = "") -> None:
+        self.also = also
+
+    def __enter__(self) -> "cache_writes":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, DrmixError):
+            return False
+        root = cache_root()
+        fix = (f"point DRMIX_CACHE at a writable folder with room (e.g. DRMIX_CACHE=/tmp/drmix-cache)"
+               f"{', ' + self.also if self.also else ''}, then run the command again.")
+        if is_disk_full(exc):
+            full = disk_full_error(exc, root, unchanged=False)
+            raise DiskFullError(full.message.replace("no room to write this output", "no room in drmix's cache"),
+                                path=root, fix=fix) from None
+        if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and (
+                exc.filename is None or _under(Path(str(exc.filename)), root)):
+            raise ConfigError(f"drmix's cache cannot be written ({exc.strerror}).", path=root, fix=fix) from None
+        return False
+
+
+def _under(path: Path, root: Path) -> bool:
+    a, b = os.path.abspath(path), os.path.abspath(root)
+    return a == b or a.startswith(b.rstrip(os.sep) + os.sep)
 
 
 def _umask() -> int:
@@ -226,7 +291,8 @@ def _mb(n: int) -> str:
 
 # -- atomic files ------------------------------------------------------------------------------------------
 def _stage(path: Path, data: bytes) -> str:
-    """Write ``data`` to a new temporary sibling of ``path`` (fsynced, the umask's mode); return its name."""
+    """Write ``data`` to a new temporary sibling of ``path`` (fsynced, the umask's mode); return its name.
+    ``path`` is where the file lands (:func:`write_target`: a link's target)."""
     if path.is_dir():
         raise ConfigError("expected a file path, found a folder.", path=path, fix="name a file, not a folder.")
     _make_parent(path)
@@ -249,7 +315,8 @@ def _stage(path: Path, data: bytes) -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    path = Path(path)
+    """Replace the file ``path`` (through a symbolic link: its target; the link is kept) in one rename."""
+    path = write_target(path)
     tmp = _stage(path, data)
     try:
         os.replace(tmp, path)
@@ -277,7 +344,7 @@ class AtomicFiles:
         self._staged: list[tuple[str, Path]] = []
 
     def write_bytes(self, path: str | Path, data: bytes) -> None:
-        path = Path(path)
+        path = write_target(path)
         self._staged.append((_stage(path, data), path))
 
     def write_text(self, path: str | Path, text: str) -> None:
@@ -486,8 +553,11 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     user check it first with :func:`drmix.outputs.claim_output`. Nothing beside ``path`` is touched (a
     user's ``.NAME.old`` is not one of these names). A full disk while building raises
     :class:`~drmix.errors.DiskFullError` naming ``path``, which is left as it was.
+
+    A symbolic link at ``path`` is kept: the folder it points at (its final target, created when missing) is
+    the one replaced, beside that target; a loop of links is a one-line ConfigError.
     """
-    path = Path(path)
+    path = write_target(path)
     if path.exists() and not path.is_dir():
         raise ConfigError("the output path is a file; a folder is written here.", path=path,
                           fix="choose a new folder (the file is left as it is).")

@@ -172,7 +172,9 @@ def _overlaps(a: Path, b: Path) -> bool:
 
 
 def _resolved(path: str | Path) -> Path:
-    return Path(os.path.abspath(Path(path).expanduser())).resolve()
+    from drmix.io import resolved_path
+
+    return resolved_path(path)
 
 
 def _matches(rel: tuple[str, ...], pattern: str) -> bool:
@@ -217,7 +219,7 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
         flag: the option that sets ``overwrite``, named in the errors' fixes.
         sidecars: files written next to a ``file`` output (e.g. ``OUT.stats.json``): they count as the output.
     """
-    from drmix.io import check_writable, recover_swap
+    from drmix.io import check_writable, recover_swap, write_target
 
     k = KINDS[kind]
     path = Path(path).expanduser()
@@ -233,7 +235,7 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
     if path.is_symlink() and not path.exists():
         raise ConfigError("the output path is a broken symbolic link.", path=path, fix="remove it or choose another path.")
     if k.layout == "folder":
-        recover_swap(path)  # a killed replacement: the complete folder back at path, the hidden rest removed
+        recover_swap(write_target(path))  # a killed replacement: the complete folder back at path, the hidden rest removed
     check_writable(path, into=k.layout == "files")
     if k.layout == "file":
         if path.is_dir():

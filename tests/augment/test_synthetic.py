@@ -125,3 +125,19 @@ def _generated_ids(made) -> set[str]:
     from drmix.augment.generate import generation_ids
 
     return set(generation_ids(list(CORPUS), 4, 0))
+
+
+def test_too_few_passages_name_fixes_that_are_options_of_drmix_adapt():
+    """The split runs under ``drmix adapt``: every --flag its fix names is one of that command's options."""
+    import re
+
+    import typer
+
+    from drmix.cli import app
+
+    adapt = typer.main.get_command(app).commands["adapt"]
+    options = {o for p in adapt.params for o in (*p.opts, *p.secondary_opts)}
+    with pytest.raises(DataError) as e:
+        split_by_passage(_queries(1), dev_queries=1, test_queries=1, seed=0)
+    flags = set(re.findall(r"--[a-z][a-z-]*", e.value.fix))
+    assert "--max-docs" in flags and flags <= options

@@ -121,3 +121,57 @@ def test_a_trickling_endpoint_is_counted_as_timeouts(corpus, tmp_path, capsys):
     err = " ".join(err.split())
     assert code == 2 and "unreachable" not in err and "3 of 3 answered requests failed (timeout 3)" in err
     assert json.loads((tmp_path / "gen.jsonl.stats.json").read_text())["failures"] == {"timeout": 3}
+
+
+@pytest.mark.parametrize("command", ["generate", "rerank"])
+def test_a_stopped_run_continues_when_the_same_command_runs_again(command, corpus, tmp_path, capsys, fake,
+                                                                    monkeypatch):
+    """Ctrl-C / SIGTERM after two answers: the message says to run the same command again, and that command
+    (no --overwrite) continues from the cache instead of refusing its own unfinished stats.json."""
+    from drmix.llm import factory
+    from drmix.llm.cache import CachedBackend
+
+    build = factory.build_backend
+    stop = {"after": 2}
+
+    def stopping(config, *, cache_path=None):
+        backend = build(config, cache_path=cache_path)
+        inner = backend.backend if hasattr(backend, "backend") else None
+        assert isinstance(backend, CachedBackend) and inner is not None
+        answer = inner.answer
+
+        def maybe_stop(prompt):
+            if stop["after"] is not None and len(fake) > stop["after"]:
+                raise KeyboardInterrupt
+            return answer(prompt)
+
+        inner.answer = maybe_stop
+        return backend
+
+    monkeypatch.setattr(factory, "build_backend", stopping)
+    out = tmp_path / "out.jsonl"
+    if command == "generate":
+        argv = ["augment", "generate", "--corpus", str(corpus), "--output", str(out), "--concurrency", "1",
+                "--llm-batch-size", "1"]
+    else:
+        mined = tmp_path / "mined.jsonl"
+        mined.write_text("".join(json.dumps({"query": f"about {t}", "positives": ["x"], "negatives": [],
+                                             "teacher": {"candidates": [["d0", 0.9], ["d1", 0.8], ["d2", 0.7]]}})
+                                 + "\n" for t in TOPICS))
+        template = tmp_path / "rr.json"
+        template.write_text(json.dumps({"system": "JUDGE", "user": "Rank these {n}:\n{passages}\nfor {query}",
+                                        "passage": "<{id}> {text}"}))
+        argv = ["augment", "rerank", "--input", str(mined), "--corpus", str(corpus), "--output", str(out), "--k", "3",
+                "--negatives", "2:3", "--template", str(template), "--concurrency", "1", "--llm-batch-size", "1"]
+    code, _, err = run(argv, capsys)
+    assert code == 130 and "run the same command again" in " ".join(err.split()), err
+    assert not out.exists() and json.loads((tmp_path / "out.jsonl.stats.json").read_text())["finished"] is False
+    asked = len(fake)
+    stop["after"] = None
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    assert len(out.read_text().splitlines()) == 6
+    assert json.loads((tmp_path / "out.jsonl.stats.json").read_text())["finished"] is True
+    assert len(fake) - asked == 6 - 2  # the two cached answers are not asked again
+    code, _, err = run(argv, capsys)  # a finished run's output is the user's: refused without --overwrite
+    assert code == 2 and "--overwrite" in err

@@ -164,3 +164,14 @@ def test_no_duplicates_fills_a_batch_it_cannot_keep_distinct(caplog):
     with caplog.at_level("WARNING"):
         pairs = s.next_indices(np.ones(1))
     assert len(pairs) == 4 and "could not fill" in caplog.text
+
+
+def test_weights_whose_sum_overflows_are_scaled_first():
+    from drmix.data.sampling import normalise_weights
+
+    assert normalise_weights(np.array([1e308, 1e308, 0.0])).tolist() == [0.5, 0.5, 0.0]
+    assert normalise_weights(np.array([3.0, 1.0])).tolist() == [0.75, 0.25]
+    s = MixtureSampler([3, 3], batch_size=4, mode="mixed")
+    assert s.counts(np.array([1.5e308, 1.5e308])).tolist() == [2, 2]
+    with pytest.raises(ValueError):
+        normalise_weights(np.array([np.inf, 1.0]))

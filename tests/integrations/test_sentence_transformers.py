@@ -98,6 +98,9 @@ def test_static_given_and_file_mixtures(tmp_path):
     assert mixture(train, "size").sampling == pytest.approx(s / s.sum())
     assert mixture(train, "temperature", temperature=2.0).sampling == pytest.approx(np.sqrt(s) / np.sqrt(s).sum())
     assert mixture(train, weights={"c": 1, "a": 3, "b": 0}).sampling == pytest.approx([0.75, 0.0, 0.25])
+    # weights whose sum overflows (near 1.8e308) are scaled by the largest first, in either spelling
+    assert mixture(train, weights=[1.5e308, 0.0, 0.5e308]).sampling == pytest.approx([0.75, 0.0, 0.25])
+    assert mixture(train, weights={"a": 1.5e308, "b": 0, "c": 0.5e308}).sampling == pytest.approx([0.75, 0.0, 0.25])
     learned = tmp_path / "weights.json"
     learned.write_text(json.dumps({"collections": ["a", "b", "c", "other"], "weights": [0.2, 0.5, 0.2, 0.1]}))
     assert mixture(train, weights_file=learned).sampling == pytest.approx([2 / 9, 5 / 9, 2 / 9])

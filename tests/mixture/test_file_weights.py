@@ -61,3 +61,16 @@ def test_trainer_mixes_by_the_yaml_weight_keys(tiny_model_path, tmp_path):
     (tmp_path / "w.yaml").write_text("a: 1\nb: 1\n")
     trainer = Trainer(cfg.replace(weights_file=str(tmp_path / "w.yaml")))
     assert np.allclose(trainer.strategy.weights, [0.5, 0.5])
+
+
+@pytest.mark.parametrize("text,expected", [('{"a": 1e308, "b": 1e308}', [0.5, 0.5]),
+                                           ('{"a": 1.7e308, "b": 0.85e308}', [2 / 3, 1 / 3]),
+                                           ('{"a": 1e308, "b": 0}', [1.0, 0.0])])
+def test_weights_near_the_float_limit_are_normalised(tmp_path, text, expected):
+    """Their sum overflows to inf; the weights are still scaled to sum to 1 (by the largest one first)."""
+    (tmp_path / "w.json").write_text(text)
+    assert np.allclose(file_mixture_weights(tmp_path / "w.json", ["a", "b"]), expected, rtol=1e-12, atol=0)
+
+
+def test_collection_weights_near_the_float_limit_are_normalised():
+    assert np.allclose(file_mixture_weights(None, ["a", "b"], [1.5e308, 0.5e308]), [0.75, 0.25], rtol=1e-12)

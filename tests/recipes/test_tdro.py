@@ -292,6 +292,12 @@ def test_stage1_killed_and_resumed_matches_an_uninterrupted_run(tmp_path, tiny_m
     ({"stage2": {"max_steps": -5}}, "max_steps"),
     ({"test_data": ["/missing/beir"]}, "test_data: BEIR directory not found"),
     ({"select_on": ["/missing/dev"]}, "select_on: BEIR directory not found"),
+    # the mixture fields every stage sets itself: given for the whole pipeline they would be ignored
+    ({"weights_file": "/some/weights.json"}, "--weights-file is not used by drmix pipeline tdro"),
+    ({"transfer": "reweight"}, "--transfer is not used by drmix pipeline tdro.*--transfers"),
+    ({"mixture": "size"}, "--mixture is not used by drmix pipeline tdro"),
+    ({"mixture_temperature": 3.0}, "--mixture-temperature is not used"),
+    ({"batching": "mixed"}, "--batching is not used by drmix pipeline tdro.*--stage2 batching=mixed"),
 ])
 def test_pipeline_validates_everything_before_stage0(pipeline_config, change, message):
     from drmix.errors import ConfigError
@@ -313,6 +319,21 @@ def test_cli_pipeline_bad_override_is_one_line_before_training(pipeline_config, 
     err = capsys.readouterr().err
     assert "max_stepz" in err and "Traceback" not in err
     assert not (Path(c.run.output_dir) / "stage0-reference").exists()
+
+
+def test_cli_pipeline_weights_file_is_refused_not_ignored(pipeline_config, tmp_path, capsys):
+    from drmix.cli import main
+
+    c = pipeline_config
+    w = tmp_path / "w.json"
+    w.write_text('{"a": 1}')
+    with pytest.raises(SystemExit) as e:
+        main(["pipeline", "tdro", "--model", c.model.name_or_path, "--data", c.data.collections[0], "--output-dir",
+              c.run.output_dir, "--weights-file", str(w), "--device", "cpu"])
+    assert e.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--weights-file is not used by drmix pipeline tdro" in err and "Traceback" not in err
+    assert not Path(c.run.output_dir).exists()
 
 
 def test_selection_reads_only_the_dev_split(pipeline_config, tmp_path, monkeypatch, caplog):

@@ -97,6 +97,38 @@ def test_missing_scores_are_refused_before_training():
     assert e.value.path == "half.jsonl"
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+def test_teacher_scores_that_are_all_nan_are_refused_naming_the_row_and_column():
+    """Every row without a finite score: every step's loss would be 0 (nothing learned)."""
+    rows = [("q", ["p"], ["n"], [NAN], [NAN]), ("r", ["p"], ["n", "m"], [INF], [NAN, -INF])]
+    with pytest.raises(DataError) as e:
+        check_teacher_scores([_collection(rows, name="nan")], "kl")
+    assert e.value.path == "nan.jsonl"
+    assert "every one of the 2 rows" in e.value.message and "row 1, positive_scores" in e.value.message
+    assert "--loss infonce" in e.value.fix
+    flag = _collection([("q", ["p"], ["n"], [1.0], [NAN])] * 3, name="flag")
+    flag.layout = "flag"  # named by the file's own column
+    check_teacher_scores([flag], "kl")  # the positive's score is finite: trained, warned
+    flag = _collection([("q", ["p"], ["n"], [NAN], [NAN])] * 3, name="flag")
+    flag.layout = "flag"
+    with pytest.raises(DataError, match=r"row 1, pos_scores"):
+        check_teacher_scores([flag], "margin_mse")
+
+
+def test_a_few_nan_teacher_scores_are_counted_and_said(caplog):
+    import logging
+
+    rows = [("q", ["p"], ["n"], [1.0], [0.5]), ("r", ["p"], ["n", "m"], [1.0], [0.2, NAN]),
+            ("s", ["p"], ["n"], [NAN], [NAN]), ("t", ["p"], ["n"], [2.0], [1.0])]
+    with caplog.at_level(logging.WARNING, logger="drmix"):
+        check_teacher_scores([_collection(rows, name="some")], "kl")
+    said = [r.getMessage() for r in caplog.records if "NaN or infinite" in r.getMessage()]
+    assert len(said) == 1 and "2 of 4 rows" in said[0] and "row 2, negative_scores" in said[0]
+    assert "1 of them has no finite score" in said[0]
+
+
 def test_the_builder_draws_scores_with_their_texts():
     from drmix.data.sampling import BatchBuilder
 

@@ -97,8 +97,8 @@ def split_by_passage(queries: Sequence[SyntheticQuery], *, dev_queries: int, tes
     n = len(sources)
     if n < 3:
         raise DataError(f"only {n} source passage(s) kept after the round-trip filter; train, dev and test need "
-                        "at least one each.", fix="sample more documents (--max-docs), raise --filter-k, or "
-                                                   "use a stronger --teacher.")
+                        "at least one each.", fix="give a --corpus with more passages or sample more of them "
+                                                   "(--max-docs), raise --filter-k, or use a stronger --teacher.")
     order = [sources[i] for i in np.random.default_rng([seed, 7121]).permutation(n)]
     cap = max(1, n // 4)
     out: dict[str, list[SyntheticQuery]] = {s: [] for s in SPLITS}

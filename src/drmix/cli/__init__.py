@@ -187,15 +187,20 @@ def _on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM stops the command as Ctrl-C does: it is passed on as SIGINT, so whatever handles Ctrl-C where
     the command is (Python's KeyboardInterrupt, asyncio's runner cancelling its task) handles it the same."""
     _SIGNALS.append(signum)
-    signal.raise_signal(signal.SIGINT)
+    if callable(signal.getsignal(signal.SIGINT)):
+        signal.raise_signal(signal.SIGINT)
+    else:  # SIGINT ignored (a background job of a script): nothing would answer it, so interrupt here
+        raise KeyboardInterrupt
 
 
 def _install_signal_handlers() -> None:
+    """SIGTERM is handled whatever SIGINT's disposition (a background job of a non-interactive shell starts
+    with SIGINT ignored; its SIGTERM must still stop it cleanly); a SIGTERM handler someone else set is kept."""
     sigterm = getattr(signal, "SIGTERM", None)
     if sigterm is None:
         return
     try:
-        if signal.getsignal(sigterm) == signal.SIG_DFL and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if signal.getsignal(sigterm) == signal.SIG_DFL:
             signal.signal(sigterm, _on_sigterm)
     except ValueError:  # not the main thread (drmix called from a thread): leave the handlers alone
         pass

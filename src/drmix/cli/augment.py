@@ -41,9 +41,26 @@ def _claim(output: Path, overwrite: bool, inputs: list[Path | None], llm: dict[s
     LLM cache of generate / rerank (never an input or a user's file)."""
     from drmix.outputs import claim_cache, claim_output
 
-    claim_output(output, "file", overwrite=overwrite, inputs=inputs, sidecars=[_stats_path(output)])
+    sidecars = [] if llm is not None and _unfinished(output) else [_stats_path(output)]
+    claim_output(output, "file", overwrite=overwrite, inputs=inputs, sidecars=sidecars)
     if llm is not None:
         claim_cache(_cache_path(output, llm), inputs=inputs, outputs=[output, _stats_path(output)])
+
+
+def _unfinished(output: Path) -> bool:
+    """Whether ``output`` is the output of a stopped LLM run: no collection yet, and a ``.stats.json`` that the
+    run wrote when it stopped (``"finished": false``). The same command continues it from the cache, as the
+    stop message says, so that stats file is not a finished output to protect."""
+    import json
+
+    stats = _stats_path(output)
+    if output.exists() or output.is_symlink() or not stats.is_file():
+        return False
+    try:
+        record = json.loads(stats.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("finished") is False and "error" in record
 
 
 def _cache_path(output: Path, llm: dict[str, Any]) -> Path:

@@ -45,7 +45,7 @@ from drmix.data.formats import sources as src
 from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
-from drmix.io import iter_jsonl, read_yaml
+from drmix.io import cache_writes, iter_jsonl, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ def _table_key(content: str, format: str | None, columns: Mapping[str, str] | No
     return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
+@cache_writes()
 def _write_meta(key: str, conv: Converter, rows: int, source: str) -> None:
     from drmix.io import atomic_write_text
 
@@ -324,6 +325,7 @@ def _convert_batch(batch: dict[str, list], indices: list[int], conv: Converter, 
     return out
 
 
+@cache_writes()
 def _canonical(ds: Any, plan: Plan, conv: Converter, key: str, label: str) -> Any:
     """``ds`` converted to canonical rows, cached as one Arrow file under the drmix cache (memory-mapped)."""
     import datasets
@@ -380,6 +382,7 @@ def load_table_collection(ds: Any, *, source: str, content: str | Callable[[], s
     return Collection(name=name, dataset=ds, instruction=instruction, weight=weight, source=source, layout=plan.layout)
 
 
+@cache_writes()
 def load_file_collection(path: Path, kind: str, *, name: str | None = None, **kw: Any) -> Collection:
     """A parquet / CSV / TSV / JSON-array / Arrow file (read with ``datasets``, converted once, cached)."""
     from drmix.io import cache_root

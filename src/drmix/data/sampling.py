@@ -133,7 +133,7 @@ class MixtureSampler:
     # -- batches ----------------------------------------------------------------------------------
     def counts(self, weights: np.ndarray) -> np.ndarray:
         """Slots per collection for a mixed batch: systematic rounding of ``weights * batch_size``."""
-        w = _normalise(weights)
+        w = normalise_weights(weights)
         expected = w * self.batch_size
         base = np.floor(expected).astype(np.int64)
         frac = expected - base
@@ -147,7 +147,7 @@ class MixtureSampler:
 
     def next_indices(self, weights: np.ndarray) -> list[tuple[int, int]]:
         """The next global batch as ``(collection, row)`` pairs."""
-        w = _normalise(weights)
+        w = normalise_weights(weights)
         if len(w) != len(self.sizes):
             raise ValueError(f"got {len(w)} weights for {len(self.sizes)} collections")
         take = self.take
@@ -182,11 +182,21 @@ class MixtureSampler:
         self._perm_cache.clear()
 
 
-def _normalise(weights: np.ndarray) -> np.ndarray:
+def sum_to_one(weights: np.ndarray) -> np.ndarray:
+    """``weights / weights.sum()`` that also holds when the sum overflows (finite weights near 1.8e308): scaled
+    by the largest weight first. Expects finite, non-negative weights, not all zero."""
     w = np.asarray(weights, dtype=np.float64)
-    if w.ndim != 1 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-        raise ValueError(f"mixture weights must be finite, non-negative and not all zero, got {w}")
+    w = w / w.max()
     return w / w.sum()
+
+
+def normalise_weights(weights: np.ndarray) -> np.ndarray:
+    """Mixture weights scaled to sum to 1 (:func:`sum_to_one`); ValueError unless finite, >= 0, not all 0."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+        raise ValueError(f"mixture weights must be finite, non-negative and not all zero, got {w}")
+    return sum_to_one(w)
+
 
 
 class BatchBuilder:

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from drmix.io import cache_writes
+
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
@@ -260,6 +262,7 @@ def tokenized_cache_dir() -> Path:
     return cache_root() / "tokenized"
 
 
+@cache_writes(also="or train from text without stored ids (--no-pretokenize)")
 def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, doc_max_length: int,
                         query_prompt: str = "", doc_prompt: str = "", num_proc: int | None = None,
                         cache_dir: Path | None = None) -> TokenIds | None:
@@ -334,6 +337,7 @@ def _encode_texts_map(batch: dict[str, list], tokenizer: Any, prompt: str, max_l
     return {"ids": tokenizer([prompt + t for t in batch["text"]], **kw)["input_ids"]}
 
 
+@cache_writes()
 def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length: int | None = None,
                num_proc: int | None = None, cache_dir: Path | None = None) -> Ragged | None:
     """Stored ids of ``prompt + text`` for each text, truncated like the evaluation encoder truncates

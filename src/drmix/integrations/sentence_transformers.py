@@ -96,10 +96,12 @@ def _normalised(w: Sequence[float] | np.ndarray, names: list[str], what: str) ->
         raise ConfigError(f"{what}: {arr.size} weights for the {len(names)} datasets {names}.",
                           fix="give one weight per dataset of the DatasetDict, in its order, or a {name: weight} "
                               "mapping.")
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0) or arr.sum() <= 0:
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0) or not np.any(arr > 0):
         raise ConfigError(f"{what}: weights {arr.tolist()} are not non-negative numbers with a positive sum.",
                           fix="give each dataset a weight >= 0, at least one > 0.")
-    return arr / arr.sum()
+    from drmix.data.sampling import sum_to_one
+
+    return sum_to_one(arr)
 
 
 # ------------------------------------------------------------------------------------------------ sampler

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from drmix.data.sampling import sum_to_one
 from drmix.errors import ConfigError
 from drmix.mixture.base import Strategy
 from drmix.mixture.registry import StrategySpec, register_strategy
@@ -37,7 +38,7 @@ def initial_weights(sizes: list[int], scheme: str = "uniform", *, temperature: f
         w = s ** (1.0 / temperature)
     else:
         raise ConfigError(f"unknown mixture '{scheme}'.", fix="use uniform, size, temperature or file.")
-    return w / w.sum()
+    return sum_to_one(w)
 
 
 def file_mixture_weights(weights_file: str | Path | None, names: list[str],
@@ -58,10 +59,10 @@ def file_mixture_weights(weights_file: str | Path | None, names: list[str],
                           fix="pass --weights-file FILE (JSON or YAML {name: weight}), or give each collection "
                               "a weight: key in the YAML collection list.")
     w = np.array(given, dtype=np.float64)
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
         raise ConfigError(f"collection weights {dict(zip(names, given))} are not non-negative numbers with a "
                           "positive sum.", fix="give each collection a weight: >= 0, at least one > 0.")
-    return w / w.sum()
+    return sum_to_one(w)
 
 
 class StaticStrategy(Strategy):

@@ -89,7 +89,7 @@ def read_weights_file(path: str | Path, *, key: str | None = None) -> dict[str, 
             raise ConfigError(f"weight of collection {name!r} is {value!r}, not a finite number >= 0.", path=path,
                               fix="weights must be non-negative numbers.")
         out[str(name)] = float(value)
-    if not out or sum(out.values()) <= 0:
+    if not any(v > 0 for v in out.values()):
         raise ConfigError("weights file holds no positive weight.", path=path, fix="check the strategy run's output.")
     return out
 
@@ -105,10 +105,12 @@ def align_weights(weights: dict[str, float], collection_names: list[str], *, sou
     if extra:
         log.warning("weights for %s are not used: those collections are not being trained on.", extra)
     w = np.array([weights[n] for n in collection_names], dtype=np.float64)
-    if w.sum() <= 0:
+    if not np.any(w > 0):
         raise ConfigError("the training collections all have weight 0.", path=source or None,
                           fix="train on collections with positive learned weight.")
-    return w / w.sum()
+    from drmix.data.sampling import sum_to_one
+
+    return sum_to_one(w)
 
 
 def parse_top_fraction(spec: str) -> float:

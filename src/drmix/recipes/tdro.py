@@ -273,6 +273,29 @@ def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
                               fix=f"pass a directory with a {split} split, or change the split option.")
 
 
+#: training fields every stage sets itself (stage 0 and 2: uniform homogeneous; stage 1: uniform mixed; stage 2:
+#: each transfer of stage 1's weights): a value given for the whole pipeline would be ignored, so it is refused.
+#: flat field -> (its option, the stage default, a pipeline option or stage override that does the job)
+STAGE_SET_FIXES: dict[str, tuple[str, Any, str]] = {
+    "weights_file": ("--weights-file", None, "stage 2 uses stage 1's learned weights; to train on a weights file "
+                                             "of your own use `drmix train --mixture file --weights-file FILE`"),
+    "transfer": ("--transfer", None, "list the stage-2 transfers with --transfers (e.g. --transfers reweight)"),
+    "mixture": ("--mixture", "uniform", "set it for one stage, e.g. --stage0 mixture={value}"),
+    "mixture_temperature": ("--mixture-temperature", 2.0, "set it for one stage, e.g. --stage0 "
+                                                          "mixture_temperature={value}"),
+    "batching": ("--batching", "homogeneous", "set it for one stage, e.g. --stage2 batching={value}"),
+}
+
+
+def _refuse_fields_the_stages_set(config: PipelineConfig) -> None:
+    flat = config.flat()
+    for key, (flag, default, fix) in STAGE_SET_FIXES.items():
+        value = flat[key]
+        if value != default:
+            raise ConfigError(f"{flag} is not used by drmix pipeline tdro (each stage sets {key} itself), so "
+                              f"{flag} {value} would be ignored.", fix=fix.format(value=value) + ".")
+
+
 def validate_pipeline(config: PipelineConfig) -> bool:
     """Check every stage's configuration, transfer and path before anything trains; returns whether the stage-1
     strategy needs a reference model (its registered spec says so, for its options).
@@ -283,6 +306,7 @@ def validate_pipeline(config: PipelineConfig) -> bool:
     from drmix.mixture.registry import strategy_names, strategy_of
     from drmix.mixture.transfer import parse_top_fraction
 
+    _refuse_fields_the_stages_set(config)
     if not config.stages.transfers:
         raise ConfigError("no transfer configured.", fix="set transfers: [top:0.7, reweight] (or loss).")
     for t in config.stages.transfers:

@@ -72,9 +72,55 @@ def check_teacher_scores(collections: list, loss: str) -> None:
             raise DataError(f"loss {loss} needs teacher scores for every row; {bad_rows} of {len(c)} rows of "
                             f"collection {c.name!r} have none (the first is row {first_bad + 1}).",
                             path=c.source or c.name, fix=_SCORES_FIX)
+        _check_finite_scores(c, loss)
         if lone:
             log.warning("%s: %d of %d rows have no hard negative; loss %s scores a positive against its negatives, "
                         "so they contribute a zero loss", c.name, lone, len(c), loss)
+
+
+def _finite_counts(column: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a list<float> Arrow column: (values, finite values)."""
+    import pyarrow.compute as pc
+
+    column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    n = np.asarray(pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = np.asarray(pc.list_flatten(column).to_numpy(zero_copy_only=False), dtype=np.float64)
+    parents = np.asarray(pc.list_parent_indices(column).to_numpy(zero_copy_only=False), dtype=np.int64)
+    finite = np.bincount(parents, weights=np.isfinite(values), minlength=len(n)).astype(np.int64)
+    return n, finite
+
+
+def _check_finite_scores(c: Any, loss: str) -> None:
+    """NaN / infinite teacher scores: left out of the loss, so a row without one finite score adds zero loss.
+    Every row so: refused (training would learn nothing); some: counted and said, naming the first."""
+    from drmix.data.formats import LAYOUTS
+
+    layout = LAYOUTS.get(getattr(c, "layout", "drmix"))
+    own = {"positive_scores": (getattr(layout, "positive_scores", ()) or ("positive_scores",))[0],
+           "negative_scores": (getattr(layout, "negative_scores", ()) or ("negative_scores",))[0]}
+    rows_bad = rows_empty = offset = 0
+    first: tuple[int, str] | None = None
+    for table in c.dataset.select_columns(list(own)).with_format("arrow").iter(batch_size=100_000):
+        (np_, fp), (nn, fn) = (_finite_counts(table.column(k)) for k in own)
+        bad_p, bad_n = fp < np_, fn < nn
+        bad = np.flatnonzero(bad_p | bad_n)
+        if bad.size and first is None:
+            i = int(bad[0])
+            first = (offset + i + 1, own["positive_scores" if bad_p[i] else "negative_scores"])
+        rows_bad += int(bad.size)
+        rows_empty += int(((fp + fn) == 0).sum())
+        offset += table.num_rows
+    if not rows_bad:
+        return
+    where = f"row {first[0]}, {first[1]}" if first else ""
+    if rows_empty == len(c):
+        raise DataError(f"loss {loss}: the teacher scores of every one of the {len(c)} rows of collection "
+                        f"{c.name!r} are NaN or infinite (the first: {where}); every step's loss would be 0.",
+                        path=c.source or c.name,
+                        fix="recompute the scores (`drmix mine` writes them), or train with --loss infonce.")
+    log.warning("%s: %d of %d rows have NaN or infinite teacher scores (the first: %s); loss %s leaves them "
+                "out, and %d of them has no finite score (a zero loss)", c.source or c.name, rows_bad, len(c),
+                where, loss, rows_empty)
 
 
 class Distillation(Objective):

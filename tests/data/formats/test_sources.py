@@ -130,6 +130,24 @@ def test_a_json_list_in_a_csv_cell_is_refused_naming_the_row(tmp_path):
     assert e.value.path == str(f) and "row 2" in e.value.message and "JSON-encoded list" in e.value.message
 
 
+@pytest.mark.parametrize("header,row", [
+    ("anchor,positive,negative", 'q2,p2,"[""a"", ""b""]"'),                  # sentence-transformers, by name
+    ("query,positive,negatives", 'q2,p2,"[""a"", ""b""]"'),
+    ("anchor,positive,negative_1,negative_2", 'q2,p2,n,"[""a"", ""b""]"'),  # numbered negatives
+    ("anchor,positive,negative", 'q2,"[""a"", ""b""]",n'),                  # a positive cell too
+    ("question,answer,distractor", 'q2,p2,"[""a"", ""b""]"'),               # by position
+    ("anchor,positive,negative", 'q2,p2,[]'),                               # an empty list, as pandas writes it
+])
+def test_a_json_list_in_any_text_cell_is_refused_in_every_layout(tmp_path, header, row):
+    """The rule of docs/data.md holds whatever the layout and column: never trained as one literal text."""
+    n = header.count(",") + 1
+    f = tmp_path / "st.csv"
+    f.write_text(f"{header}\n" + ",".join(["q", "p"] + ["n"] * (n - 2)) + f"\n{row}\n", encoding="utf-8")
+    with pytest.raises(DataError) as e:
+        load_collections([str(f)])
+    assert e.value.path == str(f) and "row 2" in e.value.message and "JSON-encoded list" in e.value.message
+
+
 def test_numbers_where_text_goes_are_refused_before_reading_rows(tmp_path):
     import datasets
 

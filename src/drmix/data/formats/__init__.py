@@ -17,7 +17,8 @@ Rules every layout shares (what a user can rely on):
   missing texts are dropped, with their scores.
 * **A string where a list is expected** (drmix ``positives``/``negatives``, FlagEmbedding ``pos``/``neg``,
   Tevatron passages) is read as a one-element list, with one warning line per file and column; it is never
-  split into characters. A string that holds a JSON-encoded list is refused (a CSV cannot store lists).
+  split into characters. A text cell that holds a JSON-encoded list is refused, whatever the layout and column
+  (a CSV cannot store lists).
 * Teacher scores stay aligned with their texts: FlagEmbedding ``pos_scores``/``neg_scores`` as they are;
   sentence-transformers' label column as its losses define it (MarginMSE: one margin per negative, stored as
   positive 0 and negative -margin; DistillKLDiv: ``[positive, negative_1, ...]``). The losses that use them
@@ -45,7 +46,7 @@ from drmix.registry import Registry
 log = logging.getLogger(__name__)
 
 #: bump when the canonical rows a converter makes change (it keys the converted-collection caches)
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2  # 2: JSON-encoded lists refused in every text cell; all-NaN teacher scores refused
 
 #: sentence-transformers' label columns (``DEFAULT_LABEL_COLUMNS`` of its data collator)
 ST_LABEL_COLUMNS = ("label", "labels", "score", "scores")
@@ -380,11 +381,13 @@ class Converter:
         if value is None or value is MISSING:
             return []
         if isinstance(value, str):
+            # every text cell, in every layout (a list column or a one-text column such as sentence-transformers'
+            # negative): a JSON-encoded list is a CSV writer's list, never one literal text
+            if _looks_like_json_list(value):
+                raise RowError(f'"{column}" holds a JSON-encoded list as text ({value[:40]!r}...), not a list.',
+                               "store real lists (JSONL, JSON, parquet or a saved dataset), or one text per "
+                               "column (negative_1, negative_2, ...) in CSV.")
             if column in lists:
-                if _looks_like_json_list(value):
-                    raise RowError(f'"{column}" holds a JSON-encoded list as text ({value[:40]!r}...), not a list.',
-                                   "store real lists (JSONL, JSON, parquet or a saved dataset), or one text per "
-                                   "column (negative_1, negative_2, ...) in CSV.")
                 self.warn_string_column(column, role)
             return [self.clean(value) if value.strip() else None]
         if isinstance(value, Mapping) and isinstance(value.get("text"), (list, tuple)):
