@@ -116,9 +116,12 @@ def _main(
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
     logging.basicConfig(level=level, handlers=[_log_handler()], force=True)
     if verbose < 2:  # model-loading bars of the libraries underneath; drmix shows its own progress
-        from transformers.utils import logging as hf_logging
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()
+        else:  # read when it loads: importing it here would delay every argv check by seconds
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # datasets' "Map" / "Saving the dataset" bars of every conversion and cache write: only with -v
     _datasets_bars(bool(verbose))
     for noisy in ("httpx", "urllib3", "filelock", "datasets", "numba",
@@ -138,6 +141,11 @@ def _main(
 def _datasets_bars(on: bool) -> None:
     """Switch ``datasets``' progress bars for this process (an environment variable the user set wins)."""
     import warnings
+
+    if "datasets" not in sys.modules:  # read when it loads (on by default): no import before the argv checks
+        if not on:
+            os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        return
 
     import datasets
 

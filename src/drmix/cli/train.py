@@ -10,7 +10,8 @@ import typer
 from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import config_command, load_checked
 from drmix.cli.report import after_run, before_run
-from drmix.config import TrainConfig
+from drmix.cli.train_flags import PanelCommand, alias_params, apply_aliases, check_argv
+from drmix.config import TrainConfig, load_config
 from drmix.outputs import claim_run
 
 log = logging.getLogger(__name__)
@@ -26,12 +27,14 @@ weights.json and checkpoints/; --resume continues a killed run. Multi-GPU: accel
 """
 
 
-def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.api import train
-
-    config = load_checked(TrainConfig, config_path, overrides)
+def run_train(config_path: Path | None, overrides: dict[str, Any], **aliases: Any) -> None:
+    overrides = apply_aliases(overrides, aliases)
+    check_argv(load_config(TrainConfig, config_path, overrides))  # no --data, a mistyped path: before torch loads
+    config = load_checked(TrainConfig, config_path, overrides)    # the strategy's options: its module loads torch
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     before_run(config)
+    from drmix.api import train
+
     try:
         result = train(config)
     except KeyboardInterrupt:
@@ -59,7 +62,8 @@ def _interrupted(out: Path) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train", help=TRAIN_HELP, no_args_is_help=True)(config_command(TrainConfig, run_train))
+    app.command("train", help=TRAIN_HELP, no_args_is_help=True, cls=PanelCommand)(
+        config_command(TrainConfig, run_train, trailing=alias_params()))
 
 
 AREAS.register(CommandArea("train", register))

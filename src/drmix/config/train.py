@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from drmix.config.parts import INPUT, OPERATIONAL, Config, Part, setting
-from drmix.data.spec import CollectionSpec, FormatName, parse_columns
+from drmix.data.spec import CollectionSpec, FormatName, format_name, parse_columns
 
 #: ``report_to`` values (drmix.train.tracking implements them)
 TRACKERS = ("none", "tensorboard", "wandb")
@@ -81,6 +81,11 @@ class DataConfig(Part):
     @classmethod
     def _columns(cls, v: Any) -> Any:
         return parse_columns(v)
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, v: Any) -> Any:
+        return format_name(v)   # --format sentence-transformers / FlagEmbedding: drmix's st / flag
 
 
 class ContrastiveConfig(Part):

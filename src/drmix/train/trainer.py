@@ -113,6 +113,7 @@ class Trainer:
         self.encoder = BatchEncoder(self.model, self.device, query_max_length=config.data.query_max_length,
                                     doc_max_length=config.data.doc_max_length,
                                     num_negatives=config.contrastive.num_negatives)
+        self._set_prompts()
         if self.objective.documents_on_both_sides:
             self.encoder.q_prompt = self.encoder.d_prompt
         self._setup_strategy(strategy)
@@ -167,6 +168,18 @@ class Trainer:
             log.info("--epochs %g: %d examples / (batch %d x accumulation %d) -> max_steps %d", cfg.optim.epochs,
                      sum(self.sizes), cfg.contrastive.batch_size, cfg.contrastive.gradient_accumulation_steps, steps)
         self.config = cfg.replace(max_steps=steps)
+
+    def _set_prompts(self) -> None:
+        """``--query-prompt`` / ``--document-prompt``: what training prepends, and the saved folder's ``query`` /
+        ``document`` prompts (sentence-transformers' ``prompts``), so ``encode(..., prompt_name="query")`` matches."""
+        data = self.config.data
+        prompts = getattr(self.model, "prompts", None)
+        for given, attr, name in ((data.query_prompt, "q_prompt", "query"), (data.document_prompt, "d_prompt", "document")):
+            if given is None:
+                continue
+            setattr(self.encoder, attr, given)
+            if isinstance(prompts, dict):
+                prompts[name] = given
 
     def _load_model(self, model: Any) -> None:
         from drmix.model.encoder import resolve_model_path
