@@ -119,3 +119,4 @@ def test_no_checkpoint_at_all_refuses_to_extend_a_finished_run(tiny_model_path, 
     with pytest.raises(ConfigError, match="without a final checkpoint") as e:
         train(config(tiny_model_path, data, out, max_steps=4, resume=True, save_final_checkpoint=False))
     assert str(out / "model") in e.value.fix
+

@@ -210,6 +210,11 @@ class HFCallbacks:
             if result is not None:
                 self.control = result
 
+    def sync_steps(self, config: Any) -> None:
+        """The step counts the run settled on (``--epochs`` derives ``max_steps`` once the data is loaded)."""
+        self.state.max_steps = self.args.max_steps = config.optim.max_steps
+        self.args.warmup_steps = _warmup_steps(config)
+
     def train_begin(self, step: int, model: Any) -> None:
         self.state.global_step = step
         self._call("on_train_begin", model=model)
