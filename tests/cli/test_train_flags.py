@@ -103,11 +103,6 @@ def test_the_command_line_writes_aliases_under_drmix_names(tmp_path, monkeypatch
     assert (c.run.checkpoint_naming, c.run.save_final_checkpoint) == ("hf", False)
 
 
-def test_resume_from_implies_resume():
-    assert TrainConfig(resume_from="runs/x/checkpoints/step-4").run.resume is True
-    assert TrainConfig().run.resume is False
-
-
 def test_check_argv_without_data_and_with_a_mistyped_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DataError, match="no training data given"):

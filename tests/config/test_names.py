@@ -41,3 +41,4 @@ def test_an_hf_style_yaml_names_drmix_fields(tmp_path):
 def test_a_misspelt_field_inside_a_group_is_named_too():
     with pytest.raises(ConfigError, match=r"optim\.warmup_step: not a drmix field; did you mean warmup_steps"):
         load_config(TrainConfig, None, {"optim": {"warmup_step": 3}})
+

@@ -284,6 +284,14 @@ class PipelineRun(RunConfig):
                               "outputs in output_dir (without it a rerun reuses the stages made with the same settings "
                               "and refuses changed ones unless --resume-with-changes re-runs them).")
 
+    @field_validator("resume_from")
+    @classmethod
+    def _one_run_only(cls, v: str | None) -> str | None:
+        if v:   # every stage would resume from the same folder
+            raise ValueError("picks a checkpoint of one training run; a pipeline resumes each of its stages from "
+                             "that stage's latest checkpoint by itself: drop --resume-from")
+        return v
+
 
 class PipelineBaseConfig(TrainConfig):
     """The training parts (shared by a recipe's training stages) plus the final evaluation."""
