@@ -322,7 +322,8 @@ class Trainer:
         return {**self.inputs.state_dict(), **self.streams.state_dict(), "collections": self.names,
                 "sizes": self.sizes, "lookahead_seconds": self.lookahead_seconds,
                 "nonfinite": self.guard.state_dict(), "precision": self.precision.state_dict(),
-                "config": self.config.model_dump(mode="json"), **self.output.hf_state(self.step, self.config, sum(self.sizes))}
+                "config": self.config.model_dump(mode="json"),
+                **self.output.hf_state(self.step, self.config, sum(self.sizes))}   # transformers' keys
 
     def _restore(self, path: Path) -> None:
         state, strategy_state = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
@@ -380,8 +381,9 @@ class Trainer:
         if ckpt is not None:
             self._restore(ckpt)
         if ckpt is None and self.output.finished:
-            raise ConfigError(f"the run finished without a final checkpoint (--no-save-final-checkpoint), so it "
-                              f"cannot continue to max_steps {cfg.optim.max_steps}.", path=self.out,
+            raise ConfigError(f"the run finished without a final checkpoint (--no-save-final-checkpoint, or FSDP / "
+                              f"DeepSpeed sharding, which writes none), so it cannot continue to max_steps "
+                              f"{cfg.optim.max_steps}.", path=self.out,
                               fix=f"train further in a new --output-dir with --model {self.out / 'model'}.")
         for lst in self.listeners:
             lst.on_start(self)
