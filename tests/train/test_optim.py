@@ -14,10 +14,11 @@ def test_warmup_steps_replace_the_ratio():
 
 def test_the_schedule_warms_up_for_warmup_steps_then_decays_linearly():
     model = torch.nn.Linear(2, 2)
-    _, scheduler = build_optimizer(model, TrainConfig(max_steps=10, warmup_steps=2, warmup_ratio=0.5,
+    optimizer, scheduler = build_optimizer(model, TrainConfig(max_steps=10, warmup_steps=2, warmup_ratio=0.5,
                                                       learning_rate=1.0))
     lrs = []
     for _ in range(5):
         lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()                      # no gradients: the weights stay; the schedule moves on
         scheduler.step()
     assert lrs == pytest.approx([0.0, 0.5, 1.0, 7 / 8, 6 / 8])
