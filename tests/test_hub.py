@@ -86,3 +86,14 @@ def test_bad_inputs(tmp_path):
         push_to_hub(tmp_path, "no-slash")
     with pytest.raises(ConfigError, match="holds no model"):
         push_to_hub(tmp_path, "me/x")
+
+
+def test_a_run_whose_root_points_into_model_is_pushed_from_model(tmp_path):
+    from drmix.hub import model_folder_of
+
+    run_dir = tmp_path / "run"
+    (run_dir / "model").mkdir(parents=True)
+    (run_dir / "model" / "modules.json").write_text("[]")
+    (run_dir / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "model", "type": "x"}]')
+    assert model_folder_of(run_dir) == ((run_dir / "model").resolve(), run_dir)
+    assert model_folder_of(run_dir / "model") == (run_dir / "model", None)

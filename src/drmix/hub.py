@@ -45,11 +45,11 @@ def model_folder_of(folder: str | Path) -> tuple[Path, Path | None]:
     p = Path(folder).expanduser()
     if not p.exists():
         raise ConfigError("no such folder.", path=p, fix="pass a drmix run folder (with model/) or a model folder.")
+    model = p / "model"
+    if (model / "modules.json").is_file():  # a run (its root's modules.json points into model/)
+        return model.resolve(), p
     if (p / "modules.json").is_file() or (p / "config_sentence_transformers.json").is_file():
         return p, None
-    model = p / "model"
-    if (model / "modules.json").is_file():
-        return model.resolve(), p
     raise ConfigError("the folder holds no model (no model/modules.json and no modules.json).", path=p,
                       fix="pass a finished run folder, a pipeline folder or a SentenceTransformer folder.")
 

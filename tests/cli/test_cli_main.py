@@ -50,3 +50,15 @@ def test_datasets_bars_are_off_unless_verbose(tmp_path):
         assert datasets.is_progress_bar_enabled()
     finally:
         datasets.enable_progress_bars()
+
+
+def test_library_settings_wait_for_the_import_without_causing_it():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom drmix.cli import main\ntry:\n    main(['report', '/nonexistent/run'])\n"
+            "except SystemExit:\n    pass\nassert 'datasets' not in sys.modules and 'transformers' not in sys.modules\n"
+            "import datasets\nassert not datasets.is_progress_bar_enabled()\n"
+            "from transformers.utils import logging\nassert not logging.is_progress_bar_enabled()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

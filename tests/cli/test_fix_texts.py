@@ -16,6 +16,7 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # flags of other tools that fix texts tell users to pass to those tools
 OTHER_TOOLS = {
     "--no-deps": "pip install --no-deps",
+    "--nproc-per-node": "torchrun --nproc-per-node N -m drmix ...",
 }
 
 

@@ -25,8 +25,11 @@ def test_every_field_has_one_flat_name_and_the_old_flat_names_all_remain():
     assert flat["influence"].aliases == ("infdds",)
     # + the data layout fields, false negatives masked, the no-duplicates sampler, the loss and its teacher temperature,
     # sentence-transformers evaluators
-    assert len(flat) == 75 and {"format", "columns", "mask_duplicates", "batch_sampler", "loss",
-                                "teacher_temperature", "evaluator"} <= set(flat)
+    assert {"format", "columns", "mask_duplicates", "batch_sampler", "loss", "teacher_temperature",
+            "evaluator"} <= set(flat)
+    # + the names other trainers' users look for: epochs, warm-up steps, prompts, resume point, checkpoint naming
+    assert len(flat) == 82 and {"epochs", "warmup_steps", "query_prompt", "document_prompt", "resume_from",
+                                "save_final_checkpoint", "checkpoint_naming"} <= set(flat)
     assert (flat["model"].group, flat["model"].name) == ("model", "name_or_path")
     assert (flat["data"].group, flat["data"].name) == ("data", "collections")
     assert (flat["mixture"].group, flat["mixture"].name) == ("mixture", "scheme")

@@ -60,3 +60,19 @@ def test_data_package_does_not_import_config():
 
 def test_apply_instruction():
     assert apply_instruction("query: ", "x") == "query: x" and apply_instruction("Find:", "x") == "Find: x"
+
+
+@pytest.mark.parametrize("given, name", [("sentence-transformers", "st"), ("Sentence_Transformers", "st"),
+                                         ("FlagEmbedding", "flag"), ("st", "st"), ("tevatron", "tevatron")])
+def test_format_names_of_the_libraries_are_drmix_names(given, name):
+    from drmix.config import TrainConfig
+    from drmix.data.spec import format_name
+
+    assert format_name(given) == name
+    assert CollectionSpec(path="x", format=given).format == name
+    assert TrainConfig(format=given).data.format == name
+
+
+def test_query_prompt_is_the_collections_instruction():
+    assert CollectionSpec(path="x", query_prompt="query: ").instruction == "query: "
+    assert CollectionSpec.model_validate({"path": "x", "instruction": "q"}).instruction == "q"

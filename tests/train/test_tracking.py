@@ -95,3 +95,12 @@ def test_hf_trainer_callbacks_see_logs_and_can_stop(tmp_path):
     assert not cbs.step_end(2, None) and cbs.step_end(3, None)
     assert seen == [("log", 1, 0.5), ("eval", 1, {"eval_scifact/ndcg@10": 0.3})]
     assert cbs.state.log_history[0] == {"train/loss": 0.5, "step": 1}
+
+
+def test_hf_callbacks_see_the_steps_epochs_derive_and_the_warmup_steps(tmp_path):
+    from drmix.config import TrainConfig
+
+    cbs = HFCallbacks([], TrainConfig(output_dir=str(tmp_path), epochs=2, max_steps=1000, warmup_ratio=0.1))
+    assert cbs.args.max_steps == 1000 and cbs.args.warmup_steps == 100
+    cbs.sync_steps(TrainConfig(output_dir=str(tmp_path), epochs=2, max_steps=30, warmup_steps=4))
+    assert cbs.state.max_steps == 30 and cbs.args.max_steps == 30 and cbs.args.warmup_steps == 4

@@ -155,3 +155,17 @@ def test_dro_under_homogeneous_batching_is_refused_before_training(tiny_model_pa
                        reference_model=ref, batching="homogeneous"))
     assert "could never move" in str(err.value)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_query_and_document_prompts_are_trained_with_and_saved(tiny_model_path, data, tmp_path):
+    import json as _json
+
+    out = tmp_path / "run"
+    trainer = Trainer(config(tiny_model_path, data, out, max_steps=1, query_prompt="query: ",
+                             document_prompt="passage: "))
+    assert (trainer.encoder.q_prompt, trainer.encoder.d_prompt) == ("query: ", "passage: ")
+    trainer.train()
+    saved = _json.loads((out / "model" / "config_sentence_transformers.json").read_text())
+    assert saved["prompts"]["query"] == "query: " and saved["prompts"]["document"] == "passage: "
+    # the run root reads the same prompts (SentenceTransformer(RUN))
+    assert _json.loads((out / "config_sentence_transformers.json").read_text())["prompts"] == saved["prompts"]

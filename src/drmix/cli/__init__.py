@@ -116,9 +116,7 @@ def _main(
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
     logging.basicConfig(level=level, handlers=[_log_handler()], force=True)
     if verbose < 2:  # model-loading bars of the libraries underneath; drmix shows its own progress
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        when_imported("transformers", _transformers_bars_off)
     # datasets' "Map" / "Saving the dataset" bars of every conversion and cache write: only with -v
     _datasets_bars(bool(verbose))
     for noisy in ("httpx", "urllib3", "filelock", "datasets", "numba",
@@ -137,13 +135,58 @@ def _main(
 
 def _datasets_bars(on: bool) -> None:
     """Switch ``datasets``' progress bars for this process (an environment variable the user set wins)."""
+    if "datasets" not in sys.modules:  # set when it loads: importing it here delays every argv check by seconds
+        when_imported("datasets", lambda: _datasets_bars(on))
+        return
     import warnings
+
 
     import datasets
 
     with warnings.catch_warnings():  # enabling warns when HF_DATASETS_DISABLE_PROGRESS_BARS is set: it wins
         warnings.simplefilter("ignore", UserWarning)
         (datasets.enable_progress_bars if on else datasets.disable_progress_bars)()
+
+
+def _transformers_bars_off() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+class _AfterImport:
+    """A ``sys.meta_path`` finder that runs ``fn`` right after module ``name`` is first imported."""
+
+    def __init__(self, name: str, fn: Any) -> None:
+        self.name, self.fn = name, fn
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run, fn = spec.loader.exec_module, self.fn
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            fn()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def when_imported(name: str, fn: Any) -> None:
+    """Run ``fn`` now if module ``name`` is imported, else right after it is (the library settings of the main
+    options, without importing the libraries before a command's argv is checked); the latest ``fn`` wins."""
+    if name in sys.modules:
+        fn()
+        return
+    sys.meta_path[:] = [f for f in sys.meta_path if not (isinstance(f, _AfterImport) and f.name == name)]
+    sys.meta_path.insert(0, _AfterImport(name, fn))
 
 
 def _log_handler() -> logging.Handler:

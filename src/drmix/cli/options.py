@@ -138,24 +138,25 @@ def overrides_from_kwargs(kwargs: dict[str, Any], kinds: dict[str, str]) -> dict
 
 def config_command(model_cls: type[BaseModel], run: Callable[..., Any], *, extra: list[inspect.Parameter] = (),
                    config_help: str = "YAML config file (any fields; flags override it).",
-                   skip: set[str] = frozenset()) -> Callable[..., Any]:
-    """A function typer can register: ``CONFIG`` argument + extra params + one option per field.
+                   skip: set[str] = frozenset(), trailing: list[inspect.Parameter] = ()) -> Callable[..., Any]:
+    """A function typer can register: ``CONFIG`` argument + extra params + one option per field (+ ``trailing``
+    params, listed after the fields in help).
 
     ``run(config_path, overrides, **extra_values)`` is called with the YAML path (or None), the dict of
-    field values given as flags, and the extra parameters.
+    field values given as flags, and the extra (and trailing) parameters.
     """
     params, kinds = config_params(model_cls, skip=skip, help_panel="Configuration fields")
     cfg_param = inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                   default=typer.Argument(None, help=config_help, show_default=False),
                                   annotation=Optional[Path])
-    extra_names = [p.name for p in extra]
+    extra_names = [p.name for p in (*extra, *trailing)]
 
     def command(**kwargs: Any) -> Any:
         config_path = kwargs.pop("config", None)
         extra_values = {n: kwargs.pop(n) for n in extra_names}
         return run(config_path, overrides_from_kwargs(kwargs, kinds), **extra_values)
 
-    command.__signature__ = inspect.Signature([cfg_param, *extra, *params])  # type: ignore[attr-defined]
+    command.__signature__ = inspect.Signature([cfg_param, *extra, *params, *trailing])  # type: ignore[attr-defined]
     return command
 
 

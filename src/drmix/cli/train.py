@@ -10,7 +10,8 @@ import typer
 from drmix.cli.areas import AREAS, CommandArea
 from drmix.cli.options import config_command, load_checked
 from drmix.cli.report import after_run, before_run
-from drmix.config import TrainConfig
+from drmix.cli.train_flags import PanelCommand, alias_params, apply_aliases, check_argv
+from drmix.config import TrainConfig, load_config
 from drmix.outputs import claim_run
 
 log = logging.getLogger(__name__)
@@ -22,16 +23,21 @@ is a collection file (JSONL, JSON, parquet, CSV/TSV, Arrow) in drmix's, sentence
 FlagEmbedding's layout (detected; --format, --columns), a folder of them, a saved dataset (NAME:split), a Hub
 dataset id, a BEIR directory (train qrels) or a YAML list of collections (docs/data.md).
 The output directory receives model/ (a SentenceTransformer folder), config.yaml, metrics.jsonl,
-weights.json and checkpoints/; --resume continues a killed run. Multi-GPU: accelerate launch -m drmix.cli train ...
+weights.json and checkpoints/ (SentenceTransformer(OUTPUT_DIR) loads model/); --resume continues a killed run,
+--resume-from CHECKPOINT an earlier point. transformers' and Tevatron's names are read too: --epochs, --bf16,
+--per-device-batch-size, --train-group-size, --deepspeed (docs/integrations.md). Multi-GPU: accelerate launch -m
+drmix.cli train ...
 """
 
 
-def run_train(config_path: Path | None, overrides: dict[str, Any]) -> None:
-    from drmix.api import train
-
-    config = load_checked(TrainConfig, config_path, overrides)
+def run_train(config_path: Path | None, overrides: dict[str, Any], **aliases: Any) -> None:
+    overrides = apply_aliases(overrides, aliases)
+    check_argv(load_config(TrainConfig, config_path, overrides))  # no --data, a mistyped path: before torch loads
+    config = load_checked(TrainConfig, config_path, overrides)    # the strategy's options: its module loads torch
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     before_run(config)
+    from drmix.api import train
+
     try:
         result = train(config)
     except KeyboardInterrupt:
@@ -59,7 +65,8 @@ def _interrupted(out: Path) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train", help=TRAIN_HELP, no_args_is_help=True)(config_command(TrainConfig, run_train))
+    app.command("train", help=TRAIN_HELP, no_args_is_help=True, cls=PanelCommand)(
+        config_command(TrainConfig, run_train, trailing=alias_params()))
 
 
 AREAS.register(CommandArea("train", register))

@@ -261,7 +261,12 @@ def format_validation(e: ValidationError, cls: type[Config] | None = None) -> st
             loc = (places[(loc[0], loc[1])], *loc[2:])
         elif len(loc) == 1 and (None, loc[0]) in places:
             loc = (places[(None, loc[0])],)
-        parts.append(f"{'.'.join(loc) or 'config'}: {err['msg'].removeprefix('Value error, ')}")
+        msg = err["msg"].removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden" and cls is not None and loc:  # another library's name, a typo
+            from drmix.config.names import explain_unknown
+
+            msg = explain_unknown(loc[-1], cls.flat_fields())
+        parts.append(f"{'.'.join(loc) or 'config'}: {msg}")
     return "; ".join(parts)
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from drmix.config.parts import INPUT, OPERATIONAL, Config, Part, setting
-from drmix.data.spec import CollectionSpec, FormatName, parse_columns
+from drmix.data.spec import CollectionSpec, FormatName, format_name, parse_columns
 
 #: ``report_to`` values (drmix.train.tracking implements them)
 TRACKERS = ("none", "tensorboard", "wandb")
@@ -64,6 +64,13 @@ class DataConfig(Part):
                                                                    "--pretokenize (default: one).")
     input_prefetch: int = setting(2, ge=0, role=OPERATIONAL, description="Batches tokenised ahead on background threads (0 = tokenise in the loop).")
     input_workers: int = setting(1, ge=0, role=OPERATIONAL, description="Threads preparing batches ahead (0 = tokenise in the loop).")
+    # prompts as sentence-transformers' prompts={"query": ..., "document": ...} (E5's "query: " / "passage: ")
+    query_prompt: str | None = setting(None, description="Text prepended to every training query (E5: 'query: '; "
+                                       "BGE: its instruction), before a collection's own instruction; saved as the "
+                                       "model folder's 'query' prompt. Default: the model folder's query prompt.")
+    document_prompt: str | None = setting(None, description="Text prepended to every training document (E5: "
+                                          "'passage: '); saved as the model folder's 'document' prompt. Default: "
+                                          "the model folder's document prompt.")
 
     @field_validator("collections", mode="before")
     @classmethod
@@ -74,6 +81,11 @@ class DataConfig(Part):
     @classmethod
     def _columns(cls, v: Any) -> Any:
         return parse_columns(v)
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, v: Any) -> Any:
+        return format_name(v)   # --format sentence-transformers / FlagEmbedding: drmix's st / flag
 
 
 class ContrastiveConfig(Part):
@@ -147,10 +159,17 @@ class OptimConfig(Part):
 
     title: ClassVar[str] = "Optimisation"
 
-    max_steps: int = setting(1000, ge=1, description="Optimiser steps to train for.")
+    max_steps: int = setting(1000, ge=1, description="Optimiser steps to train for (--epochs, when given, sets it).")
+    epochs: float | None = setting(None, gt=0, description="Train for this many passes over the data instead of "
+                                   "--max-steps: max_steps = ceil(epochs x examples / (batch_size x "
+                                   "gradient_accumulation_steps)), examples summed over the collections after "
+                                   "max_collection_size (the mixture draws that many rows per epoch, the same "
+                                   "total whatever the weights); logged and written to config.yaml.")
     learning_rate: float = setting(2e-5, gt=0, description="Peak learning rate (AdamW).")
     weight_decay: float = setting(0.01, ge=0, description="AdamW weight decay (not applied to biases and LayerNorm).")
     warmup_ratio: float = setting(0.1, ge=0, le=1, description="Fraction of steps with linear warm-up.")
+    warmup_steps: int | None = setting(None, ge=0, description="Steps of linear warm-up; given, it replaces "
+                                       "warmup_ratio (as in transformers' TrainingArguments).")
     scheduler: Literal["linear", "cosine", "constant"] = setting("linear", description="Decay after warm-up.")
     max_grad_norm: float = setting(1.0, ge=0, description="Gradient clipping norm (0 = off).")
     seed: int = setting(42, description="Seed for sampling, initialisation and dropout.")
@@ -190,6 +209,17 @@ class RunConfig(Part):
     log_every: int = setting(10, ge=1, role=OPERATIONAL, description="Write a metrics record every N steps.")
     resume: bool = setting(False, role=OPERATIONAL, description="Continue from the latest checkpoint in output_dir.")
     resume_with_changes: bool = setting(False, role=OPERATIONAL, description="With resume: accept training fields that differ from the checkpoint's (logged in metrics.jsonl); in a recipe: re-run the stages whose settings or inputs changed, and those built on them.")
+    resume_from: str | None = setting(None, role=OPERATIONAL, description="Continue from this checkpoint folder of "
+                                      "the run in output_dir (e.g. RUN/checkpoints/step-400) instead of the latest; "
+                                      "implies resume. Later checkpoints and log records are dropped.")
+    save_final_checkpoint: bool = setting(True, role=OPERATIONAL, description="Also keep a checkpoint (optimiser "
+                                          "and sampler state, about 3x the model's size) of the last step, so a "
+                                          "finished run can be continued with --resume and a larger --max-steps; "
+                                          "off: a finished run keeps only model/ and the periodic checkpoints.")
+    checkpoint_naming: Literal["drmix", "hf"] = setting("drmix", role=OPERATIONAL, description="Checkpoint folder "
+                                                        "names: drmix (checkpoints/step-N) | hf (checkpoints/"
+                                                        "checkpoint-N, transformers' Trainer's names); --resume "
+                                                        "reads both.")
     show_progress: bool = setting(True, role=OPERATIONAL, description="Show a progress bar.")
     device: str | None = setting(None, role=OPERATIONAL, description="Device override (default: cuda if available, else cpu).")
     report_to: list[str] = setting(default_factory=list, role=OPERATIONAL, description="Also send the logged scalars to tensorboard "
@@ -197,6 +227,13 @@ class RunConfig(Part):
                                  "says otherwise); repeat for several; none = only metrics.jsonl.")
     push_to_hub: str | None = setting(None, role=OPERATIONAL, description="After the run, upload model/, its card and report.html to "
                                     "this Hugging Face Hub repository (USER/NAME); see drmix push.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resume_from_resumes(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("resume_from"):
+            data = {**data, "resume": True}
+        return data
 
     @field_validator("report_to", mode="before")
     @classmethod
@@ -250,6 +287,14 @@ class PipelineRun(RunConfig):
     overwrite: bool = setting(False, role=OPERATIONAL, description="Re-run every stage, replacing the earlier run's "
                               "outputs in output_dir (without it a rerun reuses the stages made with the same settings "
                               "from the same inputs and refuses changed ones unless --resume-with-changes re-runs them).")
+
+    @field_validator("resume_from")
+    @classmethod
+    def _one_run_only(cls, v: str | None) -> str | None:
+        if v:   # every stage would resume from the same folder
+            raise ValueError("picks a checkpoint of one training run; a pipeline resumes each of its stages from "
+                             "that stage's latest checkpoint by itself: drop --resume-from")
+        return v
 
 
 class PipelineBaseConfig(TrainConfig):

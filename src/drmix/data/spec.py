@@ -9,11 +9,22 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 #: values of ``--format`` / ``CollectionSpec.format``; ``auto`` detects the layout from the file
 FORMATS = ("auto", "drmix", "st", "tevatron", "flag", "beir")
 FormatName = Literal["auto", "drmix", "st", "tevatron", "flag", "beir"]
+
+#: other spellings of a format name that --format and format: accept (the libraries' own names)
+FORMAT_ALIASES = {"sentence-transformers": "st", "sentence_transformers": "st", "sentencetransformers": "st",
+                  "sentence-transformer": "st", "flagembedding": "flag", "flag-embedding": "flag",
+                  "flag_embedding": "flag", "bge": "flag"}
+
+
+def format_name(value: Any) -> Any:
+    """``value`` with a library's spelling of a format (``sentence-transformers``, ``FlagEmbedding``) mapped to
+    drmix's name (``st``, ``flag``); anything else unchanged (validation names it)."""
+    return FORMAT_ALIASES.get(value.strip().lower(), value) if isinstance(value, str) else value
 
 #: the roles a column can play, and the other names ``--columns`` accepts for them
 ROLES = ("query", "positive", "negatives", "score", "positive_scores", "negative_scores", "prompt")
@@ -76,7 +87,9 @@ class CollectionSpec(BaseModel):
                                   "saved datasets folder, a BEIR folder, a Hub dataset id (owner/name), or a YAML "
                                   "list of collections; NAME:split picks a split.")
     name: str | None = Field(None, description="Collection name (default: file stem or directory name).")
-    instruction: str | None = Field(None, description="Text prepended to every query of this collection.")
+    instruction: str | None = Field(None, validation_alias=AliasChoices("instruction", "query_prompt"),
+                                    description="Text prepended to every query of this collection (also read as "
+                                                "query_prompt).")
     weight: float | None = Field(None, ge=0, description="Mixture weight (used by mixture='file' when no weights_file is given).")
     split: str = Field("train", description="Split to read: a BEIR folder's qrels split, or the split of a saved "
                                             "DatasetDict or Hub dataset.")
@@ -90,6 +103,11 @@ class CollectionSpec(BaseModel):
     @classmethod
     def _columns(cls, v: Any) -> Any:
         return None if v is None else parse_columns(v)
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _format(cls, v: Any) -> Any:
+        return format_name(v)
 
 
 def apply_instruction(instruction: str | None, query: str) -> str:
@@ -111,4 +129,4 @@ def split_suffix(path: str) -> tuple[str, str | None]:
 
 
 __all__ = ["CollectionSpec", "FORMATS", "ROLES", "ROLE_ALIASES", "parse_columns", "format_columns",
-           "apply_instruction", "split_suffix"]
+           "apply_instruction", "split_suffix", "format_name", "FORMAT_ALIASES"]

@@ -1,10 +1,12 @@
 """Checkpoints: written atomically, resumed exactly.
 
-A checkpoint is a directory ``checkpoints/step-N`` that is itself a SentenceTransformer folder (so
+A checkpoint is a directory ``checkpoints/step-N`` (``checkpoints/checkpoint-N`` with ``--checkpoint-naming hf``)
+that is itself a SentenceTransformer folder (so
 ``drmix eval --model runs/x/checkpoints/step-400`` and ``SentenceTransformer(path)`` load it; with LoRA it is
 the base model plus the adapter, which sentence-transformers loads through peft) plus the training
 state: the optimiser and LR-scheduler states, the RNG states, the sampler cursors and the strategy state
-(``optimizer.pt``, ``strategy.pt``, ``trainer_state.json``). With LoRA the exact weights are also kept
+(``optimizer.pt``, ``strategy.pt``, ``trainer_state.json``, which also holds transformers' ``global_step``
+and ``log_history``). With LoRA the exact weights are also kept
 in ``training_model.safetensors`` (the adapter-wrapped module's state); without, resuming reloads the
 SentenceTransformer folder (safetensors: bit-exact). Checkpoints of earlier versions (one
 ``model.safetensors`` of the whole module, no ``modules.json``) still resume. It is
@@ -109,22 +111,54 @@ def load_model_folder(model: torch.nn.Module, folder: Path) -> None:
         model.load_state_dict(saved.state_dict(), strict=True)
 
 
+#: checkpoint folder prefixes by ``checkpoint_naming``: drmix's and transformers' Trainer's (both are read)
+PREFIXES = {"drmix": "step-", "hf": "checkpoint-"}
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The step of a checkpoint folder named ``step-N`` or ``checkpoint-N`` (None for any other name)."""
+    for prefix in PREFIXES.values():
+        rest = Path(path).name.removeprefix(prefix)
+        if rest != Path(path).name and rest.isdigit():
+            return int(rest)
+    return None
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """The complete checkpoints of a run (with ``trainer_state.json``), oldest first, under either name."""
+    root = Path(run_dir) / "checkpoints"
+    found = [p for p in root.glob("*") if checkpoint_step(p) is not None and (p / "trainer_state.json").exists()]
+    return sorted(found, key=checkpoint_step)
+
+
 def save_checkpoint(run_dir: Path, step: int, *, model: torch.nn.Module, optimizer, scheduler,
-                    trainer_state: dict[str, Any], strategy_state: dict[str, Any], keep: int = 2) -> Path:
+                    trainer_state: dict[str, Any], strategy_state: dict[str, Any], keep: int = 2,
+                    naming: str = "drmix") -> Path:
     ckpt_root = Path(run_dir) / "checkpoints"
-    target = ckpt_root / f"step-{step}"
+    target = ckpt_root / f"{PREFIXES[naming]}{step}"
     with atomic_dir(target) as tmp:
         save_model_folder(model, tmp)
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "rng": to_saveable(rng_state())}, tmp / "optimizer.pt")
         torch.save(to_saveable(strategy_state), tmp / "strategy.pt")
-        atomic_write_json(tmp / "trainer_state.json", {**trainer_state, "step": step})
-    atomic_write_text(ckpt_root / "latest", f"step-{step}\n")
-    done = sorted((p for p in ckpt_root.glob("step-*") if p.is_dir() and p.name[5:].isdigit()),
-                  key=lambda p: int(p.name[5:]))
+        atomic_write_json(tmp / "trainer_state.json", {**trainer_state, "step": step, "global_step": step})
+    atomic_write_text(ckpt_root / "latest", f"{target.name}\n")
+    done = sorted((p for p in ckpt_root.glob("*") if p.is_dir() and checkpoint_step(p) is not None),
+                  key=checkpoint_step)
     for old in done[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def drop_checkpoints_after(run_dir: Path, step: int) -> None:
+    """Remove the checkpoints of steps after ``step`` (a resume from an earlier one continues from there) and
+    point ``checkpoints/latest`` at the one of ``step``."""
+    for p in checkpoints(run_dir):
+        if checkpoint_step(p) > step:
+            shutil.rmtree(p, ignore_errors=True)
+    kept = [p for p in checkpoints(run_dir) if checkpoint_step(p) == step]
+    if kept:
+        atomic_write_text(Path(run_dir) / "checkpoints" / "latest", f"{kept[-1].name}\n")
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -134,8 +168,7 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
         p = ckpt_root / pointer.read_text().strip()
         if (p / "trainer_state.json").exists():
             return p
-    done = sorted((p for p in ckpt_root.glob("step-*") if (p / "trainer_state.json").exists()),
-                  key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1)
+    done = checkpoints(run_dir)
     return done[-1] if done else None
 
 

@@ -96,6 +96,7 @@ class HFCallbackListener(Listener):
 
     def on_start(self, trainer: Any) -> None:
         if self.enabled:
+            self.hf.sync_steps(trainer.config)
             self.hf.train_begin(trainer.step, trainer.model)
 
     def on_record(self, record: dict[str, Any]) -> None:

@@ -29,12 +29,19 @@ def adamw(groups: list[dict], lr: float) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, lr=lr)
 
 
+def warmup_steps(config: TrainConfig) -> int:
+    """Warm-up steps: ``warmup_steps`` when given, else ``ceil(warmup_ratio x max_steps)``."""
+    if config.optim.warmup_steps is not None:
+        return config.optim.warmup_steps
+    return math.ceil(config.optim.warmup_ratio * config.optim.max_steps)
+
+
 def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> tuple[torch.optim.Optimizer, Any]:
     """The optimiser and scheduler ``config`` asks for, over ``model``'s trainable parameters."""
     from transformers import get_scheduler
 
     optimizer = adamw(param_groups(model, config.optim.weight_decay), config.optim.learning_rate)
     scheduler = get_scheduler(_SCHEDULES[config.optim.scheduler], optimizer,
-                              num_warmup_steps=math.ceil(config.optim.warmup_ratio * config.optim.max_steps),
+                              num_warmup_steps=warmup_steps(config),
                               num_training_steps=config.optim.max_steps)
     return optimizer, scheduler

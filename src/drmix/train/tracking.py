@@ -177,6 +177,12 @@ class Tracking:
         self.trackers = []
 
 
+def _warmup_steps(config: Any) -> int:
+    from drmix.train.optim import warmup_steps
+
+    return warmup_steps(config)
+
+
 class HFCallbacks:
     """Drives ``transformers.TrainerCallback`` objects from the drmix training loop."""
 
@@ -187,7 +193,7 @@ class HFCallbacks:
         self.args = TrainingArguments(
             output_dir=str(config.run.output_dir), max_steps=config.optim.max_steps, learning_rate=config.optim.learning_rate,
             per_device_train_batch_size=config.contrastive.batch_size, weight_decay=config.optim.weight_decay,
-            warmup_steps=math.ceil(config.optim.warmup_ratio * config.optim.max_steps), seed=config.optim.seed,
+            warmup_steps=_warmup_steps(config), seed=config.optim.seed,
             gradient_accumulation_steps=config.contrastive.gradient_accumulation_steps, logging_steps=config.run.log_every,
             save_steps=config.run.save_every, max_grad_norm=config.optim.max_grad_norm, report_to="none",
             use_cpu=config.run.device == "cpu")
@@ -203,6 +209,11 @@ class HFCallbacks:
             result = getattr(cb, event)(self.args, self.state, self.control, **kwargs)
             if result is not None:
                 self.control = result
+
+    def sync_steps(self, config: Any) -> None:
+        """The step counts the run settled on (``--epochs`` derives ``max_steps`` once the data is loaded)."""
+        self.state.max_steps = self.args.max_steps = config.optim.max_steps
+        self.args.warmup_steps = _warmup_steps(config)
 
     def train_begin(self, step: int, model: Any) -> None:
         self.state.global_step = step

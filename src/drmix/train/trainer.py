@@ -42,7 +42,7 @@ from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
 from drmix.model.backbone import BackboneOptions, default_lora_r, load_retriever
 from drmix.model.instructions import record_prompts
-from drmix.train.checkpoint import load_checkpoint, save_checkpoint
+from drmix.train.checkpoint import checkpoint_step, drop_checkpoints_after, load_checkpoint, save_checkpoint
 from drmix.train.encoding import BatchEncoder
 from drmix.train.gradcache import GradCache
 from drmix.train.guard import NonFiniteGuard
@@ -106,12 +106,14 @@ class Trainer:
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.contrastive.batch_size)
+        self._steps_from_epochs()
         self._load_model(model)
         config = self.config
         self.objective = objective
         self.encoder = BatchEncoder(self.model, self.device, query_max_length=config.data.query_max_length,
                                     doc_max_length=config.data.doc_max_length,
                                     num_negatives=config.contrastive.num_negatives)
+        self._set_prompts()
         if self.objective.documents_on_both_sides:
             self.encoder.q_prompt = self.encoder.d_prompt
         self._setup_strategy(strategy)
@@ -152,6 +154,33 @@ class Trainer:
         self.out = Path(config.run.output_dir)
         self.config = config
         set_seed(config.optim.seed)
+
+    def _steps_from_epochs(self) -> None:
+        """``--epochs``: ``max_steps = ceil(epochs x examples / (batch_size x accumulation))`` (one epoch draws as many
+        rows as the collections hold, whatever the mixture weights), recorded in the config and the log."""
+        from drmix.train.saving import steps_for_epochs
+
+        cfg = self.config
+        if cfg.optim.epochs is None:
+            return
+        steps = steps_for_epochs(cfg.optim.epochs, sum(self.sizes), cfg.contrastive.batch_size,
+                                 cfg.contrastive.gradient_accumulation_steps)
+        if self.is_main:
+            log.info("--epochs %g: %d examples / (batch %d x accumulation %d) -> max_steps %d", cfg.optim.epochs,
+                     sum(self.sizes), cfg.contrastive.batch_size, cfg.contrastive.gradient_accumulation_steps, steps)
+        self.config = cfg.replace(max_steps=steps)
+
+    def _set_prompts(self) -> None:
+        """``--query-prompt`` / ``--document-prompt``: what training prepends, and the saved folder's ``query`` /
+        ``document`` prompts (sentence-transformers' ``prompts``), so ``encode(..., prompt_name="query")`` matches."""
+        data = self.config.data
+        prompts = getattr(self.model, "prompts", None)
+        for given, attr, name in ((data.query_prompt, "q_prompt", "query"), (data.document_prompt, "d_prompt", "document")):
+            if given is None:
+                continue
+            setattr(self.encoder, attr, given)
+            if isinstance(prompts, dict):
+                prompts[name] = given
 
     def _load_model(self, model: Any) -> None:
         from drmix.model.encoder import resolve_model_path
@@ -294,7 +323,8 @@ class Trainer:
         return {**self.inputs.state_dict(), **self.streams.state_dict(), "collections": self.names,
                 "sizes": self.sizes, "lookahead_seconds": self.lookahead_seconds,
                 "nonfinite": self.guard.state_dict(), "precision": self.precision.state_dict(),
-                "config": self.config.model_dump(mode="json")}
+                "config": self.config.model_dump(mode="json"),
+                **self.output.hf_state(self.step, self.config, sum(self.sizes))}   # transformers' keys
 
     def _restore(self, path: Path) -> None:
         state, strategy_state = load_checkpoint(path, model=self.model, optimizer=self.optimizer,
@@ -311,6 +341,8 @@ class Trainer:
         self.strategy.load_state_dict(strategy_state)
         self.step = int(state["step"])
         self.output.truncate_after(self.step)
+        if self.is_main and self.config.run.resume_from:
+            drop_checkpoints_after(self.out, self.step)
         log.info("resumed from %s at step %d", path, self.step)
 
     def _save(self) -> None:
@@ -319,7 +351,7 @@ class Trainer:
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                             trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
-                            keep=self.config.run.keep_checkpoints)
+                            keep=self.config.run.keep_checkpoints, naming=self.config.run.checkpoint_naming)
             for lst in self.listeners:
                 lst.on_save(self)
         self.accelerator.wait_for_everyone()
@@ -341,11 +373,19 @@ class Trainer:
     def _train(self) -> TrainResult:
         cfg = self.config
         ckpt = self.output.prepare(cfg, self.names, self.sizes)
+        # a finished run (the final checkpoint kept or not) is complete before a restore truncates its logs
+        done = self.output.finished_step(resumed_at=(checkpoint_step(ckpt) or 0) if ckpt else 0,
+                                         explicit=bool(cfg.run.resume_from))
+        if done is not None and done >= cfg.optim.max_steps:
+            log.info("run in %s is already complete (%d steps)", self.out, done)
+            return self.output.result(done, None)
         if ckpt is not None:
             self._restore(ckpt)
-        if self.step >= cfg.optim.max_steps and self.output.finished:
-            log.info("run in %s is already complete (%d steps)", self.out, self.step)
-            return self.output.result(self.step, None)
+        if ckpt is None and self.output.finished:
+            raise ConfigError(f"the run finished without a final checkpoint (--no-save-final-checkpoint, or FSDP / "
+                              f"DeepSpeed sharding, which writes none), so it cannot continue to max_steps "
+                              f"{cfg.optim.max_steps}.", path=self.out,
+                              fix=f"train further in a new --output-dir with --model {self.out / 'model'}.")
         for lst in self.listeners:
             lst.on_start(self)
         self._record_start_weights()
@@ -358,7 +398,8 @@ class Trainer:
         while self.step < cfg.optim.max_steps:
             lr = self._optimiser_step(ctx)
             stop = self._after_step(ctx, lr)
-            if stop or self.step % cfg.run.save_every == 0 or self.step == cfg.optim.max_steps:
+            last = self.step == cfg.optim.max_steps and cfg.run.save_final_checkpoint
+            if stop or self.step % cfg.run.save_every == 0 or last:
                 self._save()
             if self.window.last_loss is not None and self._logging_step():
                 bar.set_postfix(loss=f"{self.window.last_loss:.4f}", lr=f"{lr:.2e}")

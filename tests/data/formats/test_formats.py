@@ -248,3 +248,12 @@ def test_lone_surrogates_pass_the_one_cleaning_place_and_are_counted_once(tmp_pa
                            "negatives": ["ok", "\ufffd\ufffd"]}]
     warned = [r.getMessage() for r in caplog.records if "surrogate" in r.getMessage()]
     assert len(warned) == 1 and str(f) in warned[0] and "5 lone surrogate" in warned[0]
+
+
+def test_a_list_in_the_st_anchor_column_says_one_query_per_row(tmp_path):
+    f = write_jsonl(tmp_path / "st.jsonl", [{"anchor": "q0", "positive": "p0"},
+                                            {"anchor": ["q1", "q2"], "positive": "p1"}])
+    with pytest.raises(DataError) as e:
+        load_collections([str(f)], format="st")
+    assert e.value.line == 2 and '"anchor" holds a list (2 items)' in e.value.message
+    assert "a row of its own" in e.value.fix and "--columns query=COLUMN" in e.value.fix

@@ -441,6 +441,12 @@ class Converter:
         if query is MISSING or query is None or (isinstance(query, str) and not query.strip()):
             raise RowError(f'missing or empty "{p.query}" (a non-empty string).',
                            f'every row needs "{p.query}" and "{p.positives[0]}".')
+        if isinstance(query, (list, tuple)):  # several queries in one row (or the wrong column as the query)
+            raise RowError(f'"{p.query}" holds a list ({len(query)} item{"s" * (len(query) != 1)}), not a '
+                           'text; a row has one query.',
+                           "give each query a row of its own (with datasets: a batched map that repeats the "
+                           f"row per text in \"{p.query}\"), or name the query column with --columns "
+                           "query=COLUMN if this one is not it.")
         if not isinstance(query, str):
             raise RowError(f'"{p.query}" must be a string, got {type(query).__name__}.',
                            f'write the query as text: "{p.query}": "...".')
