@@ -126,7 +126,9 @@ def model_record(model: Any) -> dict[str, Any]:
     """What an index records about the model that encoded it."""
     from drmix.retrieval.encode import model_normalizes
 
-    dim = getattr(model, "get_sentence_embedding_dimension", lambda: None)()
+    get_dim = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension",
+                                                                         lambda: None)
+    dim = get_dim()
     return {"fingerprint": model_fingerprint(model), "dim": dim, "pooling": pooling_mode(model),
             "normalized": model_normalizes(model)}
 

@@ -248,7 +248,10 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
         built, used = index_params(kind, params, n)
         c.flush(building)
         ip = c.prepare_index_params()
-        ip.add_index("vector", index_type=TYPES[kind], metric_type="IP", params=built)
+        # each parameter goes both flat (pymilvus 3, Milvus 2.5+) and as the JSON "params" entry that Milvus Lite
+        # 3 and earlier servers read
+        ip.add_index("vector", index_type=TYPES[kind], metric_type="IP",
+                     params={**built, "params": built} if built else {})
         c.create_index(building, ip)
         if long_texts:
             log.warning("%d passages are longer than Milvus's %d-byte text field: stored by id only (search shows "
@@ -349,8 +352,9 @@ class MilvusIndex:
             rows = self.client.query(self.name, filter=f"pk == {pk}", output_fields=["title", "text"])
         else:
             stored, is_json = encode_id(doc_id)
-            rows = self.client.query(self.name, filter="doc_id == {d} and id_json == {j}",
-                                     filter_params={"d": stored, "j": is_json}, output_fields=["title", "text"])
+            rows = self.client.query(self.name, filter=f"doc_id == {json.dumps(stored, ensure_ascii=False)} and "
+                                                       f"id_json == {'true' if is_json else 'false'}",
+                                     output_fields=["title", "text"])
         if not rows or not (rows[0].get("title") or rows[0].get("text")):
             return None
         return {"title": rows[0].get("title", ""), "text": rows[0].get("text", "")}
