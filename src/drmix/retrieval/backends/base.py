@@ -116,9 +116,11 @@ def model_fingerprint(model: Any) -> str:
 
 def pooling_mode(model: Any) -> str | None:
     for module in getattr(model, "_modules", {}).values():
-        get = getattr(module, "get_pooling_mode_str", None)
-        if callable(get):
-            return str(get())
+        mode = getattr(module, "pooling_mode", None)
+        if mode is None and callable(getattr(module, "get_pooling_mode_str", None)):
+            mode = module.get_pooling_mode_str()
+        if mode is not None:
+            return str(mode)
     return None
 
 

@@ -127,8 +127,11 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
         step = int(p["chunk_size"])
         for b, start in enumerate(range(0, n, step)):
             block = faiss.clone_index(index)
-            block.add_with_ids(np.ascontiguousarray(mm[start:start + step]),
-                               np.arange(start, min(n, start + step), dtype=np.int64))
+            rows_in = min(n, start + step) - start  # read, not mapped: the spool's pages do not stay resident
+            part = np.fromfile(tmp / VECTORS_FILE, dtype=np.float32, count=rows_in * dim,
+                               offset=start * dim * 4).reshape(rows_in, dim)
+            block.add_with_ids(part, np.arange(start, start + rows_in, dtype=np.int64))
+            del part
             blocks.append(str(tmp / f".block{b}.index"))
             faiss.write_index(block, blocks[-1])
             del block
