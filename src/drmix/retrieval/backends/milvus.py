@@ -229,7 +229,7 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
             start = check.count - len(chunk_ids)
             for j, (doc_id, vec) in enumerate(zip(chunk_ids, vectors)):
                 stored, is_json = encode_id(doc_id)
-                row = {"pk": start + j, "doc_id": stored, "id_json": is_json, "vector": vec.tolist()}
+                row = {"pk": start + j, "doc_id": stored, "id_json": is_json, "vector": vec}
                 if texts:
                     doc = corpus.get(doc_id) or {}
                     title, text = clean_text(doc.get("title", "") or ""), clean_text(doc.get("text", "") or "")
