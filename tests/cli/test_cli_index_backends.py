@@ -133,3 +133,13 @@ def test_eval_index_needs_one_dataset(app, toy, tmp_path):
     assert isinstance(result.exception, ConfigError) and "2 --data given" in str(result.exception)
     result = CliRunner().invoke(app, ["eval", "--index", str(tmp_path / "i"), "--data", str(data), "--dims", "8"])
     assert isinstance(result.exception, ConfigError) and "--dims cannot be used with --index" in str(result.exception)
+
+
+def test_sweep_index_replaces_a_corpus_by_its_index(tmp_path):
+    from drmix.cli.multicorpus import _indexed
+
+    dirs = {"a": tmp_path / "a", "b": tmp_path / "b"}
+    assert _indexed(dirs, None) is dirs
+    assert _indexed(dirs, ["b=runs/x.db#b"]) == {"a": tmp_path / "a", "b": "runs/x.db#b"}
+    with pytest.raises(ConfigError, match="--index names corpus 'c', which is not among a, b"):
+        _indexed(dirs, ["c=runs/x.db#c"])

@@ -97,8 +97,9 @@ def resolve_kind(spec: BackendSpec, kind: str | None) -> str:
 # ----------------------------------------------------------------------------------------------- the model
 
 def model_fingerprint(model: Any) -> str:
-    """BLAKE2b of the model's weights (as float32, so a bf16 or fp16 load of the same weights matches) and
-    its module layout; ``""`` for an object without ``state_dict``."""
+    """BLAKE2b of the model's weights rounded to bfloat16 (so the same weights loaded in fp32 or bf16 match;
+    any change a fine-tuning step makes shows) and their names and shapes; ``""`` for an object without
+    ``state_dict``."""
     import torch
 
     if not hasattr(model, "state_dict"):
@@ -107,7 +108,7 @@ def model_fingerprint(model: Any) -> str:
     for name, t in model.state_dict().items():
         t = t.detach().to("cpu")
         if t.is_floating_point():
-            t = t.float()
+            t = t.to(torch.bfloat16)
         t = t.contiguous()
         h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")

@@ -5,7 +5,8 @@ Built the way the FAISS wiki's "indexes that do not fit in RAM" recipe does (``f
 
 1. the chunks stream to ``vectors.f32`` on disk (float32 rows, never all in RAM);
 2. the coarse quantiser (and the product quantiser) are trained on a seeded sample of ``train_size`` rows
-   (default ``max(39 * nlist, 65,536)``, at most all);
+   (default 39 per cluster, at least 10,000 -- the product quantiser's 256 centroids want 39 each -- and at
+   most 100,000 and all);
 3. the rows are added block by block (``chunk_size`` rows each) to copies of the trained index, each written
    to disk, and the blocks are merged into one ``lists.ivfdata`` (``OnDiskInvertedLists``).
 
@@ -108,7 +109,7 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
         n, dim = check.count, int(check.dim or 0)
         mm = np.memmap(tmp / VECTORS_FILE, dtype=np.float32, mode="r", shape=(n, dim))
         nlist = _nlist(n, p["nlist"])
-        train_size = min(n, int(p["train_size"] or max(39 * nlist, 65_536)))
+        train_size = min(n, int(p["train_size"] or max(min(39 * nlist, 100_000), 10_000)))
         rows = np.sort(np.random.default_rng(0).choice(n, size=train_size, replace=False))
         used: dict[str, Any] = {"nlist": nlist, "nprobe": min(int(p["nprobe"]), nlist), "train_size": train_size}
         if kind == "ivf-pq":
