@@ -126,3 +126,42 @@ def test_an_unreachable_uri_is_one_line_within_seconds():
     with pytest.raises(IndexLoadError, match=r"Milvus at http://127\.0\.0\.1:9 does not answer"):
         open_index("http://127.0.0.1:9#c")
     assert time.monotonic() - t0 < 15
+
+
+KILLED_BUILD = """
+import os, sys
+import numpy as np
+sys.path.insert(0, {helpers!r})
+from backend_helpers import ids, vectors
+from drmix.retrieval.backends import build_index
+
+def chunks():
+    doc_ids, x = ids(300), vectors(300)
+    for c, s in enumerate(range(0, 300, 100)):
+        if c == 2:
+            os._exit(9)  # killed midway: no cleanup, no exception handler runs
+        yield doc_ids[s:s + 100], x[s:s + 100]
+
+build_index("milvus", {target!r}, chunks(), overwrite=True)
+"""
+
+
+def test_a_process_killed_midway_leaves_the_collection_as_it_was(tmp_path, data):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc_ids, x = data
+    db = str(tmp_path / "k.db")
+    script = KILLED_BUILD.format(helpers=str(Path(__file__).parent), target=f"{db}#c")
+    # the old collection, written by another process (Milvus Lite holds one process per .db at a time)
+    subprocess.run([sys.executable, "-c", script.replace("if c == 2", "if c == 99").replace("300)", "40)")],
+                   check=True, capture_output=True)
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True)
+    assert killed.returncode == 9
+    idx = open_index(f"{db}#c")
+    assert len(idx) == 40
+    _, got = idx.search(vectors(40)[:3], 1)  # the old collection's own vectors find themselves
+    assert got == [[d] for d in ids(40)[:3]]
+    build_index("milvus", f"{db}#c", chunks(doc_ids, x), overwrite=True)  # the rerun drops the leftover
+    assert len(open_index(f"{db}#c")) == N and not client(db).has_collection("c" + BUILD_SUFFIX)
