@@ -119,3 +119,17 @@ def test_damaged_folders_are_refused(tmp_path, data):
 def test_pq_size():
     assert pq_size(384, None) == 48 and pq_size(768, None) == 96 and pq_size(16, None) == 2
     assert pq_size(384, 96) == 96
+
+
+def test_opening_prints_nothing_on_stdout(tmp_path, data):
+    """FAISS's on-disk lists print to the C stdout; drmix search --json output must stay JSON."""
+    import subprocess
+    import sys
+
+    doc_ids, x = data
+    build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x), kind="ivf-flat")
+    (tmp_path / "i").rename(tmp_path / "j")  # the lists file is found again: FAISS says so on stdout
+    code = (f"from drmix.retrieval.backends import open_index; i = open_index({str(tmp_path / 'j')!r}); "
+            "print(len(i))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "400\n"

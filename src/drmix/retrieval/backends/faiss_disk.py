@@ -24,9 +24,12 @@ Folder: ``index.faiss`` + ``lists.ivfdata`` (+ ``vectors.f32``) + ``ids.json`` +
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,27 @@ VECTORS_FILE = "vectors.f32"
 IDS_FILE = "ids.json"
 META_FILE = "meta.json"
 DEFAULTS = {"nlist": None, "nprobe": 32, "pq_m": None, "rerank": 4, "chunk_size": 100_000, "train_size": None}
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """FAISS's on-disk lists print to the C ``stdout`` ("resizing ...", "IO_FLAG_ONDISK_SAME_DIR: updating
+    ondisk filename ..."), which would corrupt ``drmix search --json``: fd 1 points at /dev/null meanwhile."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _read_meta(directory: Path) -> dict[str, Any] | None:
@@ -136,7 +160,8 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
             blocks.append(str(tmp / f".block{b}.index"))
             faiss.write_index(block, blocks[-1])
             del block
-        merge_ondisk(index, blocks, str(tmp / LISTS_FILE))
+        with _quiet_stdout():
+            merge_ondisk(index, blocks, str(tmp / LISTS_FILE))
         faiss.write_index(index, str(tmp / INDEX_FILE))
         del index, mm
         for f in blocks:
@@ -173,7 +198,8 @@ class DiskIndex:
         self.metadata = meta
         self.kind = str(meta.get("kind"))
         try:
-            self.index = faiss.read_index(str(directory / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR)
+            with _quiet_stdout():
+                self.index = faiss.read_index(str(directory / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR)
         except RuntimeError as e:
             raise IndexLoadError(f"cannot read the FAISS index ({str(e).splitlines()[0][:160]}).",
                                  path=directory / INDEX_FILE, fix=rebuild) from None
