@@ -72,6 +72,10 @@ def test_faiss_disk_ivf_probing_every_list_scores_as_exact_search(app, toy, tiny
     assert via_index["results"]["toy"] == pytest.approx(exact["results"]["toy"], abs=1e-6)
     rows = json.loads(_ok(app, ["search", "--index", str(out), "-q", "awkward id", "--k", "121", "--json"]).stdout)
     assert 'q"uote' in [h["doc_id"] for h in rows["hits"]]
+    # an earlier faiss-disk index is replaced without --overwrite, as every index folder
+    _ok(app, ["index", "--corpus", str(data), "--backend", "faiss-disk", "--output", str(out), "--rerank", "0",
+              "--model", tiny_model_path])
+    assert not (out / "vectors.f32").exists() and json.loads((out / "meta.json").read_text())["params"]["rerank"] == 0
 
 
 def test_another_model_is_refused_naming_both(app, toy, tiny_model_path, tmp_path):
