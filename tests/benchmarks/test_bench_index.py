@@ -44,6 +44,9 @@ def test_power_law_fit():
     c, e = bi._fit([(100, 10.0), (10_000, 100.0)])  # y = sqrt(n)
     assert (c, e) == pytest.approx((1.0, 0.5))
     assert bi._fit([(10, 5.0)]) is None
+    a, b = bi._affine([(1000, 3_000.0), (3000, 7_000.0)])  # 1,000 fixed + 2 per vector
+    assert (a, b) == pytest.approx((1000.0, 2.0))
+    assert bi._affine([(1000, 3_000.0)]) is None
 
 
 def test_the_docs_table_is_printed_from_the_stored_results(tmp_path, capsys):
