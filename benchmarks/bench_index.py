@@ -242,9 +242,10 @@ def table(results: dict) -> str:
         if disk is None or rss is None or build is None:
             continue
         cells = []
-        for n in (10_000_000, 100_000_000):
-            cells += [f"{_mb(disk[0] + disk[1] * n)} [{disk[1]:,.0f}]", f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]",
-                      f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]"]
+        for n in (10_000_000, 100_000_000):  # a slope <= 0 is noise between sizes too close: no projection
+            cells += [f"{_mb(disk[0] + disk[1] * n)} [{disk[1]:,.0f}]" if disk[1] > 0 else "—",
+                      f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]" if rss[1] > 0 else "—",
+                      f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]" if build[1] > 0 else "—"]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
