@@ -13,9 +13,9 @@ Built the way the FAISS wiki's "indexes that do not fit in RAM" recipe does (``f
 At search ``index.faiss`` is read with ``IO_FLAG_ONDISK_SAME_DIR`` (the lists file is found beside it, so the
 folder can be moved) and the lists are memory-mapped by ``OnDiskInvertedLists``. (``IO_FLAG_MMAP`` on top of
 that crashes FAISS 1.15 on an on-disk IVF index, so it is not used.) IVF-PQ scores are approximate; with
-``rerank`` > 0 the top ``rerank * k`` candidates are re-scored exactly from the memory-mapped ``vectors.f32``
-(the refinement step of FAISS's ``IndexRefineFlat``, reading a few rows per query from disk instead of
-holding every vector in RAM). ``rerank 0`` deletes ``vectors.f32`` after the build (a smaller index, PQ
+``rerank`` > 0 the top ``rerank * k`` candidates are re-scored exactly from ``vectors.f32`` (the refinement
+step of FAISS's ``IndexRefineFlat``, reading a few rows per query from disk with ``pread`` instead of holding
+every vector in RAM). ``rerank 0`` deletes ``vectors.f32`` after the build (a smaller index, PQ
 scores only).
 
 Folder: ``index.faiss`` + ``lists.ivfdata`` (+ ``vectors.f32``) + ``ids.json`` + ``meta.json`` (``"backend":
@@ -213,8 +213,12 @@ class DiskIndex:
                                  path=directory, fix=rebuild)
         self.rerank = int(meta.get("params", {}).get("rerank", 0))
         vec = directory / VECTORS_FILE
-        self.vectors = (np.memmap(vec, dtype=np.float32, mode="r", shape=(len(self.ids), self.dim))
-                        if vec.is_file() else None)
+        # rows are read with pread, not memory-mapped: the kernel's read-ahead on a mapping would make most of
+        # the file resident (and counted in RSS) after a few thousand random rows
+        self.vectors = vec if vec.is_file() else None
+        if self.vectors is not None and vec.stat().st_size != 4 * self.dim * len(self.ids):
+            raise IndexLoadError(f"{VECTORS_FILE} holds {vec.stat().st_size} bytes, not {len(self.ids)} x {self.dim} "
+                                 "float32 values.", path=vec, fix=rebuild)
         if self.rerank and self.vectors is None:
             raise IndexLoadError(f"index re-ranks from {VECTORS_FILE}, which is missing.", path=directory, fix=rebuild)
         self._store = DocStore.open(directory, len(self.ids))
@@ -261,15 +265,27 @@ class DiskIndex:
         return out_s, ids
 
     def _rescore(self, q: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Exact inner products of the candidates (rows read from the memory-mapped vectors), best first."""
+        """Exact inner products of the candidates (rows read from vectors.f32), best first."""
         valid = labels >= 0
         uniq, inverse = np.unique(np.where(valid, labels, 0), return_inverse=True)
-        rows = np.asarray(self.vectors[uniq])  # sorted rows: sequential reads
+        rows = self._rows(uniq)
         exact = np.einsum("qd,qkd->qk", q, rows[inverse.reshape(labels.shape)])
         exact[~valid] = -np.inf
         order = np.argsort(-exact, axis=1, kind="stable")
         return np.take_along_axis(exact, order, 1), np.where(np.take_along_axis(valid, order, 1),
                                                              np.take_along_axis(labels, order, 1), -1)
+
+    def _rows(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of ``rows`` (sorted), read with one ``pread`` each."""
+        size = 4 * self.dim
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        fd = os.open(self.vectors, os.O_RDONLY)
+        try:
+            for i, r in enumerate(rows.tolist()):
+                out[i] = np.frombuffer(os.pread(fd, size, r * size), dtype=np.float32)
+        finally:
+            os.close(fd)
+        return out
 
     def position(self, doc_id: str) -> int | None:
         if self._positions is None:
@@ -288,7 +304,7 @@ class DiskIndex:
         if self.vectors is None or not len(self):
             return None
         rows = np.sort(np.random.default_rng(seed).choice(len(self), size=min(len(self), size), replace=False))
-        return np.asarray(self.vectors[rows])
+        return self._rows(rows)
 
 
 def _open(location: str) -> DiskIndex:
