@@ -127,7 +127,8 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("index", "an index written by drmix index (vectors.npy or index.faiss, meta.json)", "folder", "replace",
                lambda d: ((d / "index.faiss").is_file() or (d / "vectors.npy").is_file())
                and _json_has("meta.json", "format_version")(d),
-               ("index.faiss", "vectors.npy", "ids.json", "meta.json", "docs.jsonl", "docs.offsets.npy")),
+               ("index.faiss", "vectors.npy", "ids.json", "meta.json", "docs.jsonl", "docs.offsets.npy",
+                "lists.ivfdata", "vectors.f32")),  # the last two: faiss-disk (drmix.retrieval.backends.faiss_disk)
     OutputKind("multicorpus", "a benchmark written by drmix multicorpus build (manifest.json)", "folder", "replace",
                _json_has("manifest.json", "format", "drmix-multicorpus"), own=_multicorpus_files),
     OutputKind("localdocs", "collections written by drmix localdocs build (train/, stats.json)", "folder", "replace",

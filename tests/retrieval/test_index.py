@@ -123,3 +123,15 @@ def test_index_corpus_and_search_queries_find_identical_text():
         assert best == doc and run[qid][best] == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(DataError, match="empty"):
         index_corpus(model, {})
+
+
+def test_ids_and_texts_with_lone_surrogates_round_trip(tmp_path):
+    ids = ['say "hi"', "naïve ☃", "a\udc80b"]
+    corpus = {d: {"title": "", "text": f"text {d}"} for d in ids}
+    DenseIndex.build(np.eye(3, dtype=np.float32), ids, corpus=corpus).save(tmp_path / "i")
+    loaded = DenseIndex.load(tmp_path / "i")
+    assert loaded.ids == ids and loaded.doc("a\udc80b") == {"title": "", "text": "text a\udc80b"}
+    assert loaded.doc("naïve ☃") == {"title": "", "text": "text naïve ☃"}
+    # only a line UTF-8 cannot hold is escaped; the others stay as written before (byte-identical files)
+    lines = (tmp_path / "i" / "docs.jsonl").read_text(encoding="utf-8").splitlines()
+    assert '"text naïve ☃"' in lines[1] and "\\udc80" in lines[2]

@@ -123,6 +123,11 @@ def sweep_command(
                                                              "earlier sweep in --output."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show encoding progress bars."),
+    index: Optional[list[str]] = typer.Option(None, "--index", help="NAME=LOCATION: search corpus NAME through "
+                                              "this built index (an index folder of any backend, or a Milvus "
+                                              "collection PATH.db#COLLECTION / http://HOST:19530#COLLECTION) "
+                                              "instead of encoding it; its queries and qrels still come from the "
+                                              "corpus's BEIR directory. Repeatable."),
 ) -> None:
     """Evaluate allocation policies (Recall@k with per-corpus credit, MRR) and write Table 3."""
     from drmix.evaluation.multi import (
@@ -156,7 +161,8 @@ def sweep_command(
     for sp in [split] + ([tune] if tune and tune != split else []):
         split_q[sp], split_qrels[sp] = load_multi_qrels(dirs, sp)
     encoder = load_encoder(model)
-    retriever = MultiCorpusRetriever.from_dirs(encoder, dirs, depth=depth, batch_size=batch_size,
+    searched = _indexed(dirs, index)
+    retriever = MultiCorpusRetriever.from_dirs(encoder, searched, depth=depth, batch_size=batch_size,
                                                show_progress=progress)
     all_q = {q: t for qs in split_q.values() for q, t in qs.items()}
     cset = retriever.candidates(all_q, k=max(budgets), show_progress=progress)
@@ -171,6 +177,20 @@ def sweep_command(
     paths = write_sweep(results, output)
     typer.echo(format_table(results))
     _console().print(f"wrote {', '.join(str(p) for p in paths.values())}", highlight=False)
+
+
+def _indexed(dirs: dict, index: Optional[list[str]]) -> dict:
+    """The corpora as searched: each ``--index NAME=LOCATION`` replaces corpus NAME's folder by that index."""
+    from drmix.retrieval.multi import parse_corpus_args
+
+    if not index:
+        return dirs
+    over = parse_corpus_args(index)
+    unknown = [n for n in over if n not in dirs]
+    if unknown:
+        raise ConfigError(f"--index names corpus {unknown[0]!r}, which is not among {', '.join(dirs)}.",
+                          fix="write --index NAME=LOCATION with the NAME of a corpus of the sweep.")
+    return {n: over.get(n, d) for n, d in dirs.items()}
 
 
 def register(app: typer.Typer) -> None:

@@ -28,6 +28,28 @@ class IndexKind(str, Enum):
     flat = "flat"
     hnsw = "hnsw"
     ivf = "ivf"
+    ivf_pq = "ivf-pq"
+    ivf_flat = "ivf-flat"
+    ivf_sq8 = "ivf-sq8"
+    hnsw_sq = "hnsw-sq"
+
+
+class IndexBackend(str, Enum):
+    """The built-in index backends (drmix.retrieval.backends); a plug-in backend is used from Python."""
+
+    memory = "memory"
+    faiss_disk = "faiss-disk"
+    milvus = "milvus"
+
+
+KIND_HELP = ("Index type. memory: flat (exact, default), hnsw, ivf; faiss-disk: ivf-pq (default), ivf-flat; "
+             "milvus: flat (default), ivf-flat, ivf-sq8, hnsw, hnsw-sq (docs/evaluation.md).")
+BACKEND_HELP = ("Where the index lives: memory (a folder loaded into RAM), faiss-disk (a folder of on-disk IVF "
+                "lists, memory-mapped at search) or milvus (a collection in Milvus Lite for --uri PATH.db, or in "
+                "a Milvus server for --uri http://HOST:19530; token from MILVUS_TOKEN).")
+LOCATION_HELP = ("An index: a folder written by drmix index (memory or faiss-disk), or a Milvus collection as "
+                 "PATH.db#COLLECTION or http://HOST:19530#COLLECTION (#COLLECTION may be left out when the URI "
+                 "holds one).")
 
 
 class EncodingPrecision(str, Enum):
@@ -149,12 +171,17 @@ def print_report(report: Any) -> None:
 def index_command(
     corpus: Path = typer.Option(..., "--corpus", help="BEIR directory (its corpus.jsonl is used) or a corpus "
                                                       ".jsonl file with _id, title, text."),
-    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the index to (replaced atomically; "
-                                                           "a non-empty folder that is not an index is refused)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory to write the index to "
+                                          "(backends memory and faiss-disk; replaced atomically; a non-empty folder "
+                                          "that is not an index is refused)."),
+    backend: IndexBackend = typer.Option(IndexBackend.memory, "--backend", help=BACKEND_HELP),
+    uri: Optional[str] = typer.Option(None, "--uri", help="milvus: a Milvus Lite file (a path ending in .db, "
+                                      "created when missing) or a server's http://HOST:19530."),
+    collection: Optional[str] = typer.Option(None, "--collection", help="milvus: the collection to write "
+                                             "(default: the corpus folder's name)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="SentenceTransformer folder, drmix run "
                                                                    "directory or hub id; default all-MiniLM-L6-v2."),
-    kind: IndexKind = typer.Option(IndexKind.flat, "--kind", help="flat: exact inner product; hnsw: graph "
-                                                                  "index; ivf: clustered index (large corpora)."),
+    kind: Optional[IndexKind] = typer.Option(None, "--kind", help=KIND_HELP),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
     max_length: Optional[int] = typer.Option(None, "--max-length", min=1, help="Token cap per document "
                                                                               "(default: the model's)."),
@@ -164,7 +191,16 @@ def index_command(
                                                                    "(raised to k when smaller)."),
     nlist: Optional[int] = typer.Option(None, "--nlist", min=1, help="IVF: clusters (default 4*sqrt(n), at most "
                                                                     "n/39)."),
-    nprobe: int = typer.Option(16, "--nprobe", min=1, help="IVF: clusters searched per query."),
+    nprobe: Optional[int] = typer.Option(None, "--nprobe", min=1, help="IVF: clusters searched per query "
+                                         "(default 16 in memory, 32 for faiss-disk and milvus)."),
+    pq_m: Optional[int] = typer.Option(None, "--pq-m", min=1, help="faiss-disk ivf-pq: sub-quantisers, bytes per "
+                                       "vector (default: the largest divisor of the dimension <= dim/8, 48 for "
+                                       "384-d)."),
+    rerank: int = typer.Option(4, "--rerank", min=0, help="faiss-disk ivf-pq: re-score the top rerank*k PQ "
+                               "candidates exactly from the vectors kept on disk (0: PQ scores only, the vectors "
+                               "are not kept)."),
+    chunk_size: int = typer.Option(100_000, "--chunk-size", min=1, help="faiss-disk and milvus: documents encoded "
+                                   "and added per chunk (the vectors held in RAM while building)."),
     no_texts: bool = typer.Option(False, "--no-texts", help="Do not store document texts (search then shows ids "
                                                            "and scores only)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --output folder that is not "
@@ -180,26 +216,44 @@ def index_command(
     passages_per_s: Optional[float] = typer.Option(None, "--passages-per-s", min=0.001, help="With --estimate: "
                                                    "your measured passages/s per GPU (default: 900, one H200)."),
 ) -> None:
-    """Encode a corpus into an index (exact torch search, or FAISS HNSW/IVF) that drmix search can query.
+    """Encode a corpus into an index that drmix search can query: in RAM (exact torch search, FAISS HNSW/IVF),
+    FAISS IVF on disk, or a Milvus collection (embedded Milvus Lite or a Milvus server).
 
     Under torchrun / accelerate launch every process encodes one shard of the corpus into OUTPUT.shards
-    (a rerun encodes only the missing shards) and the first merges them into the index."""
+    (a rerun encodes only the missing shards) and the first merges them into the index (memory backend)."""
     from drmix.data.beir import read_corpus
     from drmix.model.encoder import load_encoder
     from drmix.outputs import check_output_dir
     from drmix.retrieval.index import index_corpus
     from drmix.retrieval.ranks import launched
 
+    if estimate:
+        from drmix.cli.sharded import print_estimate
+
+        return print_estimate(resolve_corpus_file(corpus), gpus=gpus, rate=passages_per_s, echo=typer.echo)
+    if backend is not IndexBackend.memory:
+        with encoding(tokenize_num_proc, cache_embeddings):
+            return _index_backend(corpus, output, backend.value, uri=uri, collection=collection, model=model,
+                                  kind=kind.value if kind else None, batch_size=batch_size, max_length=max_length,
+                                  params={"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search,
+                                          "nlist": nlist, "nprobe": nprobe, "pq_m": pq_m, "rerank": rerank,
+                                          "chunk_size": chunk_size},
+                                  store_texts=not no_texts, overwrite=overwrite, precision=precision.value,
+                                  kwargs=model_kwargs(torch_dtype, attn_implementation))
+    if output is None or uri is not None or collection is not None:
+        raise ConfigError("the memory backend writes a folder: give --output DIR (--uri and --collection are for "
+                          "--backend milvus).", fix="pass --output DIR, or --backend milvus --uri PATH.db.")
+    kind = kind or IndexKind.flat
+    if kind not in (IndexKind.flat, IndexKind.hnsw, IndexKind.ivf):
+        raise ConfigError(f"--kind {kind.value} is not a memory index type.",
+                          fix="pass --kind flat, hnsw or ivf, or --backend faiss-disk / milvus.")
+    nprobe = 16 if nprobe is None else nprobe
     params: dict[str, Any] = {}
     if kind is IndexKind.hnsw:
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
     elif kind is IndexKind.ivf:
         params = {"nlist": nlist, "nprobe": nprobe}
     corpus_file = resolve_corpus_file(corpus)
-    if estimate:
-        from drmix.cli.sharded import print_estimate
-
-        return print_estimate(corpus_file, gpus=gpus, rate=passages_per_s, echo=typer.echo)
     if launched():
         from drmix.cli.sharded import index_sharded
 
@@ -225,6 +279,53 @@ def index_command(
     _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
     _console().print(f"index written to {output.resolve()}; search it with: drmix search --index {output} "
                      "--query TEXT", soft_wrap=True)
+
+
+def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str | None, collection: str | None,
+                   model: str | None, kind: str | None, batch_size: int, max_length: int | None,
+                   params: dict[str, Any], store_texts: bool, overwrite: bool, precision: str,
+                   kwargs: dict[str, Any]) -> None:
+    """``drmix index --backend faiss-disk|milvus``: refuse the target before encoding, then encode in chunks
+    and stream them into the backend (:func:`drmix.retrieval.backends.build_index`)."""
+    from drmix.data.beir import read_corpus
+    from drmix.model.encoder import document_prompt, load_encoder
+    from drmix.retrieval.backends import backend as get_backend
+    from drmix.retrieval.backends import encode_chunks, model_record, resolve_kind
+
+    spec = get_backend(backend)
+    kind = resolve_kind(spec, kind)
+    corpus_file = resolve_corpus_file(corpus)
+    if backend == "milvus":
+        from drmix.retrieval.backends.milvus import default_collection
+
+        if uri is None or output is not None:
+            raise ConfigError("--backend milvus writes a collection: give --uri (not --output).",
+                              fix="pass --uri runs/x/index.db (Milvus Lite) or --uri http://HOST:19530.")
+        target = f"{uri}#{collection or default_collection(corpus_file)}"
+        keep = {"M", "ef_construction", "ef_search", "nlist", "nprobe"}
+    else:
+        if output is None or uri is not None or collection is not None:
+            raise ConfigError(f"--backend {backend} writes a folder: give --output DIR (--uri and --collection "
+                              "are for --backend milvus).", fix="pass --output DIR.")
+        from drmix.outputs import check_output_dir
+
+        check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
+        target = str(output)
+        keep = {"nlist", "nprobe", "pq_m", "rerank", "chunk_size"}
+    meta: dict[str, Any] = {"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}
+    spec.check(target, meta, overwrite)  # a Milvus collection that exists is refused before encoding
+    docs = read_corpus(corpus_file)
+    encoder = load_encoder(model, model_kwargs=kwargs)
+    meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
+                max_length=max_length or getattr(encoder, "max_seq_length", None))
+    if backend != "milvus":
+        _check_index_room(output, docs, encoder, store_texts=store_texts)
+    chunks = encode_chunks(encoder, docs, chunk_size=params["chunk_size"], batch_size=batch_size,
+                           max_length=max_length, precision=precision)
+    where = spec.build(target, chunks, meta, kind, {k: v for k, v in params.items() if k in keep}, overwrite,
+                       docs if store_texts else None)
+    _console().print(f"indexed {len(docs)} documents ({backend} {kind}, dim {meta.get('dim')}) into {where}; "
+                     f"search it with: drmix search --index {where} --query TEXT", soft_wrap=True)
 
 
 def _check_index_room(output: Path, docs: dict[str, dict[str, str]], encoder: Any, *, store_texts: bool) -> None:
@@ -280,12 +381,33 @@ def index_model(stored: str | None, index_dir: Path) -> str | None:
                      fix="pass --model with the model folder, or rebuild the index with drmix index.")
 
 
+def _as_path(location: str | None) -> Path | None:
+    """An index location as a path when it is a folder (not a Milvus URI), for the output checks."""
+    from drmix.retrieval.backends.milvus import is_uri
+
+    return None if location is None or is_uri(location) else Path(location).expanduser()
+
+
+def open_searched(location: str, model: str | None, kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    """Open the index at ``location`` with its backend and load its query model: ``--model``, else the one the
+    index records; refused when it is not the model the index was built with (backends that record it)."""
+    from drmix.model.encoder import load_encoder
+    from drmix.retrieval.backends import backend_for, check_model
+
+    index = backend_for(location).open(location)
+    where = _as_path(location) or Path(location)
+    encoder = load_encoder(model or index_model(index.metadata.get("model"), where), model_kwargs=kwargs)
+    check_model(index.metadata, encoder, where=location)
+    return index, encoder
+
+
 def search_command(
-    index_dir: Optional[Path] = typer.Option(None, "--index", help="Index directory written by drmix index "
-                                                                  "(or search several corpora with --corpus)."),
+    index_dir: Optional[str] = typer.Option(None, "--index", help=LOCATION_HELP + " Or search several corpora "
+                                            "with --corpus."),
     corpus: Optional[list[str]] = typer.Option(None, "--corpus", help="NAME=DIR: search several corpora (BEIR or "
-                                               "index directories) with one top-k budget; repeat, the corpus the "
-                                               "model was trained on first."),
+                                               "index directories, or Milvus collections PATH.db#COLLECTION) with "
+                                               "one top-k budget; repeat, the corpus the model was trained on "
+                                               "first."),
     allocation: str = typer.Option("equal", "--allocation", help="With --corpus: how the top-k budget is split: "
                                    + search_policy_usage() + ". Default equal (k/n from each corpus): it needs "
                                    "no labels; naive merging lost 8-10 points of per-corpus Recall@10 to it where "
@@ -318,7 +440,6 @@ def search_command(
     """Answer queries from the command line or a file with ids, scores and text."""
     from drmix.io import write_jsonl_atomic
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.index import DenseIndex
 
     if bool(query) == (queries is not None):
         raise ConfigError("give queries either with --query or with --queries.",
@@ -329,12 +450,12 @@ def search_command(
     if output is not None:
         from drmix.outputs import claim_output
 
-        claim_output(output, "file", overwrite=overwrite, inputs=[index_dir, queries])
+        claim_output(output, "file", overwrite=overwrite, inputs=[_as_path(index_dir), queries])
     texts = read_query_file(queries) if queries is not None else {str(i): q for i, q in enumerate(query, 1)}
     kwargs = model_kwargs(torch_dtype, attn_implementation)
-    index = None if corpus else DenseIndex.load(index_dir)
-    encoder = load_encoder(model or (index_model(index.metadata.get("model"), index_dir) if index is not None
-                                     else None), model_kwargs=kwargs)
+    index, encoder = open_searched(index_dir, model, kwargs) if not corpus else (None, None)
+    if encoder is None:
+        encoder = load_encoder(model, model_kwargs=kwargs)
     prompt = _search_prompt(encoder, query_instruction, prompt_name)
     if corpus:
         from drmix.retrieval.multi import multi_search, parse_corpus_args
@@ -420,14 +541,28 @@ def eval_command(
                                                   "(query_id Q0 doc_id rank score tag, as trec_eval, pyserini and "
                                                   "ranx write it) or drmix search's JSONL, cut to its top --k per "
                                                   "query; one per --data, in the same order."),
+    index: Optional[str] = typer.Option(None, "--index", help="Score this built index instead of an exact search "
+                                        "of the corpus: " + LOCATION_HELP + " Its queries are encoded with the "
+                                        "model it records (or --model, which must match); give one --data (its "
+                                        "queries and qrels)."),
 ) -> None:
-    """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets (or on MTEB tasks with --mteb)."""
+    """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets (or on MTEB tasks with --mteb, or of a
+    built index with --index)."""
     from drmix.evaluation.evaluate import evaluate_model
     from drmix.evaluation.matryoshka import parse_dims
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
     if mteb and run_file:
         raise ConfigError("--run and --mteb cannot be combined.", fix="score a run file with --run and --data DIR.")
+    if index is not None and run_file:
+        raise ConfigError("--run and --index cannot be combined.",
+                          fix="score a run file with --run, or a built index with --index.")
+    if index is not None:
+        return _eval_index(index, data=data, mteb=mteb, model=model, split=split, output=output,
+                           overwrite=overwrite, k=k, batch_size=batch_size, metric=metric, precision=precision,
+                           dims=dims, query_instruction=query_instruction, prompts=prompts,
+                           kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
+                           max_docs=max_docs, max_length=max_length)
     if mteb:
         return _eval_mteb(mteb, data=data, model=model, split=split, output=output, overwrite=overwrite, k=k,
                           batch_size=batch_size, max_length=max_length, metric=metric, precision=precision,
@@ -493,6 +628,44 @@ def _eval_runs(runs: list[Path], data: list[Path], *, split, output, overwrite, 
 
         claim_output(output, "eval", overwrite=overwrite, inputs=[*data, *runs])
     report = evaluate_run_files(runs, data, split=split, k=k, metrics=tuple(metric) if metric else DEFAULT_METRICS)
+    print_report(report)
+    if output is not None:
+        report.write(output)
+        _console().print(f"wrote {output / 'eval.json'} and {output / 'eval.md'}")
+        refresh_run(run)
+
+
+def _eval_index(location: str, *, data, mteb, model, split, output, overwrite, k, batch_size, metric, precision,
+                dims, query_instruction, prompts, kwargs, max_queries, max_docs, max_length) -> None:
+    """``drmix eval --index``: :func:`drmix.evaluation.index_eval.evaluate_index`, the same table and files."""
+    from drmix.evaluation.index_eval import evaluate_index
+    from drmix.evaluation.metrics import DEFAULT_METRICS
+    from drmix.model.instructions import read_prompts_file
+
+    unsupported = [flag for flag, given in (("--mteb", mteb), ("--dims", dims is not None),
+                                            ("--max-queries", max_queries), ("--max-docs", max_docs),
+                                            ("--max-length", max_length)) if given]
+    if unsupported:
+        raise ConfigError(f"{', '.join(unsupported)} cannot be used with --index: the index holds the corpus as "
+                          "it was encoded.", fix=f"drop {', '.join(unsupported)}, or evaluate without --index.")
+    if not data or len(data) != 1:
+        raise ConfigError(f"--index is scored against one dataset; {len(data or [])} --data given.",
+                          fix="pass one --data DIR: the BEIR directory whose queries and qrels match the index.")
+    from drmix.cli.report import into_run, refresh_run
+
+    output, run = into_run(output, "eval")
+    if output is not None:
+        from drmix.outputs import claim_output
+
+        claim_output(output, "eval", overwrite=overwrite, inputs=[*data, _as_path(location)])
+    searched, encoder = open_searched(location, model, kwargs)
+    instructions = read_prompts_file(prompts) if prompts is not None else {}
+    if query_instruction is not None:
+        instructions[Path(data[0]).expanduser().name] = query_instruction
+    report = evaluate_index(encoder, searched, location, data[0], split=split or "test", k=k, batch_size=batch_size,
+                            metrics=tuple(metric) if metric else DEFAULT_METRICS, precision=precision.value,
+                            model_name=model or str(searched.metadata.get("model", "default")),
+                            query_instructions=instructions)
     print_report(report)
     if output is not None:
         report.write(output)

@@ -80,7 +80,7 @@ class DocStore:
             for i, doc_id in enumerate(ids):
                 doc = corpus.get(doc_id) or {}
                 row = {"_id": doc_id, "title": doc.get("title", "") or "", "text": doc.get("text", "") or ""}
-                data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+                data = (_json_text(row) + "\n").encode("utf-8")
                 offsets[i] = pos
                 f.write(data)
                 pos += len(data)
@@ -256,6 +256,18 @@ class DenseIndex:
             ids.append([self.ids[j] for j in row[valid]])
         return scores, ids
 
+    def sample_vectors(self, size: int, seed: int) -> np.ndarray | None:
+        """Vectors of a seeded sample of ``min(size, len)`` rows (sorted row order); None when the index
+        cannot reconstruct them (IVF without a direct map)."""
+        n = len(self)
+        if not n or size <= 0:
+            return None
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, size), replace=False))
+        try:
+            return np.stack([self.index.reconstruct(int(r)) for r in rows])
+        except Exception:  # noqa: BLE001 - IVF/PQ indexes may not reconstruct
+            return None
+
     # -- documents
     def position(self, doc_id: str) -> int | None:
         if self._positions is None:
@@ -287,7 +299,7 @@ class DenseIndex:
                 import faiss
 
                 faiss.write_index(self.index, str(tmp / INDEX_FILE))
-            (tmp / IDS_FILE).write_text(json.dumps(self.ids, ensure_ascii=False), encoding="utf-8")
+            (tmp / IDS_FILE).write_text(_json_text(self.ids), encoding="utf-8")
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
             if self._corpus is not None:
                 DocStore.write(tmp, self.ids, self._corpus)
@@ -346,6 +358,17 @@ def _read_index(directory: Path, rebuild: str) -> Any:
     if isinstance(index, faiss.IndexFlat):  # format 1 flat index: search it with torch
         return TorchFlatIndex(index.reconstruct_n(0, index.ntotal))
     return index
+
+
+def _json_text(value: Any) -> str:
+    """JSON with non-ASCII characters as they are; a value holding a lone surrogate (which UTF-8 cannot encode)
+    is written with ``\\u`` escapes instead, so its ids and texts round-trip."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
 
 
 def _counts(items: Sequence[str]) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """The retriever: one dense index per named corpus, candidates fetched once, a policy applied per query.
 
 ``drmix search --corpus NAME=DIR ...`` runs :func:`multi_search`. A corpus is a BEIR directory (encoded
-on the fly into an exact inner-product index) or a saved index directory; an empty directory or an empty
+on the fly into an exact inner-product index) or a saved index of any backend (an index folder, a faiss-disk
+folder, a Milvus collection ``PATH.db#NAME`` or ``http://HOST:19530#NAME``); an empty directory or an empty
 ``corpus.jsonl`` is an empty corpus that contributes no candidates. A seeded random sample of each corpus's
 vectors (its *background*) gives ``zscore`` and ``calibrated`` the query's score statistics there.
 """
@@ -24,9 +25,13 @@ from drmix.retrieval.multi.types import CandidateSet, CorpusCandidates, Hit
 log = logging.getLogger(__name__)
 
 
-def parse_corpus_args(values: Sequence[str]) -> dict[str, Path]:
-    """Parse ``NAME=DIR`` options (order kept; the first is the seen corpus for fixed/confidence)."""
-    out: dict[str, Path] = {}
+def parse_corpus_args(values: Sequence[str]) -> dict[str, Path | str]:
+    """Parse ``NAME=DIR`` options (order kept; the first is the seen corpus for fixed/confidence). DIR is a BEIR
+    directory, an index folder, or an index of another backend: a Milvus location (``PATH.db#COLLECTION``,
+    ``http://HOST:19530#COLLECTION``) is kept as the string it is."""
+    from drmix.retrieval.backends.milvus import _claims as is_milvus
+
+    out: dict[str, Path | str] = {}
     for value in values:
         name, sep, path = value.partition("=")
         name, path = name.strip(), path.strip()
@@ -36,9 +41,13 @@ def parse_corpus_args(values: Sequence[str]) -> dict[str, Path]:
         if "/" in name or name in out:
             raise ConfigError(f"--corpus name {name!r} is {'repeated' if name in out else 'not allowed (no /)'}.",
                               fix="give each corpus a distinct name without '/'.")
+        if is_milvus(path):
+            out[name] = path
+            continue
         p = Path(path).expanduser()
         if not p.exists():
-            raise DataError("corpus directory not found.", path=p, fix="pass a BEIR directory or a saved index.")
+            raise DataError("corpus directory not found.", path=p,
+                            fix="pass a BEIR directory, a saved index or a Milvus location (PATH.db#COLLECTION).")
         out[name] = p
     if not out:
         raise ConfigError("no corpus given.", fix="pass --corpus NAME=DIR at least once.")
@@ -95,12 +104,12 @@ class MultiCorpusRetriever:
         indexes: dict[str, Any] = {}
         backgrounds: dict[str, np.ndarray] = {}
         for name, d in dirs.items():
-            idx, sample = _open_corpus(model, Path(d), batch_size=batch_size, background_size=background_size,
+            idx, sample = _open_corpus(model, d if isinstance(d, str) and _is_location(d) else Path(d), batch_size=batch_size, background_size=background_size,
                                        seed=seed, show_progress=show_progress, max_length=max_length)
             indexes[name] = idx
             if sample is not None:
                 backgrounds[name] = sample
-            log.info("corpus %s: %d passages", name, len(idx.ids))
+            log.info("corpus %s: %d passages", name, len(idx))
         return cls(model, indexes, backgrounds, depth=depth, batch_size=batch_size)
 
     @property
@@ -122,7 +131,7 @@ class MultiCorpusRetriever:
         depth = max(self.depth, k)
         cset = CandidateSet(self.corpora, {q: {} for q in qids})
         for name, idx in self.indexes.items():
-            n = len(idx.ids)
+            n = len(idx)
             if n == 0 or not qids:
                 for q in qids:
                     cset.by_query[q][name] = CorpusCandidates([], np.zeros(0))
@@ -163,6 +172,9 @@ class EmptyIndex:
     path: Path
     ids: list[str] = field(default_factory=list)
 
+    def __len__(self) -> int:
+        return 0
+
     def doc(self, doc_id: str) -> None:
         return None
 
@@ -176,15 +188,25 @@ def _is_empty_corpus(d: Path) -> bool:
     return d.is_dir() and not any(d.iterdir())
 
 
-def _open_corpus(model: Any, d: Path, *, batch_size: int, background_size: int, seed: int,
+def _is_location(d: str) -> bool:
+    from drmix.retrieval.backends.milvus import _claims as is_milvus
+
+    return is_milvus(d)
+
+
+def _open_corpus(model: Any, d: Path | str, *, batch_size: int, background_size: int, seed: int,
                  show_progress: bool, max_length: int | None) -> tuple[Any, np.ndarray | None]:
     """A BEIR directory is encoded into a flat index; any other directory must be a saved index.
 
     An empty directory, or an empty ``corpus.jsonl``, is an empty corpus (a private corpus may have no
     passages yet): it gets an :class:`EmptyIndex` and contributes nothing to a multi-corpus search.
     """
-    from drmix.retrieval.index import DenseIndex, index_corpus
+    from drmix.retrieval.backends import open_index
+    from drmix.retrieval.index import index_corpus
 
+    if isinstance(d, str):  # an index of another backend (a Milvus collection)
+        idx = open_index(d, model)
+        return idx, (_reconstruct_sample(idx, background_size, seed) if background_size > 0 else None)
     if _is_empty_corpus(d):
         log.warning("corpus %s has no passages; it contributes nothing", d)
         return EmptyIndex(d), None
@@ -194,19 +216,19 @@ def _open_corpus(model: Any, d: Path, *, batch_size: int, background_size: int, 
         idx = index_corpus(model, read_corpus(d / "corpus.jsonl"), batch_size=batch_size, max_length=max_length,
                            show_progress=show_progress, metadata={"corpus": str(d)})
     else:
-        idx = DenseIndex.load(d)
+        idx = open_index(d, model)
     sample = _reconstruct_sample(idx, background_size, seed) if background_size > 0 else None
     return idx, sample
 
 
 def _reconstruct_sample(idx: Any, size: int, seed: int) -> np.ndarray | None:
-    """Embeddings of a seeded sample of an index's rows (None when the index cannot reconstruct them)."""
-    try:
-        rows = sample_rows(idx.index.ntotal, size, seed)
-        return np.stack([idx.index.reconstruct(int(r)) for r in rows]) if len(rows) else None
-    except Exception:  # noqa: BLE001 - IVF/PQ indexes may not reconstruct; zscore then uses candidates
+    """Embeddings of a seeded sample of an index's rows (None when the index cannot give them back: zscore
+    then uses candidate statistics). Every backend's index has ``sample_vectors``."""
+    get = getattr(idx, "sample_vectors", None)
+    sample = get(size, seed) if get is not None else None
+    if sample is None:
         log.info("index cannot reconstruct vectors; zscore falls back to candidate statistics")
-        return None
+    return sample
 
 
 def multi_search(model: Any, corpus_dirs: Mapping[str, str | Path], queries: Mapping[str, str], *, k: int = 10,

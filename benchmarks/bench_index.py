@@ -1,0 +1,279 @@
+"""Index backends side by side: in-memory exact search, FAISS IVF-PQ on disk, Milvus Lite (each index type it
+offers) on the same vectors: build time, peak RSS while building and while searching, on-disk size,
+queries/s and recall@10 against exact search; and what 10M and 100M vectors would need, by the scaling
+measured between the sizes run (``y = a + b * n`` fitted per arm and quantity: a fixed part and a part per
+vector; super-linear costs such as IVF training or HNSW's log n show only in sizes far enough apart).
+
+Vectors: a stated synthetic distribution, not encoded text (encoding 1M passages on CPU alone takes hours):
+384-d (MiniLM's size), 1,000 Gaussian cluster centres (standard normal), each vector a centre plus N(0, 0.35^2)
+noise per dimension, L2-normalised (cosine = inner product, as for MiniLM); queries are further draws of the
+same distribution (seed 1; the corpus is seed 0). Exact top-10 by brute force (numpy) is the reference.
+
+Every build and every search runs in a fresh process: its peak RSS is that process's ``ru_maxrss``
+(resident anonymous and file-backed pages, so memory-mapped index pages that searching brought in count).
+Milvus Lite runs inside that process, so its engine's memory counts too. The build reads the vectors in
+chunks of 50,000 from a file (never all in RAM, except the in-memory arm, which holds them by design).
+
+    python benchmarks/bench_index.py --preset cpu --out /tmp/drmix-bench-index
+    python benchmarks/bench_index.py --preset cpu --out /tmp/drmix-bench-index --report-only
+
+Presets: ``cpu`` (10,000 and 30,000 vectors, 200 queries; about 17 minutes on 2 cores, most of it FAISS training
+the coarse quantiser and 48 product sub-quantisers of 256 centroids) and ``full`` (250,000 and 1,000,000 vectors,
+1,000 queries; estimated 1 to 2 hours on 16 cores, 4 GB of RAM, 6 GB of disk). Index
+building here is CPU work (FAISS CPU, Milvus Lite): no GPU preset changes it. ``--report-only`` prints the
+table of the results in ``--out`` as docs/evaluation.md holds it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+DIM, CENTRES, NOISE, CHUNK, K = 384, 1000, 0.35, 50_000, 10
+PRESETS = {"cpu": {"sizes": [10_000, 30_000], "queries": 200},
+           "full": {"sizes": [250_000, 1_000_000], "queries": 1000}}
+#: arm -> (backend, kind, build options)
+ARMS = {
+    "memory flat (exact)": ("memory", "flat", {}),
+    "faiss-disk ivf-pq": ("faiss-disk", "ivf-pq", {"nprobe": 32, "rerank": 4}),
+    "milvus-lite flat": ("milvus", "flat", {}),
+    "milvus-lite ivf-flat": ("milvus", "ivf-flat", {"nprobe": 32}),
+    "milvus-lite ivf-sq8": ("milvus", "ivf-sq8", {"nprobe": 32}),
+    "milvus-lite hnsw": ("milvus", "hnsw", {}),
+    "milvus-lite hnsw-sq": ("milvus", "hnsw-sq", {}),
+}
+
+
+def generate(path: Path, n: int, seed: int) -> None:
+    """``n`` vectors of the stated distribution, written as raw float32 rows chunk by chunk."""
+    centres = np.random.default_rng(12345).standard_normal((CENTRES, DIM)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as f:
+        for s in range(0, n, CHUNK):
+            m = min(CHUNK, n - s)
+            x = centres[rng.integers(0, CENTRES, m)] + NOISE * rng.standard_normal((m, DIM)).astype(np.float32)
+            x /= np.linalg.norm(x, axis=1, keepdims=True)
+            f.write(x.astype(np.float32).tobytes())
+
+
+def read_chunks(path: Path, n: int):
+    for s in range(0, n, CHUNK):
+        m = min(CHUNK, n - s)
+        x = np.fromfile(path, dtype=np.float32, count=m * DIM, offset=s * DIM * 4).reshape(m, DIM)
+        yield [str(i) for i in range(s, s + m)], x
+
+
+def exact_top(path: Path, n: int, q: np.ndarray) -> np.ndarray:
+    best_s = np.full((len(q), K), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(q), K), dtype=np.int64)
+    for ids, x in read_chunks(path, n):
+        s = q @ x.T
+        s_all = np.concatenate([best_s, s], axis=1)
+        i_all = np.concatenate([best_i, np.broadcast_to(np.asarray(ids, dtype=np.int64), s.shape)], axis=1)
+        top = np.argsort(-s_all, axis=1, kind="stable")[:, :K]
+        best_s, best_i = np.take_along_axis(s_all, top, 1), np.take_along_axis(i_all, top, 1)
+    return best_i
+
+
+def disk_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+def worker(args: argparse.Namespace) -> None:
+    """One build or one search, in its own process; prints one JSON line."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    from drmix.retrieval.backends import build_index, open_index
+
+    backend, kind, opts = ARMS[args.arm]
+    t0 = time.perf_counter()
+    if args.worker == "build":
+        if backend == "memory":
+            from drmix.retrieval.index import DenseIndex
+
+            parts = list(read_chunks(Path(args.vectors), args.n))
+            ids = [i for p, _ in parts for i in p]
+            DenseIndex.build(np.concatenate([x for _, x in parts]), ids, kind=kind).save(args.target)
+        else:
+            build_index(backend, args.target, read_chunks(Path(args.vectors), args.n), kind=kind, **opts)
+        out = {"seconds": time.perf_counter() - t0}
+    else:
+        q = np.load(args.query_file)
+        index = open_index(args.target)
+        t1 = time.perf_counter()
+        _, ids = index.search(q, K)
+        secs = time.perf_counter() - t1
+        truth = np.load(args.truth)
+        recall = float(np.mean([len(set(map(int, got)) & set(want.tolist())) / K for got, want in zip(ids, truth)]))
+        out = {"qps": len(q) / secs, "recall": recall, "open_seconds": t1 - t0}
+    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps(out))
+
+
+def run_worker(kind: str, arm: str, n: int, target: Path, out: Path, timeout: float) -> dict | None:
+    cmd = [sys.executable, __file__, "--worker", kind, "--arm", arm, "--n", str(n), "--target", str(target),
+           "--vectors", str(out / f"vectors-{n}.f32"), "--query-file", str(out / "queries.npy"),
+           "--truth", str(out / f"truth-{n}.npy")]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    if res.returncode != 0:
+        print(f"{arm} {kind} n={n} failed:\n{res.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def measure(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results_file = out / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.exists() else {}
+    if not (out / "queries.npy").exists():
+        generate(out / "queries.f32", args.queries, seed=1)
+        np.save(out / "queries.npy", np.fromfile(out / "queries.f32", dtype=np.float32).reshape(-1, DIM))
+    q = np.load(out / "queries.npy")
+    for n in args.sizes:
+        vec = out / f"vectors-{n}.f32"
+        if not vec.exists():
+            generate(vec, n, seed=0)
+        if not (out / f"truth-{n}.npy").exists():
+            np.save(out / f"truth-{n}.npy", exact_top(vec, n, q))
+        for arm in args.arms:
+            key = f"{n}|{arm}"
+            if key in results:
+                continue
+            backend = ARMS[arm][0]
+            target = out / "idx" / (f"m{n}.db#{ARMS[arm][1].replace('-', '_')}" if backend == "milvus"
+                                    else f"{arm.replace(' ', '_').replace('(', '').replace(')', '')}-{n}")
+            if backend != "milvus":
+                shutil.rmtree(target, ignore_errors=True)
+            built = run_worker("build", arm, n, target, out, args.timeout)
+            searched = run_worker("search", arm, n, target, out, args.timeout) if built else None
+            where = out / "idx" / f"m{n}.db" if backend == "milvus" else target
+            results[key] = {"n": n, "arm": arm, "build": built, "search": searched,
+                            "disk": disk_bytes(where) if backend != "milvus" else None}
+            if backend == "milvus":  # one .db per size holds every type: the size of each collection's folder
+                results[key]["disk"] = _milvus_collection_bytes(where, ARMS[arm][1].replace("-", "_"))
+            if built is None or searched is None:  # not kept: a rerun measures it again
+                print(key, "failed", flush=True)
+                continue
+            results_file.write_text(json.dumps(results, indent=1))
+            print(key, json.dumps(results[key]), flush=True)
+        vec.unlink(missing_ok=True) if args.drop_vectors else None
+
+
+def _milvus_collection_bytes(db: Path, name: str) -> int:
+    """Bytes of one collection in a Milvus Lite folder (its own sub-folder), else the whole folder."""
+    for p in db.rglob(name):
+        if p.is_dir():
+            return disk_bytes(p)
+    return disk_bytes(db)
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+def _fit(points: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """``(c, e)`` of ``y = c n^e`` through the measured points (least squares in log-log)."""
+    pts = [(n, y) for n, y in points if y and y > 0]
+    if len(pts) < 2:
+        return None
+    ln = np.log([p[0] for p in pts])
+    ly = np.log([p[1] for p in pts])
+    e, logc = np.polyfit(ln, ly, 1)
+    return float(math.exp(logc)), float(e)
+
+
+def _affine(points: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """``(a, b)`` of ``y = a + b n`` through the measured points (least squares): a fixed part (the interpreter,
+    the engine) and a part per vector."""
+    pts = [(n, y) for n, y in points if y is not None]
+    if len(pts) < 2:
+        return None
+    b, a = np.polyfit([p[0] for p in pts], [p[1] for p in pts], 1)
+    return float(a), float(b)
+
+
+def _mb(b: float | None) -> str:
+    return "—" if b is None else (f"{b / 2**30:,.1f} GB" if b >= 2**30 else f"{b / 2**20:,.0f} MB")
+
+
+def _secs(s: float | None) -> str:
+    if s is None:
+        return "—"
+    return f"{s / 3600:,.1f} h" if s >= 3600 else (f"{s / 60:,.1f} min" if s >= 60 else f"{s:,.1f} s")
+
+
+def table(results: dict) -> str:
+    rows = sorted(results.values(), key=lambda r: (r["n"], list(ARMS).index(r["arm"]) if r["arm"] in ARMS else 99))
+    lines = ["| vectors | index | build | build peak RSS | search peak RSS | on disk | queries/s | recall@10 |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        b, s = r["build"] or {}, r["search"] or {}
+        lines.append(f"| {r['n']:,} | {r['arm']} | {_secs(b.get('seconds'))} | {_mb(b.get('peak_rss'))} | "
+                     f"{_mb(s.get('peak_rss'))} | {_mb(r.get('disk'))} | "
+                     + (f"{s['qps']:,.0f}" if s else "—") + " | " + (f"{s['recall']:.3f}" if s else "—") + " |")
+    lines += ["", "Projected from the sizes measured by y = a + b·n, a fixed part and a part per vector (in brackets: "
+              "bytes, or milliseconds, per vector):", "",
+              "| index | 10M: disk | 10M: search RSS | 10M: build | 100M: disk | 100M: search RSS | 100M: build |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for arm in ARMS:
+        mine = [r for r in rows if r["arm"] == arm and r["build"] and r["search"]]
+        disk = _affine([(r["n"], r["disk"]) for r in mine])
+        rss = _affine([(r["n"], r["search"]["peak_rss"]) for r in mine])
+        build = _affine([(r["n"], r["build"]["seconds"]) for r in mine])
+        if disk is None or rss is None or build is None:
+            continue
+        cells = []
+        for n in (10_000_000, 100_000_000):  # a slope <= 0 is noise between sizes too close: no projection
+            cells += [f"{_mb(disk[0] + disk[1] * n)} [{disk[1]:,.0f}]" if disk[1] > 0 else "—",
+                      f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]" if rss[1] > 0 else "—",
+                      f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]" if build[1] > 0 else "—"]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    ap.add_argument("--sizes", type=int, nargs="+", help="numbers of vectors (default: the preset's)")
+    ap.add_argument("--queries", type=int, help="queries (default: the preset's)")
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    ap.add_argument("--out", default="/tmp/drmix-bench-index")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per build or search process")
+    ap.add_argument("--drop-vectors", action="store_true", help="delete each size's vector file when done")
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--worker", choices=["build", "search"], help=argparse.SUPPRESS)
+    for hidden in ("--arm", "--target", "--vectors", "--truth", "--query-file"):
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker(args)
+    preset = PRESETS[args.preset]
+    args.sizes = args.sizes or preset["sizes"]
+    args.queries = args.queries or preset["queries"]
+    if not args.report_only:
+        measure(args)
+    print(table(json.loads((Path(args.out) / "results.json").read_text())), end="")
+
+
+if __name__ == "__main__":
+    main()

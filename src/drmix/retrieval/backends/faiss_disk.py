@@ -1,0 +1,317 @@
+"""The ``faiss-disk`` backend: FAISS IVF-PQ or IVF-flat whose inverted lists live in a file, memory-mapped at
+search, so an index larger than RAM is searched with little resident memory.
+
+Built the way the FAISS wiki's "indexes that do not fit in RAM" recipe does (``faiss.contrib.ondisk``):
+
+1. the chunks stream to ``vectors.f32`` on disk (float32 rows, never all in RAM);
+2. the coarse quantiser (and the product quantiser) are trained on a seeded sample of ``train_size`` rows
+   (default 39 per cluster, at least 10,000 -- the product quantiser's 256 centroids want 39 each -- and at
+   most 100,000 and all);
+3. the rows are added block by block (``chunk_size`` rows each) to copies of the trained index, each written
+   to disk, and the blocks are merged into one ``lists.ivfdata`` (``OnDiskInvertedLists``).
+
+At search ``index.faiss`` is read with ``IO_FLAG_ONDISK_SAME_DIR`` (the lists file is found beside it, so the
+folder can be moved) and the lists are memory-mapped by ``OnDiskInvertedLists``. (``IO_FLAG_MMAP`` on top of
+that crashes FAISS 1.15 on an on-disk IVF index, so it is not used.) IVF-PQ scores are approximate; with
+``rerank`` > 0 the top ``rerank * k`` candidates are re-scored exactly from ``vectors.f32`` (the refinement
+step of FAISS's ``IndexRefineFlat``, reading a few rows per query from disk with ``pread`` instead of holding
+every vector in RAM). ``rerank 0`` deletes ``vectors.f32`` after the build (a smaller index, PQ
+scores only).
+
+Folder: ``index.faiss`` + ``lists.ivfdata`` (+ ``vectors.f32``) + ``ids.json`` + ``meta.json`` (``"backend":
+"faiss-disk"``) + ``docs.jsonl`` / ``docs.offsets.npy`` when texts are stored; written atomically
+(:func:`drmix.io.atomic_dir`: a build killed midway leaves the previous index or nothing).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drmix.errors import ConfigError, IndexLoadError, ModelError
+from drmix.retrieval.backends.base import BackendSpec, ChunkChecker, Chunks, register_backend
+
+log = logging.getLogger(__name__)
+
+BACKEND = "faiss-disk"
+FORMAT_VERSION = 1
+INDEX_FILE = "index.faiss"
+LISTS_FILE = "lists.ivfdata"
+VECTORS_FILE = "vectors.f32"
+IDS_FILE = "ids.json"
+META_FILE = "meta.json"
+DEFAULTS = {"nlist": None, "nprobe": 32, "pq_m": None, "rerank": 4, "chunk_size": 100_000, "train_size": None}
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """FAISS's on-disk lists print to the C ``stdout`` ("resizing ...", "IO_FLAG_ONDISK_SAME_DIR: updating
+    ondisk filename ..."), which would corrupt ``drmix search --json``: fd 1 points at /dev/null meanwhile."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _read_meta(directory: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _claims(location: str) -> bool:
+    p = Path(location).expanduser()
+    meta = _read_meta(p) if p.is_dir() else None
+    return bool(meta) and meta.get("backend") == BACKEND
+
+
+def _check(target: str, meta: dict[str, Any], overwrite: bool) -> None:
+    """The folder is claimed by the command (drmix.outputs.check_output_dir) before encoding."""
+
+
+def pq_size(dim: int, wanted: int | None) -> int:
+    """PQ sub-quantisers: ``wanted`` (must divide ``dim``), else the largest divisor of ``dim`` <= dim/8 (48 for
+    384-d: 48 bytes per vector)."""
+    if wanted is not None:
+        if dim % wanted:
+            raise ConfigError(f"--pq-m {wanted} does not divide the dimension {dim}.",
+                              fix=f"pass a divisor of {dim}, e.g. {max(d for d in range(1, dim // 4 + 1) if dim % d == 0)}.")
+        return wanted
+    return max(d for d in range(1, max(1, dim // 8) + 1) if dim % d == 0)
+
+
+def _nlist(n: int, wanted: int | None) -> int:
+    want = wanted or max(1, int(4 * math.sqrt(n)))
+    nlist = max(1, min(want, n // 39))  # FAISS k-means wants >= 39 training points per centroid
+    if nlist < want:
+        log.warning("IVF nlist lowered from %d to %d: %d vectors allow at most n/39 clusters", want, nlist, n)
+    return nlist
+
+
+def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: dict[str, Any],
+           overwrite: bool, corpus: Any = None) -> str:
+    import faiss
+    from faiss.contrib.ondisk import merge_ondisk
+
+    from drmix.io import atomic_dir
+    from drmix.retrieval.index import DocStore
+
+    p = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    unknown = set(p) - set(DEFAULTS)
+    if unknown:
+        raise ConfigError(f"unknown faiss-disk option(s) {', '.join(sorted(unknown))}.",
+                          fix=f"options are {', '.join(DEFAULTS)}.")
+    check = ChunkChecker()
+    ids: list[str] = []
+    with atomic_dir(target) as tmp:
+        with open(tmp / VECTORS_FILE, "wb") as spool:
+            for chunk_ids, vectors in chunks:
+                chunk_ids, vectors = check(chunk_ids, vectors)
+                ids.extend(chunk_ids)
+                spool.write(vectors.tobytes())
+        check.finish()
+        n, dim = check.count, int(check.dim or 0)
+        mm = np.memmap(tmp / VECTORS_FILE, dtype=np.float32, mode="r", shape=(n, dim))
+        nlist = _nlist(n, p["nlist"])
+        train_size = min(n, int(p["train_size"] or max(min(39 * nlist, 100_000), 10_000)))
+        rows = np.sort(np.random.default_rng(0).choice(n, size=train_size, replace=False))
+        used: dict[str, Any] = {"nlist": nlist, "nprobe": min(int(p["nprobe"]), nlist), "train_size": train_size}
+        if kind == "ivf-pq":
+            m = pq_size(dim, p["pq_m"])
+            nbits = int(min(8, max(1, math.floor(math.log2(max(2, train_size // 39))))))
+            factory = f"IVF{nlist},PQ{m}x{nbits}"
+            used.update(pq_m=m, pq_bits=nbits, rerank=int(p["rerank"]))
+        else:
+            factory = f"IVF{nlist},Flat"
+            used.update(rerank=0)
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        faiss.extract_index_ivf(index).cp.seed = 0
+        log.info("training %s on %d of %d vectors", factory, train_size, n)
+        index.train(np.ascontiguousarray(mm[rows]))
+        blocks = []
+        step = int(p["chunk_size"])
+        for b, start in enumerate(range(0, n, step)):
+            block = faiss.clone_index(index)
+            rows_in = min(n, start + step) - start  # read, not mapped: the spool's pages do not stay resident
+            part = np.fromfile(tmp / VECTORS_FILE, dtype=np.float32, count=rows_in * dim,
+                               offset=start * dim * 4).reshape(rows_in, dim)
+            block.add_with_ids(part, np.arange(start, start + rows_in, dtype=np.int64))
+            del part
+            blocks.append(str(tmp / f".block{b}.index"))
+            faiss.write_index(block, blocks[-1])
+            del block
+        with _quiet_stdout():
+            merge_ondisk(index, blocks, str(tmp / LISTS_FILE))
+        faiss.write_index(index, str(tmp / INDEX_FILE))
+        del index, mm
+        for f in blocks:
+            Path(f).unlink()
+        if not used["rerank"]:
+            (tmp / VECTORS_FILE).unlink()
+        (tmp / IDS_FILE).write_text(json.dumps(ids), encoding="utf-8")  # ASCII: lone surrogates round-trip
+        full = {**meta, "backend": BACKEND, "format_version": FORMAT_VERSION, "kind": kind, "params": used,
+                "metric": "inner_product", "dim": dim, "count": n, "has_texts": corpus is not None}
+        if corpus is not None:
+            DocStore.write(tmp, ids, corpus)
+        (tmp / META_FILE).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+    log.info("saved faiss-disk %s index of %d documents to %s", kind, n, target)
+    return target
+
+
+class DiskIndex:
+    """An on-disk FAISS IVF index opened for search (the same calls as :class:`~drmix.retrieval.index.DenseIndex`)."""
+
+    def __init__(self, directory: Path) -> None:
+        import faiss
+
+        from drmix.retrieval.index import DocStore
+
+        self.directory = directory
+        rebuild = "rebuild it with drmix index --backend faiss-disk --overwrite."
+        meta = _read_meta(directory)
+        if meta is None or meta.get("backend") != BACKEND:
+            raise IndexLoadError("not a faiss-disk index (meta.json missing or of another backend).",
+                                 path=directory, fix=rebuild)
+        for name in (INDEX_FILE, LISTS_FILE, IDS_FILE):
+            if not (directory / name).is_file():
+                raise IndexLoadError(f"faiss-disk index has no {name}.", path=directory, fix=rebuild)
+        self.metadata = meta
+        self.kind = str(meta.get("kind"))
+        try:
+            with _quiet_stdout():
+                self.index = faiss.read_index(str(directory / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR)
+        except RuntimeError as e:
+            raise IndexLoadError(f"cannot read the FAISS index ({str(e).splitlines()[0][:160]}).",
+                                 path=directory / INDEX_FILE, fix=rebuild) from None
+        self.index.nprobe = int(meta.get("params", {}).get("nprobe", 32))
+        try:
+            self.ids = [str(i) for i in json.loads((directory / IDS_FILE).read_text(encoding="utf-8"))]
+        except ValueError as e:
+            raise IndexLoadError(f"cannot parse {IDS_FILE} ({e}).", path=directory / IDS_FILE, fix=rebuild) from None
+        if len(self.ids) != self.index.ntotal:
+            raise IndexLoadError(f"index holds {self.index.ntotal} vectors but {IDS_FILE} lists {len(self.ids)} ids.",
+                                 path=directory, fix=rebuild)
+        self.rerank = int(meta.get("params", {}).get("rerank", 0))
+        vec = directory / VECTORS_FILE
+        # rows are read with pread, not memory-mapped: the kernel's read-ahead on a mapping would make most of
+        # the file resident (and counted in RSS) after a few thousand random rows
+        self.vectors = vec if vec.is_file() else None
+        if self.vectors is not None and vec.stat().st_size != 4 * self.dim * len(self.ids):
+            raise IndexLoadError(f"{VECTORS_FILE} holds {vec.stat().st_size} bytes, not {len(self.ids)} x {self.dim} "
+                                 "float32 values.", path=vec, fix=rebuild)
+        if self.rerank and self.vectors is None:
+            raise IndexLoadError(f"index re-ranks from {VECTORS_FILE}, which is missing.", path=directory, fix=rebuild)
+        self._store = DocStore.open(directory, len(self.ids))
+        self._positions: dict[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    @property
+    def has_texts(self) -> bool:
+        return self._store is not None
+
+    def set_nprobe(self, nprobe: int) -> None:
+        self.index.nprobe = max(1, int(nprobe))
+
+    def search(self, queries: np.ndarray, k: int, *, batch: int = 1024) -> tuple[np.ndarray, list[list[str]]]:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim == 1:
+            q = q[None, :]
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise ModelError(f"query embeddings have dimension {q.shape[-1]}, the index has {self.dim}.",
+                             fix=f"search with the model the index was built with ({self.metadata.get('model', '?')}).")
+        kk = min(int(k), len(self))
+        if kk <= 0 or q.shape[0] == 0:
+            return np.zeros((q.shape[0], max(kk, 0)), dtype=np.float32), [[] for _ in range(q.shape[0])]
+        out_s = np.full((q.shape[0], kk), -np.inf, dtype=np.float32)
+        out_l = np.full((q.shape[0], kk), -1, dtype=np.int64)
+        fetch = min(len(self), kk * self.rerank) if self.rerank else kk
+        for s in range(0, q.shape[0], batch):
+            qb = q[s:s + batch]
+            scores, labels = self.index.search(qb, fetch)
+            if self.rerank:
+                scores, labels = self._rescore(qb, labels)
+            out_s[s:s + batch], out_l[s:s + batch] = scores[:, :kk], labels[:, :kk]
+        ids: list[list[str]] = []
+        for row_scores, row in zip(out_s, out_l):
+            valid = row >= 0
+            row_scores[~valid] = -np.inf
+            ids.append([self.ids[j] for j in row[valid]])
+        return out_s, ids
+
+    def _rescore(self, q: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact inner products of the candidates (rows read from vectors.f32), best first."""
+        valid = labels >= 0
+        uniq, inverse = np.unique(np.where(valid, labels, 0), return_inverse=True)
+        rows = self._rows(uniq)
+        exact = np.einsum("qd,qkd->qk", q, rows[inverse.reshape(labels.shape)])
+        exact[~valid] = -np.inf
+        order = np.argsort(-exact, axis=1, kind="stable")
+        return np.take_along_axis(exact, order, 1), np.where(np.take_along_axis(valid, order, 1),
+                                                             np.take_along_axis(labels, order, 1), -1)
+
+    def _rows(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of ``rows`` (sorted), read with one ``pread`` each."""
+        size = 4 * self.dim
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        fd = os.open(self.vectors, os.O_RDONLY)
+        try:
+            for i, r in enumerate(rows.tolist()):
+                out[i] = np.frombuffer(os.pread(fd, size, r * size), dtype=np.float32)
+        finally:
+            os.close(fd)
+        return out
+
+    def position(self, doc_id: str) -> int | None:
+        if self._positions is None:
+            self._positions = {d: i for i, d in enumerate(self.ids)}
+        return self._positions.get(doc_id)
+
+    def doc(self, doc_id: str) -> dict[str, str] | None:
+        pos = self.position(doc_id)
+        if self._store is None or pos is None:
+            return None
+        row = self._store.get(pos)
+        return {"title": row.get("title", ""), "text": row.get("text", "")}
+
+    def sample_vectors(self, size: int, seed: int) -> np.ndarray | None:
+        """A seeded sample of the indexed vectors (None when ``vectors.f32`` was not kept)."""
+        if self.vectors is None or not len(self):
+            return None
+        rows = np.sort(np.random.default_rng(seed).choice(len(self), size=min(len(self), size), replace=False))
+        return self._rows(rows)
+
+
+def _open(location: str) -> DiskIndex:
+    return DiskIndex(Path(location).expanduser())
+
+
+register_backend(BackendSpec(
+    name=BACKEND, order=10, kinds=("ivf-pq", "ivf-flat"), claims=_claims, check=_check, build=_build, open=_open,
+    help="FAISS IVF-PQ (default) or IVF-flat with on-disk inverted lists, memory-mapped at search; IVF-PQ "
+         "candidates re-scored exactly from the vectors on disk (--rerank)."))

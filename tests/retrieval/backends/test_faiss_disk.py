@@ -1,0 +1,135 @@
+"""The faiss-disk backend: IVF on disk built from chunks, searched memory-mapped."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from drmix.errors import ConfigError, DataError, IndexLoadError
+from drmix.retrieval.backends import build_index, open_index
+from drmix.retrieval.backends.faiss_disk import DiskIndex, pq_size
+
+from backend_helpers import AWKWARD, chunks, exact_top, ids, vectors
+
+N = 400
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ids(N), vectors(N)
+
+
+def _corpus(doc_ids):
+    return {d: {"title": f"T{i}", "text": f"text of {d}"} for i, d in enumerate(doc_ids)}
+
+
+def test_ivf_flat_probing_every_list_is_exact(tmp_path, data):
+    doc_ids, x = data
+    loc = build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x), kind="ivf-flat", nprobe=10_000)
+    idx = open_index(loc)
+    assert isinstance(idx, DiskIndex) and len(idx) == N and idx.dim == 16
+    meta = idx.metadata
+    assert meta["backend"] == "faiss-disk" and meta["kind"] == "ivf-flat"
+    assert meta["params"]["nlist"] == 10  # 4 sqrt(400) = 80 clusters wanted, at most 400 // 39 = 10
+    assert meta["params"]["nprobe"] == 10 and meta["params"]["rerank"] == 0
+    assert not (tmp_path / "i" / "vectors.f32").exists() and (tmp_path / "i" / "lists.ivfdata").is_file()
+    scores, got = idx.search(x[:20], 5)
+    want_s, want = exact_top(x, x[:20], doc_ids, 5)
+    assert got == want
+    np.testing.assert_allclose(scores, want_s, rtol=1e-5, atol=1e-5)
+
+
+def test_ivf_pq_rerank_over_every_candidate_gives_exact_scores(tmp_path, data):
+    doc_ids, x = data
+    loc = build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x, size=150), nprobe=10_000, rerank=80)
+    idx = open_index(loc)
+    assert idx.metadata["kind"] == "ivf-pq"  # the backend's default kind
+    assert idx.metadata["params"]["pq_m"] == 2 and idx.metadata["params"]["pq_bits"] == 3  # 16-d; 400/39 -> 2**3
+    scores, got = idx.search(x[:10], 5)  # 5 * 80 = 400 candidates: every vector, re-scored exactly
+    want_s, want = exact_top(x, x[:10], doc_ids, 5)
+    assert got == want
+    np.testing.assert_allclose(scores, want_s, rtol=1e-5, atol=1e-5)
+
+
+def test_ids_and_texts_round_trip_and_the_folder_moves(tmp_path, data):
+    doc_ids, x = data
+    build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x), kind="ivf-flat", corpus=_corpus(doc_ids))
+    (tmp_path / "i").rename(tmp_path / "moved")
+    idx = open_index(str(tmp_path / "moved"))
+    assert idx.ids[:4] == AWKWARD
+    _, got = idx.search(x[3], 1)
+    assert got == [["a\udc80b"]]
+    assert idx.doc("a\udc80b") == {"title": "T3", "text": "text of a\udc80b"}
+    assert idx.doc('say "hi"') == {"title": "T0", "text": 'text of say "hi"'}
+    assert idx.doc("missing") is None
+
+
+def test_sample_vectors_are_the_seeded_rows(tmp_path, data):
+    doc_ids, x = data
+    idx = open_index(build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x)))
+    rows = np.sort(np.random.default_rng(3).choice(N, size=7, replace=False))
+    np.testing.assert_array_equal(idx.sample_vectors(7, 3), x[rows])
+    flat = open_index(build_index("faiss-disk", str(tmp_path / "j"), chunks(doc_ids, x), rerank=0))
+    assert flat.sample_vectors(7, 3) is None and not (tmp_path / "j" / "vectors.f32").exists()
+
+
+def test_a_build_killed_midway_leaves_the_old_index(tmp_path, data):
+    doc_ids, x = data
+    target = str(tmp_path / "i")
+    build_index("faiss-disk", target, chunks(doc_ids[:200], x[:200]), kind="ivf-flat")
+    with pytest.raises(KeyboardInterrupt):
+        build_index("faiss-disk", target, chunks(doc_ids, x, fail_after=2), kind="ivf-flat")
+    assert len(open_index(target)) == 200
+    assert [p.name for p in tmp_path.iterdir()] == ["i"]  # no half-built folder left beside it
+    build_index("faiss-disk", target, chunks(doc_ids, x), kind="ivf-flat")
+    assert len(open_index(target)) == N
+
+
+def test_bad_input(tmp_path, data):
+    doc_ids, x = data
+    with pytest.raises(DataError, match="duplicate document id 'd5'"):
+        build_index("faiss-disk", str(tmp_path / "a"), [(["d5", "d5"], x[:2])])
+    with pytest.raises(DataError, match="dimension 8, the first had 16"):
+        build_index("faiss-disk", str(tmp_path / "a"), [(["a"], x[:1]), (["b"], x[:1, :8])])
+    with pytest.raises(DataError, match="NaN"):
+        build_index("faiss-disk", str(tmp_path / "a"), [(["a"], np.full((1, 4), np.nan, np.float32))])
+    with pytest.raises(DataError, match="no vectors"):
+        build_index("faiss-disk", str(tmp_path / "a"), [])
+    with pytest.raises(ConfigError, match="no index kind 'hnsw'"):
+        build_index("faiss-disk", str(tmp_path / "a"), chunks(doc_ids, x), kind="hnsw")
+    with pytest.raises(ConfigError, match="--pq-m 5 does not divide the dimension 16"):
+        build_index("faiss-disk", str(tmp_path / "a"), chunks(doc_ids, x), pq_m=5)
+    assert not (tmp_path / "a").exists()
+
+
+def test_damaged_folders_are_refused(tmp_path, data):
+    doc_ids, x = data
+    target = tmp_path / "i"
+    build_index("faiss-disk", str(target), chunks(doc_ids, x), kind="ivf-flat")
+    ids_file = target / "ids.json"
+    ids_file.write_text(json.dumps(doc_ids[:3]))
+    with pytest.raises(IndexLoadError, match="holds 400 vectors but ids.json lists 3 ids"):
+        open_index(str(target))
+    (target / "lists.ivfdata").unlink()
+    with pytest.raises(IndexLoadError, match="no lists.ivfdata"):
+        open_index(str(target))
+
+
+def test_pq_size():
+    assert pq_size(384, None) == 48 and pq_size(768, None) == 96 and pq_size(16, None) == 2
+    assert pq_size(384, 96) == 96
+
+
+def test_opening_prints_nothing_on_stdout(tmp_path, data):
+    """FAISS's on-disk lists print to the C stdout; drmix search --json output must stay JSON."""
+    import subprocess
+    import sys
+
+    doc_ids, x = data
+    build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x), kind="ivf-flat")
+    (tmp_path / "i").rename(tmp_path / "j")  # the lists file is found again: FAISS says so on stdout
+    code = (f"from drmix.retrieval.backends import open_index; i = open_index({str(tmp_path / 'j')!r}); "
+            "print(len(i))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "400\n"

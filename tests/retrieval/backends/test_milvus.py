@@ -1,0 +1,167 @@
+"""The milvus backend against the real embedded engine (Milvus Lite, one .db folder per module)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from drmix.errors import ConfigError, IndexLoadError
+from drmix.retrieval.backends import build_index, open_index
+from drmix.retrieval.backends.milvus import BUILD_SUFFIX, VARCHAR_LIMIT, client, default_collection, split_location
+
+from backend_helpers import AWKWARD, chunks, exact_top, ids, vectors
+
+pytest.importorskip("milvus_lite")
+
+N = 300
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("milvus") / "index.db")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return ids(N), vectors(N)
+
+
+def test_flat_collection_is_exact_and_records_the_model(db, data):
+    doc_ids, x = data
+    loc = build_index("milvus", f"{db}#flat", chunks(doc_ids, x, size=120), metadata={"model": "m", "fingerprint": "f"})
+    assert loc == f"{db}#flat"
+    idx = open_index(loc)
+    assert len(idx) == N and idx.dim == 16
+    assert idx.metadata["index_type"] == "FLAT" and idx.metadata["fingerprint"] == "f"
+    assert idx.metadata["model"] == "m" and idx.metadata["metric"] == "inner_product"
+    scores, got = idx.search(x[:15], 5)
+    want_s, want = exact_top(x, x[:15], doc_ids, 5)
+    assert got == want
+    np.testing.assert_allclose(scores, want_s, rtol=1e-4, atol=1e-4)
+    rows = np.sort(np.random.default_rng(1).choice(N, size=6, replace=False))
+    np.testing.assert_allclose(idx.sample_vectors(6, 1), x[rows], rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind,params,expect", [
+    ("hnsw", {}, {"M": 32, "efConstruction": 200, "ef": 128}),
+    ("ivf-flat", {"nprobe": 3}, {"nlist": 7, "nprobe": 3}),  # 4 sqrt(300) = 69 wanted, at most 300 // 39 = 7
+])
+def test_approximate_types_and_their_defaults(db, data, kind, params, expect):
+    doc_ids, x = data
+    name = kind.replace("-", "_")
+    idx = open_index(build_index("milvus", f"{db}#{name}", chunks(doc_ids, x), kind=kind, **params))
+    assert idx.metadata["params"] == expect
+    _, got = idx.search(x[:20], 10)
+    _, want = exact_top(x, x[:20], doc_ids, 10)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, want)])
+    assert recall >= 0.8
+
+
+def test_awkward_ids_and_long_passages(db, data, caplog):
+    doc_ids, x = data
+    corpus = {d: {"title": "t", "text": f"about {d}"} for d in doc_ids}
+    corpus["d10"] = {"title": "long", "text": "é" * (VARCHAR_LIMIT // 2 + 1)}  # 65,538 bytes of UTF-8
+    loc = build_index("milvus", f"{db}#texts", chunks(doc_ids, x), corpus=corpus)
+    assert "1 passages are longer than Milvus's 65535-byte text field" in caplog.text
+    idx = open_index(loc)
+    assert idx.metadata["texts_not_stored"] == 1 and idx.metadata["has_texts"] is True
+    for i, d in enumerate(AWKWARD):
+        _, got = idx.search(x[i], 1)
+        assert got == [[d]]
+        # the id round-trips exactly; a text holds U+FFFD for a lone surrogate (drmix.io.clean_text)
+        assert idx.doc(d) == {"title": "t", "text": f"about {d}".replace("\udc80", "\ufffd")}
+    assert idx.doc("d10") is None  # stored by id only
+    _, got = idx.search(x[10], 1)
+    assert got == [["d10"]]
+    fresh = open_index(loc)  # no search yet: looked up by id
+    assert fresh.doc("it's") == {"title": "t", "text": "about it's"} and fresh.doc("nope") is None
+    assert open_index(loc).doc('say "hi"') == {"title": "t", "text": 'about say "hi"'}
+
+
+def test_existing_collection_is_refused_before_anything_is_written(db, data):
+    doc_ids, x = data
+    build_index("milvus", f"{db}#mine", chunks(doc_ids[:50], x[:50]), metadata={"model": "old-model"})
+    pulled = []
+
+    def tracked():
+        for c in chunks(doc_ids, x):
+            pulled.append(1)
+            yield c
+    with pytest.raises(ConfigError, match=r"collection mine already exists in .*index\.db \(model old-model, 16-d, "
+                                          r"50 passages\); this build is model new-model"):
+        build_index("milvus", f"{db}#mine", tracked(), metadata={"model": "new-model", "dim": 16})
+    assert not pulled and len(open_index(f"{db}#mine")) == 50
+    build_index("milvus", f"{db}#mine", chunks(doc_ids, x), metadata={"model": "new-model"}, overwrite=True)
+    assert len(open_index(f"{db}#mine")) == N and open_index(f"{db}#mine").metadata["model"] == "new-model"
+
+
+def test_a_build_killed_midway_leaves_the_old_collection(db, data):
+    doc_ids, x = data
+    build_index("milvus", f"{db}#killed", chunks(doc_ids[:40], x[:40]))
+    with pytest.raises(KeyboardInterrupt):
+        build_index("milvus", f"{db}#killed", chunks(doc_ids, x, fail_after=2), overwrite=True)
+    c = client(db)
+    assert c.has_collection("killed" + BUILD_SUFFIX)  # the unfinished build, under its own name
+    assert len(open_index(f"{db}#killed")) == 40
+    build_index("milvus", f"{db}#killed", chunks(doc_ids, x), overwrite=True)
+    assert len(open_index(f"{db}#killed")) == N and not c.has_collection("killed" + BUILD_SUFFIX)
+
+
+def test_locations_and_names(db, data):
+    assert split_location("http://h:19530#c") == ("http://h:19530", "c")
+    assert split_location("runs/x.db") == ("runs/x.db", None)
+    assert default_collection("data/sci-fact/corpus.jsonl") == "sci_fact"
+    assert default_collection("data/2024") == "c_2024"
+    with pytest.raises(ConfigError, match="not a usable Milvus collection name"):
+        build_index("milvus", f"{db}#bad-name", [])
+    with pytest.raises(IndexLoadError, match=r"drmix collections \(.*flat.*\)"):
+        open_index(db)  # several collections: one must be named
+    with pytest.raises(IndexLoadError, match="has no collection nothere"):
+        open_index(f"{db}#nothere")
+
+
+def test_an_unreachable_uri_is_one_line_within_seconds():
+    t0 = time.monotonic()
+    with pytest.raises(IndexLoadError, match=r"Milvus at http://127\.0\.0\.1:9 does not answer"):
+        open_index("http://127.0.0.1:9#c")
+    assert time.monotonic() - t0 < 15
+
+
+KILLED_BUILD = """
+import os, sys
+import numpy as np
+sys.path.insert(0, {helpers!r})
+from backend_helpers import ids, vectors
+from drmix.retrieval.backends import build_index
+
+def chunks():
+    doc_ids, x = ids(300), vectors(300)
+    for c, s in enumerate(range(0, 300, 100)):
+        if c == 2:
+            os._exit(9)  # killed midway: no cleanup, no exception handler runs
+        yield doc_ids[s:s + 100], x[s:s + 100]
+
+build_index("milvus", {target!r}, chunks(), overwrite=True)
+"""
+
+
+def test_a_process_killed_midway_leaves_the_collection_as_it_was(tmp_path, data):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc_ids, x = data
+    db = str(tmp_path / "k.db")
+    script = KILLED_BUILD.format(helpers=str(Path(__file__).parent), target=f"{db}#c")
+    # the old collection, written by another process (Milvus Lite holds one process per .db at a time)
+    subprocess.run([sys.executable, "-c", script.replace("if c == 2", "if c == 99").replace("300)", "40)")],
+                   check=True, capture_output=True)
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True)
+    assert killed.returncode == 9
+    idx = open_index(f"{db}#c")
+    assert len(idx) == 40
+    _, got = idx.search(vectors(40)[:3], 1)  # the old collection's own vectors find themselves
+    assert got == [[d] for d in ids(40)[:3]]
+    build_index("milvus", f"{db}#c", chunks(doc_ids, x), overwrite=True)  # the rerun drops the leftover
+    assert len(open_index(f"{db}#c")) == N and not client(db).has_collection("c" + BUILD_SUFFIX)
