@@ -33,7 +33,7 @@ from typing import Any
 from drmix.io import atomic_write_text
 from drmix.model.paths import DEFAULT_HUB_ID, is_default_model
 from drmix.papers import PAPERS, Paper
-from drmix.report.markdown import md_cell, md_code, md_entities, md_fence
+from drmix.markdown import md_cell, md_code, md_entities, md_fence
 
 log = logging.getLogger(__name__)
 
@@ -377,7 +377,7 @@ def card_data(model: Any, info: CardInfo, *, body: bool = False) -> Any:
     """A filled :class:`SentenceTransformerModelCardData` (registered with ``model``).
 
     ``body``: the names (collections, evaluation datasets, a local base model's folder) are written with
-    :func:`~drmix.report.markdown.md_entities`, for the template's body, which puts them in prose, headings,
+    :func:`~drmix.markdown.md_entities`, for the template's body, which puts them in prose, headings,
     tables and raw HTML; the front matter is rendered from the plain data (:func:`render_model_card`)."""
     from sentence_transformers import SentenceTransformerModelCardData
 
