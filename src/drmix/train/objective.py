@@ -23,13 +23,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from drmix.device import dist_info
 from drmix.model.losses import contrastive_losses, false_negative_mask
 from drmix.registry import Registry
+
+if TYPE_CHECKING:
+    from drmix.data.sampling import RowBuilder
 
 
 class Objective(ABC):
@@ -44,9 +47,10 @@ class Objective(ABC):
     #: hard negatives a batch carries per example (the builder's and the encoder's setting)
     num_negatives: int = 0
 
-    def builder(self, collections: list, *, seed: int, tokens: list | None) -> Any:
-        """The batch builder: ``build(pairs) -> Batch`` over ``(collection, row)`` pairs, with ``state_dict`` /
-        ``load_state_dict`` (its random state is part of every checkpoint). ``tokens``: the collections' stored
+    def builder(self, collections: list, *, seed: int, tokens: list | None) -> RowBuilder:
+        """The batch builder (a :class:`~drmix.data.sampling.RowBuilder`): ``build(pairs) -> Batch`` over
+        ``(collection, row)`` pairs, with ``state_dict`` / ``load_state_dict`` (its random state is part of every
+        checkpoint). ``tokens``: the collections' stored
         ids when :meth:`wants_tokens` and the model's preprocessing allows."""
         from drmix.data.sampling import BatchBuilder
 
