@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "drmix"
 #: name places one module apart from its package (the most specific name wins).
 LAYERS: list[set[str]] = [
     {"drmix", "errors", "io", "registry", "papers", "device", "outputs", "provenance",
-     "markdown", "listener"},                                         # foundations (Markdown escaping, listener hooks)
+     "markdown", "listener", "lock"},                                 # foundations (Markdown escaping, listener hooks)
     {"llm"},                                                          # LLM backends
     {"data"},                                                         # collections, BEIR, batches, formats
     {"model"},                                                        # backbones, encoders, losses, pruning

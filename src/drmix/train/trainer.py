@@ -48,7 +48,7 @@ from drmix.train.gradcache import GradCache
 from drmix.train.guard import NonFiniteGuard
 from drmix.train.inputs import InputPipeline
 from drmix.train.listeners import Listener, TrackerListener, callback_listeners
-from drmix.train.lock import run_lock
+from drmix.lock import run_lock
 from drmix.train.lora import apply_lora
 from drmix.train.objective import Objective, objective_from_config
 from drmix.train.optim import build_optimizer
@@ -365,7 +365,7 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
-        """Train under the output directory's lock (one writer per directory; see drmix.train.lock)."""
+        """Train under the output directory's lock (one writer per directory; see drmix.lock)."""
         with run_lock(self.out, enabled=self.is_main):
             try:
                 return self._train()
