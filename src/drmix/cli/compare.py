@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 
 COMPARE_HELP = """Compare evaluations against a baseline: per-dataset and average deltas, 95% intervals and paired
 tests over queries (Student's t and Fisher's randomisation).
@@ -91,4 +91,4 @@ def register(app: typer.Typer) -> None:
     app.command("compare", help=COMPARE_HELP)(compare_command)
 
 
-AREAS.register(CommandArea("compare", register))
+register_area(CommandArea("compare", register))

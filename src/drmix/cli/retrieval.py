@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
 from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
 from drmix.errors import ConfigError, DataError
@@ -546,4 +546,4 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
 
 
-AREAS.register(CommandArea("retrieval", register))
+register_area(CommandArea("retrieval", register))

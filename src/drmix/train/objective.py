@@ -13,10 +13,11 @@ per-example losses, plus what the run records about it. Built in:
   (:mod:`drmix.train.st_losses`, which also wraps a loss object given to :func:`drmix.api.train`);
 * :class:`drmix.pretrain.coco.CocoObjective` -- COCO's contrastive pretraining on two spans of one document.
 
-The objectives a config can name (``contrastive.loss``) are registered in :data:`OBJECTIVES` (a
-:class:`drmix.registry.Registry`; a package outside drmix adds one through the ``drmix.objectives`` entry-point
-group). sentence-transformers plugs losses in the same way (a loss module given to its trainer); an objective also
-carries the few settings a loss implies for the loop (dropout in the forward, which prompt the query side takes).
+The objectives a config can name (``contrastive.loss``) are registered in :data:`OBJECTIVES` with
+:func:`register_objective` (a :class:`drmix.registry.Registry`; a package outside drmix adds one through the
+``drmix.objectives`` entry-point group). sentence-transformers plugs losses in the same way (a loss module given to
+its trainer); an objective also carries the few settings a loss implies for the loop (dropout in the forward, which
+prompt the query side takes).
 """
 from __future__ import annotations
 
@@ -154,7 +155,15 @@ class ObjectiveSpec:
 OBJECTIVES: Registry[ObjectiveSpec] = Registry("loss", ("drmix.train.objective", "drmix.train.distill",
                                                         "drmix.train.st_losses"),
                                                entry_points="drmix.objectives")
-OBJECTIVES.register(ObjectiveSpec("infonce", InfoNCE.from_config, "InfoNCE over in-batch and hard negatives."))
+
+
+def register_objective(spec: ObjectiveSpec) -> ObjectiveSpec:
+    """Add a loss a config can name (called by its module at import time;
+    :meth:`drmix.registry.Registry.register`)."""
+    return OBJECTIVES.register(spec)
+
+
+register_objective(ObjectiveSpec("infonce", InfoNCE.from_config, "InfoNCE over in-batch and hard negatives."))
 
 
 def objective_from_config(config: Any) -> Objective:
