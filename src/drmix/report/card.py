@@ -154,15 +154,22 @@ def mixture_tag(cfg: Mapping[str, Any]) -> str:
     return f"mixture:static-{cfg.get('mixture') or 'uniform'}"
 
 
-def _learned_file(path: str | None) -> bool:
-    """Whether ``path`` is a weights.json a strategy wrote (its ``strategy`` is not ``static``)."""
+def _strategy_field(path: str | None) -> Any:
+    """The ``strategy`` of a ``weights.json``, or None (no path, unreadable, no such field): the card only describes
+    the file, so an unreadable one is not an error here (training reads it with
+    :func:`drmix.mixture.transfer.read_weights_file`)."""
     if not path:
-        return False
+        return None
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(obj, dict) and obj.get("strategy") not in (None, "static")
+        return None
+    return obj.get("strategy") if isinstance(obj, dict) else None
+
+
+def _learned_file(path: str | None) -> bool:
+    """Whether ``path`` is a weights.json a strategy wrote (its ``strategy`` is not ``static``)."""
+    return _strategy_field(path) not in (None, "static")
 
 
 def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence[int],
@@ -263,15 +270,9 @@ def _weights_by_name(weights: Mapping[str, Any] | None, names: Sequence[str]) ->
 
 
 def _learned_by(path: str | None) -> str | None:
-    """The strategy a ``weights.json`` names (``"strategy"``), or None: the card only describes the file, so an
-    unreadable one is not an error here (training reads it with :func:`drmix.mixture.transfer.read_weights_file`)."""
-    if not path:
-        return None
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return str(obj["strategy"]) if isinstance(obj, dict) and obj.get("strategy") else None
+    """The strategy a ``weights.json`` names (``"strategy"``), or None (see :func:`_strategy_field`)."""
+    strategy = _strategy_field(path)
+    return str(strategy) if strategy else None
 
 
 def _learned_source(path: str | None) -> str | None:
