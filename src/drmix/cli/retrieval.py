@@ -16,7 +16,8 @@ import typer
 
 from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
-from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
+from drmix.cli.options import (ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs,
+                               report_output_option, report_overwrite_option)
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi.registry import search_policy_usage
 from drmix.retrieval.trec import RunFormat
@@ -406,11 +407,9 @@ def eval_command(
     split: Optional[str] = typer.Option(None, "--split", help="qrels split to evaluate (qrels/{split}.tsv; "
                                         "default test); with --mteb: only this split of every task (default: "
                                         "each task's own evaluation splits)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md; a "
-                                          "drmix run or pipeline folder gets them in its eval/ folder (where drmix "
-                                          "report and the model card read them)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the eval.json and eval.md of an earlier "
-                                                             "drmix eval in --output."),
+    output: Optional[Path] = report_output_option("eval.json and eval.md", "eval",
+                                                  "drmix report and the model card read"),
+    overwrite: bool = report_overwrite_option("eval.json and eval.md", "eval"),
     k: int = typer.Option(100, "--k", "-k", min=1, help="Documents retrieved per query."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
     max_length: Optional[int] = typer.Option(None, "--max-length", min=1, help="Token cap per text (default: "
