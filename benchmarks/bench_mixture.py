@@ -95,7 +95,7 @@ from build_collections import DEFAULT_DATA, build_all  # noqa: E402
 from _common import dataset_key, keyed_read, keyed_write, reusable  # noqa: E402
 from drmix.outputs import run_finished  # noqa: E402
 from drmix.evaluation.significance import t_interval  # noqa: E402
-from drmix.train.lock import release, try_lock  # noqa: E402
+from drmix.lock import LockHeld as Busy, holding  # noqa: E402
 
 log = logging.getLogger("bench_mixture")
 TARGETS = ("scifact", "nfcorpus")
@@ -171,11 +171,6 @@ def dev_dir(args, target: str) -> tuple[Path, str]:
     return src, "train"
 
 
-def _take_lock(lock: Path) -> bool:
-    """Take ``lock`` for this process (:func:`drmix.train.lock.try_lock`); False if a live process holds it."""
-    return try_lock(lock) is None
-
-
 def mined_collections(collections: Path, names: list[str], cache: Path, load_model=None, *,
                       poll_s: float = 5.0) -> dict[str, dict]:
     """``cache/<name>.jsonl``: each collection with its hard negatives replaced by retriever-mined ones.
@@ -211,25 +206,22 @@ def mined_collections(collections: Path, names: list[str], cache: Path, load_mod
             if (m := fresh(name)) is not None:
                 done[name] = m
                 continue
-            lock = cache / f"{name}.lock"
-            if not _take_lock(lock):
-                waiting.append(name)
-                continue
             try:
-                if model is None:
-                    from drmix.model.encoder import load_encoder
+                with holding(cache / f"{name}.lock"):
+                    if model is None:
+                        from drmix.model.encoder import load_encoder
 
-                    model = load_model() if load_model is not None else load_encoder(None)
-                t0 = time.perf_counter()
-                stats = mine_collection(collections / f"{name}.jsonl", cache / f"{name}.jsonl", model,
-                                        model_name="all-MiniLM-L6-v2")
-                m = {"source_digest": file_digest(collections / f"{name}.jsonl"), **asdict(stats),
-                     "seconds": round(time.perf_counter() - t0, 1)}
-                atomic_write_json(cache / f"{name}.mined.json", m)
-                log.info("mined %s: %s", name, m)
-                done[name] = m
-            finally:
-                release(lock)
+                        model = load_model() if load_model is not None else load_encoder(None)
+                    t0 = time.perf_counter()
+                    stats = mine_collection(collections / f"{name}.jsonl", cache / f"{name}.jsonl", model,
+                                            model_name="all-MiniLM-L6-v2")
+                    m = {"source_digest": file_digest(collections / f"{name}.jsonl"), **asdict(stats),
+                         "seconds": round(time.perf_counter() - t0, 1)}
+                    atomic_write_json(cache / f"{name}.mined.json", m)
+                    log.info("mined %s: %s", name, m)
+                    done[name] = m
+            except Busy:  # another live process is mining it: wait for it at the end
+                waiting.append(name)
         if waiting:
             time.sleep(poll_s)
         pending = waiting
@@ -244,24 +236,10 @@ def base_values(args, data: list[str], out: Path, seed: int) -> dict:
                 tokenize_num_proc=min(8, os.cpu_count() or 1))
 
 
-class Busy(Exception):
-    """Another live process is training this model (its ``<dir>.lock``); come back to it later."""
-
-
-class _Locked:
-    """``with _Locked(out):`` holds ``<out>.lock`` (our pid) or raises :class:`Busy` (see :func:`_take_lock`)."""
-
-    def __init__(self, out: Path) -> None:
-        self.lock = out.parent / f"{out.name}.lock"
-
-    def __enter__(self):
-        self.lock.parent.mkdir(parents=True, exist_ok=True)
-        if not _take_lock(self.lock):
-            raise Busy(str(self.lock))
-        return self
-
-    def __exit__(self, *exc):
-        release(self.lock)
+def _locked(out: Path):
+    """``with _locked(out):`` holds ``<out>.lock`` (:func:`drmix.lock.holding`) or raises :class:`Busy`
+    (:class:`drmix.lock.LockHeld`: another live process is training this model; come back to it later)."""
+    return holding(out.parent / f"{out.name}.lock")
 
 
 def _stage1_finished(out: Path) -> bool:
@@ -293,7 +271,7 @@ def train_arm(args, arm: str, prep: "Prep", seed: int, target: str) -> Path:
     cfg = TrainConfig.model_validate(v)
     if reusable(out, cfg):               # made with these settings (another set of settings stops the run)
         return out / "model"
-    with _Locked(out):
+    with _locked(out):
         if not reusable(out, cfg):
             t0 = time.perf_counter()
             train(cfg)
@@ -312,7 +290,7 @@ def coco_model(args, prep: "Prep", seed: int, target: str) -> Path:
                      show_progress=False, resume=True, save_every=100000, log_every=5, device=args.device,
                      num_proc=min(8, os.cpu_count() or 1), **args.coco)
     if not reusable(out, cfg, record="coco.yaml"):
-        with _Locked(out):
+        with _locked(out):
             if not reusable(out, cfg, record="coco.yaml"):
                 t0 = time.perf_counter()
                 pretrain_coco(cfg)
@@ -382,7 +360,7 @@ def evaluate(args, model_dir: Path | str | None, dataset, cache: Path) -> dict[s
     key = evaluation_key(args, model_dir, dataset)
     if (scores := keyed_read(cache, key)) is not None:
         return scores
-    with _Locked(cache):
+    with _locked(cache):
         if (scores := keyed_read(cache, key)) is not None:
             return scores
         model = load_encoder(None if model_dir is None else str(model_dir))
@@ -421,7 +399,7 @@ class Prep:
         v.update(batching="homogeneous", mixture="uniform", strategy="static")
         cfg = TrainConfig.model_validate(v)
         if not reusable(out, cfg):
-            with _Locked(out):
+            with _locked(out):
                 if not reusable(out, cfg):
                     t0 = time.perf_counter()
                     train(cfg)
@@ -439,7 +417,7 @@ class Prep:
         out = self.root / f"stage1-collections-{num_negatives}"
         done = out / "negatives.json"
         if not done.exists():
-            with _Locked(out):
+            with _locked(out):
                 if not done.exists():
                     t0 = time.perf_counter()
                     cols = load_collections(self.data, seed=self.args.stage1_seed)
@@ -470,7 +448,7 @@ class Prep:
             cfg = cfg.replace(data=self.stage1_data(cfg.contrastive.num_negatives))
             fill = "off"
         if not reusable(out, cfg, finished=_stage1_finished):
-            with _Locked(out):
+            with _locked(out):
                 if not reusable(out, cfg, finished=_stage1_finished):
                     t0 = time.perf_counter()
                     optimize_weights(cfg, fill_negatives=fill)

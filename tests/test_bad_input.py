@@ -94,7 +94,7 @@ def test_search_and_eval_output_of_the_wrong_type(tmp_path):
 
 def test_read_only_locations(tmp_path, monkeypatch):
     from drmix.io import atomic_dir
-    from drmix.train.lock import acquire
+    from drmix.lock import acquire
 
     def denied(*a, dir=None, **k):
         raise PermissionError(13, "Permission denied", str(dir))

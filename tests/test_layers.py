@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "drmix"
 #: name places one module apart from its package (the most specific name wins).
 LAYERS: list[set[str]] = [
     {"drmix", "errors", "io", "registry", "papers", "device", "outputs", "provenance",
-     "report.markdown"},                                              # foundations (Markdown escaping is a leaf)
+     "markdown", "listener", "lock"},                                 # foundations (Markdown escaping, listener hooks)
     {"llm"},                                                          # LLM backends
     {"data"},                                                         # collections, BEIR, batches, formats
     {"model"},                                                        # backbones, encoders, losses, pruning
@@ -133,7 +133,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def layer_of(module: str) -> int:
     parts = module.split(".")[1:] or ["drmix"]
-    for n in range(len(parts), 0, -1):          # the most specific name first: "report.markdown", then "report"
+    for n in range(len(parts), 0, -1):          # the most specific name first: "report.card", then "report"
         key = ".".join(parts[:n])
         for i, names in enumerate(LAYERS):
             if key in names:
@@ -187,7 +187,12 @@ def test_the_checker_finds_cycles_and_up_arrows(tmp_path):
     assert cycles(graph) == [["drmix.data.a", "drmix.data.b"]]
     assert up_arrows(graph) == {("drmix.data.d", "drmix.train.t")}
     # a module named apart from its package takes its own layer
-    assert layer_of("drmix.report.markdown") == 0 < layer_of("drmix.evaluation.compare") < layer_of("drmix.report.card")
+    assert layer_of("drmix.markdown") == 0 < layer_of("drmix.evaluation.compare") < layer_of("drmix.report.card")
+    LAYERS[0].add("report.card")
+    try:
+        assert layer_of("drmix.report.card") == 0 < layer_of("drmix.report.html")
+    finally:
+        LAYERS[0].discard("report.card")
 
 
 if __name__ == "__main__":

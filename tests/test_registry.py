@@ -66,3 +66,29 @@ def test_a_broken_plugin_is_skipped_with_a_warning(monkeypatch, caplog):
     reg.register(Spec("kept"))
     assert reg.names() == ("kept",)
     assert "could not be imported" in caplog.text
+
+
+def test_identity_decides_what_is_the_same_registration():
+    reg: Registry[Spec] = Registry("widget", builtin=(), identity=lambda s: s.order)
+    reg.register(Spec("x", order=1))
+    reg.register(Spec("y"))
+    again = reg.register(Spec("x", order=1, flag=True))      # same identity (a module reloaded): replaces in place
+    assert reg.get("x") is again and list(reg.all()) == ["x", "y"]
+    with pytest.raises(ValueError, match="widget 'x' is already registered"):
+        reg.register(Spec("x", order=2))
+
+
+def test_builtins_first_keeps_a_plugin_off_a_builtin_name(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    holder = types.ModuleType("drmix_test_registry_first")
+    holder.REG = Registry("widget", builtin=("drmix_test_first_builtin",), builtins_first=True)
+    holder.Spec = Spec
+    monkeypatch.setitem(sys.modules, holder.__name__, holder)
+    (tmp_path / "drmix_test_first_builtin.py").write_text(
+        "from drmix_test_registry_first import REG, Spec\nREG.register(Spec('shipped', order=1))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match="already registered"):
+        holder.REG.register(Spec("shipped", order=9))          # the built-in was imported first
+    assert holder.REG.get("shipped").order == 1

@@ -1,6 +1,6 @@
 """drmix's Python entry point for training: :func:`train` runs the :class:`~drmix.train.trainer.Trainer` with the
 listeners a run normally has -- evaluation during training when ``eval_data`` or evaluators are set
-(:class:`~drmix.train.evaluation.PeriodicEvaluation`) and, at the end, the model card and ``report.html``
+(:class:`~drmix.evaluation.periodic.PeriodicEvaluation`) and, at the end, the model card and ``report.html``
 (:class:`~drmix.report.listener.RunReport`). It takes objects where ``SentenceTransformerTrainer`` does: a
 ``SentenceTransformer`` (``model=``), ``datasets`` objects (``train_dataset=``: :mod:`drmix.data.in_memory`),
 sentence-transformers evaluators (``evaluator=``) and a sentence-transformers loss (``loss=``:
@@ -25,7 +25,7 @@ def default_listeners(config: TrainConfig, evaluators: Sequence[Any] = ()) -> li
     out: list[Listener] = []
     named = list(config.eval.evaluator)
     if config.eval.eval_data or named or evaluators:
-        from drmix.train.evaluation import PeriodicEvaluation, build_evaluator
+        from drmix.evaluation.periodic import PeriodicEvaluation, build_evaluator
 
         out.append(PeriodicEvaluation(config, [*map(build_evaluator, named), *evaluators]))
     out.append(RunReport())

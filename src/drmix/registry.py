@@ -3,9 +3,11 @@ augmentation steps and command-line areas.
 
 Modelled on peft (``PEFT_TYPE_TO_CONFIG_MAPPING`` + ``register_peft_method``): each kind has one
 :class:`Registry` holding *specs* (frozen dataclasses with at least a ``name``). A module registers its spec
-at import time with :meth:`Registry.register`; the registry imports an **explicit list of built-in
-modules** on first lookup (no directory scan, so what ships is readable in one place), then the modules
-named by an optional entry-point group, so a package outside drmix can add its own.
+at import time through its kind's ``register_<kind>`` function, which is :meth:`Registry.register` (the one
+place where a name registered twice is refused and a reloaded module's spec replaces its own); the registry
+imports an **explicit list of built-in modules** on first lookup (no directory scan, so what ships is
+readable in one place), then the modules named by an optional entry-point group, so a package outside drmix
+can add its own.
 
 Hand-written: no library offers a typed, lazily loaded registry with entry points; it is a few lines.
 """
@@ -31,26 +33,39 @@ class Registry(Generic[S]):
         builtin: the modules that register the built-in specs, imported on first lookup.
         entry_points: an entry-point group whose entries name modules to import (plug-ins), or None.
         order: sort key of :meth:`all` (default: registration order).
+        identity: what makes two specs of one name the same registration (a module imported again), which
+            replaces the first; default: the specs are equal.
+        builtins_first: import the built-ins before registering anything else, so that a plug-in cannot take a
+            built-in's name.
     """
 
     def __init__(self, kind: str, builtin: Sequence[str], *, entry_points: str | None = None,
-                 order: Callable[[S], Any] | None = None) -> None:
+                 order: Callable[[S], Any] | None = None, identity: Callable[[S], Any] | None = None,
+                 builtins_first: bool = False) -> None:
         self.kind = kind
         self.builtin = tuple(builtin)
         self.entry_points = entry_points
         self.order = order
+        self.identity = identity
+        self.builtins_first = builtins_first
         self._specs: dict[str, S] = {}
         self._loaded = False
         self._loading = False
 
     def register(self, spec: S) -> S:
-        """Add ``spec`` (called by its module at import time); the same name twice is an error."""
+        """Add ``spec`` (called by its module at import time) and return it; a name already registered by another
+        spec is a ValueError, the same registration again (see ``identity``) replaces the first in place."""
+        if self.builtins_first:
+            self.load()
         name = str(getattr(spec, "name")).lower()
         old = self._specs.get(name)
-        if old is not None and old is not spec and old != spec:
+        if old is not None and old is not spec and self._identity(old) != self._identity(spec):
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._specs[name] = spec
         return spec
+
+    def _identity(self, spec: S) -> Any:
+        return self.identity(spec) if self.identity is not None else spec
 
     def registered(self, name: str) -> S | None:
         """The spec registered as ``name`` so far, without importing the built-ins (None if none)."""

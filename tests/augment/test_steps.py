@@ -39,7 +39,7 @@ def test_a_name_registers_once():
         pass
 
     step = AugmentStep("crop", Opts, lambda ctx, o: ([], {}), help="x")
-    with pytest.raises(ValueError, match="registered twice"):
+    with pytest.raises(ValueError, match="augmentation step .crop. is already registered"):
         register_step(step)
 
 

@@ -74,22 +74,20 @@ def test_mined_collections_replaces_negatives_and_caches(tmp_path, hand_embed):
 
 
 def test_lock_of_a_live_process_is_respected_and_a_dead_ones_taken_over(tmp_path):
-    """The work-item lock is drmix's one lock (drmix.train.lock): pid and host, stale ones taken over."""
+    """The work-item lock is drmix's one lock (drmix.lock): pid and host, stale ones taken over."""
     import socket
 
     lock = tmp_path / "x.lock"
     lock.write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
-    assert bm._take_lock(lock) is False
+    with pytest.raises(bm.Busy) as held:
+        with bm._locked(tmp_path / "x"):                   # x.lock is held (by this process)
+            pass
+    assert held.value.owner["pid"] == os.getpid() and lock.exists()      # not released: it is not ours
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname()}))
-    assert bm._take_lock(lock) is True and json.loads(lock.read_text())["pid"] == os.getpid()
-    with pytest.raises(bm.Busy):
-        with bm._Locked(tmp_path / "x"):                   # x.lock is held (by this process)
-            pass
-    bm.release(lock)
-    with bm._Locked(tmp_path / "x"):
-        assert lock.exists()
+    with bm._locked(tmp_path / "x"):
+        assert json.loads(lock.read_text())["pid"] == os.getpid()
     assert not lock.exists()
 
 

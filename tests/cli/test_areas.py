@@ -12,7 +12,8 @@ from drmix.registry import Registry
 def test_every_command_module_is_a_listed_area_in_help_order():
     modules = {f"drmix.cli.{m.name}" for m in pkgutil.iter_modules(cli.__path__)}
     helpers = {"drmix.cli.areas", "drmix.cli.options", "drmix.cli.__main__",
-               "drmix.cli.train_flags"}   # shared helpers, and drmix train's flag aliases and argv checks
+               "drmix.cli.train_flags",   # shared helpers, and drmix train's flag aliases and argv checks
+               "drmix.cli.encoding", "drmix.cli.sharded"}   # the retrieval area's shared options and torchrun side
     assert set(BUILTIN) == modules - helpers
     assert [a.register.__module__ for a in AREAS] == list(BUILTIN)  # cli.train imports cli.report first: order kept
     assert [a.name for a in AREAS][:3] == ["train", "retrieval", "demo"]

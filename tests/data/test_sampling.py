@@ -175,3 +175,14 @@ def test_weights_whose_sum_overflows_are_scaled_first():
     assert s.counts(np.array([1.5e308, 1.5e308])).tolist() == [2, 2]
     with pytest.raises(ValueError):
         normalise_weights(np.array([np.inf, 1.0]))
+
+
+def test_the_built_in_builders_are_row_builders():
+    from drmix.data.sampling import BatchBuilder, RowBuilder
+    from drmix.pretrain.coco import SpanBuilder
+
+    batch, span = BatchBuilder([], 1, keys=True), SpanBuilder([])
+    assert isinstance(batch, RowBuilder) and isinstance(span, RowBuilder)
+    assert (batch.keys, batch.scores, batch.row_keys == batch.row_keys) == (True, False, True)
+    assert (span.keys, span.scores, span.row_keys) == (False, False, None)
+    assert not isinstance(object(), RowBuilder)

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from drmix.report.markdown import md_cell, md_code, md_entities, render_html
+from drmix.markdown import md_cell, md_code, md_entities, render_html
 
 HOSTILE = [
     "<script>alert(1)</script>",

@@ -8,7 +8,7 @@ import torch
 
 from drmix.mixture.base import Strategy
 from drmix.train.guard import NonFiniteError, NonFiniteGuard, supports_found_inf
-from drmix.train.lock import LOCK_NAME
+from drmix.lock import LOCK_NAME
 from drmix.train.trainer import Trainer
 
 from train_helpers import config, make_collections, params

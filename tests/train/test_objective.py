@@ -168,3 +168,41 @@ def test_from_config_uses_the_configured_temperature():
     d = torch.tensor([[1.0, 0.0], [0.0, 1.0]])            # the positive (score 1), one hard negative (score 0)
     got = obj.losses(q, d, torch.tensor([[True]]), gather=False)
     assert got.tolist() == pytest.approx([-1 / 0.5 + math.log(math.exp(1 / 0.5) + math.exp(0.0))], abs=1e-6)
+
+
+class _SpanLike(InfoNCE):
+    """An objective whose builder has no row keys (COCO's span builder)."""
+
+    def builder(self, collections, *, seed, tokens):
+        from drmix.pretrain.coco import SpanBuilder
+
+        return SpanBuilder(collections, seed=seed)
+
+
+class _Untyped(InfoNCE):
+    """An objective whose builder is not a RowBuilder (no keys / scores / row_keys)."""
+
+    def builder(self, collections, *, seed, tokens):
+        class Bare:
+            def build(self, pairs):
+                raise AssertionError
+
+            def state_dict(self):
+                return {}
+
+            def load_state_dict(self, state):
+                pass
+
+        return Bare()
+
+
+def test_no_duplicates_with_a_builder_without_row_keys_is_a_config_error(tiny_model_path, dup_data, tmp_path):
+    cfg = config(tiny_model_path, dup_data, tmp_path / "s", max_steps=1, batch_sampler="no_duplicates")
+    with pytest.raises(ConfigError, match="drop --batch-sampler no_duplicates"):
+        Trainer(cfg, objective=_SpanLike(temperature=0.05, num_negatives=0))
+
+
+def test_a_builder_that_is_not_a_row_builder_is_named(tiny_model_path, dup_data, tmp_path):
+    cfg = config(tiny_model_path, dup_data, tmp_path / "u", max_steps=1)
+    with pytest.raises(TypeError, match="builder Bare is not a drmix.data.sampling.RowBuilder"):
+        Trainer(cfg, objective=_Untyped(temperature=0.05, num_negatives=1))

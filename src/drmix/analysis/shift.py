@@ -202,7 +202,7 @@ class ShiftReport:
         return self.__dict__.copy()
 
     def to_markdown(self) -> str:
-        from drmix.report.markdown import md_cell
+        from drmix.markdown import md_cell
 
         src = [i for i, r in enumerate(self.roles) if r == "source"]
         tgt = [i for i, r in enumerate(self.roles) if r == "target"]

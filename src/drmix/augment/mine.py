@@ -224,18 +224,9 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
     stats = MineStats(queries=len(rows), pool=len(pool))
     out_lines = []
     for r, ((line, obj, ex), cands) in enumerate(zip(rows, ranked)):
-        cands = window.take(cands)
-        if max_score_ratio is not None:
-            limit = max_score_ratio * pos_scores[r]
-            kept = [c for c in cands if c[1] <= limit]
-            stats.filtered += len(cands) - len(kept)
-            cands = kept
-        if sampling == "random" and len(cands) > num_negatives:
-            rng = np.random.default_rng([seed, line])
-            pick = sorted(rng.choice(len(cands), size=num_negatives, replace=False).tolist())
-            chosen = [cands[i] for i in pick]
-        else:
-            chosen = cands[:num_negatives]
+        limit = None if max_score_ratio is None else max_score_ratio * pos_scores[r]
+        chosen = _choose(window.take(cands), stats, limit=limit, sampling=sampling, num_negatives=num_negatives,
+                         seed=[seed, line])
         stats.negatives += len(chosen)
         stats.short += len(chosen) < num_negatives
         mined = [pool[int(doc_id)] for doc_id, _ in chosen]
@@ -261,6 +252,21 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
         log.warning("%s: %d of %d queries got fewer than %d mined negatives (small pool, window %s or the filter).",
                     in_path, stats.short, stats.queries, num_negatives, window)
     return stats
+
+
+def _choose(cands: list[tuple[str, float]], stats: MineStats, *, limit: float | None, sampling: str,
+            num_negatives: int, seed: list[int]) -> list[tuple[str, float]]:
+    """The mined negatives of one row from its ranked candidates: those scoring above ``limit`` dropped (counted
+    in ``stats.filtered``), then the top ``num_negatives`` or, with ``sampling=random``, a seeded draw of them."""
+    if limit is not None:
+        kept = [c for c in cands if c[1] <= limit]
+        stats.filtered += len(cands) - len(kept)
+        cands = kept
+    if sampling == "random" and len(cands) > num_negatives:
+        rng = np.random.default_rng(seed)
+        pick = sorted(rng.choice(len(cands), size=num_negatives, replace=False).tolist())
+        return [cands[i] for i in pick]
+    return cands[:num_negatives]
 
 
 def _name(model: Any) -> str:

@@ -86,15 +86,12 @@ class AugmentStep:
 
 #: every augmentation step, by name, in run order (``order``, then registration order)
 STEPS: Registry[AugmentStep] = Registry("augmentation step", BUILTIN, entry_points="drmix.augment_steps",
-                                        order=lambda step: step.order)
+                                        order=lambda step: step.order, identity=id, builtins_first=True)
 
 
 def register_step(step: AugmentStep) -> AugmentStep:
-    """Register an augmentation step (a name registered twice is an error)."""
-    STEPS.load()  # the built-ins first, so that a step cannot take a built-in's name
-    old = STEPS.registered(step.name)
-    if old is not None and old is not step:
-        raise ValueError(f"augmentation step {step.name!r} is registered twice")
+    """Register an augmentation step (:meth:`drmix.registry.Registry.register`: the built-ins first, so that a step
+    cannot take a built-in's name; a name registered twice is an error)."""
     return STEPS.register(step)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.options import config_command, load_checked, paragraphs
 
 ADAPT_HELP = """Adapt a retriever to target corpora without labels: build a synthetic train / dev / test set
@@ -63,4 +63,4 @@ def register(app: typer.Typer) -> None:
         config_command(AdaptConfig, run_adapt_command, extra=[_ESTIMATE, _ESTIMATE_GPUS]))
 
 
-AREAS.register(CommandArea("adapt", register))
+register_area(CommandArea("adapt", register))

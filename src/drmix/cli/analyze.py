@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 
 SHIFT_HELP = ("Distribution shift between source and target datasets: weighted Jaccard of corpus and query "
               "unigrams and of query-type distributions (what/when/who/how/where/why/which/yes-no/declarative), "
@@ -47,4 +47,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(analyze, name="analyze")
 
 
-AREAS.register(CommandArea("analyze", register))
+register_area(CommandArea("analyze", register))

@@ -3,13 +3,13 @@
 A command area is a module of :mod:`drmix.cli` named after its command or group (``retrieval`` holds
 ``index``, ``search`` and ``eval``) that ends with::
 
-    AREAS.register(CommandArea("mine", register))
+    register_area(CommandArea("mine", register))
 
 where ``register(app)`` adds its commands to the main Typer app. The built-in areas are listed in
 :data:`BUILTIN`, in the order of ``drmix --help``; a package outside drmix adds commands through the
 ``drmix.commands`` entry-point group (its areas follow the built-in ones). The registry is a
-:class:`drmix.registry.Registry`, the one idiom of strategies, allocation policies, augmentation steps and
-command areas.
+:class:`drmix.registry.Registry`, the one idiom of strategies, allocation policies, augmentation steps, losses,
+data formats and command areas.
 """
 from __future__ import annotations
 
@@ -41,3 +41,8 @@ def _help_order(area: CommandArea) -> int:
 
 #: every command area, in help order (the built-ins in :data:`BUILTIN` order, then the plug-ins)
 AREAS: Registry[CommandArea] = Registry("command area", BUILTIN, entry_points="drmix.commands", order=_help_order)
+
+
+def register_area(area: CommandArea) -> CommandArea:
+    """Add a command area (called by its module at import time; :meth:`drmix.registry.Registry.register`)."""
+    return AREAS.register(area)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 
 
 AUGMENT_HELP = "Build training collections from an unlabelled corpus (DRAMA): cropped sentences, LLM-generated " \
@@ -316,4 +316,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(augment, name="augment")
 
 
-AREAS.register(CommandArea("augment", register))
+register_area(CommandArea("augment", register))

@@ -7,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
+from drmix.cli.options import report_output_option, report_overwrite_option
 
 COMPARE_HELP = """Compare evaluations against a baseline: per-dataset and average deltas, 95% intervals and paired
 tests over queries (Student's t and Fisher's randomisation).
@@ -28,11 +29,8 @@ def compare_command(
     alpha: float = typer.Option(0.05, "--alpha", min=0.0, max=1.0, help="Significance level marked with *."),
     intersect: bool = typer.Option(False, "--intersect", help="Accept evaluations over different queries of a "
                                    "dataset: compare the shared ones and count the dropped (default: refuse)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for compare.md and compare.json; "
-                                          "a drmix run or pipeline folder gets them in its compare/ folder (where "
-                                          "drmix report reads them)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the compare.md and compare.json of an "
-                                                             "earlier drmix compare in --output."),
+    output: Optional[Path] = report_output_option("compare.md and compare.json", "compare", "drmix report reads"),
+    overwrite: bool = report_overwrite_option("compare.md and compare.json", "compare"),
 ) -> None:
     """Deltas vs a baseline with 95% intervals and paired significance tests."""
     from rich.table import Table
@@ -91,4 +89,4 @@ def register(app: typer.Typer) -> None:
     app.command("compare", help=COMPARE_HELP)(compare_command)
 
 
-AREAS.register(CommandArea("compare", register))
+register_area(CommandArea("compare", register))

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 
 DEMO_HELP = (
     "Run drmix end to end on data it builds from the installed packages' documentation (no download).\n\n"
@@ -85,4 +85,4 @@ def register(app: typer.Typer) -> None:
     app.command("demo", help=DEMO_HELP)(demo_command)
 
 
-AREAS.register(CommandArea("demo", register))
+register_area(CommandArea("demo", register))

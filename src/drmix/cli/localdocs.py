@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 
 _SHORT = {"train_pairs": "train", "signature_pairs": "sig", "summary_pairs": "sum", "package_pairs": "pkg",
           "test_queries": "test q", "dev_queries": "dev q", "corpus_docs": "corpus", "mean_positive_words": "words"}
@@ -60,4 +60,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(localdocs, name="localdocs")
 
 
-AREAS.register(CommandArea("localdocs", register))
+register_area(CommandArea("localdocs", register))

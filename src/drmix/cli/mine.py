@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
 from drmix.cli.sharded import launched_shards
 from drmix.cli.options import ATTN_HELP, TORCH_DTYPE_HELP, model_kwargs
@@ -194,4 +194,4 @@ def register(app: typer.Typer) -> None:
     app.command("mine", help=MINE_HELP)(mine_command)
 
 
-AREAS.register(CommandArea("mine", register))
+register_area(CommandArea("mine", register))

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.options import config_command, load_checked, paragraphs
 from drmix.config import TrainConfig
 from drmix.outputs import claim_run
@@ -67,4 +67,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(mixture, name="mixture")
 
 
-AREAS.register(CommandArea("mixture", register))
+register_area(CommandArea("mixture", register))

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.errors import ConfigError
 from drmix.retrieval.multi.registry import default_policy_specs
 
@@ -198,4 +198,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(multicorpus_app, name="multicorpus")
 
 
-AREAS.register(CommandArea("multicorpus", register))
+register_area(CommandArea("multicorpus", register))

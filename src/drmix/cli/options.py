@@ -174,3 +174,15 @@ def model_kwargs(torch_dtype: str | None, attn_implementation: str | None) -> di
     from drmix.model.backbone import BackboneOptions
 
     return BackboneOptions(torch_dtype=torch_dtype, attn_implementation=attn_implementation).model_kwargs()
+
+
+def report_output_option(files: str, folder: str, readers: str) -> Any:
+    """``--output`` of a command that writes ``files`` into a folder, or into the ``folder``/ subfolder of a drmix
+    run or pipeline folder, where ``readers`` read them (``drmix eval``, ``drmix compare``)."""
+    return typer.Option(None, "--output", "-o", help=f"Directory for {files}; a drmix run or pipeline folder gets "
+                                                     f"them in its {folder}/ folder (where {readers} them).")
+
+
+def report_overwrite_option(files: str, command: str) -> Any:
+    """``--overwrite`` of such a command: replace the ``files`` an earlier ``drmix <command>`` wrote there."""
+    return typer.Option(False, "--overwrite", help=f"Replace the {files} of an earlier drmix {command} in --output.")

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.options import config_command, load_checked, paragraphs
 from drmix.cli.report import after_run, before_run
 from drmix.outputs import claim_run
@@ -45,4 +45,4 @@ def register(app: typer.Typer) -> None:
     app.add_typer(pretrain, name="pretrain")
 
 
-AREAS.register(CommandArea("pretrain", register))
+register_area(CommandArea("pretrain", register))

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 
 
 def prune_command(
@@ -40,4 +40,4 @@ def register(app: typer.Typer) -> None:
     app.command("prune", no_args_is_help=True)(prune_command)
 
 
-AREAS.register(CommandArea("prune", register))
+register_area(CommandArea("prune", register))

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 
 REPORT_HELP = """Rebuild RUN_DIR/report.html: one self-contained page (figures inline, no network) with the
 configuration, loss / learning-rate / throughput curves, per-collection losses, periodic evaluation, mixture
@@ -181,4 +181,4 @@ def register(app: typer.Typer) -> None:
     app.command("push", help=PUSH_HELP)(push_command)
 
 
-AREAS.register(CommandArea("report", register))
+register_area(CommandArea("report", register))

@@ -14,9 +14,10 @@ from typing import Any, Optional
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
-from drmix.cli.options import ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs
+from drmix.cli.options import (ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs,
+                               report_output_option, report_overwrite_option)
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.multi.registry import search_policy_usage
 from drmix.retrieval.trec import RunFormat
@@ -438,7 +439,6 @@ def search_command(
                                          "printed instead of the tables. drmix eval --run reads both."),
 ) -> None:
     """Answer queries from the command line or a file with ids, scores and text."""
-    from drmix.io import write_jsonl_atomic
     from drmix.model.encoder import load_encoder
 
     if bool(query) == (queries is not None):
@@ -458,43 +458,60 @@ def search_command(
         encoder = load_encoder(model, model_kwargs=kwargs)
     prompt = _search_prompt(encoder, query_instruction, prompt_name)
     if corpus:
-        from drmix.retrieval.multi import multi_search, parse_corpus_args
-
-        from drmix.model.encoder import query_prompt
-
-        shown = texts
-        if prompt is not None:  # the searchers add the model's query prompt; the instruction goes after it
-            base = query_prompt(encoder)
-            if not prompt.startswith(base):
-                raise ConfigError("this prompt cannot be combined with --corpus.",
-                                  fix="use --query-instruction, or search one --index.")
-            texts = {q: prompt[len(base):] + t for q, t in texts.items()}
-        rows = multi_search(encoder, parse_corpus_args(corpus), texts, k=k, allocation=allocation,
-                            depth=depth, batch_size=batch_size)
-        for r in rows:
-            r["query"] = shown.get(r["query_id"], r["query"])
+        rows = _multi_corpus_rows(encoder, corpus, texts, prompt, k=k, allocation=allocation, depth=depth,
+                                  batch_size=batch_size)
     else:
         rows = search_results(encoder, index, texts, k, batch_size=batch_size, precision=precision.value,
                               prompt=prompt)
-    if run_format is RunFormat.trec:  # drmix.retrieval.trec
-        from drmix.retrieval.trec import trec_lines, write_trec_run
-
-        if output is not None:
-            write_trec_run(output, rows)
-        elif as_json:
-            raise ConfigError("--format trec without --output prints the run; --json cannot be added.",
-                              fix="drop --json, or write the run with --output FILE.")
-        else:
-            typer.echo("\n".join(trec_lines(rows)))
-            return
-    elif output is not None:
-        write_jsonl_atomic(output, [{**r, "hits": [{k2: v for k2, v in h.items() if k2 != "text"}
-                                                    for h in r["hits"]]} for r in rows])
+    if _write_run(rows, run_format, output, as_json=as_json):
+        return
     if as_json:
         for r in rows:
             typer.echo(json.dumps(r, ensure_ascii=False))
     else:
         _print_results(rows)
+
+
+def _multi_corpus_rows(encoder: Any, corpus: list[str], texts: dict[str, str], prompt: str | None, *, k: int,
+                       allocation: str, depth: int, batch_size: int) -> list[dict[str, Any]]:
+    """``drmix search --corpus``: the hits of ``texts`` over several corpora (the rows show the texts as given)."""
+    from drmix.model.encoder import query_prompt
+    from drmix.retrieval.multi import multi_search, parse_corpus_args
+
+    shown = texts
+    if prompt is not None:  # the searchers add the model's query prompt; the instruction goes after it
+        base = query_prompt(encoder)
+        if not prompt.startswith(base):
+            raise ConfigError("this prompt cannot be combined with --corpus.",
+                              fix="use --query-instruction, or search one --index.")
+        texts = {q: prompt[len(base):] + t for q, t in texts.items()}
+    rows = multi_search(encoder, parse_corpus_args(corpus), texts, k=k, allocation=allocation, depth=depth,
+                        batch_size=batch_size)
+    for r in rows:
+        r["query"] = shown.get(r["query_id"], r["query"])
+    return rows
+
+
+def _write_run(rows: list[dict[str, Any]], run_format: RunFormat, output: Path | None, *, as_json: bool) -> bool:
+    """Write ``drmix search``'s run to ``output`` (jsonl without the texts, or trec); True when a trec run without
+    ``output`` was printed instead (nothing more to show)."""
+    from drmix.io import write_jsonl_atomic
+
+    if run_format is RunFormat.trec:  # drmix.retrieval.trec
+        from drmix.retrieval.trec import trec_lines, write_trec_run
+
+        if output is not None:
+            write_trec_run(output, rows)
+            return False
+        if as_json:
+            raise ConfigError("--format trec without --output prints the run; --json cannot be added.",
+                              fix="drop --json, or write the run with --output FILE.")
+        typer.echo("\n".join(trec_lines(rows)))
+        return True
+    if output is not None:
+        write_jsonl_atomic(output, [{**r, "hits": [{k2: v for k2, v in h.items() if k2 != "text"}
+                                                    for h in r["hits"]]} for r in rows])
+    return False
 
 
 def eval_command(
@@ -511,11 +528,9 @@ def eval_command(
     split: Optional[str] = typer.Option(None, "--split", help="qrels split to evaluate (qrels/{split}.tsv; "
                                         "default test); with --mteb: only this split of every task (default: "
                                         "each task's own evaluation splits)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory for eval.json and eval.md; a "
-                                          "drmix run or pipeline folder gets them in its eval/ folder (where drmix "
-                                          "report and the model card read them)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the eval.json and eval.md of an earlier "
-                                                             "drmix eval in --output."),
+    output: Optional[Path] = report_output_option("eval.json and eval.md", "eval",
+                                                  "drmix report and the model card read"),
+    overwrite: bool = report_overwrite_option("eval.json and eval.md", "eval"),
     k: int = typer.Option(100, "--k", "-k", min=1, help="Documents retrieved per query."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
     max_length: Optional[int] = typer.Option(None, "--max-length", min=1, help="Token cap per text (default: "
@@ -548,7 +563,6 @@ def eval_command(
 ) -> None:
     """nDCG@10, Recall@100, MRR@10 and MAP@100 of a model on BEIR datasets (or on MTEB tasks with --mteb, or of a
     built index with --index)."""
-    from drmix.evaluation.evaluate import evaluate_model
     from drmix.evaluation.matryoshka import parse_dims
     from drmix.evaluation.metrics import DEFAULT_METRICS
 
@@ -579,7 +593,21 @@ def eval_command(
                                     ("--query-instruction", query_instruction), ("--prompts", prompts),
                                     ("--torch-dtype", torch_dtype), ("--attn-implementation", attn_implementation),
                                     ("--max-queries", max_queries), ("--max-docs", max_docs)))
+    _eval_model(model, data, output=output, overwrite=overwrite, prompts=prompts, query_instruction=query_instruction,
+                tokenize_num_proc=tokenize_num_proc, cache_embeddings=cache_embeddings, split=split, k=k,
+                batch_size=batch_size, max_length=max_length, metrics=tuple(metric) if metric else DEFAULT_METRICS,
+                model_name=model or "default", precision=precision.value, dims=parse_dims(dims),
+                model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
+                max_docs=max_docs, seed=seed)
+
+
+def _eval_model(model: str | None, data: list[Path], *, output: Path | None, overwrite: bool, prompts: Path | None,
+                query_instruction: str | None, tokenize_num_proc: int | None, cache_embeddings: bool,
+                **evaluate: Any) -> None:
+    """``drmix eval`` of a model: :func:`drmix.evaluation.evaluate.evaluate_model` (``evaluate``: its options)
+    under torchrun or not, the table, ``eval.json`` / ``eval.md`` in ``output`` (a run's eval/ folder)."""
     from drmix.cli.report import into_run, refresh_run
+    from drmix.evaluation.evaluate import evaluate_model
 
     output, run = into_run(output, "eval")
     if output is not None:
@@ -596,11 +624,7 @@ def eval_command(
     # under torchrun: every corpus encoded in shards (drmix.cli.sharded)
     with encoding(tokenize_num_proc, cache_embeddings), \
             launched_shards(output, "eval", folder=True, overwrite=overwrite) as ranks:
-        report = evaluate_model(model, data, split=split, k=k, batch_size=batch_size, max_length=max_length,
-                                metrics=tuple(metric) if metric else DEFAULT_METRICS, model_name=model or "default",
-                                precision=precision.value, dims=parse_dims(dims), query_instructions=instructions,
-                                model_kwargs=model_kwargs(torch_dtype, attn_implementation), max_queries=max_queries,
-                                max_docs=max_docs, seed=seed)
+        report = evaluate_model(model, data, query_instructions=instructions, **evaluate)
     if ranks is not None and not ranks.main:
         return
     print_report(report)
@@ -719,4 +743,4 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
 
 
-AREAS.register(CommandArea("retrieval", register))
+register_area(CommandArea("retrieval", register))

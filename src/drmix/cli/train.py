@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from drmix.cli.areas import AREAS, CommandArea
+from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.options import config_command, load_checked
 from drmix.cli.report import after_run, before_run
 from drmix.cli.train_flags import PanelCommand, alias_params, apply_aliases, check_argv
@@ -69,4 +69,4 @@ def register(app: typer.Typer) -> None:
         config_command(TrainConfig, run_train, trailing=alias_params()))
 
 
-AREAS.register(CommandArea("train", register))
+register_area(CommandArea("train", register))

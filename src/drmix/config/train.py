@@ -246,7 +246,16 @@ class RunConfig(Part):
         return [n for n in dict.fromkeys(names) if n != "none"]
 
 
-class TrainConfig(Config):
+class TrainingParts(Config):
+    """The parts every training config starts with (``drmix train``, ``drmix pretrain coco``): the model, the data
+    and the batches."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
+
+
+class TrainConfig(TrainingParts):
     """Everything ``drmix train`` needs, in parts. Field descriptions double as CLI help.
 
     Strategy options are mappings checked by the options model each strategy registers
@@ -254,9 +263,6 @@ class TrainConfig(Config):
     and resume checks see what the user wrote.
     """
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
     mixture: MixtureConfig = Field(default_factory=MixtureConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -286,6 +286,32 @@ def _pair_files(src: Path) -> list[Path]:
     return files
 
 
+def _queries_and_judgements(matches: list[tuple[str, str]], tables: tuple[Table, Table],
+                            partner: list[dict[str, set[str]]], names: tuple[str, ...], cfg: EntityMatchingConfig
+                            ) -> tuple[dict[str, str], list[dict[str, dict[str, dict[str, int]]]]]:
+    """Each matched record's query (``<side>-<id>``, in id order) and, per side and split, what it matches: itself on
+    its own side, its partners on the other."""
+    queries: dict[str, str] = {}
+    qrels: list[dict[str, dict[str, dict[str, int]]]] = [{sp: {} for sp in SPLITS}, {sp: {} for sp in SPLITS}]
+    skipped = 0
+    for split, comps in split_components(matches, cfg.seed).items():
+        for comp in comps:
+            for s in (0, 1):
+                for rid in sorted(comp[s], key=_id_key):
+                    text = tables[s].rows[rid][cfg.query_field]
+                    if not text:
+                        skipped += 1
+                        continue
+                    qid = f"{names[s]}-{rid}"
+                    queries[qid] = text
+                    qrels[s][split][qid] = {rid: 1}
+                    qrels[1 - s][split][qid] = {o: 1 for o in sorted(partner[s][rid], key=_id_key)}
+    if skipped:
+        log.warning("%d matched records have an empty %r and give no query", skipped, cfg.query_field)
+    ordered_q = dict(sorted(queries.items(), key=lambda kv: _qid_key(kv[0], names)))
+    return ordered_q, qrels
+
+
 def build_entity_matching(src: str | Path, out_dir: str | Path,
                           config: EntityMatchingConfig | None = None) -> BuildSummary:
     """Convert a Magellan-layout directory into the multi-corpus layout described in the module docstring."""
@@ -335,25 +361,7 @@ def build_entity_matching(src: str | Path, out_dir: str | Path,
         train.append([{"query": t.rows[rid][cfg.query_field], "positive": serialise(t.rows[rid], fields[s])}
                       for rid in unmatched if t.rows[rid][cfg.query_field] and serialise(t.rows[rid], fields[s])])
 
-    # Queries and per-corpus judgements per split.
-    queries: dict[str, str] = {}
-    qrels: list[dict[str, dict[str, dict[str, int]]]] = [{sp: {} for sp in SPLITS}, {sp: {} for sp in SPLITS}]
-    skipped = 0
-    for split, comps in split_components(matches, cfg.seed).items():
-        for comp in comps:
-            for s in (0, 1):
-                for rid in sorted(comp[s], key=_id_key):
-                    text = tables[s].rows[rid][cfg.query_field]
-                    if not text:
-                        skipped += 1
-                        continue
-                    qid = f"{names[s]}-{rid}"
-                    queries[qid] = text
-                    qrels[s][split][qid] = {rid: 1}
-                    qrels[1 - s][split][qid] = {o: 1 for o in sorted(partner[s][rid], key=_id_key)}
-    if skipped:
-        log.warning("%d matched records have an empty %r and give no query", skipped, cfg.query_field)
-    ordered_q = dict(sorted(queries.items(), key=lambda kv: _qid_key(kv[0], names)))
+    ordered_q, qrels = _queries_and_judgements(matches, tables, partner, names, cfg)
 
     with atomic_dir(out) as tmp:
         for s, t in enumerate(tables):

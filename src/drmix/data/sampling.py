@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +37,28 @@ log = logging.getLogger(__name__)
 
 #: ``row_keys(collection, rows) -> one set of text hashes per row`` (the no-duplicates sampler's view of rows)
 RowKeys = Callable[[int, list[int]], list[frozenset]]
+
+
+@runtime_checkable
+class RowBuilder(Protocol):
+    """What the trainer asks of an objective's batch builder (:meth:`drmix.train.objective.Objective.builder`):
+    :class:`BatchBuilder` for the fine-tuning objectives, :class:`drmix.pretrain.coco.SpanBuilder` for COCO."""
+
+    #: the batches carry :class:`~drmix.data.batch.BatchKeys` (the loss's duplicate mask)
+    keys: bool
+    #: the batches carry teacher scores (distillation)
+    scores: bool
+    #: the no-duplicates sampler's view of rows, or None where the builder has none
+    row_keys: RowKeys | None
+
+    def build(self, pairs: list[tuple[int, int]]) -> Batch:
+        """The batch of ``(collection, row)`` pairs."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The random state (part of every checkpoint)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
 
 
 class MixtureSampler:

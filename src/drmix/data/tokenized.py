@@ -301,21 +301,11 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
     finally:
         if bars:
             datasets.enable_progress_bars()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
-    try:
-        out.save_to_disk(str(tmp / "data"))
-        meta = {"version": FORMAT_VERSION, "collection": collection.name, "source": collection.source,
-                "rows": len(out), "content": content, "tokenizer": fp, "query_max_length": query_max_length,
-                "doc_max_length": doc_max_length, "query_prompt": query_prompt, "doc_prompt": doc_prompt,
-                "instruction": collection.instruction}
-        (tmp / "data" / "drmix-tokenized.json").write_text(json.dumps(meta, indent=1))
-        try:
-            os.replace(tmp / "data", final)
-        except OSError:  # another process finished the same key first: keep its copy
-            if not (final / "drmix-tokenized.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    meta = {"version": FORMAT_VERSION, "collection": collection.name, "source": collection.source,
+            "rows": len(out), "content": content, "tokenizer": fp, "query_max_length": query_max_length,
+            "doc_max_length": doc_max_length, "query_prompt": query_prompt, "doc_prompt": doc_prompt,
+            "instruction": collection.instruction}
+    _store(out, final, meta, indent=1)
     log.info("tokenised %s (%d rows) into %s", collection.name, len(out), final)
     return TokenIds(datasets.load_from_disk(str(final)), final, tkey)
 
@@ -373,20 +363,25 @@ def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length
     finally:
         if bars:
             datasets.enable_progress_bars()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    _store(out, final, {"version": FORMAT_VERSION, "kind": "texts", "rows": len(out), "tokenizer": fp,
+                        "prompt": prompt, "max_length": limit})
+    return _ragged(datasets.load_from_disk(str(final)))
+
+
+def _store(out: Any, final: Path, meta: dict[str, Any], *, indent: int | None = None) -> None:
+    """Save the dataset ``out`` as the cache folder ``final`` with its ``drmix-tokenized.json``: built under a
+    temporary name beside it, then renamed into place (a process that finished the same key first keeps its copy)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
         out.save_to_disk(str(tmp / "data"))
-        (tmp / "data" / "drmix-tokenized.json").write_text(json.dumps(
-            {"version": FORMAT_VERSION, "kind": "texts", "rows": len(out), "tokenizer": fp, "prompt": prompt,
-             "max_length": limit}))
+        (tmp / "data" / "drmix-tokenized.json").write_text(json.dumps(meta, indent=indent))
         try:
             os.replace(tmp / "data", final)
-        except OSError:
+        except OSError:  # another process finished the same key first: keep its copy
             if not (final / "drmix-tokenized.json").exists():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return _ragged(datasets.load_from_disk(str(final)))
 
 
 def _ragged(ds: Any) -> Ragged:

@@ -86,7 +86,7 @@ class Comparison:
         return sum(d.dropped for rows in self.rows.values() for d in rows if d.dataset != AVERAGE)
 
     def to_markdown(self) -> str:
-        from drmix.report.markdown import md_cell, md_code
+        from drmix.markdown import md_cell, md_code
 
         counts = self.dropped > 0
         lines = [f"{md_cell(self.metric)}, delta vs {md_code(self.baseline)} with 95% interval; p: paired t-test / Fisher "

@@ -67,7 +67,7 @@ class EvalReport:
 
     def to_markdown(self) -> str:
         metrics = self.metrics
-        from drmix.report.markdown import md_cell, md_code
+        from drmix.markdown import md_cell, md_code
 
         lines = [f"Model: {md_code(self.model)} — split: {md_code(self.split)}", "",
                  "| dataset | " + " | ".join(map(md_cell, metrics)) + " |", "|---|" + "---:|" * len(metrics)]

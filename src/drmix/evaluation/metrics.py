@@ -61,18 +61,18 @@ class MetricSpec:
     @property
     def measure(self) -> str:
         """The measure string handed to pytrec_eval (``ndcg_cut.10``)."""
-        if self.family == "mrr":
-            return "recip_rank"
-        fam, bare = _FAMILIES[self.family]
-        return f"{fam}.{self.k}" if self.k is not None else bare
+        return self._pytrec_name(".")
 
     @property
     def key(self) -> str:
         """The key pytrec_eval uses in its output (``ndcg_cut_10``)."""
+        return self._pytrec_name("_")
+
+    def _pytrec_name(self, sep: str) -> str:
         if self.family == "mrr":
             return "recip_rank"
         fam, bare = _FAMILIES[self.family]
-        return f"{fam}_{self.k}" if self.k is not None else bare
+        return f"{fam}{sep}{self.k}" if self.k is not None else bare
 
 
 def parse_metric(name: str) -> MetricSpec:

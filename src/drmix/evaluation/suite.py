@@ -143,7 +143,7 @@ def results_table(results: Results, metrics: Sequence[str] = ("ndcg@10",), *, de
     row with the unweighted mean over datasets (when there are several and every model has them all).
     ``share=(num, den)``: a last column ``num / den`` as a percentage (e.g. student / teacher).
     """
-    from drmix.report.markdown import md_cell
+    from drmix.markdown import md_cell
 
     labels = list(results)
     datasets = list(dict.fromkeys(d for r in results.values() for d in r))

@@ -329,6 +329,86 @@ class _DROLoss(torch.nn.Module):
 
 # ---------------------------------------------------------------------------------------------------- DRO
 
+def _dro_config(strategy: str, options: Mapping[str, Any] | Any | None) -> Any:
+    """The :class:`~drmix.mixture.dro.DROConfig` of :class:`MixtureDRO` (``strategy``: groupdro or doremi)."""
+    from drmix.mixture.dro import DROConfig, STRATEGY_MEASUREMENT
+
+    if strategy == "tdro":
+        raise ConfigError("tDRO's stage 1 cannot run inside sentence-transformers' trainer: its measurement "
+                          "divides each example's loss by a reference loss normalised over a mixed batch of "
+                          "every collection, and sentence-transformers' batches hold one dataset and its losses "
+                          "return one number per batch (docs/integrations.md).",
+                          fix="learn the weights with `drmix mixture optimize` (or drmix train --strategy tdro) "
+                              "and transfer them here with mixture(train_dataset, weights_file=..., transfer=...); "
+                              "or use groupdro / doremi.")
+    if strategy not in ("groupdro", "doremi"):
+        raise ConfigError(f"unknown online mixture strategy {strategy!r}.", fix="use groupdro or doremi.")
+    if isinstance(options, DROConfig):
+        config = options
+    else:
+        try:
+            config = DROConfig(**dict(options or {}))
+        except Exception as e:  # pydantic's ValidationError: name the option
+            raise ConfigError(f"invalid DRO option: {e}".splitlines()[0],
+                              fix=f"valid options: {', '.join(DROConfig.model_fields)} (docs/mixture.md).") from None
+    if config.measurement is not None and config.measurement != STRATEGY_MEASUREMENT[strategy]:
+        raise ConfigError(f"measurement {config.measurement!r} does not belong to {strategy}.",
+                          fix="drop the measurement option (it follows from the strategy).")
+    if config.absent == "keep":
+        raise ConfigError("absent='keep' never moves a weight here: a window of one-dataset batches often holds "
+                          "one dataset.", fix="drop the absent option (renormalise is used).")
+    if config.accumulation == "micro":
+        raise ConfigError("accumulation='micro' is not available here: the window's batches are measured "
+                          "together (joined).", fix="drop the accumulation option.")
+    return config
+
+
+def _dro_reference(strategy: str, reference: Any, names: list[str]) -> tuple[np.ndarray | None, Any]:
+    """DoReMi's reference of :class:`MixtureDRO`: ``(per-dataset losses, None)`` or ``(None, frozen loss module)``;
+    ``(None, None)`` for GroupDRO."""
+    if strategy != "doremi":
+        if reference is not None:
+            raise ConfigError("GroupDRO measures the raw loss and takes no reference.", fix="drop reference=.")
+        return None, None
+    if reference is None:
+        raise ConfigError("DoReMi measures the excess loss over a reference: pass reference= (a loss built on "
+                          "a frozen reference model, or {dataset: reference loss}).",
+                          fix="e.g. reference=MultipleNegativesRankingLoss(reference_model), or use groupdro.")
+    if isinstance(reference, Mapping):
+        missing = [n for n in names if n not in reference]
+        if missing:
+            raise ConfigError(f"reference losses are missing for dataset(s) {missing}.",
+                              fix="give a reference loss for every dataset of the DatasetDict.")
+        return np.array([float(reference[n]) for n in names]), None
+    if isinstance(reference, torch.nn.Module):
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        return None, reference
+    raise ConfigError(f"reference must be a loss module or a mapping, got {type(reference).__name__}.",
+                      fix="pass MultipleNegativesRankingLoss(reference_model) or {dataset: loss}.")
+
+
+def _dro_sampling(sampling: str | Sequence[float] | Mapping[str, float], names: list[str],
+                  sizes: list[int]) -> np.ndarray:
+    """The probabilities :class:`MixtureDRO` draws datasets with (each positive: its loss is divided by it)."""
+    if isinstance(sampling, str):
+        if sampling not in ("uniform", "size"):
+            raise ConfigError(f"unknown sampling {sampling!r}.", fix="use uniform, size, a list or a mapping.")
+        from drmix.mixture.static import initial_weights
+
+        sampling = initial_weights(sizes, sampling)
+    elif isinstance(sampling, Mapping):
+        from drmix.mixture.transfer import align_weights
+
+        sampling = align_weights({str(k): float(v) for k, v in sampling.items()}, names)
+    else:
+        sampling = _normalised(sampling, names, "sampling")
+    if np.any(sampling <= 0):
+        raise ConfigError("every dataset needs a positive sampling probability under DRO (its loss is divided "
+                          "by it).", fix="give every dataset a positive sampling weight.")
+    return sampling
+
+
 class MixtureDRO(TrainerCallback):
     """GroupDRO / DoReMi online in a ``SentenceTransformerTrainer`` (see the module docstring).
 
@@ -358,80 +438,17 @@ class MixtureDRO(TrainerCallback):
                  reference: torch.nn.Module | Mapping[str, float] | None = None,
                  sampling: str | Sequence[float] | Mapping[str, float] = "uniform", update_every: int = 1,
                  weights_dir: str | Path | None = None, overwrite: bool = False) -> None:
-        from drmix.mixture.dro import DROConfig, STRATEGY_MEASUREMENT, build_dro_strategy
+        from drmix.mixture.dro import build_dro_strategy
 
         self.names, self.sizes = _datasets(train_dataset)
         strategy = str(strategy).lower()
-        if strategy == "tdro":
-            raise ConfigError("tDRO's stage 1 cannot run inside sentence-transformers' trainer: its measurement "
-                              "divides each example's loss by a reference loss normalised over a mixed batch of "
-                              "every collection, and sentence-transformers' batches hold one dataset and its losses "
-                              "return one number per batch (docs/integrations.md).",
-                              fix="learn the weights with `drmix mixture optimize` (or drmix train --strategy tdro) "
-                                  "and transfer them here with mixture(train_dataset, weights_file=..., transfer=...); "
-                                  "or use groupdro / doremi.")
-        if strategy not in ("groupdro", "doremi"):
-            raise ConfigError(f"unknown online mixture strategy {strategy!r}.", fix="use groupdro or doremi.")
-        if isinstance(options, DROConfig):
-            config = options
-        else:
-            try:
-                config = DROConfig(**dict(options or {}))
-            except Exception as e:  # pydantic's ValidationError: name the option
-                raise ConfigError(f"invalid DRO option: {e}".splitlines()[0],
-                                  fix=f"valid options: {', '.join(DROConfig.model_fields)} (docs/mixture.md).") from None
-        if config.measurement is not None and config.measurement != STRATEGY_MEASUREMENT[strategy]:
-            raise ConfigError(f"measurement {config.measurement!r} does not belong to {strategy}.",
-                              fix="drop the measurement option (it follows from the strategy).")
-        if config.absent == "keep":
-            raise ConfigError("absent='keep' never moves a weight here: a window of one-dataset batches often holds "
-                              "one dataset.", fix="drop the absent option (renormalise is used).")
-        if config.accumulation == "micro":
-            raise ConfigError("accumulation='micro' is not available here: the window's batches are measured "
-                              "together (joined).", fix="drop the accumulation option.")
+        config = _dro_config(strategy, options)
         self.strategy_name = strategy
         self.strategy = build_dro_strategy(strategy, config.model_copy(update={"absent": "renormalise",
                                                                                "accumulation": "joined"}))
         self.strategy.setup(self.names, self.sizes)
-        if strategy == "doremi":
-            if reference is None:
-                raise ConfigError("DoReMi measures the excess loss over a reference: pass reference= (a loss built on "
-                                  "a frozen reference model, or {dataset: reference loss}).",
-                                  fix="e.g. reference=MultipleNegativesRankingLoss(reference_model), or use groupdro.")
-            if isinstance(reference, Mapping):
-                missing = [n for n in self.names if n not in reference]
-                if missing:
-                    raise ConfigError(f"reference losses are missing for dataset(s) {missing}.",
-                                      fix="give a reference loss for every dataset of the DatasetDict.")
-                self._reference_values = np.array([float(reference[n]) for n in self.names])
-                self._reference_module = None
-            elif isinstance(reference, torch.nn.Module):
-                self._reference_values = None
-                self._reference_module = reference
-                for p in reference.parameters():
-                    p.requires_grad_(False)
-            else:
-                raise ConfigError(f"reference must be a loss module or a mapping, got {type(reference).__name__}.",
-                                  fix="pass MultipleNegativesRankingLoss(reference_model) or {dataset: loss}.")
-        elif reference is not None:
-            raise ConfigError("GroupDRO measures the raw loss and takes no reference.", fix="drop reference=.")
-        else:
-            self._reference_values = self._reference_module = None
-        if isinstance(sampling, str):
-            if sampling not in ("uniform", "size"):
-                raise ConfigError(f"unknown sampling {sampling!r}.", fix="use uniform, size, a list or a mapping.")
-            from drmix.mixture.static import initial_weights
-
-            self.sampling = initial_weights(self.sizes, sampling)
-        elif isinstance(sampling, Mapping):
-            from drmix.mixture.transfer import align_weights
-
-            self.sampling = align_weights({str(k): float(v) for k, v in sampling.items()}, self.names)
-        else:
-            self.sampling = _normalised(sampling, self.names, "sampling")
-        if np.any(self.sampling <= 0):
-            raise ConfigError("every dataset needs a positive sampling probability under DRO (its loss is divided "
-                              "by it).", fix="give every dataset a positive sampling weight.")
+        self._reference_values, self._reference_module = _dro_reference(strategy, reference, self.names)
+        self.sampling = _dro_sampling(sampling, self.names, self.sizes)
         if int(update_every) < 1:
             raise ConfigError(f"update_every must be >= 1, got {update_every}.", fix="use 1 (every step) or more.")
         self.update_every = int(update_every)

@@ -293,8 +293,13 @@ def _build_spans_locked(f: Path, root: Path, tokenizer: Any, *, name: str, seed:
 class SpanBuilder:
     """The trainer's batch builder for COCO: each drawn document gives two distinct chunks (seeded).
 
-    ``query`` is the first span and ``positive`` the second; there are no hard negatives.
+    ``query`` is the first span and ``positive`` the second; there are no hard negatives, duplicate keys, teacher
+    scores or row keys (a :class:`~drmix.data.sampling.RowBuilder`).
     """
+
+    keys = False
+    scores = False
+    row_keys = None
 
     def __init__(self, collections: list, *, seed: int = 0) -> None:
         self.collections = collections

@@ -27,8 +27,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from drmix.config import (INPUT, OPERATIONAL, Config, ContrastiveConfig, DataConfig, EvalConfig, ModelConfig,
-                          OptimConfig, Part, RunConfig, TrainConfig, setting)
+from drmix.config import INPUT, OPERATIONAL, EvalConfig, OptimConfig, Part, RunConfig, TrainConfig, setting
+from drmix.config.train import TrainingParts
 from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text
 from drmix.train.listeners import Listener
@@ -68,13 +68,10 @@ class CocoOptions(Part):
                                              "in eval mode in the COCO forward, as the authors do.")
 
 
-class CocoConfig(Config):
+class CocoConfig(TrainingParts):
     """Options of ``drmix pretrain coco``: the training parts that apply (model, batches, optimisation,
     evaluation, output) and the COCO part (corpora, spans)."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
     optim: CocoOptim = Field(default_factory=CocoOptim)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: CocoRun = Field(default_factory=CocoRun)

@@ -33,7 +33,7 @@ from typing import Any
 from drmix.io import atomic_write_text
 from drmix.model.paths import DEFAULT_HUB_ID, is_default_model
 from drmix.papers import PAPERS, Paper
-from drmix.report.markdown import md_cell, md_code, md_entities, md_fence
+from drmix.markdown import md_cell, md_code, md_entities, md_fence
 
 log = logging.getLogger(__name__)
 
@@ -154,15 +154,22 @@ def mixture_tag(cfg: Mapping[str, Any]) -> str:
     return f"mixture:static-{cfg.get('mixture') or 'uniform'}"
 
 
-def _learned_file(path: str | None) -> bool:
-    """Whether ``path`` is a weights.json a strategy wrote (its ``strategy`` is not ``static``)."""
+def _strategy_field(path: str | None) -> Any:
+    """The ``strategy`` of a ``weights.json``, or None (no path, unreadable, no such field): the card only describes
+    the file, so an unreadable one is not an error here (training reads it with
+    :func:`drmix.mixture.transfer.read_weights_file`)."""
     if not path:
-        return False
+        return None
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(obj, dict) and obj.get("strategy") not in (None, "static")
+        return None
+    return obj.get("strategy") if isinstance(obj, dict) else None
+
+
+def _learned_file(path: str | None) -> bool:
+    """Whether ``path`` is a weights.json a strategy wrote (its ``strategy`` is not ``static``)."""
+    return _strategy_field(path) not in (None, "static")
 
 
 def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence[int],
@@ -263,15 +270,9 @@ def _weights_by_name(weights: Mapping[str, Any] | None, names: Sequence[str]) ->
 
 
 def _learned_by(path: str | None) -> str | None:
-    """The strategy a ``weights.json`` names (``"strategy"``), or None: the card only describes the file, so an
-    unreadable one is not an error here (training reads it with :func:`drmix.mixture.transfer.read_weights_file`)."""
-    if not path:
-        return None
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return str(obj["strategy"]) if isinstance(obj, dict) and obj.get("strategy") else None
+    """The strategy a ``weights.json`` names (``"strategy"``), or None (see :func:`_strategy_field`)."""
+    strategy = _strategy_field(path)
+    return str(strategy) if strategy else None
 
 
 def _learned_source(path: str | None) -> str | None:
@@ -377,7 +378,7 @@ def card_data(model: Any, info: CardInfo, *, body: bool = False) -> Any:
     """A filled :class:`SentenceTransformerModelCardData` (registered with ``model``).
 
     ``body``: the names (collections, evaluation datasets, a local base model's folder) are written with
-    :func:`~drmix.report.markdown.md_entities`, for the template's body, which puts them in prose, headings,
+    :func:`~drmix.markdown.md_entities`, for the template's body, which puts them in prose, headings,
     tables and raw HTML; the front matter is rendered from the plain data (:func:`render_model_card`)."""
     from sentence_transformers import SentenceTransformerModelCardData
 

@@ -11,7 +11,7 @@ demo) is a folder whose sub-folders (to two levels) are runs. The page shows, fr
 * periodic evaluation curves (``eval`` records of ``metrics.jsonl``);
 * mixture-weight trajectories and final weights (``weights.jsonl`` / ``weights.json``);
 * the evaluation and comparison tables (``eval.md``, ``compare.md``, ``summary.md``, ``results.md``,
-  rendered by :func:`drmix.report.markdown.render_html`: raw HTML and script links in them stay text), in the
+  rendered by :func:`drmix.markdown.render_html`: raw HTML and script links in them stay text), in the
   folder itself and in its sub-folders that ``drmix eval`` or ``drmix compare`` wrote (the layout ``RUN/eval``,
   ``RUN/compare``: ``drmix eval --output RUN`` and ``drmix compare --output RUN`` write there when RUN is a
   training run);
@@ -207,7 +207,7 @@ def _figure(svg: str | None, caption: str) -> str:
 
 
 def _markdown(text: str) -> str:
-    from drmix.report.markdown import render_html
+    from drmix.markdown import render_html
 
     return render_html(text)
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from drmix.train.listeners import Listener
+from drmix.listener import Listener
 
 log = logging.getLogger(__name__)
 

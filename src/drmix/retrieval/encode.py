@@ -278,12 +278,8 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
     ``None``: the :func:`encode_defaults` value, off unless set). ``show_progress``: a bar in passages, with
     passages/s and the time left.
     """
-    import torch
-    from tqdm.auto import tqdm
-
     from drmix.device import model_device
-    from drmix.model.features import TextBatcher
-    from drmix.retrieval.accel import encode_sharded, inference_setup
+    from drmix.retrieval.accel import encode_sharded
     from drmix.retrieval.embedding_cache import disabled as cache_disabled
     from drmix.retrieval.tokenize_pool import resolve_num_proc
 
@@ -310,6 +306,22 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
         if _sink is not None:
             _sink(np.arange(n), out)
         return out
+    return _encode_here(model, texts, batch_size=batch_size, prompt=prompt, max_length=max_length,
+                        show_progress=show_progress, normalize=normalize, precision=precision, cache_ids=cache_ids,
+                        num_proc=num_proc, sink=_sink)
+
+
+def _encode_here(model: Any, texts: list[str], *, batch_size: int, prompt: str, max_length: int | None,
+                 show_progress: bool, normalize: bool, precision: str | None, cache_ids: bool, num_proc: int,
+                 sink: Callable[[np.ndarray, np.ndarray], None] | None) -> np.ndarray:
+    """:func:`encode_texts` on the model's own device, in length-sorted chunks (the model's training mode kept)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from drmix.model.features import TextBatcher
+    from drmix.retrieval.accel import inference_setup
+
+    n = len(texts)
     owner = model
     model, autocast = inference_setup(model, precision)
     batcher = TextBatcher(model, prompt, max_length)
@@ -329,8 +341,8 @@ def encode_texts(model: Any, texts: Sequence[str], *, batch_size: int = 64, prom
                 if out is None:
                     out = np.empty((n, emb.shape[1]), dtype=np.float32)
                 out[order + start] = emb
-                if _sink is not None:
-                    _sink(order + start, emb)
+                if sink is not None:
+                    sink(order + start, emb)
     finally:
         bar.close()
         owner.train(was_training)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from drmix.errors import ConfigError, DataError
-from drmix.train.objective import OBJECTIVES, Objective, ObjectiveSpec
+from drmix.train.objective import Objective, ObjectiveSpec, register_objective
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class DistillKL(Distillation):
         return terms.sum(-1)
 
 
-OBJECTIVES.register(ObjectiveSpec("margin_mse", MarginMSE.from_config,
+register_objective(ObjectiveSpec("margin_mse", MarginMSE.from_config,
                                   "MarginMSE on the teacher's positive-negative margins (arXiv:2010.02666)."))
-OBJECTIVES.register(ObjectiveSpec("kl", DistillKL.from_config,
+register_objective(ObjectiveSpec("kl", DistillKL.from_config,
                                   "KL divergence to the teacher's softmax over positive and negatives."))

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from drmix.data.batch import Batch
-from drmix.data.sampling import BatchBuilder, MixtureSampler
+from drmix.data.sampling import MixtureSampler, RowBuilder
 from drmix.model.features import TextBatcher
 
 log = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ class InputPipeline:
     worker thread for batches drawn ahead. ``prefetch=0`` (or ``workers=0``) prepares synchronously.
     """
 
-    def __init__(self, sampler: MixtureSampler, builder: BatchBuilder, prepare: Callable[[Batch], Any], *,
+    def __init__(self, sampler: MixtureSampler, builder: RowBuilder, prepare: Callable[[Batch], Any], *,
                  prefetch: int = 2, workers: int = 1, threadable: Callable[[], bool] = lambda: True) -> None:
         self.sampler = sampler
         self.builder = builder

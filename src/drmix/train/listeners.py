@@ -1,4 +1,4 @@
-"""Listeners: what watches a training run without being part of the loop.
+"""Listeners: what watches a training run without being part of the loop (the hooks: :class:`drmix.listener.Listener`).
 
 The trainer calls every listener at fixed points, in the order they were given:
 
@@ -11,7 +11,7 @@ The trainer calls every listener at fixed points, in the order they were given:
 * ``on_finish(trainer, model, weights)`` -- after the final model and ``weights.json`` are saved;
 * ``close()`` -- always, also when training stops with an error.
 
-Evaluation during training (:class:`drmix.train.evaluation.PeriodicEvaluation`) and the model card with
+Evaluation during training (:class:`drmix.evaluation.periodic.PeriodicEvaluation`) and the model card with
 ``report.html`` (:class:`drmix.report.listener.RunReport`) are listeners, given by :func:`drmix.api.train`; so are
 trackers (``report_to``), ``transformers.TrainerCallback`` objects and plain callables, built here. This is the
 role of ``callbacks`` in sentence-transformers' and transformers' trainers, and of ``evaluator=``.
@@ -22,37 +22,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from drmix.listener import Listener
 from drmix.train.tracking import HFCallbacks, Tracking, split_callbacks
 
 log = logging.getLogger(__name__)
-
-
-class Listener:
-    """Base class: every hook does nothing."""
-
-    #: whether ``on_step_end`` may ask to stop (then every process agrees on it, a collective per step)
-    can_stop = False
-
-    def on_start(self, trainer: Any) -> None:
-        pass
-
-    def on_record(self, record: dict[str, Any]) -> None:
-        pass
-
-    def on_step_end(self, trainer: Any, ctx: Any) -> bool:
-        return False
-
-    def on_save(self, trainer: Any) -> None:
-        pass
-
-    def on_train_end(self, trainer: Any) -> None:
-        pass
-
-    def on_finish(self, trainer: Any, model: Any, weights: dict | None) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class CallableListener(Listener):

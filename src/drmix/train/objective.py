@@ -13,23 +13,27 @@ per-example losses, plus what the run records about it. Built in:
   (:mod:`drmix.train.st_losses`, which also wraps a loss object given to :func:`drmix.api.train`);
 * :class:`drmix.pretrain.coco.CocoObjective` -- COCO's contrastive pretraining on two spans of one document.
 
-The objectives a config can name (``contrastive.loss``) are registered in :data:`OBJECTIVES` (a
-:class:`drmix.registry.Registry`; a package outside drmix adds one through the ``drmix.objectives`` entry-point
-group). sentence-transformers plugs losses in the same way (a loss module given to its trainer); an objective also
-carries the few settings a loss implies for the loop (dropout in the forward, which prompt the query side takes).
+The objectives a config can name (``contrastive.loss``) are registered in :data:`OBJECTIVES` with
+:func:`register_objective` (a :class:`drmix.registry.Registry`; a package outside drmix adds one through the
+``drmix.objectives`` entry-point group). sentence-transformers plugs losses in the same way (a loss module given to
+its trainer); an objective also carries the few settings a loss implies for the loop (dropout in the forward, which
+prompt the query side takes).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from drmix.device import dist_info
 from drmix.model.losses import contrastive_losses, false_negative_mask
 from drmix.registry import Registry
+
+if TYPE_CHECKING:
+    from drmix.data.sampling import RowBuilder
 
 
 class Objective(ABC):
@@ -44,9 +48,10 @@ class Objective(ABC):
     #: hard negatives a batch carries per example (the builder's and the encoder's setting)
     num_negatives: int = 0
 
-    def builder(self, collections: list, *, seed: int, tokens: list | None) -> Any:
-        """The batch builder: ``build(pairs) -> Batch`` over ``(collection, row)`` pairs, with ``state_dict`` /
-        ``load_state_dict`` (its random state is part of every checkpoint). ``tokens``: the collections' stored
+    def builder(self, collections: list, *, seed: int, tokens: list | None) -> RowBuilder:
+        """The batch builder (a :class:`~drmix.data.sampling.RowBuilder`): ``build(pairs) -> Batch`` over
+        ``(collection, row)`` pairs, with ``state_dict`` / ``load_state_dict`` (its random state is part of every
+        checkpoint). ``tokens``: the collections' stored
         ids when :meth:`wants_tokens` and the model's preprocessing allows."""
         from drmix.data.sampling import BatchBuilder
 
@@ -150,7 +155,15 @@ class ObjectiveSpec:
 OBJECTIVES: Registry[ObjectiveSpec] = Registry("loss", ("drmix.train.objective", "drmix.train.distill",
                                                         "drmix.train.st_losses"),
                                                entry_points="drmix.objectives")
-OBJECTIVES.register(ObjectiveSpec("infonce", InfoNCE.from_config, "InfoNCE over in-batch and hard negatives."))
+
+
+def register_objective(spec: ObjectiveSpec) -> ObjectiveSpec:
+    """Add a loss a config can name (called by its module at import time;
+    :meth:`drmix.registry.Registry.register`)."""
+    return OBJECTIVES.register(spec)
+
+
+register_objective(ObjectiveSpec("infonce", InfoNCE.from_config, "InfoNCE over in-batch and hard negatives."))
 
 
 def objective_from_config(config: Any) -> Objective:

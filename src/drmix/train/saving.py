@@ -17,7 +17,7 @@ from drmix.errors import ConfigError
 from drmix.io import atomic_write_json, atomic_write_text, dumps_json
 from drmix.outputs import run_finished
 from drmix.train.checkpoint import checkpoints, latest_checkpoint
-from drmix.train.lock import clean_stale_temporaries
+from drmix.lock import clean_stale_temporaries
 from drmix.train.lora import save_model
 from drmix.train.resume_check import check_resume
 

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from drmix.errors import ConfigError
-from drmix.train.objective import OBJECTIVES, Objective, ObjectiveSpec
+from drmix.train.objective import Objective, ObjectiveSpec, register_objective
 
 log = logging.getLogger(__name__)
 
@@ -213,8 +213,8 @@ def _gist(config: Any) -> Objective:
                           "or use --loss infonce --mask-duplicates (false negatives masked by their text).")
 
 
-OBJECTIVES.register(ObjectiveSpec("mnrl", _mnrl, "sentence-transformers' MultipleNegativesRankingLoss "
+register_objective(ObjectiveSpec("mnrl", _mnrl, "sentence-transformers' MultipleNegativesRankingLoss "
                                                  "(scale 1/temperature); static strategy only."))
-OBJECTIVES.register(ObjectiveSpec("cached_mnrl", lambda c: _mnrl(c, cached=True),
+register_objective(ObjectiveSpec("cached_mnrl", lambda c: _mnrl(c, cached=True),
                                   "CachedMultipleNegativesRankingLoss: MNRL with --grad-cache-chunk; static only."))
-OBJECTIVES.register(ObjectiveSpec("gist", _gist, "GISTEmbedLoss: refused (it embeds with a guide model itself)."))
+register_objective(ObjectiveSpec("gist", _gist, "GISTEmbedLoss: refused (it embeds with a guide model itself)."))

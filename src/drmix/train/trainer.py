@@ -36,7 +36,7 @@ import torch
 from drmix.config import TrainConfig
 from drmix.data.batch import Batch
 from drmix.data.collections import Collection, collections_for, load_beir_collection
-from drmix.data.sampling import MixtureSampler
+from drmix.data.sampling import MixtureSampler, RowBuilder
 from drmix.device import all_reduce, check_device
 from drmix.errors import ConfigError
 from drmix.mixture.base import StepContext, Strategy
@@ -48,7 +48,7 @@ from drmix.train.gradcache import GradCache
 from drmix.train.guard import NonFiniteGuard
 from drmix.train.inputs import InputPipeline
 from drmix.train.listeners import Listener, TrackerListener, callback_listeners
-from drmix.train.lock import run_lock
+from drmix.lock import run_lock
 from drmix.train.lora import apply_lora
 from drmix.train.objective import Objective, objective_from_config
 from drmix.train.optim import build_optimizer
@@ -217,8 +217,12 @@ class Trainer:
         tokens = (self.encoder.token_ids(self.collections, num_proc=cfg.data.tokenize_num_proc)
                   if cfg.data.pretokenize and self.objective.wants_tokens() else None)
         self.builder = self.objective.builder(self.collections, seed=cfg.optim.seed, tokens=tokens)
+        if not isinstance(self.builder, RowBuilder):
+            raise TypeError(f"the {self.objective.name} objective's batch builder {type(self.builder).__name__} is "
+                            "not a drmix.data.sampling.RowBuilder (keys, scores, row_keys, build, state_dict, "
+                            "load_state_dict)")
         if cfg.contrastive.batch_sampler == "no_duplicates":
-            if not hasattr(self.builder, "row_keys"):
+            if self.builder.row_keys is None:
                 raise ConfigError(f"batch_sampler no_duplicates needs row keys, and the {self.objective.name} "
                                   "objective's batch builder has none.", fix="drop --batch-sampler no_duplicates.")
             self.sampler.no_duplicates, self.sampler.row_keys = True, self.builder.row_keys
@@ -229,8 +233,7 @@ class Trainer:
         self.streams = AuxiliaryStreams(self.collections,
                                         [load_beir_collection(d, split=cfg.mixture.dev_split) for d in cfg.mixture.dev],
                                         num_negatives=cfg.contrastive.num_negatives, seed=cfg.optim.seed,
-                                        keys=getattr(self.builder, "keys", False),
-                                        scores=getattr(self.builder, "scores", False))
+                                        keys=self.builder.keys, scores=self.builder.scores)
         backbone = dataclasses.replace(BackboneOptions.from_config(cfg.model), gradient_checkpointing=False)
         self.reference = (ReferenceScorer.load(cfg.mixture.reference_model, self.encoder, self._losses_from_embeddings,
                                                gather=self.world > 1, trust_remote_code=cfg.model.trust_remote_code,
@@ -362,7 +365,7 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------------------
     def train(self) -> TrainResult:
-        """Train under the output directory's lock (one writer per directory; see drmix.train.lock)."""
+        """Train under the output directory's lock (one writer per directory; see drmix.lock)."""
         with run_lock(self.out, enabled=self.is_main):
             try:
                 return self._train()

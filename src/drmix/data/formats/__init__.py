@@ -211,14 +211,9 @@ def _first(names: Iterable[str], keys: Sequence[str]) -> str | None:
     return next((n for n in names if n in keys), None)
 
 
-def plan_for(keys: Sequence[str], *, format: str | None = None, columns: Mapping[str, str] | None = None) -> Plan:
-    """The :class:`Plan` for a source whose records have ``keys`` (in order).
-
-    ``format`` (``auto``/None: detect) picks the layout; ``columns`` (``{role: "col" or "a+b" or ""}``) names
-    the column of a role explicitly (an empty name: the role is not read). Raises :class:`PlanError`.
-    """
-    keys = list(keys)
-    columns = dict(columns or {})
+def _layout_for(keys: list[str], format: str | None, columns: dict[str, str]) -> Layout:
+    """The layout of a file of rows with ``keys`` (``format`` or detected), once ``columns`` names only columns
+    that exist and the layout does not refuse the keys."""
     for role, cols in columns.items():
         missing = [c for c in cols.split("+") if c and c not in keys]
         if missing:
@@ -237,6 +232,18 @@ def plan_for(keys: Sequence[str], *, format: str | None = None, columns: Mapping
     refusal = layout.refuse(keys)
     if refusal is not None:
         raise PlanError(*refusal)
+    return layout
+
+
+def plan_for(keys: Sequence[str], *, format: str | None = None, columns: Mapping[str, str] | None = None) -> Plan:
+    """The :class:`Plan` for a source whose records have ``keys`` (in order).
+
+    ``format`` (``auto``/None: detect) picks the layout; ``columns`` (``{role: "col" or "a+b" or ""}``) names
+    the column of a role explicitly (an empty name: the role is not read). Raises :class:`PlanError`.
+    """
+    keys = list(keys)
+    columns = dict(columns or {})
+    layout = _layout_for(keys, format, columns)
 
     def mapped(role: str) -> tuple[str, ...] | None:
         if role not in columns:

@@ -25,7 +25,7 @@ def format_table(results: Sequence[SweepResult], *, bold_best: bool = True) -> s
 
     Cells are ``pc_recall@k (x100) / pc_mrr@k``; the best recall of each column (oracle excluded) is bold.
     """
-    from drmix.report.markdown import md_cell
+    from drmix.markdown import md_cell
 
     labels: list[str] = []
     for r in results:

@@ -80,7 +80,7 @@ class PolicyInfo:
 
 #: every allocation policy, by name, in help order (``order``, then name)
 POLICIES: Registry[PolicyInfo] = Registry("allocation policy", BUILTIN, entry_points="drmix.policies",
-                                          order=lambda i: (i.order, i.name))
+                                          order=lambda i: (i.order, i.name), identity=lambda i: i.cls)
 #: names that no longer exist -> (message, fix) raised when a policy string names one (``rrf``)
 _REMOVED: dict[str, tuple[str, str]] = {}
 
@@ -96,16 +96,12 @@ def register_policy(name: str, *, usage: str, help: str, **flags: Any) -> Callab
         if not (isinstance(cls, type) and issubclass(cls, AllocationPolicy)):
             raise TypeError(f"{cls!r} is not an AllocationPolicy")
         info = PolicyInfo(name=name, cls=cls, usage=usage, help=help, **flags)
-        old = POLICIES.registered(name)
-        if old is not None and old.cls is not cls:
-            raise ValueError(f"allocation policy {name!r} is registered twice")
         unknown = (set(info.positional) | {f for _, f in info.aliases} | set(info.required)) - set(info.params)
         if unknown:
             raise ValueError(f"policy {name!r} names unknown parameters {sorted(unknown)}")
+        POLICIES.register(info)  # the same class registered again (a module reloaded) replaces its entry
         cls.name = name
         cls.needs_relevance = info.needs_labels
-        POLICIES.unregister(name)  # the same class registered again (a module reloaded) replaces its entry
-        POLICIES.register(info)
         return cls
 
     return deco

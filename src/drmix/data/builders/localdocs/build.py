@@ -125,7 +125,7 @@ STATS_COLUMNS = ["family", "modules", "train_pairs", "signature_pairs", "summary
 
 def stats_table(data: LocalDocsData | list[dict[str, Any]]) -> str:
     """The per-family statistics as a Markdown table (one row per family)."""
-    from drmix.report.markdown import md_cell
+    from drmix.markdown import md_cell
 
     rows = data.stats if isinstance(data, LocalDocsData) else data
     lines = ["| " + " | ".join(STATS_COLUMNS) + " |", "|" + "---|" * len(STATS_COLUMNS)]

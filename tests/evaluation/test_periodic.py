@@ -1,5 +1,5 @@
 """A sentence-transformers evaluator's scores as metrics.jsonl keys ``<dataset>/<metric>``."""
-from drmix.train.evaluation import evaluator_scores
+from drmix.evaluation.periodic import evaluator_scores
 
 
 class _Evaluator:

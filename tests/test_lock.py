@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from drmix.errors import ConfigError
-from drmix.train.lock import (LOCK_NAME, RunLockedError, acquire, clean_stale_temporaries, release, run_lock,
-                              try_lock)
+from drmix.lock import (LOCK_NAME, LockHeld, RunLockedError, acquire, clean_stale_temporaries, holding, release,
+                        run_lock, try_lock)
 
 
 def _dead_pid() -> int:
@@ -58,6 +58,22 @@ def test_try_lock_on_any_file_reports_the_live_owner(tmp_path):
     release(item)
     item.write_text("not json")                   # unreadable: held by someone unknown, never taken over
     assert try_lock(item) == {}
+
+
+def test_holding_a_work_item_lock_names_a_live_owner_and_releases_its_own(tmp_path):
+    item = tmp_path / "sub" / "item.lock"
+    with holding(item) as held:                   # its folder is made
+        assert held == item and json.loads(item.read_text())["pid"] == os.getpid()
+        with pytest.raises(LockHeld, match=f"process {os.getpid()} on host") as busy:
+            with holding(item):
+                pass
+        assert busy.value.owner["pid"] == os.getpid() and isinstance(busy.value, RunLockedError)
+        assert item.exists()                      # the refused block left the holder's lock alone
+    assert not item.exists()
+    with pytest.raises(KeyError):
+        with holding(item):
+            raise KeyError("boom")
+    assert not item.exists()                      # released on an exception too
 
 
 def test_output_dir_that_is_a_file(tmp_path):
