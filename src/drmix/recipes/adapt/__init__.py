@@ -37,9 +37,10 @@ the throughput measured by the earlier stages of the run, or an assumed one befo
 ``drmix adapt --estimate`` prints the plan without running it.
 
 The package, by concern: :mod:`~drmix.recipes.adapt.config` (the parts and presets), ``candidates`` (the
-candidate mixtures), ``plan`` (every stage's configuration), ``estimate`` (the work, the time estimate, the
-progress lines), ``synthetic`` (stage 1), ``selection`` (the choice and the labelled evaluation), ``report``
-(summary, model copy, card) and ``runner`` (the run).
+candidate mixtures), ``plan`` (every stage's configuration), ``estimate`` (the work, the time estimate),
+``synthetic`` (stage 1), ``stages`` (every stage declared, run by :func:`drmix.recipes.stages.run_stages`),
+``selection`` (the choice and the labelled evaluation), ``report`` (summary, model copy, card) and ``runner``
+(the run).
 """
 from __future__ import annotations
 

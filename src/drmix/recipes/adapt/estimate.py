@@ -1,4 +1,5 @@
-"""The work of every stage of ``drmix adapt``, its estimated time (``--estimate``) and the progress lines."""
+"""The work of every stage of ``drmix adapt`` and its estimated time (``--estimate``; the progress lines are
+:mod:`drmix.recipes.progress`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
