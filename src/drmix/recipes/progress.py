@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,22 @@ class StageWork:
 
     def seconds(self, rates: tuple[float, float]) -> float:
         return self.examples / rates[0] + self.passages / rates[1]
+
+
+def training_work(name: str, config: Any) -> StageWork:
+    """A training stage's work: steps x batch, a hard negative counted as half an example (``config`` a
+    TrainConfig or a COCO config)."""
+    negatives = getattr(config.contrastive, "num_negatives", 0) or 0
+    return StageWork(name, examples=config.optim.max_steps * config.contrastive.batch_size * (1 + negatives / 2))
+
+
+def estimate_device(device: str | None) -> str:
+    """The device the estimate is for: ``--device``, else cuda when a GPU is here."""
+    if device:
+        return "cuda" if str(device).startswith("cuda") else "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def estimate_rows(work: Sequence[StageWork], device: str) -> list[str]:
@@ -69,8 +86,8 @@ class Progress:
         eta = w.seconds((self.rates[0], self.rates[1]))
         basis = "rates measured in this run" if (self.measured[0] or not w.examples) and (
             self.measured[1] or not w.passages) else "assumed rates"
-        self.emit(f"{self.recipe} [{i}/{len(self.order)}] {name}{(': ' + what) if what else ''} -- estimated "
-                  f"{minutes(eta)} (at {basis})")
+        estimated = f" -- estimated {minutes(eta)} (at {basis})" if w.examples or w.passages else ""
+        self.emit(f"{self.recipe} [{i}/{len(self.order)}] {name}{(': ' + what) if what else ''}{estimated}")
         return time.perf_counter()
 
     def reused(self, name: str) -> None:
