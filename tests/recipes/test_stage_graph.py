@@ -73,7 +73,7 @@ def test_a_rerun_reuses_finished_stages_and_a_new_stage_is_one_declaration(tmp_p
     # before third (declared after it)
     assert calls == ["evaluation", "third"]
     assert out["first"].skipped and out["second"].skipped and not out["third"].skipped
-    assert "toy [1/4] first: reused (finished earlier with the same settings)" in lines
+    assert "toy [1/4] first: reused (made earlier with the same settings)" in lines
 
 
 def test_a_changed_stage_is_refused_or_rerun_with_the_stages_that_need_it(tmp_path, caplog):

@@ -92,7 +92,7 @@ class Progress:
 
     def reused(self, name: str) -> None:
         i = self.order.index(name) + 1 if name in self.order else 0
-        self.emit(f"{self.recipe} [{i}/{len(self.order)}] {name}: reused (finished earlier with the same settings)")
+        self.emit(f"{self.recipe} [{i}/{len(self.order)}] {name}: reused (made earlier with the same settings)")
 
     def finish(self, name: str, t0: float) -> None:
         seconds = time.perf_counter() - t0

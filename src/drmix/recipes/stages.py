@@ -59,6 +59,7 @@ class StageOutput:
     output_dir: Path
     model_dir: Path
     skipped: bool
+    value: Any = None          # what the stage's ``run`` returned (None when reused)
 
 
 @dataclass
@@ -433,13 +434,15 @@ def run_stages(stages: Sequence[Stage], *, root: str | Path, record: tuple[str, 
     is **reused** when finished (its result a :class:`StageOutput` with ``skipped``), else made by its
     ``run`` (an interrupted stage resumes from its checkpoints: its config says ``resume: true``), one progress
     line each with its estimated time (:class:`~drmix.recipes.progress.Progress`). A stage with a record returns
-    its :class:`StageOutput`; a step without one returns what its ``run`` returned."""
+    its :class:`StageOutput`; a step without one returns what its ``run`` returned; a record without a ``run``
+    (a projection of the recipe's own record onto a stage's folder) is checked, never run."""
     root = Path(root)
     ordered = stage_order(stages)
     prepare_stages([s for s in ordered if s.checked], allow_changes=allow_changes, overwrite=overwrite,
                    provenance=root / "provenance.json" if provenance else None)
     if record is not None:
         record_config(root, *record)
+    ordered = [s for s in ordered if s.run is not None or not s.checked]   # a record without a run: checked only
     bar = Progress([s.work or StageWork(s.label) for s in ordered], device, progress, recipe=recipe)
     results: dict[str, Any] = {}
     for s in ordered:
@@ -453,10 +456,10 @@ def _execute(stage: Stage, results: dict[str, Any], bar: Progress) -> Any:
         bar.reused(stage.label)
         return StageOutput(stage.name, Path(stage.output_dir), Path(stage.output_dir) / "model", True)
     if stage.checked:
-        log.info("%s: training into %s", stage.name, stage.output_dir)
+        log.info("%s: running into %s", stage.name, stage.output_dir)
     t = bar.start(stage.label, stage.what)
     value = stage.run(results) if stage.run is not None else None
     bar.finish(stage.label, t)
     if not stage.checked:
         return value
-    return StageOutput(stage.name, Path(stage.output_dir), Path(stage.output_dir) / "model", False)
+    return StageOutput(stage.name, Path(stage.output_dir), Path(stage.output_dir) / "model", False, value)
