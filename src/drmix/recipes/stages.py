@@ -357,17 +357,13 @@ def run_stage(name: str, config: Any, run: Callable[[], Any], *, record: str | P
     ``output_dir/model``); ``record``: the file in that folder that recorded the earlier configuration
     (default ``config.yaml``). An earlier run with other settings is refused
     (:class:`~drmix.train.resume_check.ResumeMismatchError`), or, with ``config.resume_with_changes``,
-    removed and re-run.
+    removed and re-run. A recipe of one stage (:func:`run_stages`).
     """
     out = Path(config.run.output_dir)
-    stage = Stage(name, config, out, record=out / record if record is not None else None)
-    prepare_stages([stage], allow_changes=config.run.resume_with_changes)
-    if finished(out):
-        log.info("%s: finished earlier in %s with the same settings, reused", name, out)
-        return StageOutput(name, out, out / "model", True)
-    log.info("%s: training into %s", name, out)
-    run()
-    return StageOutput(name, out, out / "model", False)
+    stage = Stage(name, config, out, record=out / record if record is not None else None, run=lambda r: run(),
+                  done=finished)
+    return run_stages([stage], root=out.parent, provenance=False, allow_changes=config.run.resume_with_changes,
+                      recipe=name)[name]
 
 
 def train_stage(name: str, config: Any, **train_kwargs: Any) -> StageOutput:
