@@ -9,7 +9,7 @@ import pytest
 
 from drmix.config import TrainConfig
 from drmix.recipes.progress import StageWork
-from drmix.recipes.stages import Stage, StageOutput, estimate, run_stages, stage_order
+from drmix.recipes.stages import Stage, StageOutput, check_parts, estimate, run_stages, stage_order
 from drmix.train.resume_check import ResumeMismatchError
 
 
@@ -102,3 +102,13 @@ def test_a_need_that_names_no_stage_or_a_cycle_is_refused(tmp_path):
         stage_order([Stage("a", needs=("b",)), Stage("b", needs=("a",))])
     with pytest.raises(ValueError, match="declared twice"):
         stage_order([Stage("a"), Stage("a")])
+
+
+def test_a_stage_reads_a_part_the_recipe_config_has(tmp_path):
+    check_parts(toy(tmp_path, []), TrainConfig())                        # part="optim": TrainConfig().optim
+    with pytest.raises(ValueError, match="stage 'first' reads part 'optim.nothing'"):
+        check_parts([Stage("first", part="optim.nothing")], TrainConfig())
+    with pytest.raises(ValueError, match="reads part 'recipe'"):
+        run_stages(toy(tmp_path, []) + [Stage("x", part="recipe", run=lambda r: None)], root=tmp_path,
+                   record=("toy.yaml", TrainConfig()))
+    assert not (tmp_path / "toy.yaml").exists()                          # refused before anything is written

@@ -412,6 +412,19 @@ def stage_order(stages: Sequence[Stage]) -> list[Stage]:
     return done
 
 
+def check_parts(stages: Sequence[Stage], config: Any) -> None:
+    """Every declared ``part`` names a part (or a field of one: ``stages.coco``) of the recipe's ``config``; a
+    part that is not there is a recipe's bug (ValueError naming the stage)."""
+    for s in stages:
+        if s.part is None:
+            continue
+        node = config
+        for attr in s.part.split("."):
+            if not hasattr(node, attr):
+                raise ValueError(f"stage {s.name!r} reads part {s.part!r}, which {type(config).__name__} does not have")
+            node = getattr(node, attr)
+
+
 def estimate(stages: Sequence[Stage], device: str) -> list[str]:
     """Markdown lines: every stage's declared work and its estimated minutes on ``device``, and the total."""
     return estimate_rows([s.work or StageWork(s.label) for s in stage_order(stages)], device)
@@ -426,7 +439,8 @@ def run_stages(stages: Sequence[Stage], *, root: str | Path, record: tuple[str, 
     Once for every recipe: the stages with a record are checked (:func:`prepare_stages`: an earlier run made
     with other settings or from other inputs is refused, or with ``allow_changes`` / ``overwrite`` re-run, with
     the stages that need it; inputs recorded in ``root/provenance.json`` unless ``provenance`` is false), the
-    recipe's own record ``record = (file name, config)`` is written, then each stage in :func:`stage_order`
+    recipe's own record ``record = (file name, config)`` is written (every stage's ``part`` checked to be one of
+    that config's, :func:`check_parts`), then each stage in :func:`stage_order`
     is **reused** when finished (its result a :class:`StageOutput` with ``skipped``), else made by its
     ``run`` (an interrupted stage resumes from its checkpoints: its config says ``resume: true``), one progress
     line each with its estimated time (:class:`~drmix.recipes.progress.Progress`). A stage with a record returns
@@ -434,6 +448,8 @@ def run_stages(stages: Sequence[Stage], *, root: str | Path, record: tuple[str, 
     (a projection of the recipe's own record onto a stage's folder) is checked, never run."""
     root = Path(root)
     ordered = stage_order(stages)
+    if record is not None:
+        check_parts(ordered, record[1])
     prepare_stages([s for s in ordered if s.checked], allow_changes=allow_changes, overwrite=overwrite,
                    provenance=root / "provenance.json" if provenance else None)
     if record is not None:
