@@ -479,3 +479,11 @@ def test_an_llm_endpoint_writes_queries_that_are_counted_apart_and_cached(tmp_pa
         assert sum(s["kept"].values()) == sum(s["queries"].values())
     assert (Path(cfg.run.output_dir) / "llm-cache.jsonl").is_file() and result.labelled is None
     assert "LLM-generated queries by" in (Path(cfg.run.output_dir) / "summary.md").read_text()
+
+
+def test_the_selection_keeps_the_best_and_gives_ties_to_the_earlier_candidate():
+    from drmix.recipes.adapt import select_candidate
+
+    assert select_candidate({"uniform": 0.30, "size": 0.35, "infdds": 0.32}) == "size"
+    assert select_candidate({"uniform": 0.30, "size": 0.30, "infdds": 0.30}) == "uniform"
+    assert select_candidate({"uniform": 0.30, "size": 0.30 + 1e-13, "infdds": 0.31}) == "infdds"

@@ -32,7 +32,8 @@ from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseC
 from drmix.errors import ConfigError
 from drmix.evaluation.compare import paired_test
 from drmix.evaluation.suite import evaluate_suite
-from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
+from drmix.recipes.progress import estimate_device, training_work
+from drmix.recipes.stages import Stage, run_stages, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,12 @@ def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, 
     return "\n".join(lines) + "\n"
 
 
+def _train(config: TrainConfig) -> Any:
+    from drmix import api
+
+    return api.train(config)
+
+
 def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
     """Run every stage (skipping finished ones) and write ``summary.md`` / ``summary.json``."""
     from drmix.pretrain.runner import pretrain_coco
@@ -136,14 +143,17 @@ def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
         out = root / f"finetune-{'coco' if start != start_model else 'base'}-{strat}"
         finetunes[label] = finetune_config(config, start, out)
     # the earlier run's stages are reused only when made with these settings (refused or re-run otherwise)
-    prepare_stages([Stage("COCO", coco_cfg, record=coco_out / "coco.yaml"),
-                    *(Stage(f"fine-tuning ({label})", cfg) for label, cfg in finetunes.items())],
-                   allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
-                   provenance=root / "provenance.json")
-    record_config(root, "pipeline.yaml", config)
-    run_stage("COCO", coco_cfg, lambda: pretrain_coco(coco_cfg), record="coco.yaml")
-    models: dict[str, Path] = {label: train_stage(f"fine-tuning ({label})", cfg).model_dir
-                               for label, cfg in finetunes.items()}
+    stages = [Stage("COCO", coco_cfg, record=coco_out / "coco.yaml", part="recipe",
+                    run=lambda r: pretrain_coco(coco_cfg), what="continuous contrastive pretraining on the target corpora",
+                    work=training_work("COCO", coco_cfg))]
+    stages += [Stage(f"fine-tuning ({label})", cfg, part="optim", run=lambda r, cfg=cfg: _train(cfg),
+                     needs=("COCO",) if label.startswith("COCO") else (),
+                     work=training_work(f"fine-tuning ({label})", cfg))
+               for label, cfg in finetunes.items()]
+    results = run_stages(stages, root=root, record=("pipeline.yaml", config),
+                         allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
+                         device=estimate_device(config.run.device), recipe="pipeline coco")
+    models: dict[str, Path] = {label: results[f"fine-tuning ({label})"].model_dir for label in finetunes}
     result = CocoPipelineResult(root, models)
     result.scores = evaluate_suite(models, config.test.test_data, split=config.test.test_split,
                                    max_queries=config.test.test_max_queries, max_docs=config.test.test_max_docs,

@@ -44,7 +44,8 @@ from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.io import atomic_write_json
 from drmix.outputs import model_saved
-from drmix.recipes.stages import Stage, prepare_stages, record_config, train_stage, write_summary
+from drmix.recipes.progress import estimate_device, training_work
+from drmix.recipes.stages import Stage, run_stages, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -224,11 +225,36 @@ def summary_table(results: dict[str, dict[str, dict[str, float]]], metrics: list
     return results_table(results, metrics, deltas=False, average=False, share=("student", "teacher"))
 
 
+def _train(config: TrainConfig) -> Any:
+    from drmix import api
+
+    return api.train(config)
+
+
+def _augment(cfg: DramaConfig, aug: Path) -> dict[str, Any]:
+    """The augment stage: every enabled step on every corpus (each step's file reused when made); the counts."""
+    from drmix.augment.steps import enabled_steps
+    from drmix.model.backbone import BackboneOptions
+    from drmix.model.encoder import load_encoder
+
+    r = cfg.recipe
+    aug.mkdir(parents=True, exist_ok=True)
+    teacher = load_encoder(r.teacher, model_kwargs=BackboneOptions.from_config(cfg.model).model_kwargs())
+    backend = None
+    if any(step.needs_llm for step in enabled_steps(r)):
+        from drmix.llm.factory import LLMConfig, build_backend
+
+        backend = build_backend(LLMConfig.model_validate(r.llm), cache_path=aug / "llm-cache.jsonl")
+    augment: dict[str, Any] = {}
+    for path in r.corpus:
+        name, corpus = _corpus_of(path)
+        augment[name] = augment_corpus(name, corpus, teacher, cfg, aug, backend)
+    return augment
+
+
 def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     """Run the recipe (see the module docstring); returns the summary dictionary."""
     from drmix.augment.steps import enabled_steps, step_file
-    from drmix.model.backbone import BackboneOptions
-    from drmix.model.encoder import load_encoder
 
     r = cfg.recipe
     if not r.corpus:
@@ -245,29 +271,18 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
                                        output_dir=str(root / "train"), resume=True)
     values = cfg.flat()
     stages = [Stage("augment", {k: values[k] for k in augment_fields()}, output_dir=aug, record=root / "drama.yaml",
-                    outputs=[p for p in sorted(aug.glob("*")) if p.name != "llm-cache.jsonl"], kind=DramaConfig)]
+                    outputs=[p for p in sorted(aug.glob("*")) if p.name != "llm-cache.jsonl"], kind=DramaConfig,
+                    part="recipe", run=lambda res: _augment(cfg, aug), done=lambda out: False,
+                    what="every enabled step on every corpus (each step's file reused when made)")]
     if r.prune_from is not None:
         stages.append(Stage("student-init", {k: values[k] for k in PRUNE_FIELDS}, output_dir=root / "student-init",
-                            record=root / "drama.yaml", kind=DramaConfig))
-    stages.append(Stage("student", train_cfg))
-    prepare_stages(stages, allow_changes=cfg.run.resume_with_changes, overwrite=cfg.run.overwrite,
-                   provenance=root / "provenance.json")
-    aug.mkdir(parents=True, exist_ok=True)
-    record_config(root, "drama.yaml", cfg)
-    teacher = load_encoder(r.teacher, model_kwargs=BackboneOptions.from_config(cfg.model).model_kwargs())
-    backend = None
-
-    if any(step.needs_llm for step in enabled_steps(r)):
-        from drmix.llm.factory import LLMConfig, build_backend
-
-        backend = build_backend(LLMConfig.model_validate(r.llm), cache_path=aug / "llm-cache.jsonl")
-    augment: dict[str, Any] = {}
-    for path in r.corpus:
-        name, corpus = _corpus_of(path)
-        augment[name] = augment_corpus(name, corpus, teacher, cfg, aug, backend)
-    del teacher
-    _student_init(cfg, root)
-    train_stage("student", train_cfg)
+                            record=root / "drama.yaml", kind=DramaConfig, part="recipe",
+                            run=lambda res: _student_init(cfg, root), done=model_saved))
+    stages.append(Stage("student", train_cfg, part="optim", needs=tuple(s.name for s in stages),
+                        run=lambda res: _train(train_cfg), work=training_work("student", train_cfg)))
+    results = run_stages(stages, root=root, record=("drama.yaml", cfg), allow_changes=cfg.run.resume_with_changes,
+                         overwrite=cfg.run.overwrite, device=estimate_device(cfg.run.device), recipe="drama")
+    augment: dict[str, Any] = results["augment"].value
     train_dir = root / "train"
     models = {"teacher": r.teacher or "default", "untuned": student0, "student": str(train_dir / "model")}
     summary: dict[str, Any] = {"augment": augment, "models": models}

@@ -47,6 +47,7 @@ from drmix.config import INPUT, Config, TrainConfig
 from drmix.io import atomic_write_json, atomic_write_text
 from drmix.provenance import corpus_fingerprint, describe_change, fingerprint
 from drmix.outputs import run_finished
+from drmix.recipes.progress import Progress, StageWork, estimate_rows
 from drmix.train.resume_check import ResumeMismatchError, training_changes
 
 log = logging.getLogger(__name__)
@@ -58,32 +59,68 @@ class StageOutput:
     output_dir: Path
     model_dir: Path
     skipped: bool
+    value: Any = None          # what the stage's ``run`` returned (None when reused)
 
 
 @dataclass
 class Stage:
-    """One stage as the reuse check sees it.
+    """One stage of a recipe, declared: what it is made with, what it makes, what it needs, how it is made.
 
-    ``config``: what the stage is made with (a config of parts, or a mapping of flat names: a projection of a
-    larger record); ``record``: the file that recorded the configuration of the earlier run (default
-    ``output_dir/config.yaml``); ``outputs``: what a re-run removes (default: the stage's folder); ``kind``: the
-    config class the record is read as (default: the config's own class, else TrainConfig).
+    The record the reuse check reads: ``config``, what the stage is made with (a config of parts, or a mapping of
+    flat names: a projection of a larger record; None for a step that writes no folder of its own, such as an
+    evaluation, which is never reused); ``record``: the file that recorded the configuration of the earlier run
+    (default ``output_dir/config.yaml``); ``outputs``: what a re-run removes (default: the stage's folder);
+    ``kind``: the config class the record is read as (default: the config's own class, else TrainConfig). The
+    stage's **inputs** are the files and folders its config's input fields name (:meth:`input_paths`).
+
+    The declaration :func:`run_stages` executes: ``part``, the part of the recipe's config the stage reads (its
+    settings); ``needs``, the stages that run before it (a stage re-run re-runs those that need it);
+    ``run(results)``, what makes it (``results``: what the stages before it returned, by name); ``done(folder)``,
+    whether a finished run is in its folder (default :func:`drmix.outputs.run_finished`); ``title`` and
+    ``what``, its progress line; ``work``, what the estimate counts (:class:`~drmix.recipes.progress.StageWork`).
     """
 
     name: str
-    config: Any
+    config: Any = None
     output_dir: Path | None = None
     record: Path | None = None
     outputs: Sequence[Path] | None = None
     kind: type[Config] | None = None
+    part: str | None = None
+    needs: Sequence[str] = ()
+    run: Callable[[dict[str, Any]], Any] | None = None
+    done: Callable[[Path], bool] | None = None
+    title: str | None = None
+    what: str = ""
+    work: StageWork | None = None
 
     def __post_init__(self) -> None:
-        if self.output_dir is None:
+        self.needs = tuple(self.needs)
+        if self.output_dir is None and self.config is not None:
             self.output_dir = Path(self.config.run.output_dir)
+        if self.output_dir is None:
+            self.outputs = () if self.outputs is None else tuple(Path(p) for p in self.outputs)
+            return
         self.output_dir = Path(self.output_dir)
         if self.record is None:
             self.record = self.output_dir / "config.yaml"
         self.outputs = (self.output_dir,) if self.outputs is None else tuple(Path(p) for p in self.outputs)
+
+    @property
+    def label(self) -> str:
+        """The stage's name in the progress lines and the estimate."""
+        return self.title or self.name
+
+    @property
+    def checked(self) -> bool:
+        """Whether the stage has a record to compare (a step without a configuration is always run)."""
+        return self.config is not None
+
+    def finished(self) -> bool:
+        """Whether a finished run of the stage is in its folder."""
+        if not self.checked or self.output_dir is None:
+            return False
+        return (self.done or run_finished)(self.output_dir)
 
     @property
     def config_cls(self) -> type[Config]:
@@ -264,7 +301,8 @@ def check_stages(stages: Sequence[Stage], *, allow_changes: bool = False, overwr
         for s in stages:
             if s.name in rerun_names:
                 continue
-            base = next((r for r in stages if r.name in rerun_names and any(_uses(s, o) for o in r.outputs)), None)
+            base = next((r for r in stages if r.name in rerun_names
+                         and (r.name in s.needs or any(_uses(s, o) for o in r.outputs))), None)
             if base is not None:
                 rerun_names.add(s.name)
                 why[s.name] = f"it is built on {base.name}"
@@ -319,17 +357,13 @@ def run_stage(name: str, config: Any, run: Callable[[], Any], *, record: str | P
     ``output_dir/model``); ``record``: the file in that folder that recorded the earlier configuration
     (default ``config.yaml``). An earlier run with other settings is refused
     (:class:`~drmix.train.resume_check.ResumeMismatchError`), or, with ``config.resume_with_changes``,
-    removed and re-run.
+    removed and re-run. A recipe of one stage (:func:`run_stages`).
     """
     out = Path(config.run.output_dir)
-    stage = Stage(name, config, out, record=out / record if record is not None else None)
-    prepare_stages([stage], allow_changes=config.run.resume_with_changes)
-    if finished(out):
-        log.info("%s: finished earlier in %s with the same settings, reused", name, out)
-        return StageOutput(name, out, out / "model", True)
-    log.info("%s: training into %s", name, out)
-    run()
-    return StageOutput(name, out, out / "model", False)
+    stage = Stage(name, config, out, record=out / record if record is not None else None, run=lambda r: run(),
+                  done=finished)
+    return run_stages([stage], root=out.parent, provenance=False, allow_changes=config.run.resume_with_changes,
+                      recipe=name)[name]
 
 
 def train_stage(name: str, config: Any, **train_kwargs: Any) -> StageOutput:
@@ -353,3 +387,91 @@ def write_summary(root: str | Path, markdown: str, data: dict[str, Any]) -> None
     """``summary.md`` and ``summary.json`` of a recipe, each written atomically."""
     atomic_write_text(Path(root) / "summary.md", markdown)
     atomic_write_json(Path(root) / "summary.json", data)
+
+
+# ---------------------------------------------------------------------------------------------- the runner
+def stage_order(stages: Sequence[Stage]) -> list[Stage]:
+    """The stages in the order they run: declared order, each after the stages it ``needs`` (a stable
+    topological order). A need that names no stage, a name declared twice or a cycle is a recipe's bug
+    (ValueError naming it)."""
+    names = [s.name for s in stages]
+    if len(set(names)) != len(names):
+        raise ValueError(f"stage declared twice: {sorted({n for n in names if names.count(n) > 1})}")
+    for s in stages:
+        unknown = [n for n in s.needs if n not in names]
+        if unknown:
+            raise ValueError(f"stage {s.name!r} needs {unknown[0]!r}, which is not a stage of the recipe")
+    done: list[Stage] = []
+    left = list(stages)
+    while left:
+        ready = next((s for s in left if all(n in {d.name for d in done} for n in s.needs)), None)
+        if ready is None:
+            raise ValueError(f"the stages {[s.name for s in left]} need each other (a cycle)")
+        done.append(ready)
+        left.remove(ready)
+    return done
+
+
+def check_parts(stages: Sequence[Stage], config: Any) -> None:
+    """Every declared ``part`` names a part (or a field of one: ``stages.coco``) of the recipe's ``config``; a
+    part that is not there is a recipe's bug (ValueError naming the stage)."""
+    for s in stages:
+        if s.part is None:
+            continue
+        node = config
+        for attr in s.part.split("."):
+            if not hasattr(node, attr):
+                raise ValueError(f"stage {s.name!r} reads part {s.part!r}, which {type(config).__name__} does not have")
+            node = getattr(node, attr)
+
+
+def estimate(stages: Sequence[Stage], device: str) -> list[str]:
+    """Markdown lines: every stage's declared work and its estimated minutes on ``device``, and the total."""
+    return estimate_rows([s.work or StageWork(s.label) for s in stage_order(stages)], device)
+
+
+def run_stages(stages: Sequence[Stage], *, root: str | Path, record: tuple[str, Any] | None = None,
+               allow_changes: bool = False, overwrite: bool = False, provenance: bool = True,
+               progress: Callable[[str], None] | None = None, device: str = "cpu",
+               recipe: str = "recipe") -> dict[str, Any]:
+    """Execute a recipe's declared stages; returns what each returned, by name.
+
+    Once for every recipe: the stages with a record are checked (:func:`prepare_stages`: an earlier run made
+    with other settings or from other inputs is refused, or with ``allow_changes`` / ``overwrite`` re-run, with
+    the stages that need it; inputs recorded in ``root/provenance.json`` unless ``provenance`` is false), the
+    recipe's own record ``record = (file name, config)`` is written (every stage's ``part`` checked to be one of
+    that config's, :func:`check_parts`), then each stage in :func:`stage_order`
+    is **reused** when finished (its result a :class:`StageOutput` with ``skipped``), else made by its
+    ``run`` (an interrupted stage resumes from its checkpoints: its config says ``resume: true``), one progress
+    line each with its estimated time (:class:`~drmix.recipes.progress.Progress`). A stage with a record returns
+    its :class:`StageOutput`; a step without one returns what its ``run`` returned; a record without a ``run``
+    (a projection of the recipe's own record onto a stage's folder) is checked, never run."""
+    root = Path(root)
+    ordered = stage_order(stages)
+    if record is not None:
+        check_parts(ordered, record[1])
+    prepare_stages([s for s in ordered if s.checked], allow_changes=allow_changes, overwrite=overwrite,
+                   provenance=root / "provenance.json" if provenance else None)
+    if record is not None:
+        record_config(root, *record)
+    ordered = [s for s in ordered if s.run is not None or not s.checked]   # a record without a run: checked only
+    bar = Progress([s.work or StageWork(s.label) for s in ordered], device, progress, recipe=recipe)
+    results: dict[str, Any] = {}
+    for s in ordered:
+        results[s.name] = _execute(s, results, bar)
+    return results
+
+
+def _execute(stage: Stage, results: dict[str, Any], bar: Progress) -> Any:
+    if stage.finished():
+        log.info("%s: finished earlier in %s with the same settings, reused", stage.name, stage.output_dir)
+        bar.reused(stage.label)
+        return StageOutput(stage.name, Path(stage.output_dir), Path(stage.output_dir) / "model", True)
+    if stage.checked:
+        log.info("%s: running into %s", stage.name, stage.output_dir)
+    t = bar.start(stage.label, stage.what)
+    value = stage.run(results) if stage.run is not None else None
+    bar.finish(stage.label, t)
+    if not stage.checked:
+        return value
+    return StageOutput(stage.name, Path(stage.output_dir), Path(stage.output_dir) / "model", False, value)

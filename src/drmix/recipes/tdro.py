@@ -63,7 +63,8 @@ from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.recipes.optimize import optimize_weights, stage1_config
 from drmix.outputs import run_finished
-from drmix.recipes.stages import Stage, prepare_stages, record_config, run_stage, train_stage, write_summary
+from drmix.recipes.progress import estimate_device, training_work
+from drmix.recipes.stages import Stage, run_stages, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -180,10 +181,31 @@ def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | 
     return "\n".join(lines) + "\n"
 
 
+class _Transfers:
+    """Each transfer's strategy from stage 1's weights, built once (when its stage 2 trains, or for the summary)."""
+
+    def __init__(self, weights: Path, names: list[str]) -> None:
+        self.weights, self.names, self.built = weights, names, {}
+
+    def get(self, transfer: str | None) -> Any:
+        from drmix.mixture.transfer import build_transfer_strategy
+
+        if transfer is None:
+            return None
+        if transfer not in self.built:
+            self.built[transfer] = build_transfer_strategy(str(self.weights), transfer, self.names)
+        return self.built[transfer]
+
+
+def _train(config: TrainConfig, strategy: Any = None) -> Any:
+    from drmix import api
+
+    return api.train(config, strategy=strategy)
+
+
 def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
     from drmix.data.collections import collections_for
-    from drmix.mixture.transfer import build_transfer_strategy
 
     needs_reference = validate_pipeline(config)
     root = Path(config.run.output_dir)
@@ -210,33 +232,34 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
                                     output_dir=str(root / ("stage2-uniform" if transfer is None
                                                            else f"stage2-{config.mixture.strategy}-{slug(transfer)}")))
                for label, transfer in runs}
-    stages = ([Stage("stage 0", s0_cfg)] if s0_cfg is not None else []) + [Stage("stage 1", s1_cfg)]
+    strategies = _Transfers(weights_path, [c.name for c in collections_for(config)])
+    stages = [] if s0_cfg is None else [Stage("stage 0", s0_cfg, part="stages.stage0", run=lambda r: _train(s0_cfg),
+                                              work=training_work("stage 0", s0_cfg))]
+    stages.append(Stage("stage 1", s1_cfg, part="stages.stage1", needs=tuple(s.name for s in stages),
+                        run=lambda r: optimize_weights(s1_cfg, fill_negatives=config.stages.stage1_fill_negatives,
+                                                       miner=config.stages.stage1_miner),
+                        done=lambda out: run_finished(out) and (out / "weights.json").exists(),
+                        work=training_work("stage 1", s1_cfg)))
     # how stage 1 completes missing hard negatives is a recipe field (pipeline.yaml), not a training field
     flat = config.flat()
     stages.append(Stage("stage 1 (missing negatives)", {k: flat[k] for k in ("stage1_fill_negatives", "stage1_miner")},
                         output_dir=s1_out, record=root / "pipeline.yaml", kind=type(config)))
-    stages += [Stage(f"stage 2 ({label})", cfg) for label, cfg in s2_cfgs.items()]
-    prepare_stages(stages, allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
-                   provenance=root / "provenance.json")
-    record_config(root, "pipeline.yaml", config)
-
+    stages += [Stage(f"stage 2 ({label})", cfg, part="stages.stage2", needs=("stage 1",),
+                     run=lambda r, cfg=cfg, transfer=transfer: _train(cfg, strategies.get(transfer)),
+                     work=training_work(f"stage 2 ({label})", cfg))
+               for (label, transfer), cfg in zip(runs, s2_cfgs.values())]
+    results = run_stages(stages, root=root, record=("pipeline.yaml", config),
+                         allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
+                         device=estimate_device(config.run.device), recipe="pipeline tdro")
     if s0_cfg is not None:
-        models[BASELINE] = train_stage("stage 0", s0_cfg).model_dir
-
-    # Stage 1: learned weights.
-    run_stage("stage 1", s1_cfg, lambda: optimize_weights(s1_cfg, fill_negatives=config.stages.stage1_fill_negatives,
-                                                           miner=config.stages.stage1_miner),
-              finished=lambda out: run_finished(out) and (out / "weights.json").exists())
+        models[BASELINE] = results["stage 0"].model_dir
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
-
-    # Stage 2: each transfer (and the uniform baseline when stage 0 did not run).
-    names = [c.name for c in collections_for(config)]
     kept: dict[str, list[str]] = {}
     for label, transfer in runs:
-        strategy = build_transfer_strategy(str(weights_path), transfer, names) if transfer else None
+        strategy = strategies.get(transfer)
         if strategy is not None and "kept" in strategy.info:
             kept[label] = strategy.info["kept"]
-        models[label] = train_stage(f"stage 2 ({label})", s2_cfgs[label], strategy=strategy).model_dir
+        models[label] = results[f"stage 2 ({label})"].model_dir
 
     result = PipelineResult(root, reference or "", weights_path, dict(zip(learned["collections"], learned["weights"])),
                             models)

@@ -1,0 +1,184 @@
+"""The outputs of ``drmix adapt``: ``summary.md`` / ``summary.json``, ``output_dir/model`` (a copy of the selected
+candidate) and its model card."""
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drmix.errors import ConfigError
+from drmix.recipes.adapt.config import AdaptConfig
+from drmix.recipes.adapt.plan import AdaptPlan
+from drmix.recipes.adapt.selection import UNIFORM, AdaptResult, _average
+from drmix.recipes.stages import write_summary
+
+
+def _md(text: Any) -> str:
+    """A name as it may appear in the Markdown (and so the HTML) of the report: escaped, no table breaks."""
+    return html.escape(str(text), quote=False).replace("|", "\\|")
+
+
+def _escaped(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {_md(lb): {_md(d): v for d, v in by.items()} for lb, by in results.items()}
+
+
+def _weights_of(folder: Path) -> dict[str, float]:
+    try:
+        w = json.loads((folder / "weights.json").read_text(encoding="utf-8"))
+        return {str(n): float(v) for n, v in zip(w["collections"], w["weights"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+#: the file that marks ``output_dir/model`` as the recipe's copy (and says which candidate it is)
+ADAPTED_MARKER = "drmix_adapt.json"
+
+
+def _check_model_target(dst: Path) -> None:
+    if (dst.exists() or dst.is_symlink()) and not (dst / ADAPTED_MARKER).is_file():
+        raise ConfigError("output_dir/model exists and is not the adapted model drmix adapt wrote.", path=dst,
+                          fix="move it away or choose another --output-dir.")
+
+
+def _copy_model(src: Path, dst: Path, candidate: str) -> None:
+    """``dst`` := a copy of the model folder ``src`` (hard links where the file system allows), atomically, with
+    :data:`ADAPTED_MARKER`; a ``dst`` that is not such a copy is refused (it is not the recipe's to replace)."""
+    from drmix.io import atomic_dir, atomic_write_json
+
+    _check_model_target(dst)
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    with atomic_dir(dst) as tmp:
+        shutil.copytree(src.resolve(), tmp, dirs_exist_ok=True, copy_function=link)
+        atomic_write_json(tmp / ADAPTED_MARKER, {"candidate": candidate, "copied_from": str(src)})
+
+
+
+def _synthetic_table(stats: Mapping[str, Any]) -> str:
+    lines = ["| corpus | documents | sampled | generated | failed the round trip | kept | train / dev / test queries |",
+             "|---|---:|---:|---|---|---|---|"]
+
+    def kinds(d: Mapping[str, int]) -> str:
+        return ", ".join(f"{k} {v:,}" for k, v in d.items()) or "0"
+
+    for name, s in stats.items():
+        q = s["queries"]
+        lines.append(f"| {_md(name)} | {s['documents']:,} | {s['sampled']:,} | {kinds(s['generated'])} | "
+                     f"{kinds(s['filtered'])} | {kinds(s['kept'])} | {q['train']:,} / {q['dev']:,} / {q['test']:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def _weights_md(weights: Mapping[str, Mapping[str, float]]) -> str:
+    cols = list(weights)
+    names = list(dict.fromkeys(n for w in weights.values() for n in w))
+    lines = ["| collection | " + " | ".join(_md(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
+    for n in names:
+        lines.append(f"| {_md(n)} | " + " | ".join(f"{weights[c][n]:.4f}" if n in weights[c] else ""
+                                                   for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
+    from drmix.evaluation.suite import results_table
+
+    t = config.synthetic
+    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "",
+             f"Adapted model: **{_md(result.selected)}** (chosen on the synthetic dev split; `model/` holds it with "
+             "its card). Every choice was made on synthetic data built from the corpora alone"
+             + (f"; the labelled {_md(config.eval.eval_split)} split of "
+                f"{_md(', '.join(Path(d).name for d in config.eval.eval_data))} was read only for the tables below."
+                if config.eval.eval_data else "; no labelled data was given."), "",
+             "## Synthetic set", "",
+             f"Pseudo-queries (cropped sentences{'; LLM-generated queries by ' + _md(t.llm) if t.llm else ''}) kept "
+             f"when the teacher ({_md(t.teacher or 'all-MiniLM-L6-v2')}) retrieves their source passage in its top "
+             f"{t.filter_k}; split by passage, no passage in two splits.", "", _synthetic_table(result.synthetic),
+             "## Selection on the synthetic dev split (nDCG@10)", "",
+             results_table(_escaped(result.selection)), ""]
+    st = result.synthetic_test
+    parts += ["## Synthetic test split (nDCG@10, delta vs the base model)", "",
+              results_table(_escaped(st.results)), ""]
+    for name, comp in result.comparisons.items():
+        if name.startswith("synthetic test"):
+            parts += [f"### Paired tests, {_md(name)}", "", _escaped_comparison(comp), ""]
+    if result.labelled is not None:
+        lab = {lb: result.labelled.results[lb] for lb in result.models}
+        parts += [f"## Labelled {_md(config.eval.eval_split)} split (nDCG@10, delta vs the base model)", "",
+                  results_table(_escaped(lab)), ""]
+        for name, comp in result.comparisons.items():
+            if not name.startswith("synthetic test"):
+                parts += [f"### Paired tests, {_md(name)}", "", _escaped_comparison(comp), ""]
+        lab_avg = {lb: _average(result.labelled.results[lb]) for lb in result.candidates}
+        parts += ["## Candidates: synthetic dev against labelled", "",
+                  f"| candidate | synthetic dev nDCG@10 | labelled {_md(config.eval.eval_split)} nDCG@10 |",
+                  "|---|---:|---:|"]
+        parts += [f"| {_md(lb)} | {dev_avg[lb]:.4f} | {lab_avg[lb]:.4f} |" for lb in result.candidates]
+        if result.kendall is not None:
+            k = result.kendall
+            parts += ["", f"Kendall's tau between the two rankings of the {k['candidates']} candidates: "
+                          + (f"**{k['tau']:+.3f}** (p {k['p']:.3g}; scipy.stats.kendalltau)." if np.isfinite(k["tau"])
+                             else "undefined (one of the rankings is a tie of every candidate).")]
+        parts.append("")
+    if result.weights:
+        parts += ["## Mixture weights (weights.json of each candidate)", "", _weights_md(result.weights), ""]
+    parts += ["Models: " + ", ".join(f"{_md(k)}: `{_md(v)}`" for k, v in result.models.items()), ""]
+    text = "\n".join(parts)
+    write_summary(result.output_dir, text, {
+        "selected": result.selected, "models": result.models,
+        "candidates": {k: str(v) for k, v in result.candidates.items()},
+        "synthetic": result.synthetic, "selection": result.selection, "selection_average": dev_avg,
+        "synthetic_test": st.results,
+        "labelled": None if result.labelled is None else result.labelled.results,
+        "eval_split": config.eval.eval_split,
+        "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
+        "kendall": result.kendall, "weights": result.weights})
+    return text
+
+
+def _escaped_comparison(comp: Any) -> str:
+    import copy as _copy
+
+    c = _copy.copy(comp)
+    c.baseline = _md(comp.baseline)
+    c.rows = {_md(lb): [_copy.copy(d) for d in rows] for lb, rows in comp.rows.items()}
+    for rows in c.rows.values():
+        for d in rows:
+            d.dataset = _md(d.dataset)
+    return c.to_markdown()
+
+
+def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> None:
+    """The adapted model's card: the selected candidate's card with a section on how it was adapted."""
+    from drmix.io import atomic_write_text
+    from drmix.report.card import _insert
+
+    card_path = plan.root / "model" / "README.md"
+    try:
+        card = card_path.read_text(encoding="utf-8")
+    except OSError:
+        card = "# Adapted retriever\n"
+    lines = ["### Adapted with drmix adapt", "",
+             f"Adapted to {', '.join(plan.corpora)} without labels: COCO continuous contrastive pretraining on the "
+             f"corpora (COCO-DR, arXiv:2210.15212), then fine-tuning on {len(config.data.collections)} training "
+             f"collection(s) under the mixture **{result.selected}**, chosen among "
+             f"{', '.join(result.candidates)} on a synthetic dev split built from the corpora (cropped-sentence "
+             "pseudo-queries, DRAMA arXiv:2502.18460, kept by a round-trip filter).", ""]
+    for name, suite in (("synthetic test", result.synthetic_test), (config.eval.eval_split, result.labelled)):
+        if suite is None:
+            continue
+        adapted = next(lb for lb in result.models if lb.startswith("adapted"))
+        lines.append(f"nDCG@10 on the {name} split: " + ", ".join(
+            f"{d} {v['ndcg@10']:.4f} (uniform fine-tuning {suite.results[UNIFORM][d]['ndcg@10']:.4f})"
+            for d, v in suite.results[adapted].items()) + ".")
+    lines += ["", "The full report: `summary.md` and `report.html` in the run folder.", ""]
+    atomic_write_text(card_path, _insert(card, "\n".join(lines)))

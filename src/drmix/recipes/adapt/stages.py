@@ -1,0 +1,141 @@
+"""The stages of ``drmix adapt``, declared (:class:`drmix.recipes.stages.Stage`): each with the part of the
+config it reads, what it needs, how it is made and its work; :func:`drmix.recipes.stages.run_stages` runs them.
+
+Adding a stage is one more :func:`_declare` in :func:`adapt_stages` (its record, when it has one, composed in
+:func:`drmix.recipes.adapt.plan.plan_adapt`; its work in :func:`drmix.recipes.adapt.estimate.plan_work`)."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from drmix.config import TrainConfig
+from drmix.recipes.adapt.candidates import Candidate
+from drmix.recipes.adapt.config import AdaptConfig
+from drmix.recipes.adapt.estimate import plan_work, select_max_docs
+from drmix.recipes.adapt.plan import AdaptPlan
+from drmix.recipes.adapt.selection import BASE, COCO_UNIFORM, UNIFORM, AdaptResult, _average, select_candidate
+from drmix.recipes.adapt.synthetic import build_synthetic
+from drmix.recipes.stages import Stage
+
+log = logging.getLogger(__name__)
+
+SELECTION, FINAL = "selection", "final evaluation"
+
+
+def _caps(config: AdaptConfig) -> dict[str, Any]:
+    """The caps of every evaluation (``--eval-max-docs``, the document length, the query instructions)."""
+    return dict(max_docs=config.eval.eval_max_docs, max_length=config.data.doc_max_length,
+                query_instructions=config.eval.query_instructions or None)
+
+
+def _train(cfg: TrainConfig, c: Candidate | None = None) -> Callable[[dict[str, Any]], Any]:
+    """A fine-tuning's ``run``: ``drmix train`` (tDRO's transfer strategy built from stage 1's weights)."""
+    def run(results: dict[str, Any]) -> Any:
+        from drmix import api
+
+        if c is not None and c.scheme == "tdro":
+            return api.train(cfg, strategy=_transfer_strategy(cfg, c))
+        return api.train(cfg)
+    return run
+
+
+def _transfer_strategy(cfg: TrainConfig, c: Candidate) -> Any:
+    from drmix.data.collections import collections_for
+    from drmix.mixture.transfer import build_transfer_strategy
+
+    names = [x.name for x in collections_for(cfg)]
+    return build_transfer_strategy(cfg.mixture.weights_file, c.transfer, names)
+
+
+def stage1_name(synthetic: bool) -> str:
+    return f"tDRO stage 1{' (+synthetic)' if synthetic else ''}"
+
+
+def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., Any]) -> list[Stage]:
+    """Every stage of the run, in order: the synthetic set, COCO, the baseline, the candidates (tDRO's stage 1
+    before its first transfer), the selection on the synthetic dev and the final evaluation."""
+    from drmix.outputs import run_finished
+    from drmix.pretrain.runner import pretrain_coco
+    from drmix.recipes.optimize import optimize_weights
+
+    works = {w.name: w for w in plan_work(config, plan)}
+    records = {s.name: s for s in plan.stages}
+
+    def _declare(name: str, title: str, run: Callable[[dict[str, Any]], Any], **kw: Any) -> Stage:
+        base = records.get(name) or Stage(name)
+        return dataclasses.replace(base, title=title, run=run, work=works.get(title), **kw)
+
+    stages = [
+        _declare("synthetic", "synthetic set", lambda r: build_synthetic(config, plan), part="synthetic",
+                 what=f"pseudo-queries of {', '.join(plan.corpora)}, round-trip filter, splits",
+                 done=lambda out: (out / "stats.json").is_file()),
+        _declare("COCO", "COCO", lambda r: pretrain_coco(plan.coco), part="stages.coco",
+                 what=f"{plan.coco.optim.max_steps} steps on the target corpora"),
+        _declare("uniform fine-tuning", "uniform fine-tuning", _train(plan.baseline), part="optim",
+                 what="the base model, uniform over --data (the baseline)")]
+    for label, (c, cfg) in plan.candidates.items():
+        needs = ["COCO"] + (["synthetic"] if c.synthetic or c.scheme == "infdds" else [])
+        if c.scheme == "tdro":
+            s1 = stage1_name(c.synthetic)
+            if s1 not in {s.name for s in stages}:
+                s1_cfg = plan.stage1[c.synthetic]
+                stages.append(_declare(
+                    s1, s1, lambda r, s1_cfg=s1_cfg: optimize_weights(s1_cfg, fill_negatives="mine",
+                                                                      miner=config.synthetic.teacher),
+                    part="stages.stage1", needs=(f"candidate {c.reference.label}",),
+                    what=f"learned weights, reference {c.reference.label}",
+                    done=lambda out: run_finished(out) and (out / "weights.json").exists()))
+            needs.append(s1)
+        what = "COCO model, tDRO weights transferred" if c.scheme == "tdro" else f"COCO model, {c.scheme} mixture"
+        stages.append(_declare(f"candidate {label}", f"candidate {label}", _train(cfg, c), part="optim",
+                               needs=tuple(needs), what=what))
+    candidates = tuple(f"candidate {label}" for label in plan.candidates)
+    stages += [
+        _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r)),
+                 part="stages", needs=candidates, what=f"{len(plan.candidates)} candidates"),
+        _declare(FINAL, "final evaluation", lambda r: _final_evaluation(config, plan, r, labelled), part="eval",
+                 needs=(SELECTION, "uniform fine-tuning"),
+                 what="synthetic test" + (" and the labelled --eval-data" if config.eval.eval_data else ""))]
+    return stages
+
+
+def _models(plan: AdaptPlan, results: dict[str, Any]) -> dict[str, Path]:
+    """Every candidate's model, by label."""
+    return {label: results[f"candidate {label}"].model_dir for label in plan.candidates}
+
+
+def _selection(config: AdaptConfig, plan: AdaptPlan,
+               models: dict[str, Path]) -> tuple[dict[str, Any], dict[str, float], str]:
+    """Every candidate on the synthetic dev (the only choice, made before any label is read); returns the
+    results, their averages and the selected candidate."""
+    from drmix.evaluation.suite import evaluate_suite
+
+    dev = evaluate_suite(models, plan.synthetic_dirs, kind="select", split="dev", seed=config.optim.seed,
+                         metrics=("ndcg@10",), **{**_caps(config), "max_docs": select_max_docs(config)}).results
+    dev_avg = {lb: _average(r) for lb, r in dev.items()}
+    selected = select_candidate({lb: dev_avg[lb] for lb in models})
+    log.info("adapted model: %s (synthetic dev nDCG@10 %.4f; uniform %.4f)", selected, dev_avg[selected],
+             dev_avg[next(iter(models))])
+    return dev, dev_avg, selected
+
+
+def _final_evaluation(config: AdaptConfig, plan: AdaptPlan, results: dict[str, Any],
+                      labelled: Callable[..., Any]) -> AdaptResult:
+    """The report's models on the synthetic test, then (first read of any label) on the labelled directories."""
+    from drmix.evaluation.suite import evaluate_suite
+
+    models = _models(plan, results)
+    selected = results[SELECTION][2]
+    report_models: dict[str, Any] = {BASE: config.model.name_or_path or "default",
+                                     UNIFORM: results["uniform fine-tuning"].model_dir,
+                                     COCO_UNIFORM: models["uniform"], f"adapted ({selected})": models[selected]}
+    cache_dirs = {BASE: plan.root / "eval" / "base"}
+    result = AdaptResult(plan.root, selected, {k: str(v) for k, v in report_models.items()}, models)
+    result.synthetic_test = evaluate_suite(report_models, plan.synthetic_dirs, kind="synthetic", split="test",
+                                           cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
+    if config.eval.eval_data:
+        result.labelled = labelled(config, report_models, models, cache_dirs, _caps(config))
+    return result

@@ -1,0 +1,112 @@
+"""The synthetic stage of ``drmix adapt``: pseudo-queries of the target corpora, the round-trip filter, the
+splits (``synthetic/``)."""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drmix.errors import ConfigError
+from drmix.recipes.adapt.config import AdaptConfig
+from drmix.recipes.adapt.plan import AdaptPlan
+
+
+def _llm_backend(config: AdaptConfig, cache: Path):
+    from drmix.llm.factory import LLMConfig, build_backend
+
+    s = config.synthetic
+    if not s.llm:
+        return None
+    if re.match(r"^https?://", s.llm):
+        if not s.llm_model:
+            raise ConfigError("an --llm endpoint needs the served model's name.", fix="pass --llm-model NAME.")
+        cfg = LLMConfig(backend="openai", base_url=s.llm, model=s.llm_model, **s.llm_options)
+    else:
+        cfg = LLMConfig(backend="transformers", model=None if s.llm.lower() in ("smollm2", "default") else s.llm,
+                        **s.llm_options)
+    return build_backend(cfg, cache_path=cache)
+
+
+def teacher_ranker(teacher: Any, teacher_name: str | None) -> Callable[..., list[list[str]]]:
+    """``rank(queries, doc_ids, doc_texts, top_n)`` by the teacher (cosine, exact), the corpus's embeddings cached
+    under ``DRMIX_CACHE/embeddings/`` keyed by the teacher (its name and a fingerprint of a local folder's files),
+    its document prompt and length, and the texts: another seed or another filter setting does not encode the
+    corpus again (the teacher's corpus pass is most of the stage's time)."""
+    import hashlib
+
+    from drmix.augment.mine import rank
+    from drmix.evaluation.suite import model_stamp
+    from drmix.io import atomic_write_bytes, cache_root
+    from drmix.model.encoder import document_prompt, query_prompt, resolve_model_path
+    from drmix.retrieval.index import encode_texts
+
+    name = resolve_model_path(teacher_name)
+    dp, qp = document_prompt(teacher), query_prompt(teacher)
+
+    def doc_embeddings(texts: list[str]) -> np.ndarray:
+        import io
+
+        h = hashlib.blake2b(digest_size=16)
+        h.update(json.dumps([name, model_stamp(name), dp, getattr(teacher, "max_seq_length", None)]).encode())
+        for t in texts:
+            h.update(t.encode("utf-8", "surrogatepass") + b"\0")
+        path = cache_root() / "embeddings" / f"{h.hexdigest()}.npy"
+        try:
+            emb = np.load(path)
+            if emb.shape[0] == len(texts):
+                return emb
+        except (OSError, ValueError):
+            pass
+        emb = encode_texts(teacher, texts, prompt=dp, normalize=True, cache_embeddings=True)
+        buf = io.BytesIO()
+        np.save(buf, emb)
+        atomic_write_bytes(path, buf.getvalue())
+        return emb
+
+    def ranker(queries: list[str], doc_ids: list[str], doc_texts: list[str], top_n: int) -> list[list[str]]:
+        if not queries:
+            return []
+        q = encode_texts(teacher, queries, prompt=qp, normalize=True)
+        return [[d for d, _ in r] for r in rank(q, doc_embeddings(list(doc_texts)), doc_ids, top_n=top_n)]
+
+    return ranker
+
+
+def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
+    """Write ``synthetic/`` (BEIR folders, train collections, ``stats.json``) in one atomic step; returns the
+    stats. Reads each target's corpus only."""
+    from drmix.augment.synthetic import build_corpus_synthetic, write_corpus_synthetic
+    from drmix.data.beir import read_corpus
+    from drmix.io import atomic_dir, atomic_write_json
+    from drmix.model.encoder import load_encoder
+    from drmix.pretrain.coco import corpus_file
+
+    s = config.synthetic
+    teacher = load_encoder(s.teacher, device=config.run.device)
+    backend = _llm_backend(config, plan.root / "llm-cache.jsonl")
+    rank = teacher_ranker(teacher, s.teacher)
+
+    stats: dict[str, Any] = {}
+    with atomic_dir(plan.root / "synthetic") as tmp:
+        (tmp / "train").mkdir()
+        for name, path in plan.corpora.items():
+            corpus = read_corpus(corpus_file(path))
+            made = build_corpus_synthetic(name, corpus, rank, max_docs=s.max_docs, min_words=s.min_words,
+                                          max_per_doc=s.max_per_doc, filter_k=s.filter_k,
+                                          negative_ranks=s.negative_ranks, dev_queries=s.dev_queries,
+                                          test_queries=s.test_queries, seed=config.optim.seed, backend=backend,
+                                          generate_docs=s.generate_max_docs if backend is not None else 0)
+            write_corpus_synthetic(made, corpus, tmp / name, tmp / "train" / f"synthetic-{name}.jsonl")
+            stats[name] = made.stats
+        atomic_write_json(tmp / "stats.json", {"teacher": s.teacher or "default", "corpora": stats})
+    if backend is not None:
+        backend.close()
+    return stats
+
+
+def read_synthetic_stats(root: Path) -> dict[str, Any]:
+    return json.loads((root / "synthetic" / "stats.json").read_text(encoding="utf-8"))["corpora"]
