@@ -88,6 +88,9 @@ class DataConfig(Part):
         return format_name(v)   # --format sentence-transformers / FlagEmbedding: drmix's st / flag
 
 
+CACHED_MNRL_CHUNK = 32   # CachedMultipleNegativesRankingLoss's default mini_batch_size
+
+
 class ContrastiveConfig(Part):
     """The training objective: batches, negatives, temperature, Matryoshka sizes, the loss."""
 
@@ -102,7 +105,7 @@ class ContrastiveConfig(Part):
     cross_device_negatives: bool = setting(True, description="Gather documents from all processes as negatives (DDP).")
     temperature: float = setting(0.05, gt=0, description="InfoNCE temperature (scores are divided by it; the tDRO paper uses 0.002 on normalised last-token embeddings).")
     matryoshka_dims: list[int] = setting(default_factory=list, description="Also train truncated embeddings of these sizes.")
-    grad_cache_chunk: int = setting(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
+    grad_cache_chunk: int = setting(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off; loss=cached_mnrl: 32, CachedMultipleNegativesRankingLoss's mini_batch_size).")
     mask_duplicates: bool = setting(True, description="Mask false negatives of InfoNCE: an in-batch or hard negative "
                                     "whose text equals the example's positive, and the positive of another example "
                                     "with the same query, leave the softmax (compared by hash; off: every other "
@@ -117,8 +120,8 @@ class ContrastiveConfig(Part):
                         "softmax over positive and hard negatives); margin_mse and kl read the collections' "
                         "positive_scores / negative_scores (docs/training.md, Distillation) | mnrl "
                         "(sentence-transformers' MultipleNegativesRankingLoss, scale 1/temperature) | cached_mnrl "
-                        "(the same with --grad-cache-chunk); mnrl and cached_mnrl give one loss per batch, so they "
-                        "train under --strategy static only.")
+                        "(the same with --grad-cache-chunk, 32 when not given); mnrl and cached_mnrl give one "
+                        "loss per batch, so they train under --strategy static only.")
     teacher_temperature: float = setting(1.0, gt=0, description="loss=kl: teacher scores are divided by it before "
                                          "their softmax (the student's scores by temperature).")
 
@@ -126,6 +129,12 @@ class ContrastiveConfig(Part):
     @classmethod
     def _loss_name(cls, v: Any) -> Any:
         return str(v).strip().lower().replace("-", "_") if v is not None else v
+
+    @model_validator(mode="after")
+    def _cached_mnrl_chunk(self) -> "ContrastiveConfig":
+        if self.loss == "cached_mnrl" and not self.grad_cache_chunk:
+            self.__dict__["grad_cache_chunk"] = CACHED_MNRL_CHUNK   # not assigned: that would validate again
+        return self
 
     @field_validator("matryoshka_dims")
     @classmethod

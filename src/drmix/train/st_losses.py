@@ -9,8 +9,8 @@ By name (``--loss``, registered in :data:`~drmix.train.objective.OBJECTIVES`):
   when ``cross_device_negatives``;
 * ``cached_mnrl`` -- ``CachedMultipleNegativesRankingLoss``: the same loss computed in mini-batches with gradient
   caching (Gao et al., "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup",
-  arXiv:2101.06983); drmix's own GradCache does the caching, so it needs ``--grad-cache-chunk N`` (the loss's
-  ``mini_batch_size``; 32 is its default);
+  arXiv:2101.06983); drmix's own GradCache does the caching with ``--grad-cache-chunk N`` (the loss's
+  ``mini_batch_size``; not given, 32, its default there: :class:`~drmix.config.train.ContrastiveConfig` sets it);
 * ``gist`` -- refused by name (``GISTEmbedLoss`` needs a guide model, which the command line has no option for);
   as an object, ``drmix.train(config, loss=GISTEmbedLoss(model, guide))``, it is :class:`GISTEmbed`.
 
@@ -193,11 +193,6 @@ def _mnrl(config: Any, *, cached: bool = False) -> SentenceTransformersLoss:
     check_static(config.mixture.strategy, name)
     _check_contrastive(config, name)
     c = config.contrastive
-    if cached and not c.grad_cache_chunk:
-        raise ConfigError("loss cached_mnrl is MultipleNegativesRankingLoss computed in mini-batches with gradient "
-                          "caching, which drmix's trainer does with --grad-cache-chunk.",
-                          fix="add --grad-cache-chunk 32 (CachedMultipleNegativesRankingLoss's default "
-                              "mini_batch_size), or use --loss mnrl.")
     from drmix.device import dist_info
 
     loss = MultipleNegativesRankingLoss(None, scale=1.0 / c.temperature,
@@ -216,5 +211,6 @@ def _gist(config: Any) -> Objective:
 OBJECTIVES.register(ObjectiveSpec("mnrl", _mnrl, "sentence-transformers' MultipleNegativesRankingLoss "
                                                  "(scale 1/temperature); static strategy only."))
 OBJECTIVES.register(ObjectiveSpec("cached_mnrl", lambda c: _mnrl(c, cached=True),
-                                  "CachedMultipleNegativesRankingLoss: MNRL with --grad-cache-chunk; static only."))
+                                  "CachedMultipleNegativesRankingLoss: MNRL with --grad-cache-chunk (default 32); "
+                                  "static only."))
 OBJECTIVES.register(ObjectiveSpec("gist", _gist, "GISTEmbedLoss: refused (it embeds with a guide model itself)."))
