@@ -9,6 +9,7 @@ docs/training.md.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -207,6 +208,14 @@ class EvalConfig(Part):
     query_instructions: dict[str, str] = setting(default_factory=dict, description="Query instruction per evaluation dataset (dataset name -> text), used by every evaluation and saved in the model folder's prompts (see docs/llm.md).")
 
 
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
+
+
+def _is_path(value: Any) -> bool:
+    """``resume: PATH``: a string that is not one of the words pydantic reads as a boolean."""
+    return isinstance(value, (str, Path)) and str(value).strip().lower() not in _BOOL_WORDS
+
+
 class RunConfig(Part):
     """Where the run writes, checkpoints, logging, resuming, trackers, the device."""
 
@@ -216,7 +225,9 @@ class RunConfig(Part):
     save_every: int = setting(200, ge=1, role=OPERATIONAL, description="Checkpoint every N optimiser steps.")
     keep_checkpoints: int = setting(2, ge=1, role=OPERATIONAL, description="How many recent checkpoints to keep.")
     log_every: int = setting(10, ge=1, role=OPERATIONAL, description="Write a metrics record every N steps.")
-    resume: bool = setting(False, role=OPERATIONAL, description="Continue from the latest checkpoint in output_dir.")
+    resume: bool = setting(False, role=OPERATIONAL, description="Continue from the latest checkpoint in output_dir; "
+                           "--resume PATH (or resume: PATH in YAML) continues from that checkpoint, as "
+                           "--resume-from PATH does (transformers' resume_from_checkpoint takes True or a path).")
     resume_with_changes: bool = setting(False, role=OPERATIONAL, description="With resume: accept training fields that differ from the checkpoint's (logged in metrics.jsonl); in a recipe: re-run the stages whose settings or inputs changed, and those built on them.")
     resume_from: str | None = setting(None, role=OPERATIONAL, description="Continue from this checkpoint folder of "
                                       "the run in output_dir (e.g. RUN/checkpoints/step-400) instead of the latest; "
@@ -240,6 +251,11 @@ class RunConfig(Part):
     @model_validator(mode="before")
     @classmethod
     def _resume_from_resumes(cls, data: Any) -> Any:
+        if isinstance(data, dict) and _is_path(data.get("resume")):
+            given, path = data.get("resume_from"), str(data["resume"])
+            if given and str(given) != path:
+                raise ValueError(f"resume names {path} and resume_from {given}; pass one checkpoint")
+            data = {**data, "resume_from": path}
         if isinstance(data, dict) and data.get("resume_from"):
             data = {**data, "resume": True}
         return data
