@@ -70,8 +70,9 @@ class DataConfig(Part):
                                        "BGE: its instruction), before a collection's own instruction; saved as the "
                                        "model folder's 'query' prompt. Default: the model folder's query prompt.")
     document_prompt: str | None = setting(None, description="Text prepended to every training document (E5: "
-                                          "'passage: '); saved as the model folder's 'document' prompt. Default: "
-                                          "the model folder's document prompt.")
+                                          "'passage: '), before a collection's own document_prompt; saved as the "
+                                          "model folder's 'document' prompt. Default: the model folder's document "
+                                          "prompt.")
 
     @field_validator("collections", mode="before")
     @classmethod
