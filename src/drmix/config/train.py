@@ -122,8 +122,10 @@ class ContrastiveConfig(Part):
                         "softmax over positive and hard negatives); margin_mse and kl read the collections' "
                         "positive_scores / negative_scores (docs/training.md, Distillation) | mnrl "
                         "(sentence-transformers' MultipleNegativesRankingLoss, scale 1/temperature) | cached_mnrl "
-                        "(the same with --grad-cache-chunk, 32 when not given); mnrl and cached_mnrl give one "
-                        "loss per batch, so they train under --strategy static only.")
+                        "(the same with --grad-cache-chunk, 32 when not given) | cosent / angle "
+                        "(sentence-transformers' CoSENTLoss / AnglELoss on scored pairs: sentence1, sentence2, "
+                        "score rows); the sentence-transformers losses give one loss per batch, so they train "
+                        "under --strategy static only.")
     teacher_temperature: float = setting(1.0, gt=0, description="loss=kl: teacher scores are divided by it before "
                                          "their softmax (the student's scores by temperature).")
 
