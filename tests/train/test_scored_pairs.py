@@ -108,3 +108,21 @@ def test_scored_pairs_are_read_only_under_a_scored_pair_loss(tiny_model_path, tm
 def test_refusals_say_why(fields, match):
     with pytest.raises(ConfigError, match=match):
         objective_from_config(TrainConfig(**fields))
+
+
+def test_pair_score_loss_objects_train_on_scored_pairs_too():
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss, CosineSimilarityLoss
+
+    from drmix.train.scored_pairs import ScoredPairLoss
+    from drmix.train.st_losses import objective_from_loss
+
+    obj = objective_from_loss(CoSENTLoss(None, scale=5.0), TrainConfig())
+    assert isinstance(obj, ScoredPairLoss) and obj.scored_pairs and obj.num_negatives == 0
+    cos = objective_from_loss(CosineSimilarityLoss(None), TrainConfig())
+    q, d = torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([[1.0, 0.0], [1.0, 0.0]])   # cosines 1 and 0
+    batch = SimpleNamespace(positive_scores=np.array([0.5, 0.5]))
+    # MSE of the cosines to the scores: ((1 - 0.5)^2 + (0 - 0.5)^2) / 2
+    assert cos.losses(q, d, torch.ones(2, 0, dtype=torch.bool), gather=False, batch=batch)[0].item() == \
+        pytest.approx(0.25)
+    with pytest.raises(ConfigError, match="--strategy groupdro"):
+        objective_from_loss(CoSENTLoss(None), TrainConfig(strategy="groupdro"))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 
 from drmix.errors import ConfigError
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: the sentence-transformers losses whose labels are the teacher's score margins (``[B, H]``)
 MARGIN_LOSSES = ("MarginMSELoss",)
+#: the loss objects trained on scored pairs (labels: the pairs' scores; drmix.train.scored_pairs)
+PAIR_SCORE_LOSSES = ("CoSENTLoss", "AnglELoss", "CosineSimilarityLoss")
 
 
 def check_static(strategy: str, loss: str) -> None:
@@ -119,6 +122,38 @@ class SentenceTransformersLoss(Objective):
         return {"loss": type(self.loss).__name__}
 
 
+class ScoredPairLoss(SentenceTransformersLoss):
+    """A sentence-transformers pair-score loss (``compute_loss_from_embeddings([a, b], scores)``) over scored
+    pairs: the query side's and the positive's embeddings, labels the rows' scores."""
+
+    #: the trainer reads pair-score rows as scored pairs for this objective (drmix.data.formats)
+    scored_pairs = True
+
+    def __init__(self, loss: torch.nn.Module, *, name: str | None = None) -> None:
+        super().__init__(loss, num_negatives=0, name=name)
+
+    def builder(self, collections: list, *, seed: int, tokens: list | None) -> Any:
+        from drmix.data.sampling import BatchBuilder
+
+        for c in collections:
+            if not c.has_scores or any(len(s or []) != 1 for s in c.dataset["positive_scores"]):
+                raise ConfigError(f"loss {self.name} trains on scored pairs (text1, text2, score), and collection "
+                                  f"{c.name!r} ({c.source}) has rows without exactly one score.",
+                                  fix="give every row of it two texts and a score (sentence1, sentence2, score), or "
+                                      "train a (query, positive, negatives) collection with --loss infonce.")
+        return BatchBuilder(collections, 0, seed=seed, tokens=tokens, scores=True)
+
+    def losses(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *, gather: bool,
+               batch: Any = None) -> torch.Tensor:
+        if batch is None or getattr(batch, "positive_scores", None) is None:
+            raise ConfigError(f"{self.name} needs the batch's pair scores, and none were drawn.",
+                              fix="train through drmix's Trainer, whose batch builder reads them for this loss.")
+        B = q.size(0)
+        labels = torch.as_tensor(np.asarray(batch.positive_scores, dtype=np.float32), device=q.device)
+        value = self.loss.compute_loss_from_embeddings([q.float(), d[:B].float()], labels)
+        return value.expand(B)
+
+
 class GISTEmbed(SentenceTransformersLoss):
     """A ``GISTEmbedLoss(model, guide)`` object over drmix's embeddings: its guide embeds the batch's texts (no
     gradient), and the loss is GISTEmbed's (Solatorio, "GISTEmbed: Guided In-sample Selection of Training
@@ -183,6 +218,8 @@ def objective_from_loss(loss: torch.nn.Module, config: Any, strategy: Any = None
     check_static(getattr(strategy, "name", None) or config.mixture.strategy, type(loss).__name__)
     if type(loss).__name__ == "GISTEmbedLoss":
         return GISTEmbed(loss, num_negatives=config.contrastive.num_negatives)
+    if type(loss).__name__ in PAIR_SCORE_LOSSES:   # CoSENTLoss, AnglELoss, CosineSimilarityLoss: scored pairs
+        return ScoredPairLoss(loss)
     return SentenceTransformersLoss(loss, num_negatives=config.contrastive.num_negatives)
 
 
