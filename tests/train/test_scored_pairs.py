@@ -126,3 +126,22 @@ def test_pair_score_loss_objects_train_on_scored_pairs_too():
         pytest.approx(0.25)
     with pytest.raises(ConfigError, match="--strategy groupdro"):
         objective_from_loss(CoSENTLoss(None), TrainConfig(strategy="groupdro"))
+
+
+def test_drmix_train_on_an_in_memory_scored_pair_dataset_as_sentence_transformers_takes_it(tiny_model_path,
+                                                                                          tmp_path):
+    import datasets
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+
+    import drmix
+    from drmix.train.scored_pairs import reads_scored_pairs
+
+    ds = datasets.Dataset.from_dict({"sentence1": ["alpha beta", "gamma delta", "alpha gamma", "beta delta"],
+                                     "sentence2": ["alpha beta", "omega psi", "alpha", "psi"],
+                                     "score": [1.0, 0.0, 0.7, 0.2]})
+    cfg = config(tiny_model_path, tmp_path / "unused", tmp_path / "run", max_steps=2, batch_size=4).replace(data=[])
+    result = drmix.train(cfg, train_dataset=ds, loss="cosent")
+    assert result.steps == 2
+    cfg2 = cfg.replace(output_dir=str(tmp_path / "run2"))
+    assert drmix.train(cfg2, train_dataset=ds, loss=CoSENTLoss(None)).steps == 2
+    assert reads_scored_pairs(TrainConfig(loss="angle")) and not reads_scored_pairs(TrainConfig())

@@ -29,10 +29,17 @@ from drmix.errors import ConfigError
 from drmix.train.objective import OBJECTIVES, ObjectiveSpec
 from drmix.train.st_losses import ScoredPairLoss, check_static
 
-__all__ = ["LOSSES", "ScoredPairLoss"]
+__all__ = ["LOSSES", "ScoredPairLoss", "reads_scored_pairs"]
 
 #: drmix's loss name -> sentence-transformers' loss class
 LOSSES = {"cosent": "CoSENTLoss", "angle": "AnglELoss"}
+
+
+def reads_scored_pairs(config: Any, objective: Any = None) -> bool:
+    """Whether the run's loss trains on scored pairs: the objective given, else ``config.contrastive.loss``."""
+    if objective is not None:
+        return bool(getattr(objective, "scored_pairs", False))
+    return config.contrastive.loss in LOSSES
 
 
 def _build(config: Any, name: str) -> ScoredPairLoss:
