@@ -145,3 +145,18 @@ def test_drmix_train_on_an_in_memory_scored_pair_dataset_as_sentence_transformer
     cfg2 = cfg.replace(output_dir=str(tmp_path / "run2"))
     assert drmix.train(cfg2, train_dataset=ds, loss=CoSENTLoss(None)).steps == 2
     assert reads_scored_pairs(TrainConfig(loss="angle")) and not reads_scored_pairs(TrainConfig())
+
+
+def test_cli_trains_cosent_on_a_csv_of_scored_pairs_and_other_losses_point_to_it(tiny_model_path, tmp_path, capsys):
+    from cli_helpers import run
+
+    csv = tmp_path / "sts.csv"
+    csv.write_text("sentence1,sentence2,score\nalpha beta,alpha beta,5.0\ngamma delta,omega psi,0.0\n"
+                   "alpha gamma,alpha,3.5\nbeta delta,psi,1.0\n", encoding="utf-8")
+    common = ["train", "--data", str(csv), "--model", tiny_model_path, "--max-steps", "2", "--batch-size", "4",
+              "--device", "cpu", "--no-show-progress"]
+    code, _, err = run([*common, "--loss", "cosent", "--output-dir", str(tmp_path / "run")], capsys)
+    assert code == 0, err
+    assert (tmp_path / "run" / "model" / "modules.json").exists()
+    code, _, err = run([*common, "--output-dir", str(tmp_path / "other")], capsys)
+    assert code == 2 and "--loss cosent" in err and "sts.csv" in err

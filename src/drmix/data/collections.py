@@ -102,9 +102,14 @@ def _conversion_key(content: str, plan: Plan, extra: Mapping[str, Any] | None = 
 
 
 def _table_key(content: str, format: str | None, columns: Mapping[str, str] | None) -> str:
-    """Key of a table's conversion: its content and what decides the plan (the columns follow from the content)."""
+    """Key of a table's conversion: its content and what decides the plan (the columns follow from the content;
+    pair rows with a label are read only under a scored-pair loss, so that is part of the key when on)."""
+    from drmix.data.formats import scored_pairs_on
+
     payload = {"content": content, "format": format or "auto", "columns": dict(columns or {}),
                "version": CONVERTER_VERSION}
+    if scored_pairs_on():
+        payload["scored_pairs"] = True
     return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 

@@ -218,6 +218,11 @@ def _first(names: Iterable[str], keys: Sequence[str]) -> str | None:
 _SCORED_PAIRS: ContextVar[bool] = ContextVar("drmix_scored_pairs", default=False)
 
 
+def scored_pairs_on() -> bool:
+    """Whether pair rows with a label are read as scored pairs here (:func:`reading_scored_pairs`)."""
+    return _SCORED_PAIRS.get()
+
+
 @contextmanager
 def reading_scored_pairs(on: bool = True) -> Iterator[None]:
     """Within it, pair rows with a label and no negative (``sentence1, sentence2, score``) are read as scored
