@@ -160,3 +160,14 @@ def test_cli_trains_cosent_on_a_csv_of_scored_pairs_and_other_losses_point_to_it
     assert (tmp_path / "run" / "model" / "modules.json").exists()
     code, _, err = run([*common, "--output-dir", str(tmp_path / "other")], capsys)
     assert code == 2 and "--loss cosent" in err and "sts.csv" in err
+
+
+def test_one_score_each_is_counted_in_arrow():
+    import datasets
+
+    from drmix.train.st_losses import _one_score_each
+
+    assert _one_score_each(datasets.Dataset.from_dict({"positive_scores": [[1.0], [0.5]]}))
+    assert not _one_score_each(datasets.Dataset.from_dict({"positive_scores": [[1.0], [0.5, 0.2]]}))
+    assert not _one_score_each(datasets.Dataset.from_dict({"positive_scores": [[1.0], []]}))
+    assert not _one_score_each(datasets.Dataset.from_dict({"positive_scores": [[1.0], None]}))

@@ -136,7 +136,7 @@ class ScoredPairLoss(SentenceTransformersLoss):
         from drmix.data.sampling import BatchBuilder
 
         for c in collections:
-            if not c.has_scores or any(len(s or []) != 1 for s in c.dataset["positive_scores"]):
+            if not c.has_scores or not _one_score_each(c.dataset):
                 raise ConfigError(f"loss {self.name} trains on scored pairs (text1, text2, score), and collection "
                                   f"{c.name!r} ({c.source}) has rows without exactly one score.",
                                   fix="give every row of it two texts and a score (sentence1, sentence2, score), or "
@@ -152,6 +152,14 @@ class ScoredPairLoss(SentenceTransformersLoss):
         labels = torch.as_tensor(np.asarray(batch.positive_scores, dtype=np.float32), device=q.device)
         value = self.loss.compute_loss_from_embeddings([q.float(), d[:B].float()], labels)
         return value.expand(B)
+
+
+def _one_score_each(dataset: Any) -> bool:
+    """Whether every row has exactly one positive score (counted in Arrow, without reading the rows)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(dataset.data.column("positive_scores"))
+    return lengths.null_count == 0 and bool(pc.all(pc.equal(lengths, 1)).as_py())
 
 
 class GISTEmbed(SentenceTransformersLoss):
