@@ -57,6 +57,6 @@ def test_max_queries_scores_the_seeded_sample_a_model_evaluation_keeps(beir, tmp
         assert report.info["toy"]["queries"] == 1
         assert report.info["toy"]["subsample"] == {"of_queries": 2, "seed": seed}
         assert report.label("toy") == "toy (sample: 1 of 2 queries)"
-        assert "Sampled evaluation" in report.to_markdown()
+        assert "a seeded sample of the queries" in report.to_markdown()
     full = evaluate_run_files([run], [beir], metrics=("mrr@10",), max_queries=2)
     assert "subsample" not in full.info["toy"] and full.results["toy"]["mrr@10"] == 0.5
