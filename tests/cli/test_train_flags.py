@@ -55,7 +55,8 @@ def test_deepspeed_config_is_checked_then_handed_to_accelerate(tmp_path, monkeyp
     import importlib.util
 
     for var in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_CONFIG_FILE"):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")      # recorded, so what use_deepspeed sets is removed after the test
+        monkeypatch.delenv(var)
     with pytest.raises(ConfigError, match="does not exist"):
         apply_aliases({}, aliases(deepspeed=tmp_path / "ds.json"))
     (tmp_path / "bad.json").write_text("[1, 2]")
