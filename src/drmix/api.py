@@ -75,10 +75,13 @@ def train(config: TrainConfig, *, strategy: Any = None, objective: Any = None,
         objective = objective_from_loss(loss, config, strategy)
     config = _model_record(config, model)
     if train_dataset is not None:
+        from drmix.data.formats import reading_scored_pairs
         from drmix.data.in_memory import collections_from_datasets
+        from drmix.train.scored_pairs import reads_scored_pairs
 
-        kwargs["collections"] = collections_from_datasets(train_dataset, format=config.data.format,
-                                                          columns=config.data.columns)
+        with reading_scored_pairs(reads_scored_pairs(config, objective)):   # sentence1, sentence2, score rows
+            kwargs["collections"] = collections_from_datasets(train_dataset, format=config.data.format,
+                                                              columns=config.data.columns)
     if model is not None:
         kwargs["model"] = model
     evaluators = [] if evaluator is None else list(evaluator) if isinstance(evaluator, (list, tuple)) else [evaluator]

@@ -48,3 +48,25 @@ def test_teacher_mode_is_the_earlier_augment_mine(tmp_path, queries, tiny_model_
 def test_options_of_the_other_mode_and_missing_inputs_are_refused(tmp_path, capsys, argv, message):
     code, _, err = run(["mine", "-o", str(tmp_path / "out.jsonl"), *argv], capsys)
     assert code == 2 and message in err and not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.parametrize("flag, shown", [([], True), (["--no-progress"], False)])
+def test_both_modes_show_a_progress_bar_in_passages_unless_no_progress(tmp_path, queries, tiny_model_path, capsys,
+                                                                      monkeypatch, flag, shown):
+    import drmix.augment.mine as mine
+
+    passes, embed = [], mine.embed
+    monkeypatch.setattr(mine, "embed", lambda *a, **kw: passes.append(kw["show_progress"]) or embed(*a, **kw))
+    corpus = write_beir(tmp_path / "toy", CORPUS, {"q0": "cats"}, {"test": {"q0": {"d0": 1}}})
+    code, _, err = run(["mine", "--mode", "teacher", "--queries", str(queries), "--corpus", str(corpus), "-o",
+                        str(tmp_path / "t.jsonl"), "--model", tiny_model_path, "--positive-ranks", "1:2", "--ranks",
+                        "3:4", *flag], capsys)
+    assert code == 0, err
+    assert ("passage/s" in err) is shown                   # tqdm's rate in passages/s, with the time left
+    labelled = tmp_path / "l.jsonl"
+    labelled.write_text("".join(json.dumps({"query": f"about {t}", "positive": CORPUS[f"d{i}"]["text"]}) + "\n"
+                                for i, t in enumerate(TOPICS)), encoding="utf-8")
+    code, _, err = run(["mine", "--data", str(labelled), "-o", str(tmp_path / "n.jsonl"), "--model", tiny_model_path,
+                        "--ranks", "1:3", *flag], capsys)
+    assert code == 0, err
+    assert passes == [shown, shown] and ("passage/s" in err) is shown

@@ -79,6 +79,14 @@ def test_search_trec_run_scored_by_eval_run(app, indexed, tmp_path):
     assert report["model"] == "run.trec" and report["info"]["toy"]["run"] == str(run)
     result = runner.invoke(app, ["eval", "--run", str(run), "--data", str(data), "--model", "x", "--dims", "8"])
     assert isinstance(result.exception, ConfigError) and "--model, --dims" in str(result.exception)
+    result = runner.invoke(app, ["eval", "--run", str(run), "--data", str(data), "--max-queries", "1", "--seed",
+                                 "1", "--output", str(tmp_path / "sampled")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "sampled" / "eval.json").read_text())
+    assert report["info"]["toy"]["queries"] == 1 and report["info"]["toy"]["subsample"]["of_queries"] == 2
+    assert "toy (sample: 1 of 2 queries)" in (tmp_path / "sampled" / "eval.md").read_text()
+    result = runner.invoke(app, ["eval", "--run", str(run), "--data", str(data), "--max-docs", "3"])
+    assert isinstance(result.exception, ConfigError) and "--max-docs" in str(result.exception)
     result = runner.invoke(app, ["search", "--index", str(root / "idx"), "-q", "x", "--format", "trec", "--json"])
     assert isinstance(result.exception, ConfigError)
 

@@ -55,7 +55,8 @@ def test_deepspeed_config_is_checked_then_handed_to_accelerate(tmp_path, monkeyp
     import importlib.util
 
     for var in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_CONFIG_FILE"):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")      # recorded, so what use_deepspeed sets is removed after the test
+        monkeypatch.delenv(var)
     with pytest.raises(ConfigError, match="does not exist"):
         apply_aliases({}, aliases(deepspeed=tmp_path / "ds.json"))
     (tmp_path / "bad.json").write_text("[1, 2]")
@@ -151,3 +152,48 @@ def test_argv_mistakes_are_reported_before_torch_loads(tmp_path):
                           env={**os.environ, "COLUMNS": "60"})
     assert done.returncode == 0, done.stderr
     assert "collection path does not exist" in done.stderr
+
+
+def test_resume_takes_an_optional_checkpoint_path_as_transformers_resume_from_checkpoint():
+    from drmix.cli.train_flags import resume_path_args
+
+    assert resume_path_args(["--resume", "--data", "d"]) == ["--resume", "--data", "d"]      # the latest
+    assert resume_path_args(["--data", "d", "--resume"]) == ["--data", "d", "--resume"]
+    assert resume_path_args(["--resume", "run/checkpoints/step-4", "--data", "d"]) == \
+        ["--resume-from", "run/checkpoints/step-4", "--data", "d"]
+    assert resume_path_args(["--resume=run/checkpoint-4"]) == ["--resume-from", "run/checkpoint-4"]
+    assert resume_path_args(["--resume", "c", "--resume-from", "c"]) == ["--resume-from", "c", "--resume-from", "c"]
+    with pytest.raises(ConfigError, match="2 checkpoints: a, b"):
+        resume_path_args(["--resume", "a", "--resume-from", "b"])
+    with pytest.raises(ConfigError, match="2 checkpoints"):
+        resume_path_args(["--resume-from=a", "--resume", "b"])
+    # in YAML, resume: PATH is resume_from: PATH; true/false stay the flag
+    assert TrainConfig(resume="run/checkpoints/step-4").run.resume_from == "run/checkpoints/step-4"
+    assert TrainConfig(resume="run/checkpoints/step-4").run.resume is True
+    assert (TrainConfig(resume="true").run.resume, TrainConfig(resume="true").run.resume_from) == (True, None)
+    assert TrainConfig(resume="no").run.resume is False
+    with pytest.raises(ValueError, match="pass one checkpoint"):
+        TrainConfig(resume="a", resume_from="b")
+
+
+def test_train_resume_path_on_the_command_line_resumes_from_that_checkpoint(tmp_path, monkeypatch, capsys):
+    import drmix.api
+
+    seen = {}
+
+    def fake_train(config, **kw):
+        seen["config"] = config
+        raise Captured
+
+    monkeypatch.setattr(drmix.api, "train", fake_train)
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"query": "q", "positive": "p"}\n')
+    ckpt = tmp_path / "run" / "checkpoints" / "step-2"
+    with pytest.raises(Captured):
+        run(["train", "--data", str(data), "--output-dir", str(tmp_path / "run"), "--resume", str(ckpt)], capsys)
+    assert (seen["config"].run.resume, seen["config"].run.resume_from) == (True, str(ckpt))
+    with pytest.raises(Captured):
+        run(["train", "--resume", "--data", str(data), "--output-dir", str(tmp_path / "run")], capsys)
+    assert (seen["config"].run.resume, seen["config"].run.resume_from) == (True, None)
+    code, _, err = run(["train", "--data", str(data), "--resume", "a", "--resume-from", "b"], capsys)
+    assert code == 2 and "--resume / --resume-from name 2 checkpoints" in err

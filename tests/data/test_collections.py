@@ -44,6 +44,24 @@ def test_yaml_list_with_names_instructions_weights_and_relative_paths(tmp_path):
     assert cols[1].format_query("what is up") == "what is up"
 
 
+def test_document_prompt_per_collection_from_a_yaml_list_or_a_spec(tmp_path):
+    from drmix.data.spec import CollectionSpec
+
+    write_jsonl(tmp_path / "x.jsonl", [{"query": "q", "positive": "p", "negatives": ["n"]}])
+    (tmp_path / "mix.yaml").write_text(
+        "- {path: x.jsonl, name: e5, document_prompt: 'passage: '}\n"
+        "- {path: x.jsonl, name: bare}\n", encoding="utf-8")
+    e5, bare = load_collections([str(tmp_path / "mix.yaml")])
+    assert (e5.document_prompt, bare.document_prompt) == ("passage: ", None)
+    assert e5.format_documents(["p", "n"]) == ["passage: p", "passage: n"]      # prepended as is, no space added
+    assert bare.format_documents(["p"]) == ["p"] and bare.format_documents(None) == []
+    # a spec naming the list gives its prompt to the items that set none; an item's own one stays
+    e5, bare = load_collections([CollectionSpec(path=str(tmp_path / "mix.yaml"), document_prompt="doc: ")])
+    assert (e5.document_prompt, bare.document_prompt) == ("passage: ", "doc: ")
+    [one] = load_collections([CollectionSpec(path=str(tmp_path / "x.jsonl"), document_prompt="passage: ")])
+    assert one.document_prompt == "passage: "
+
+
 def test_instruction_separator():
     assert apply_instruction("query: ", "x") == "query: x"
     assert apply_instruction("Find docs:", "x") == "Find docs: x"

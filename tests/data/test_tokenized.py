@@ -136,3 +136,32 @@ def test_ragged_is_the_one_view_of_list_and_list_of_list_columns():
     d = Ragged.of(docs)                               # a slice: offsets start past 0 in the buffer
     assert len(d) == 2 and d.counts(np.array([0, 1])).tolist() == [0, 1]
     assert d.item(1, 0).tolist() == [10, 11, 12] and d.values.values.dtype == np.int32
+
+
+def test_a_collections_document_prompt_follows_the_global_one_in_ids_texts_and_cache_key(model, coll, tmp_path):
+    import hashlib
+
+    from drmix.data.tokenized import FORMAT_VERSION, cache_key
+
+    kw = dict(query_max_length=64, doc_max_length=64, query_prompt="", doc_prompt="d: ", cache_dir=tmp_path)
+    plain = tokenize_collection(coll, model, **kw)
+    coll.document_prompt = "passage: "
+    t = tokenize_collection(coll, model, **kw)
+    assert t.path != plain.path
+    assert [t.positives.item(0, j).tolist() for j in range(2)] == preprocess_ids(
+        model, ["d: passage: " + p for p in ROWS[0]["positive"]], 64)
+    assert [t.negatives.item(1, 0).tolist()] == preprocess_ids(model, ["d: passage: hard negative one"], 64)
+    assert t.query(2).tolist() == preprocess_ids(model, [coll.format_query("short")], 64)[0]   # queries untouched
+    # the text path prefixes the same way (the global prompt is the featurizer's), so both draw the same texts
+    text, ids = BatchBuilder([coll], 2, seed=3), BatchBuilder([coll], 2, seed=3, tokens=[t])
+    a, b = text.build([(0, 0), (0, 1), (0, 2)]), ids.build([(0, 0), (0, 1), (0, 2)])
+    assert a.positives[2] == "passage: x" and a.negatives[1] == ["passage: hard negative one"]
+    assert list(b.positives) == a.positives and list(b.negatives) == a.negatives
+    assert [p.tolist() for p in b.tokens.positives] == preprocess_ids(model, ["d: " + p for p in a.positives], 64)
+    # no document prompt: the key of the ids stored before the option existed
+    old = {"version": FORMAT_VERSION, "content": "c", "tokenizer": "t", "q_len": 1, "d_len": 2, "q_prompt": "",
+           "d_prompt": "", "instruction": None}
+    digest = hashlib.blake2b(json.dumps(old, sort_keys=True).encode(), digest_size=16).hexdigest()
+    args = dict(query_max_length=1, doc_max_length=2, query_prompt="", doc_prompt="", instruction=None)
+    assert cache_key("c", "t", **args) == cache_key("c", "t", document_prompt=None, **args) == digest
+    assert cache_key("c", "t", document_prompt="passage: ", **args) != digest

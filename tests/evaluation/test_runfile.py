@@ -40,3 +40,23 @@ def test_run_is_cut_to_k(beir, tmp_path):
 def test_one_run_per_dataset(beir, tmp_path):
     with pytest.raises(ConfigError, match="one --run per --data"):
         evaluate_run_files([tmp_path / "a", tmp_path / "b"], [beir])
+
+
+def test_max_queries_scores_the_seeded_sample_a_model_evaluation_keeps(beir, tmp_path):
+    from drmix.data.beir import load_beir
+    from drmix.evaluation.evaluate import subsample
+
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 a 1 0.9 t\nq2 Q0 x 1 0.3 t\n")        # q1 right (1.0), q2 wrong (0.0)
+    # seed 0 keeps q2, seed 1 keeps q1 (numpy's default_rng(seed).choice(2, 1)), as subsample does for a model
+    for seed, kept, mrr in ((0, "q2", 0.0), (1, "q1", 1.0)):
+        report = evaluate_run_files([run], [beir], metrics=("mrr@10",), max_queries=1, seed=seed)
+        assert list(report.per_query["toy"]) == [kept] == list(subsample(load_beir(beir, "test"), max_queries=1,
+                                                                          seed=seed).qrels)
+        assert report.results["toy"]["mrr@10"] == mrr
+        assert report.info["toy"]["queries"] == 1
+        assert report.info["toy"]["subsample"] == {"of_queries": 2, "seed": seed}
+        assert report.label("toy") == "toy (sample: 1 of 2 queries)"
+        assert "a seeded sample of the queries" in report.to_markdown()
+    full = evaluate_run_files([run], [beir], metrics=("mrr@10",), max_queries=2)
+    assert "subsample" not in full.info["toy"] and full.results["toy"]["mrr@10"] == 0.5

@@ -65,7 +65,6 @@ def test_margin_mse_object_takes_the_teacher_margins_of_the_batch(tiny_model_pat
 
 @pytest.mark.parametrize("fields, match", [
     (dict(loss="mnrl", strategy="groupdro", batching="mixed"), "one loss per batch"),
-    (dict(loss="cached_mnrl"), "--grad-cache-chunk"),
     (dict(loss="gist"), "guide model"),
     (dict(loss="mnrl", matryoshka_dims=[4]), "--matryoshka-dims"),
     (dict(loss="mnrl", in_batch_negatives=False), "--no-in-batch-negatives"),
@@ -73,6 +72,14 @@ def test_margin_mse_object_takes_the_teacher_margins_of_the_batch(tiny_model_pat
 def test_refusals_say_why(fields, match):
     with pytest.raises(ConfigError, match=match):
         objective_from_config(TrainConfig(**fields))
+
+
+def test_cached_mnrl_chunk_defaults_to_the_loss_mini_batch_size_and_keeps_a_given_one():
+    assert TrainConfig(loss="cached_mnrl").contrastive.grad_cache_chunk == 32
+    assert TrainConfig(loss="cached-mnrl", grad_cache_chunk=8).contrastive.grad_cache_chunk == 8
+    assert TrainConfig(loss="mnrl").contrastive.grad_cache_chunk == 0
+    cfg = TrainConfig(loss="cached_mnrl")
+    assert TrainConfig.model_validate(cfg.model_dump()).contrastive.grad_cache_chunk == 32   # as config.yaml reloads
 
 
 def test_cached_mnrl_with_grad_cache_chunk_and_loss_objects_without_embeddings_api(tiny_model_path):

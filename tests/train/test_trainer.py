@@ -169,3 +169,21 @@ def test_query_and_document_prompts_are_trained_with_and_saved(tiny_model_path, 
     assert saved["prompts"]["query"] == "query: " and saved["prompts"]["document"] == "passage: "
     # the run root reads the same prompts (SentenceTransformer(RUN))
     assert _json.loads((out / "config_sentence_transformers.json").read_text())["prompts"] == saved["prompts"]
+
+
+def test_a_collections_document_prompt_is_trained_with_and_recorded_in_config_yaml(tiny_model_path, data, tmp_path):
+    import yaml
+
+    out = tmp_path / "run"
+    specs = [{"path": str(data / "greek.jsonl"), "document_prompt": "passage: "}, str(data / "letters.jsonl")]
+    trainer = Trainer(config(tiny_model_path, data, out, max_steps=2, batching="mixed").replace(data=specs))
+    greek, letters = trainer.collections
+    assert (greek.document_prompt, letters.document_prompt) == ("passage: ", None)
+    batch = trainer.builder.build([(0, 0), (1, 0)])       # from the stored ids (pre-tokenised by default)
+    first = greek.dataset[0]["positives"][0]
+    assert list(batch.positives) == ["passage: " + first, letters.dataset[0]["positives"][0]]
+    ids = trainer.model.tokenizer("passage: " + first)["input_ids"]
+    assert batch.tokens.positives[0].tolist() == ids
+    trainer.train()
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    assert saved["data"]["collections"][0]["document_prompt"] == "passage: "

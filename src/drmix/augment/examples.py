@@ -69,18 +69,20 @@ def crop_rows(queries: Sequence[Any], corpus: Mapping[str, str]) -> list[dict[st
 
 def mine_examples(rows: Sequence[dict[str, Any]], corpus: Mapping[str, str], model: Any, *,
                   positives: RankWindow | str = POSITIVES, negatives: RankWindow | str = NEGATIVES,
-                  keep_candidates: int = 20, batch_size: int = 64,
-                  teacher_name: str = "") -> tuple[list[dict[str, Any]], Counter]:
+                  keep_candidates: int = 20, batch_size: int = 64, teacher_name: str = "",
+                  show_progress: bool = False) -> tuple[list[dict[str, Any]], Counter]:
     """Teacher positives and hard negatives for each query row (see the module docstring).
 
     ``corpus`` maps ids to document texts. Returns the collection lines and counts (``kept``,
-    ``no_positive``, ``short_negatives``).
+    ``no_positive``, ``short_negatives``). ``show_progress``: a bar in passages/s with the time left for the
+    corpus's and the queries' encoding passes.
     """
     positives, negatives = RankWindow.parse(positives), RankWindow.parse(negatives)
     ids = list(corpus)
     texts = [corpus[i] for i in ids]
     top_n = max(positives.end, negatives.end, keep_candidates)
-    ranked = mine_ranked([r["query"] for r in rows], ids, texts, model, top_n=top_n, batch_size=batch_size)
+    ranked = mine_ranked([r["query"] for r in rows], ids, texts, model, top_n=top_n, batch_size=batch_size,
+                         show_progress=show_progress)
     counts: Counter = Counter()
     out = []
     for row, ranking in zip(rows, ranked):

@@ -184,7 +184,8 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
                     num_negatives: int = 1, sampling: Literal["top", "random"] = "top",
                     max_score_ratio: float | None = 0.95, keep_negatives: bool = False, seed: int = 42,
                     batch_size: int = 64, model_name: str | None = None,
-                    query_prompt: str | None = None, format: str | None = None, columns: Any = None) -> MineStats:
+                    query_prompt: str | None = None, format: str | None = None, columns: Any = None,
+                    show_progress: bool = False) -> MineStats:
     """Mine hard negatives for one collection into the drmix JSONL file ``out_path`` (written atomically).
 
     ``in_path`` is anything :func:`drmix.data.collections.load_collections` reads as one collection (any layout,
@@ -196,7 +197,8 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
     appends them to the row's existing negatives instead of replacing them. Teacher scores of the input
     (``positive_scores``/``negative_scores``) are replaced by the mining model's scores (inner products of the
     normalised embeddings) of the row's positives and new negatives, aligned with them: the teacher scores
-    ``--loss margin_mse`` / ``--loss kl`` distil (:mod:`drmix.train.distill`).
+    ``--loss margin_mse`` / ``--loss kl`` distil (:mod:`drmix.train.distill`). ``show_progress``: a bar in
+    passages/s with the time left for the pool's and the queries' encoding passes.
     """
     from drmix.io import atomic_write_text
 
@@ -217,7 +219,8 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
     ids = [str(i) for i in range(len(pool))]
     queries = [ex["query"] for _, _, ex in rows]  # as written: a YAML instruction applies at training time
     pos_ids = [[pool_index[t] for t in ex["positives"]] for _, _, ex in rows]
-    q_emb, d_emb = embed(model, queries, pool, batch_size=batch_size, query_prompt=query_prompt)
+    q_emb, d_emb = embed(model, queries, pool, batch_size=batch_size, query_prompt=query_prompt,
+                         show_progress=show_progress)
     ranked = rank(q_emb, d_emb, ids, top_n=window.end, exclude=[{ids[j] for j in p} for p in pos_ids])
     # the positive-aware filter's reference: each query's lowest cosine to one of its own positives
     pos_scores = np.array([float((d_emb[p] @ q_emb[r]).min()) for r, p in enumerate(pos_ids)])

@@ -202,7 +202,7 @@ def mine_command(
 
 
 def mine_teacher(queries: Path, corpus: Path, output: Path, *, teacher: str | None, positives: str, negatives: str,
-                 keep_candidates: int, batch_size: int, overwrite: bool) -> None:
+                 keep_candidates: int, batch_size: int, overwrite: bool, show_progress: bool = False) -> None:
     """Teacher mining (DRAMA, Sec. 3.1.1): ranks ``positives`` of the teacher become positives, ranks
     ``negatives`` hard negatives (``drmix mine --mode teacher``)."""
     from drmix.augment.examples import mine_examples, read_query_rows, write_collection
@@ -215,7 +215,7 @@ def mine_teacher(queries: Path, corpus: Path, output: Path, *, teacher: str | No
     model = load_encoder(teacher)
     out, counts = mine_examples(rows, {d: doc_text(x) for d, x in docs.items()}, model, positives=positives,
                                 negatives=negatives, keep_candidates=keep_candidates, batch_size=batch_size,
-                                teacher_name=teacher or "default")
+                                teacher_name=teacher or "default", show_progress=show_progress)
     from drmix.retrieval.shards import writes_here
 
     if not writes_here():  # under torchrun: rank 0 writes

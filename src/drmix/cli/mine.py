@@ -87,6 +87,8 @@ def mine_command(
                                           "query=question,positive=answer); see docs/data.md."),
     tokenize_num_proc: Optional[int] = tokenize_num_proc_option(),
     cache_embeddings: bool = cache_embeddings_option(),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="A bar per encoding pass (the corpus "
+                                  "or pool, then the queries) in passages/s with the time left, on stderr."),
 ) -> None:
     """Mine training examples with a retriever: --mode negatives (hard negatives for labelled collections) or
     --mode teacher (DRAMA's teacher mining for unlabelled queries)."""
@@ -110,7 +112,8 @@ def mine_command(
         with encoding(tokenize_num_proc, cache_embeddings), \
                 launched_shards(output, "mine", folder=False, overwrite=overwrite):
             mine_teacher(queries, corpus, output, teacher=model, positives=positive_ranks, negatives=window,
-                         keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite)
+                         keep_candidates=keep_candidates, batch_size=batch_size, overwrite=overwrite,
+                         show_progress=progress)
         return
     if data is None:
         raise ConfigError("--mode negatives needs --data.",
@@ -122,13 +125,14 @@ def mine_command(
         mine_negatives(data, output, model=model, ranks=window, num_negatives=num_negatives, sampling=sampling,
                        max_score_ratio=max_score_ratio, keep_negatives=keep_negatives, batch_size=batch_size,
                        seed=seed, overwrite=overwrite, query_instruction=query_instruction, torch_dtype=torch_dtype,
-                       attn_implementation=attn_implementation, format=format, columns=columns)
+                       attn_implementation=attn_implementation, format=format, columns=columns,
+                       show_progress=progress)
 
 
 def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, num_negatives: int, sampling: str,
                    max_score_ratio: float, keep_negatives: bool, batch_size: int, seed: int, overwrite: bool,
                    query_instruction: str | None, torch_dtype: str | None, attn_implementation: str | None,
-                   format: str | None, columns: str | None) -> None:
+                   format: str | None, columns: str | None, show_progress: bool = False) -> None:
     """``drmix mine --mode negatives``: hard negatives for every collection of ``data``."""
     from drmix.augment.mine import RankWindow, mine_collection
     from drmix.cli import console
@@ -153,7 +157,7 @@ def mine_negatives(data: str, output: Path, *, model: str | None, ranks: str, nu
         stats = mine_collection(src, dst, encoder, window=window, num_negatives=num_negatives, sampling=sampling,
                                 max_score_ratio=max_score_ratio or None, keep_negatives=keep_negatives, seed=seed,
                                 batch_size=batch_size, model_name=model or "all-MiniLM-L6-v2", query_prompt=qp,
-                                format=format, columns=column_map)
+                                format=format, columns=column_map, show_progress=show_progress)
         if not writes_here():  # under torchrun: rank 0 reports
             continue
         console.print(f"{Path(src).name}: {stats.queries} queries, pool {stats.pool} documents, {stats.negatives} "

@@ -546,7 +546,8 @@ def eval_command(
     torch_dtype: Optional[str] = typer.Option(None, "--torch-dtype", help=TORCH_DTYPE_HELP),
     attn_implementation: Optional[str] = typer.Option(None, "--attn-implementation", help=ATTN_HELP),
     max_queries: Optional[int] = typer.Option(None, "--max-queries", min=1, help="Evaluate a seeded sample of at "
-                                              "most this many judged queries per dataset (default: all)."),
+                                              "most this many judged queries per dataset (default: all; with "
+                                              "--run, the same queries a model's evaluation keeps)."),
     max_docs: Optional[int] = typer.Option(None, "--max-docs", min=1, help="Cap each corpus at this many "
                                            "documents (seeded; the kept queries' judged documents always stay)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the --max-queries / --max-docs sample."),
@@ -592,7 +593,7 @@ def eval_command(
                                     ("--precision", precision is not EncodingPrecision.auto),
                                     ("--query-instruction", query_instruction), ("--prompts", prompts),
                                     ("--torch-dtype", torch_dtype), ("--attn-implementation", attn_implementation),
-                                    ("--max-queries", max_queries), ("--max-docs", max_docs)))
+                                    ("--max-docs", max_docs)), max_queries=max_queries, seed=seed)
     _eval_model(model, data, output=output, overwrite=overwrite, prompts=prompts, query_instruction=query_instruction,
                 tokenize_num_proc=tokenize_num_proc, cache_embeddings=cache_embeddings, split=split, k=k,
                 batch_size=batch_size, max_length=max_length, metrics=tuple(metric) if metric else DEFAULT_METRICS,
@@ -634,7 +635,8 @@ def _eval_model(model: str | None, data: list[Path], *, output: Path | None, ove
         refresh_run(run)
 
 
-def _eval_runs(runs: list[Path], data: list[Path], *, split, output, overwrite, k, metric, encoding) -> None:
+def _eval_runs(runs: list[Path], data: list[Path], *, split, output, overwrite, k, metric, encoding, max_queries,
+               seed) -> None:
     """``drmix eval --run``: :func:`drmix.evaluation.runfile.evaluate_run_files`, the same table and files."""
     from drmix.evaluation.metrics import DEFAULT_METRICS
     from drmix.evaluation.runfile import evaluate_run_files
@@ -651,7 +653,8 @@ def _eval_runs(runs: list[Path], data: list[Path], *, split, output, overwrite, 
         from drmix.outputs import claim_output
 
         claim_output(output, "eval", overwrite=overwrite, inputs=[*data, *runs])
-    report = evaluate_run_files(runs, data, split=split, k=k, metrics=tuple(metric) if metric else DEFAULT_METRICS)
+    report = evaluate_run_files(runs, data, split=split, k=k, metrics=tuple(metric) if metric else DEFAULT_METRICS,
+                                max_queries=max_queries, seed=seed)
     print_report(report)
     if output is not None:
         report.write(output)

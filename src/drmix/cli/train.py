@@ -24,7 +24,7 @@ FlagEmbedding's layout (detected; --format, --columns), a folder of them, a save
 dataset id, a BEIR directory (train qrels) or a YAML list of collections (docs/data.md).
 The output directory receives model/ (a SentenceTransformer folder), config.yaml, metrics.jsonl,
 weights.json and checkpoints/ (SentenceTransformer(OUTPUT_DIR) loads model/); --resume continues a killed run,
---resume-from CHECKPOINT an earlier point. transformers' and Tevatron's names are read too: --epochs, --bf16,
+--resume CHECKPOINT (or --resume-from CHECKPOINT) an earlier point. transformers' and Tevatron's names are read too: --epochs, --bf16,
 --per-device-batch-size, --train-group-size, --deepspeed (docs/integrations.md). Multi-GPU: accelerate launch -m
 drmix.cli train ...
 """

@@ -150,10 +150,42 @@ def _nearest(p: Path) -> str | None:
     return str(p.parent / close[0]) if close else None
 
 
+# -- --resume [PATH] ---------------------------------------------------------------------------------------------
+def resume_path_args(args: list[str]) -> list[str]:
+    """``--resume PATH`` / ``--resume=PATH`` (transformers' ``resume_from_checkpoint`` takes True or a path) as
+    ``--resume-from PATH``; a bare ``--resume`` stays the flag (the latest checkpoint). ``drmix train`` takes no
+    positional argument, so a word after ``--resume`` can only be its value."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return out + args[i:]
+        if arg.startswith("--resume="):
+            out += ["--resume-from", arg.split("=", 1)[1]]
+        elif arg == "--resume" and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            out += ["--resume-from", args[i + 1]]
+            i += 1
+        else:
+            out.append(arg)
+        i += 1
+    paths = [out[j + 1] for j, a in enumerate(out[:-1]) if a == "--resume-from"]
+    paths += [a.split("=", 1)[1] for a in out if a.startswith("--resume-from=")]
+    if len(set(paths)) > 1:
+        raise ConfigError(f"--resume / --resume-from name {len(set(paths))} checkpoints: {', '.join(paths)}.",
+                          fix="pass one checkpoint: --resume PATH (or --resume-from PATH), or --resume for the "
+                              "latest.")
+    return out
+
+
 # -- help in option groups -------------------------------------------------------------------------------------
 class PanelCommand(TyperCommand):
     """Plain-text help with the options in sections, one per ``rich_help_panel`` (the config's parts), in order of
-    first appearance; options without a panel under "Options"."""
+    first appearance; options without a panel under "Options". ``--resume PATH`` is read as ``--resume-from PATH``
+    (:func:`resume_path_args`)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, resume_path_args(list(args)))
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         sections: dict[str, list[tuple[str, str]]] = {}

@@ -9,6 +9,7 @@ docs/training.md.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -69,8 +70,9 @@ class DataConfig(Part):
                                        "BGE: its instruction), before a collection's own instruction; saved as the "
                                        "model folder's 'query' prompt. Default: the model folder's query prompt.")
     document_prompt: str | None = setting(None, description="Text prepended to every training document (E5: "
-                                          "'passage: '); saved as the model folder's 'document' prompt. Default: "
-                                          "the model folder's document prompt.")
+                                          "'passage: '), before a collection's own document_prompt; saved as the "
+                                          "model folder's 'document' prompt. Default: the model folder's document "
+                                          "prompt.")
 
     @field_validator("collections", mode="before")
     @classmethod
@@ -88,6 +90,9 @@ class DataConfig(Part):
         return format_name(v)   # --format sentence-transformers / FlagEmbedding: drmix's st / flag
 
 
+CACHED_MNRL_CHUNK = 32   # CachedMultipleNegativesRankingLoss's default mini_batch_size
+
+
 class ContrastiveConfig(Part):
     """The training objective: batches, negatives, temperature, Matryoshka sizes, the loss."""
 
@@ -102,7 +107,7 @@ class ContrastiveConfig(Part):
     cross_device_negatives: bool = setting(True, description="Gather documents from all processes as negatives (DDP).")
     temperature: float = setting(0.05, gt=0, description="InfoNCE temperature (scores are divided by it; the tDRO paper uses 0.002 on normalised last-token embeddings).")
     matryoshka_dims: list[int] = setting(default_factory=list, description="Also train truncated embeddings of these sizes.")
-    grad_cache_chunk: int = setting(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off).")
+    grad_cache_chunk: int = setting(0, ge=0, description="GradCache: encode each batch in chunks of N examples with full-batch gradients (0 = off; loss=cached_mnrl: 32, CachedMultipleNegativesRankingLoss's mini_batch_size).")
     mask_duplicates: bool = setting(True, description="Mask false negatives of InfoNCE: an in-batch or hard negative "
                                     "whose text equals the example's positive, and the positive of another example "
                                     "with the same query, leave the softmax (compared by hash; off: every other "
@@ -117,8 +122,10 @@ class ContrastiveConfig(Part):
                         "softmax over positive and hard negatives); margin_mse and kl read the collections' "
                         "positive_scores / negative_scores (docs/training.md, Distillation) | mnrl "
                         "(sentence-transformers' MultipleNegativesRankingLoss, scale 1/temperature) | cached_mnrl "
-                        "(the same with --grad-cache-chunk); mnrl and cached_mnrl give one loss per batch, so they "
-                        "train under --strategy static only.")
+                        "(the same with --grad-cache-chunk, 32 when not given) | cosent / angle "
+                        "(sentence-transformers' CoSENTLoss / AnglELoss on scored pairs: sentence1, sentence2, "
+                        "score rows); the sentence-transformers losses give one loss per batch, so they train "
+                        "under --strategy static only.")
     teacher_temperature: float = setting(1.0, gt=0, description="loss=kl: teacher scores are divided by it before "
                                          "their softmax (the student's scores by temperature).")
 
@@ -126,6 +133,12 @@ class ContrastiveConfig(Part):
     @classmethod
     def _loss_name(cls, v: Any) -> Any:
         return str(v).strip().lower().replace("-", "_") if v is not None else v
+
+    @model_validator(mode="after")
+    def _cached_mnrl_chunk(self) -> "ContrastiveConfig":
+        if self.loss == "cached_mnrl" and not self.grad_cache_chunk:
+            self.__dict__["grad_cache_chunk"] = CACHED_MNRL_CHUNK   # not assigned: that would validate again
+        return self
 
     @field_validator("matryoshka_dims")
     @classmethod
@@ -198,6 +211,14 @@ class EvalConfig(Part):
     query_instructions: dict[str, str] = setting(default_factory=dict, description="Query instruction per evaluation dataset (dataset name -> text), used by every evaluation and saved in the model folder's prompts (see docs/llm.md).")
 
 
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0", "y", "n", "t", "f"}
+
+
+def _is_path(value: Any) -> bool:
+    """``resume: PATH``: a string that is not one of the words pydantic reads as a boolean."""
+    return isinstance(value, (str, Path)) and str(value).strip().lower() not in _BOOL_WORDS
+
+
 class RunConfig(Part):
     """Where the run writes, checkpoints, logging, resuming, trackers, the device."""
 
@@ -207,7 +228,9 @@ class RunConfig(Part):
     save_every: int = setting(200, ge=1, role=OPERATIONAL, description="Checkpoint every N optimiser steps.")
     keep_checkpoints: int = setting(2, ge=1, role=OPERATIONAL, description="How many recent checkpoints to keep.")
     log_every: int = setting(10, ge=1, role=OPERATIONAL, description="Write a metrics record every N steps.")
-    resume: bool = setting(False, role=OPERATIONAL, description="Continue from the latest checkpoint in output_dir.")
+    resume: bool = setting(False, role=OPERATIONAL, description="Continue from the latest checkpoint in output_dir; "
+                           "--resume PATH (or resume: PATH in YAML) continues from that checkpoint, as "
+                           "--resume-from PATH does (transformers' resume_from_checkpoint takes True or a path).")
     resume_with_changes: bool = setting(False, role=OPERATIONAL, description="With resume: accept training fields that differ from the checkpoint's (logged in metrics.jsonl); in a recipe: re-run the stages whose settings or inputs changed, and those built on them.")
     resume_from: str | None = setting(None, role=OPERATIONAL, description="Continue from this checkpoint folder of "
                                       "the run in output_dir (e.g. RUN/checkpoints/step-400) instead of the latest; "
@@ -231,6 +254,11 @@ class RunConfig(Part):
     @model_validator(mode="before")
     @classmethod
     def _resume_from_resumes(cls, data: Any) -> Any:
+        if isinstance(data, dict) and _is_path(data.get("resume")):
+            given, path = data.get("resume_from"), str(data["resume"])
+            if given and str(given) != path:
+                raise ValueError(f"resume names {path} and resume_from {given}; pass one checkpoint")
+            data = {**data, "resume_from": path}
         if isinstance(data, dict) and data.get("resume_from"):
             data = {**data, "resume": True}
         return data

@@ -67,6 +67,7 @@ class Collection:
     weight: float | None = None
     source: str = ""
     layout: str = "drmix"
+    document_prompt: str | None = None   # prepended to every positive and negative (E5's "passage: ")
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -78,6 +79,13 @@ class Collection:
 
     def format_query(self, query: str) -> str:
         return apply_instruction(self.instruction, query)
+
+    def format_document(self, text: str) -> str:
+        """``document_prompt + text``, as sentence-transformers prepends a prompt (no separator added)."""
+        return self.document_prompt + text if self.document_prompt else text
+
+    def format_documents(self, texts: list[str] | None) -> list[str]:
+        return [self.format_document(t) for t in texts or []] if self.document_prompt else list(texts or [])
 
 
 # -- the conversion cache -------------------------------------------------------------------------------------
@@ -94,9 +102,14 @@ def _conversion_key(content: str, plan: Plan, extra: Mapping[str, Any] | None = 
 
 
 def _table_key(content: str, format: str | None, columns: Mapping[str, str] | None) -> str:
-    """Key of a table's conversion: its content and what decides the plan (the columns follow from the content)."""
+    """Key of a table's conversion: its content and what decides the plan (the columns follow from the content;
+    pair rows with a label are read only under a scored-pair loss, so that is part of the key when on)."""
+    from drmix.data.formats import scored_pairs_on
+
     payload = {"content": content, "format": format or "auto", "columns": dict(columns or {}),
                "version": CONVERTER_VERSION}
+    if scored_pairs_on():
+        payload["scored_pairs"] = True
     return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
@@ -553,10 +566,20 @@ def load_collection_spec(spec: str | CollectionSpec, *, split: str | None = None
                          _yaml_stack: tuple[Path, ...] = ()) -> list[Collection]:
     """Load the collection(s) one spec names (a folder or a YAML file gives several).
 
-    ``format`` and ``columns`` apply where the spec sets none (``--format`` / ``--columns``).
+    ``format`` and ``columns`` apply where the spec sets none (``--format`` / ``--columns``). The spec's
+    ``document_prompt`` goes to each collection that a YAML list it names gives none.
     """
     if isinstance(spec, str):
         spec = CollectionSpec(path=spec)
+    out = _load_spec(spec, split=split, format=format, columns=columns, _yaml_stack=_yaml_stack)
+    for c in out:
+        if c.document_prompt is None:
+            c.document_prompt = spec.document_prompt
+    return out
+
+
+def _load_spec(spec: CollectionSpec, *, split: str | None, format: str | None,
+               columns: Mapping[str, str] | str | None, _yaml_stack: tuple[Path, ...]) -> list[Collection]:
     fmt = spec.format or format
     fmt = None if fmt == "auto" else fmt
     cols = spec.columns if spec.columns is not None else parse_columns(columns)

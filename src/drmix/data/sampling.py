@@ -265,7 +265,8 @@ class BatchBuilder:
         if view is None:
             view = self._key_views[c] = coll.dataset.select_columns(["query", "positives", "negatives"])
         data = view[list(rows)]
-        return [frozenset([text_key(coll.format_query(q)), *map(text_key, p), *map(text_key, n or [])])
+        return [frozenset([text_key(coll.format_query(q)), *map(text_key, coll.format_documents(p)),
+                           *map(text_key, coll.format_documents(n))])
                 for q, p, n in zip(data["query"], data["positives"], data["negatives"])]
 
     def _teacher(self, pairs: list[tuple[int, int]], choices: list[tuple[int, list[int]]]
@@ -317,8 +318,8 @@ class BatchBuilder:
         for c, r in pairs:
             ex = fetched[(c, r)]
             queries.append(self.collections[c].format_query(ex["query"]))
-            pos = ex["positives"]
-            negs = ex["negatives"] or []
+            pos = self.collections[c].format_documents(ex["positives"])
+            negs = self.collections[c].format_documents(ex["negatives"])
             j, idx = self._choose(len(pos), len(negs))
             positives.append(pos[j])
             negatives.append([negs[i] for i in idx])
@@ -349,10 +350,10 @@ class BatchBuilder:
             if not cache:
                 queries, positives, negatives = [], [], []
                 for c, r, j, idx in choices:
-                    ex = self.collections[c].dataset[r]
-                    queries.append(self.collections[c].format_query(ex["query"]))
-                    positives.append(ex["positives"][j])
-                    negatives.append([ex["negatives"][i] for i in idx])
+                    ex, coll = self.collections[c].dataset[r], self.collections[c]
+                    queries.append(coll.format_query(ex["query"]))
+                    positives.append(coll.format_document(ex["positives"][j]))
+                    negatives.append([coll.format_document(ex["negatives"][i]) for i in idx])
                 cache.update(queries=queries, positives=positives, negatives=negatives)
             return cache
 

@@ -90,6 +90,9 @@ class CollectionSpec(BaseModel):
     instruction: str | None = Field(None, validation_alias=AliasChoices("instruction", "query_prompt"),
                                     description="Text prepended to every query of this collection (also read as "
                                                 "query_prompt).")
+    document_prompt: str | None = Field(None, description="Text prepended to every positive and negative of this "
+                                                          "collection (E5's 'passage: '), after --document-prompt; "
+                                                          "in the pre-tokenised cache's key.")
     weight: float | None = Field(None, ge=0, description="Mixture weight (used by mixture='file' when no weights_file is given).")
     split: str = Field("train", description="Split to read: a BEIR folder's qrels split, or the split of a saved "
                                             "DatasetDict or Hub dataset.")

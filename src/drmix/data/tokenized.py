@@ -6,14 +6,15 @@ collection is tokenised once, with ``datasets.Dataset.map``
 over ``num_proc`` processes, into three Arrow columns of int32 ids::
 
     query_ids       list<int32>          query prompt + the collection's instruction + query, truncated
-    positives_ids   list<list<int32>>    document prompt + each positive, truncated
-    negatives_ids   list<list<int32>>    document prompt + each negative, truncated
+    positives_ids   list<list<int32>>    document prompt + the collection's document prompt + each positive, truncated
+    negatives_ids   list<list<int32>>    document prompt + the collection's document prompt + each negative, truncated
 
 saved under ``cache_root()/tokenized/<key>/`` (``datasets.save_to_disk``, written to a temporary folder and
 renamed, so a killed run never leaves half a cache) and memory-mapped back. ``key`` hashes everything that
 changes the ids: the collection's *content* fingerprint (``datasets``' own content hash, the same that keys
 the JSONL Arrow cache of :mod:`drmix.data.collections`, which hashes the file's bytes), the tokenizer's
-fingerprint (:func:`tokenizer_fingerprint`), both maximum lengths, both prompts and the instruction. Change
+fingerprint (:func:`tokenizer_fingerprint`), both maximum lengths, both prompts, the instruction and the
+collection's document prompt. Change
 any of them and a new cache is built; nothing is ever rewritten in place.
 
 Exactness. Ids are exactly what the on-the-fly path feeds the model: the trainer's
@@ -87,11 +88,14 @@ def tokenizer_fingerprint(model: Any) -> str | None:
 
 
 def cache_key(content: str, tokenizer: str, *, query_max_length: int, doc_max_length: int, query_prompt: str,
-              doc_prompt: str, instruction: str | None) -> str:
-    """The cache folder name: a hash of everything the stored ids depend on."""
+              doc_prompt: str, instruction: str | None, document_prompt: str | None = None) -> str:
+    """The cache folder name: a hash of everything the stored ids depend on (a collection's ``document_prompt``
+    only when it has one, so the ids stored before it existed keep their key)."""
     payload = {"version": FORMAT_VERSION, "content": content, "tokenizer": tokenizer, "q_len": int(query_max_length),
                "d_len": int(doc_max_length), "q_prompt": query_prompt, "d_prompt": doc_prompt,
                "instruction": instruction}
+    if document_prompt:
+        payload["document_prompt"] = document_prompt
     return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
@@ -278,8 +282,10 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
     content = getattr(ds, "_fingerprint", None)
     if not content:
         return None
+    own = getattr(collection, "document_prompt", None) or ""    # the collection's, after --document-prompt
     key = cache_key(content, fp, query_max_length=query_max_length, doc_max_length=doc_max_length,
-                    query_prompt=query_prompt, doc_prompt=doc_prompt, instruction=collection.instruction)
+                    query_prompt=query_prompt, doc_prompt=doc_prompt, instruction=collection.instruction,
+                    document_prompt=own)
     root = Path(cache_dir) if cache_dir is not None else tokenized_cache_dir()
     final = root / key
     if (final / "drmix-tokenized.json").exists():
@@ -295,7 +301,7 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
         out = ds.map(_encode_rows, batched=True, batch_size=1000, num_proc=nproc,
                      remove_columns=list(ds.column_names), keep_in_memory=True,
                      fn_kwargs={"tokenizer": model.tokenizer, "instruction": collection.instruction,
-                                "q_prompt": query_prompt, "d_prompt": doc_prompt, "q_len": int(query_max_length),
+                                "q_prompt": query_prompt, "d_prompt": doc_prompt + own, "q_len": int(query_max_length),
                                 "d_len": int(doc_max_length)},
                      features=_features(), new_fingerprint=key, desc=f"tokenising {collection.name}")
     finally:
@@ -304,7 +310,7 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
     meta = {"version": FORMAT_VERSION, "collection": collection.name, "source": collection.source,
             "rows": len(out), "content": content, "tokenizer": fp, "query_max_length": query_max_length,
             "doc_max_length": doc_max_length, "query_prompt": query_prompt, "doc_prompt": doc_prompt,
-            "instruction": collection.instruction}
+            "instruction": collection.instruction, "document_prompt": own or None}
     _store(out, final, meta, indent=1)
     log.info("tokenised %s (%d rows) into %s", collection.name, len(out), final)
     return TokenIds(datasets.load_from_disk(str(final)), final, tkey)

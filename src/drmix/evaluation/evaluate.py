@@ -73,7 +73,11 @@ class EvalReport:
                  "| dataset | " + " | ".join(map(md_cell, metrics)) + " |", "|---|" + "---:|" * len(metrics)]
         for name, row in list(self.results.items()) + [(AVERAGE, self.average())]:
             lines.append(f"| {md_cell(self.label(name))} | " + " | ".join(_fmt(row.get(m)) for m in metrics) + " |")
-        if any("subsample" in i for i in self.info.values()):
+        samples = [i["subsample"] for i in self.info.values() if isinstance(i.get("subsample"), Mapping)]
+        if samples and all("of_documents" not in s for s in samples):   # drmix eval --run --max-queries
+            lines += ["", "Sampled evaluation (--max-queries): the scores of a seeded sample of the queries, "
+                          "not the full query set's."]
+        elif samples:
             lines += ["", "Sampled evaluation (--max-queries / --max-docs): a smaller corpus is an easier task, so "
                           "these scores are not comparable with the full dataset's."]
         return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from drmix.data.beir import load_beir
 from drmix.errors import ConfigError
-from drmix.evaluation.evaluate import EvalReport, _check_k, dataset_names
+from drmix.evaluation.evaluate import EvalReport, _check_k, dataset_names, subsample
 from drmix.evaluation.metrics import DEFAULT_METRICS, evaluate_run, truncate_run
 from drmix.retrieval.trec import read_run
 
@@ -22,9 +22,12 @@ log = logging.getLogger(__name__)
 
 
 def evaluate_run_files(runs: Sequence[str | Path], data_dirs: Sequence[str | Path], *, split: str = "test",
-                       k: int = 100, metrics: Sequence[str] = DEFAULT_METRICS, model_name: str = "") -> EvalReport:
+                       k: int = 100, metrics: Sequence[str] = DEFAULT_METRICS, model_name: str = "",
+                       max_queries: int | None = None, seed: int = 0) -> EvalReport:
     """Score ``runs[i]`` against the ``split`` qrels of ``data_dirs[i]``; returns the report a model's
-    evaluation gives (``info`` names each run file; ``model`` is ``model_name`` or the run files' names)."""
+    evaluation gives (``info`` names each run file; ``model`` is ``model_name`` or the run files' names).
+    ``max_queries`` scores a seeded sample of the judged queries, the queries a model's evaluation with the
+    same ``max_queries`` and ``seed`` keeps (:func:`~drmix.evaluation.evaluate.subsample`), labelled as sampled."""
     if len(runs) != len(data_dirs):
         raise ConfigError(f"{len(runs)} --run file(s) for {len(data_dirs)} --data director(ies).",
                           fix="give one --run per --data, in the same order.")
@@ -39,11 +42,16 @@ def evaluate_run_files(runs: Sequence[str | Path], data_dirs: Sequence[str | Pat
         if unknown:
             log.warning("%s: %d of the run's %d queries are not judged in %s (split %s); they are ignored",
                         path, unknown, len(run), root, split)
+        judged = len(data.qrels)
+        if max_queries is not None:
+            data = subsample(data, max_queries=max_queries, seed=seed)
         values = evaluate_run(data.qrels, run, metrics, per_query=True)
         per_query[name] = values
         results[name] = {m: sum(v[m] for v in values.values()) / len(values) for m in metrics}
         info[name] = {"queries": len(data.qrels), "seconds": round(time.perf_counter() - t0, 2), "path": str(root),
                       "run": str(path)}
+        if len(data.qrels) != judged:
+            info[name].update(subsample={"of_queries": judged, "seed": seed})
         log.info("%s: %s", name, ", ".join(f"{m}={v:.4f}" for m, v in results[name].items()))
     label = model_name or ", ".join(Path(p).name for p in runs)
     return EvalReport(model=label, split=split, results=results, info=info, per_query=per_query)

@@ -11,6 +11,8 @@ per-example losses, plus what the run records about it. Built in:
 * ``loss: margin_mse`` and ``loss: kl`` -- distillation from teacher scores (:mod:`drmix.train.distill`);
 * ``loss: mnrl`` / ``cached_mnrl`` -- sentence-transformers' losses over drmix's embeddings
   (:mod:`drmix.train.st_losses`, which also wraps a loss object given to :func:`drmix.api.train`);
+* ``loss: cosent`` / ``angle`` -- sentence-transformers' CoSENTLoss / AnglELoss on scored pairs
+  (:mod:`drmix.train.scored_pairs`);
 * :class:`drmix.pretrain.coco.CocoObjective` -- COCO's contrastive pretraining on two spans of one document.
 
 The objectives a config can name (``contrastive.loss``) are registered in :data:`OBJECTIVES` with
@@ -153,7 +155,7 @@ class ObjectiveSpec:
 
 #: the objectives a config can name; built-ins in drmix.train.objective and drmix.train.distill
 OBJECTIVES: Registry[ObjectiveSpec] = Registry("loss", ("drmix.train.objective", "drmix.train.distill",
-                                                        "drmix.train.st_losses"),
+                                                        "drmix.train.st_losses", "drmix.train.scored_pairs"),
                                                entry_points="drmix.objectives")
 
 

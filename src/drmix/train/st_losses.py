@@ -9,8 +9,8 @@ By name (``--loss``, registered in :data:`~drmix.train.objective.OBJECTIVES`):
   when ``cross_device_negatives``;
 * ``cached_mnrl`` -- ``CachedMultipleNegativesRankingLoss``: the same loss computed in mini-batches with gradient
   caching (Gao et al., "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup",
-  arXiv:2101.06983); drmix's own GradCache does the caching, so it needs ``--grad-cache-chunk N`` (the loss's
-  ``mini_batch_size``; 32 is its default);
+  arXiv:2101.06983); drmix's own GradCache does the caching with ``--grad-cache-chunk N`` (the loss's
+  ``mini_batch_size``; not given, 32, its default there: :class:`~drmix.config.train.ContrastiveConfig` sets it);
 * ``gist`` -- refused by name (``GISTEmbedLoss`` needs a guide model, which the command line has no option for);
   as an object, ``drmix.train(config, loss=GISTEmbedLoss(model, guide))``, it is :class:`GISTEmbed`.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 
 from drmix.errors import ConfigError
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: the sentence-transformers losses whose labels are the teacher's score margins (``[B, H]``)
 MARGIN_LOSSES = ("MarginMSELoss",)
+#: the loss objects trained on scored pairs (labels: the pairs' scores; drmix.train.scored_pairs)
+PAIR_SCORE_LOSSES = ("CoSENTLoss", "AnglELoss", "CosineSimilarityLoss")
 
 
 def check_static(strategy: str, loss: str) -> None:
@@ -119,6 +122,46 @@ class SentenceTransformersLoss(Objective):
         return {"loss": type(self.loss).__name__}
 
 
+class ScoredPairLoss(SentenceTransformersLoss):
+    """A sentence-transformers pair-score loss (``compute_loss_from_embeddings([a, b], scores)``) over scored
+    pairs: the query side's and the positive's embeddings, labels the rows' scores."""
+
+    #: the trainer reads pair-score rows as scored pairs for this objective (drmix.data.formats)
+    scored_pairs = True
+
+    def __init__(self, loss: torch.nn.Module, *, name: str | None = None) -> None:
+        super().__init__(loss, num_negatives=0, name=name)
+
+    def builder(self, collections: list, *, seed: int, tokens: list | None) -> Any:
+        from drmix.data.sampling import BatchBuilder
+
+        for c in collections:
+            if not c.has_scores or not _one_score_each(c.dataset):
+                raise ConfigError(f"loss {self.name} trains on scored pairs (text1, text2, score), and collection "
+                                  f"{c.name!r} ({c.source}) has rows without exactly one score.",
+                                  fix="give every row of it two texts and a score (sentence1, sentence2, score), or "
+                                      "train a (query, positive, negatives) collection with --loss infonce.")
+        return BatchBuilder(collections, 0, seed=seed, tokens=tokens, scores=True)
+
+    def losses(self, q: torch.Tensor, d: torch.Tensor, mask: torch.Tensor, *, gather: bool,
+               batch: Any = None) -> torch.Tensor:
+        if batch is None or getattr(batch, "positive_scores", None) is None:
+            raise ConfigError(f"{self.name} needs the batch's pair scores, and none were drawn.",
+                              fix="train through drmix's Trainer, whose batch builder reads them for this loss.")
+        B = q.size(0)
+        labels = torch.as_tensor(np.asarray(batch.positive_scores, dtype=np.float32), device=q.device)
+        value = self.loss.compute_loss_from_embeddings([q.float(), d[:B].float()], labels)
+        return value.expand(B)
+
+
+def _one_score_each(dataset: Any) -> bool:
+    """Whether every row has exactly one positive score (counted in Arrow, without reading the rows)."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(dataset.data.column("positive_scores"))
+    return lengths.null_count == 0 and bool(pc.all(pc.equal(lengths, 1)).as_py())
+
+
 class GISTEmbed(SentenceTransformersLoss):
     """A ``GISTEmbedLoss(model, guide)`` object over drmix's embeddings: its guide embeds the batch's texts (no
     gradient), and the loss is GISTEmbed's (Solatorio, "GISTEmbed: Guided In-sample Selection of Training
@@ -183,6 +226,8 @@ def objective_from_loss(loss: torch.nn.Module, config: Any, strategy: Any = None
     check_static(getattr(strategy, "name", None) or config.mixture.strategy, type(loss).__name__)
     if type(loss).__name__ == "GISTEmbedLoss":
         return GISTEmbed(loss, num_negatives=config.contrastive.num_negatives)
+    if type(loss).__name__ in PAIR_SCORE_LOSSES:   # CoSENTLoss, AnglELoss, CosineSimilarityLoss: scored pairs
+        return ScoredPairLoss(loss)
     return SentenceTransformersLoss(loss, num_negatives=config.contrastive.num_negatives)
 
 
@@ -193,11 +238,6 @@ def _mnrl(config: Any, *, cached: bool = False) -> SentenceTransformersLoss:
     check_static(config.mixture.strategy, name)
     _check_contrastive(config, name)
     c = config.contrastive
-    if cached and not c.grad_cache_chunk:
-        raise ConfigError("loss cached_mnrl is MultipleNegativesRankingLoss computed in mini-batches with gradient "
-                          "caching, which drmix's trainer does with --grad-cache-chunk.",
-                          fix="add --grad-cache-chunk 32 (CachedMultipleNegativesRankingLoss's default "
-                              "mini_batch_size), or use --loss mnrl.")
     from drmix.device import dist_info
 
     loss = MultipleNegativesRankingLoss(None, scale=1.0 / c.temperature,
@@ -216,5 +256,6 @@ def _gist(config: Any) -> Objective:
 register_objective(ObjectiveSpec("mnrl", _mnrl, "sentence-transformers' MultipleNegativesRankingLoss "
                                                  "(scale 1/temperature); static strategy only."))
 register_objective(ObjectiveSpec("cached_mnrl", lambda c: _mnrl(c, cached=True),
-                                  "CachedMultipleNegativesRankingLoss: MNRL with --grad-cache-chunk; static only."))
+                                  "CachedMultipleNegativesRankingLoss: MNRL with --grad-cache-chunk (default 32); "
+                                  "static only."))
 register_objective(ObjectiveSpec("gist", _gist, "GISTEmbedLoss: refused (it embeds with a guide model itself)."))

@@ -102,7 +102,10 @@ class Trainer:
         cb_listeners, set_main = callback_listeners(callbacks, config)  # before the Accelerator (see there)
         self._start_processes(config)
         set_main(self.is_main)
-        self.collections = collections or collections_for(config)
+        from drmix.data.formats import reading_scored_pairs
+
+        with reading_scored_pairs(getattr(objective, "scored_pairs", False)):  # --loss cosent / angle
+            self.collections = collections or collections_for(config)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
         check_batch_fits(self.names, self.sizes, config.contrastive.batch_size)

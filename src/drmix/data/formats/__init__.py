@@ -24,7 +24,8 @@ Rules every layout shares (what a user can rely on):
   positive 0 and negative -margin; DistillKLDiv: ``[positive, negative_1, ...]``). The losses that use them
   (MarginMSE, KL over scores) depend only on differences within a row, so the two encodings train alike.
 * sentence-transformers pair rows with a label and no negative (``sentence1, sentence2, score``: CoSENT /
-  CosineSimilarityLoss data) are refused with the reason and the fix: a retriever needs positives.
+  CosineSimilarityLoss data) are read as scored pairs (the score the one positive score) within
+  :func:`reading_scored_pairs` (``--loss cosent`` / ``angle``), and refused elsewhere with the reason and the fix.
 
 Hand-written: no library maps these layouts onto one schema (sentence-transformers reads columns by position,
 Tevatron and FlagEmbedding read only their own JSON); reading the files is ``datasets``' work
@@ -35,7 +36,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -211,6 +214,27 @@ def _first(names: Iterable[str], keys: Sequence[str]) -> str | None:
     return next((n for n in names if n in keys), None)
 
 
+#: True while a loss that trains on scored pairs loads its collections (:func:`reading_scored_pairs`)
+_SCORED_PAIRS: ContextVar[bool] = ContextVar("drmix_scored_pairs", default=False)
+
+
+def scored_pairs_on() -> bool:
+    """Whether pair rows with a label are read as scored pairs here (:func:`reading_scored_pairs`)."""
+    return _SCORED_PAIRS.get()
+
+
+@contextmanager
+def reading_scored_pairs(on: bool = True) -> Iterator[None]:
+    """Within it, pair rows with a label and no negative (``sentence1, sentence2, score``) are read as scored
+    pairs -- query, one positive, its score as the one positive score -- instead of refused: what ``--loss
+    cosent`` / ``angle`` (:mod:`drmix.train.scored_pairs`) train on."""
+    token = _SCORED_PAIRS.set(bool(on))
+    try:
+        yield
+    finally:
+        _SCORED_PAIRS.reset(token)
+
+
 def _layout_for(keys: list[str], format: str | None, columns: dict[str, str]) -> Layout:
     """The layout of a file of rows with ``keys`` (``format`` or detected), once ``columns`` names only columns
     that exist and the layout does not refuse the keys."""
@@ -292,14 +316,15 @@ def plan_for(keys: Sequence[str], *, format: str | None = None, columns: Mapping
     if label and (pos_scores or neg_scores):
         raise PlanError(f"both a label column ({label!r}) and per-text score columns are present.",
                         "keep one: --columns score= ignores the label column.")
-    if label and not negatives:
+    if label and not negatives and not _SCORED_PAIRS.get():
         raise PlanError(
             f"these are pair rows with a label ({query!r}, {positives[0]!r}, {label!r}): sentence-transformers' "
             "pair-score/pair-class layout, whose label grades how similar two texts are (CoSENT, "
             "CosineSimilarityLoss, SoftmaxLoss). A retriever trains on (query, positive, negatives); nothing in "
             "drmix can use a graded pair.",
             f"keep the pairs that count as relevant and drop the label (e.g. `ds.filter(lambda r: r[{label!r}] >= "
-            f"0.8).remove_columns({label!r})`), or pass --columns score= to read every pair as a positive.")
+            f"0.8).remove_columns({label!r})`), pass --columns score= to read every pair as a positive, or train "
+            "on the scores with --loss cosent (or --loss angle).")
     if neg_scores and len(negatives) != 1:
         raise PlanError(f"negative scores {neg_scores!r} need exactly one negatives column, got {list(negatives)}.",
                         "put the negatives in one list column aligned with the scores.")
@@ -513,6 +538,8 @@ class Converter:
         if n_pos != 1:
             raise RowError(f'"{col}" scores need exactly one positive, got {n_pos}.',
                            "give one positive per row when the rows carry a label.")
+        if not n_neg and len(vals) == 1 and _SCORED_PAIRS.get():
+            return vals, []       # a scored pair (--loss cosent / angle): the pair's score
         if len(vals) == n_neg + 1 and n_neg:
             return vals[:1], vals[1:]
         if len(vals) == n_neg and n_neg:

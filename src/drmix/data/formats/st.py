@@ -4,7 +4,8 @@ negative_1, ...), its label columns (``label``, ``labels``, ``score``, ``scores`
 
 A label is kept as teacher scores the way sentence-transformers' distillation losses define it (MarginMSELoss:
 ``M(q, p) - M(q, n_i)`` per negative; DistillKLDivLoss: ``[M(q, p), M(q, n_1), ...]``); pair rows with a label
-and no negative (pair-score / pair-class data for CoSENT, CosineSimilarityLoss, SoftmaxLoss) are refused.
+and no negative (pair-score data for CoSENT, AnglE, CosineSimilarityLoss) are scored pairs under ``--loss cosent``
+/ ``angle`` (:func:`drmix.data.formats.reading_scored_pairs`) and refused otherwise.
 """
 from __future__ import annotations
 
