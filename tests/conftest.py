@@ -49,3 +49,18 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the embedded Milvus Lite servers the tests started while pytest's streams are still open (its own
+    exit hook logs each stop to a stream pytest has closed by then)."""
+    import sys
+
+    manager = sys.modules.get("milvus_lite.server_manager")
+    instance = getattr(manager, "server_manager_instance", None) if manager is not None else None
+    release = getattr(instance, "release_all", None)
+    if callable(release):
+        import logging
+
+        logging.getLogger("milvus_lite").setLevel(logging.WARNING)
+        release()

@@ -222,12 +222,6 @@ def index_command(
 
     Under torchrun / accelerate launch every process encodes one shard of the corpus into OUTPUT.shards
     (a rerun encodes only the missing shards) and the first merges them into the index (memory backend)."""
-    from drmix.data.beir import read_corpus
-    from drmix.model.encoder import load_encoder
-    from drmix.outputs import check_output_dir
-    from drmix.retrieval.index import index_corpus
-    from drmix.retrieval.ranks import launched
-
     if estimate:
         from drmix.cli.sharded import print_estimate
 
@@ -254,28 +248,40 @@ def index_command(
         params = {"M": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
     elif kind is IndexKind.ivf:
         params = {"nlist": nlist, "nprobe": nprobe}
+    with encoding(tokenize_num_proc, cache_embeddings):
+        _index_memory(corpus, output, model, kind.value, params, batch_size=batch_size, max_length=max_length,
+                      store_texts=not no_texts, precision=precision.value, overwrite=overwrite,
+                      kwargs=model_kwargs(torch_dtype, attn_implementation))
+
+
+def _index_memory(corpus: Path, output: Path, model: str | None, kind: str, params: dict[str, Any], *,
+                  batch_size: int, max_length: int | None, store_texts: bool, precision: str, overwrite: bool,
+                  kwargs: dict[str, Any]) -> None:
+    """``drmix index`` into a memory index folder: one process, or sharded under torchrun / accelerate launch."""
+    from drmix.data.beir import read_corpus
+    from drmix.model.encoder import load_encoder
+    from drmix.outputs import check_output_dir
+    from drmix.retrieval.index import index_corpus
+    from drmix.retrieval.ranks import launched
+
     corpus_file = resolve_corpus_file(corpus)
+    metadata = {"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}
     if launched():
         from drmix.cli.sharded import index_sharded
 
-        with encoding(tokenize_num_proc, cache_embeddings):
-            return index_sharded(
-                output=output, corpus=corpus, corpus_file=corpus_file, overwrite=overwrite,
-                load=lambda: load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation)),
-                check_room=lambda enc, docs: _check_index_room(output, docs, enc, store_texts=not no_texts),
-                index_kwargs={"kind": kind.value, "batch_size": batch_size, "max_length": max_length,
-                              "store_texts": not no_texts, "precision": precision.value, **params},
-                metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())},
-                echo=_console().print)
+        return index_sharded(
+            output=output, corpus=corpus, corpus_file=corpus_file, overwrite=overwrite,
+            load=lambda: load_encoder(model, model_kwargs=kwargs),
+            check_room=lambda enc, docs: _check_index_room(output, docs, enc, store_texts=store_texts),
+            index_kwargs={"kind": kind, "batch_size": batch_size, "max_length": max_length,
+                          "store_texts": store_texts, "precision": precision, **params},
+            metadata=metadata, echo=_console().print)
     check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
     docs = read_corpus(corpus_file)
-    encoder = load_encoder(model, model_kwargs=model_kwargs(torch_dtype, attn_implementation))
-    _check_index_room(output, docs, encoder, store_texts=not no_texts)
-    with encoding(tokenize_num_proc, cache_embeddings):
-        index = index_corpus(encoder, docs, kind=kind.value, batch_size=batch_size, max_length=max_length,
-                             store_texts=not no_texts, precision=precision.value,
-                             metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())},
-                             **params)
+    encoder = load_encoder(model, model_kwargs=kwargs)
+    _check_index_room(output, docs, encoder, store_texts=store_texts)
+    index = index_corpus(encoder, docs, kind=kind, batch_size=batch_size, max_length=max_length,
+                         store_texts=store_texts, precision=precision, metadata=metadata, **params)
     index.save(output)
     _console().print(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}")
     _console().print(f"index written to {output.resolve()}; search it with: drmix search --index {output} "
