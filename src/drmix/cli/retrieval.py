@@ -265,7 +265,6 @@ def _index_memory(corpus: Path, output: Path, model: str | None, kind: str, para
     from drmix.retrieval.ranks import launched
 
     corpus_file = resolve_corpus_file(corpus)
-    metadata = {"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}
     if launched():
         from drmix.cli.sharded import index_sharded
 
@@ -275,8 +274,10 @@ def _index_memory(corpus: Path, output: Path, model: str | None, kind: str, para
             check_room=lambda enc, docs: _check_index_room(output, docs, enc, store_texts=store_texts),
             index_kwargs={"kind": kind, "batch_size": batch_size, "max_length": max_length,
                           "store_texts": store_texts, "precision": precision, **params},
-            metadata=metadata, echo=_console().print)
+            metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())},
+            echo=_console().print)
     check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
+    metadata = {"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=kwargs)
     _check_index_room(output, docs, encoder, store_texts=store_texts)
