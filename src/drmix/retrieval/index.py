@@ -46,6 +46,18 @@ DOCS_FILE = "docs.jsonl"
 OFFSETS_FILE = "docs.offsets.npy"
 
 
+def query_matrix(queries: np.ndarray, dim: int, metadata: Mapping[str, Any], what: str = "index") -> np.ndarray:
+    """Query embeddings as a contiguous float32 ``[n, dim]`` matrix (one row for a vector); another dimension is
+    refused naming the model the index (``what``) was built with. Shared by every index backend's search."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    if q.ndim == 1:
+        q = q[None, :]
+    if q.ndim != 2 or q.shape[1] != dim:
+        raise ModelError(f"query embeddings have dimension {q.shape[-1]}, the {what} has {dim}.",
+                         fix=f"search with the model the index was built with ({metadata.get('model', '?')}).")
+    return q
+
+
 class IndexOptions(BaseModel):
     """FAISS index settings. Defaults follow the FAISS guidelines (HNSW M=32; IVF nlist ~ 4 sqrt(n))."""
 
@@ -236,12 +248,7 @@ class DenseIndex:
         Approximate indexes (IVF with few clusters probed) can return fewer than ``k'`` hits for a query;
         its id list is then shorter and the missing score slots hold ``-inf``.
         """
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim == 1:
-            q = q[None, :]
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise ModelError(f"query embeddings have dimension {q.shape[-1]}, the index has {self.dim}.",
-                             fix=f"search with the model the index was built with ({self.metadata.get('model', '?')}).")
+        q = query_matrix(queries, self.dim, self.metadata)
         kk = min(int(k), len(self))
         if kk <= 0 or q.shape[0] == 0:
             return np.zeros((q.shape[0], max(kk, 0)), dtype=np.float32), [[] for _ in range(q.shape[0])]

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from drmix.errors import ConfigError, IndexLoadError, ModelError
+from drmix.errors import ConfigError, IndexLoadError
 from drmix.retrieval.backends.base import BackendSpec, ChunkChecker, Chunks, register_backend
 
 log = logging.getLogger(__name__)
@@ -239,12 +239,9 @@ class DiskIndex:
         self.index.nprobe = max(1, int(nprobe))
 
     def search(self, queries: np.ndarray, k: int, *, batch: int = 1024) -> tuple[np.ndarray, list[list[str]]]:
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim == 1:
-            q = q[None, :]
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise ModelError(f"query embeddings have dimension {q.shape[-1]}, the index has {self.dim}.",
-                             fix=f"search with the model the index was built with ({self.metadata.get('model', '?')}).")
+        from drmix.retrieval.index import query_matrix
+
+        q = query_matrix(queries, self.dim, self.metadata)
         kk = min(int(k), len(self))
         if kk <= 0 or q.shape[0] == 0:
             return np.zeros((q.shape[0], max(kk, 0)), dtype=np.float32), [[] for _ in range(q.shape[0])]

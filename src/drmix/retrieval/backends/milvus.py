@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
+from drmix.errors import ConfigError, DataError, IndexLoadError
 from drmix.retrieval.backends.base import BackendSpec, ChunkChecker, Chunks, register_backend
 
 log = logging.getLogger(__name__)
@@ -315,12 +315,9 @@ class MilvusIndex:
         return bool(self.metadata.get("has_texts"))
 
     def search(self, queries: np.ndarray, k: int, *, batch: int = 256) -> tuple[np.ndarray, list[list[str]]]:
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim == 1:
-            q = q[None, :]
-        if q.ndim != 2 or q.shape[1] != self.dim:
-            raise ModelError(f"query embeddings have dimension {q.shape[-1]}, the collection has {self.dim}.",
-                             fix=f"search with the model the index was built with ({self.metadata.get('model', '?')}).")
+        from drmix.retrieval.index import query_matrix
+
+        q = query_matrix(queries, self.dim, self.metadata, "collection")
         kk = min(int(k), len(self), 16_384)
         scores = np.full((q.shape[0], max(kk, 0)), -np.inf, dtype=np.float32)
         ids: list[list[str]] = []
