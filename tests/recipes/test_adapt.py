@@ -418,29 +418,37 @@ def test_bad_inputs_fail_before_any_stage(tmp_path, tiny_model_path):
 
 
 def test_the_teachers_corpus_embeddings_are_cached_and_rank_as_mine_ranked(tmp_path, tiny_model_path, monkeypatch):
+    """The teacher's corpus embeddings come from the one content-keyed embedding cache: the corpus is encoded
+    once across the teacher's uses, not at all on a rerun (a fresh load), and an edited passage alone."""
     from drmix.augment.mine import mine_ranked
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval import index
+    from drmix.retrieval import encode
 
     monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DRMIX_EMBEDDING_CACHE", raising=False)
     teacher = load_encoder(tiny_model_path)
     docs = [f"a note about {t}" for ts in TOPICS.values() for t in ts]
     ids = [f"d{i}" for i in range(len(docs))]
     queries = ["cats and dogs", "trains", "harbour ferries"]
     encoded: list[int] = []
-    original = index.encode_texts
+    original = encode._encode_here
 
-    def counting(model, texts, **kw):
+    def counting(model, texts, **kw):  # what reaches the model
         encoded.append(len(texts))
         return original(model, texts, **kw)
 
-    monkeypatch.setattr(index, "encode_texts", counting)
+    monkeypatch.setattr(encode, "_encode_here", counting)
     first = adapt_mod.teacher_ranker(teacher, tiny_model_path)(queries, ids, docs, 5)
+    assert encoded == [len(docs), 3]                   # the corpus, then the queries
     again = adapt_mod.teacher_ranker(teacher, tiny_model_path)(queries, ids, docs, 5)
-    assert encoded == [3, len(docs), 3]               # the corpus once, the queries each time
-    assert first == again == [[d for d, _ in r] for r in mine_ranked(queries, ids, docs, teacher, top_n=5)]
-    adapt_mod.teacher_ranker(teacher, tiny_model_path)(queries, ids[:-1], docs[:-1], 5)
-    assert encoded[-1] == len(docs) - 1                # other texts: encoded again
+    assert encoded[2:] == [3]                          # another use of the teacher: the queries only
+    rerun = adapt_mod.teacher_ranker(load_encoder(tiny_model_path), tiny_model_path)(queries, ids, docs, 5)
+    assert encoded[3:] == [3]                          # a rerun (the teacher loaded again): the queries only
+    assert first == again == rerun == [[d for d, _ in r] for r in mine_ranked(queries, ids, docs, teacher, top_n=5)]
+    edited, before = [*docs[:-1], "a note about ferries and more"], len(encoded)
+    adapt_mod.teacher_ranker(teacher, tiny_model_path)(queries, ids, edited, 5)
+    assert encoded[before:] == [1, 3]                  # the edited passage alone
+    assert not (tmp_path / "cache" / "embeddings").exists()  # no second cache beside drmix.retrieval.embedding_cache
 
 
 def test_a_model_folder_the_recipe_did_not_write_is_refused(tmp_path, tiny_model_path):

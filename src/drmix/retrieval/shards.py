@@ -308,26 +308,34 @@ def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, rank
 @dataclass
 class ShardedCorpora:
     """While active (:func:`sharded_corpora`), :func:`encode_corpus` encodes each corpus in shards under
-    ``root/<first 16 hex digits of its fingerprint>/``, and every rank gets the merged embeddings."""
+    ``root/<first 16 hex digits of its fingerprint>/`` (``root/<model's 16>-<corpus's 16>/`` with ``by_model``:
+    a command that encodes the corpora with several models), and every rank gets the merged embeddings."""
 
     ranks: Ranks
     root: Path
     overwrite: bool = False
     runs: list[ShardedEncoding] = field(default_factory=list)
+    by_model: bool = False
 
 
 _active: ShardedCorpora | None = None
 
 
 @contextlib.contextmanager
-def sharded_corpora(ranks: Ranks, root: str | Path, *, overwrite: bool = False):
-    """Route the corpus encodings of a command (``drmix eval``, ``drmix mine``) through sharded encoding."""
+def sharded_corpora(ranks: Ranks, root: str | Path, *, overwrite: bool = False, by_model: bool = False):
+    """Route the corpus encodings of a command (``drmix eval``, ``drmix mine``, ``drmix adapt``'s corpus passes)
+    through sharded encoding."""
     global _active
-    previous, _active = _active, ShardedCorpora(ranks, Path(root).expanduser(), overwrite)
+    previous, _active = _active, ShardedCorpora(ranks, Path(root).expanduser(), overwrite, by_model=by_model)
     try:
         yield _active
     finally:
         _active = previous
+
+
+def active() -> ShardedCorpora | None:
+    """The sharded encoding in force (:func:`sharded_corpora`), or None."""
+    return _active
 
 
 def writes_here() -> bool:
@@ -346,6 +354,10 @@ def encode_corpus(model: Any, texts: Sequence[str], **kwargs: Any) -> np.ndarray
         return encode.encode_texts(model, texts, **kwargs)
     texts = list(texts)
     folder = plan.root / corpus_fingerprint(texts)[:16]
+    if plan.by_model:
+        from drmix.retrieval.onnx import fingerprint
+
+        folder = plan.root / f"{fingerprint(model)[:16]}-{folder.name}"
     keep = {k: kwargs[k] for k in ("batch_size", "prompt", "max_length", "normalize", "precision", "show_progress")
             if k in kwargs}
     run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True, **keep)

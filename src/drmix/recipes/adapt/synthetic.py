@@ -32,46 +32,28 @@ def _llm_backend(config: AdaptConfig, cache: Path):
 
 
 def teacher_ranker(teacher: Any, teacher_name: str | None) -> Callable[..., list[list[str]]]:
-    """``rank(queries, doc_ids, doc_texts, top_n)`` by the teacher (cosine, exact), the corpus's embeddings cached
-    under ``DRMIX_CACHE/embeddings/`` keyed by the teacher (its name and a fingerprint of a local folder's files),
-    its document prompt and length, and the texts: another seed or another filter setting does not encode the
-    corpus again (the teacher's corpus pass is most of the stage's time)."""
-    import hashlib
-
+    """``rank(queries, doc_ids, doc_texts, top_n)`` by the teacher (cosine, exact). The corpus's embeddings come
+    from the content-keyed embedding cache (:mod:`drmix.retrieval.embedding_cache`: the teacher's weights, its
+    document prompt and length, each text), so another seed, another filter setting or a rerun does not encode
+    the corpus again (the teacher's corpus pass is most of the stage's time); under ``torchrun`` the corpus is
+    encoded in shards over the ranks (:func:`drmix.retrieval.shards.encode_corpus`). ``teacher_name`` is kept for
+    callers that name the teacher; the cache is keyed by its weights."""
     from drmix.augment.mine import rank
-    from drmix.evaluation.suite import model_stamp
-    from drmix.io import atomic_write_bytes, cache_root
-    from drmix.model.encoder import document_prompt, query_prompt, resolve_model_path
-    from drmix.retrieval.index import encode_texts
+    from drmix.model.encoder import document_prompt, query_prompt
+    from drmix.retrieval.encode import encode_texts
+    from drmix.retrieval import shards
+    from drmix.retrieval.shards import encode_corpus
 
-    name = resolve_model_path(teacher_name)
     dp, qp = document_prompt(teacher), query_prompt(teacher)
 
-    def doc_embeddings(texts: list[str]) -> np.ndarray:
-        import io
-
-        h = hashlib.blake2b(digest_size=16)
-        h.update(json.dumps([name, model_stamp(name), dp, getattr(teacher, "max_seq_length", None)]).encode())
-        for t in texts:
-            h.update(t.encode("utf-8", "surrogatepass") + b"\0")
-        path = cache_root() / "embeddings" / f"{h.hexdigest()}.npy"
-        try:
-            emb = np.load(path)
-            if emb.shape[0] == len(texts):
-                return emb
-        except (OSError, ValueError):
-            pass
-        emb = encode_texts(teacher, texts, prompt=dp, normalize=True, cache_embeddings=True)
-        buf = io.BytesIO()
-        np.save(buf, emb)
-        atomic_write_bytes(path, buf.getvalue())
-        return emb
-
     def ranker(queries: list[str], doc_ids: list[str], doc_texts: list[str], top_n: int) -> list[list[str]]:
+        if not queries and shards.active() is None:  # under torchrun every rank takes its part of the pass
+            return []
+        d = encode_corpus(teacher, list(doc_texts), prompt=dp, normalize=True, cache_embeddings=True)
         if not queries:
             return []
         q = encode_texts(teacher, queries, prompt=qp, normalize=True)
-        return [[d for d, _ in r] for r in rank(q, doc_embeddings(list(doc_texts)), doc_ids, top_n=top_n)]
+        return [[d_id for d_id, _ in r] for r in rank(q, d, doc_ids, top_n=top_n)]
 
     return ranker
 
