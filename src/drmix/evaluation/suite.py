@@ -92,6 +92,7 @@ def evaluate_suite(models: Mapping[str, Any], test_data: Sequence[str | Path], *
     from drmix.data.beir import load_beir
     from drmix.evaluation.evaluate import dataset_names, evaluate_dataset, subsample
     from drmix.evaluation.metrics import DEFAULT_METRICS
+    from drmix.retrieval.shards import writes_here
 
     metrics = tuple(metrics or DEFAULT_METRICS)
     key = {"split": split, "data": [str(Path(d).resolve()) for d in test_data], "max_queries": max_queries,
@@ -127,7 +128,7 @@ def evaluate_suite(models: Mapping[str, Any], test_data: Sequence[str | Path], *
                                                   query_instructions=query_instructions)
                               for n, data in datasets.items()}
         out.per_query[label] = pq
-        if cache is not None:
+        if cache is not None and writes_here():  # under torchrun: rank 0 writes
             atomic_write_json(cache, {"key": model_key, "model": name, "split": split,
                                       "results": out.results[label], "per_query": pq})
             out.cache_files[label] = cache

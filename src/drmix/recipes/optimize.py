@@ -167,11 +167,14 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     collections = collections_for(config)
     if not c.in_batch_negatives and c.num_negatives >= 1:
         if fill == "mine":
+            from drmix.retrieval.shards import writes_here
+
             report = mine_missing_negatives(collections, c.num_negatives, model=miner)
             out = Path(config.run.output_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(out / "negatives.json", {"num_negatives": c.num_negatives, "rule": "mine",
-                                                       "collections": report})
+            if writes_here():  # under torchrun (drmix adapt): rank 0 writes
+                out.mkdir(parents=True, exist_ok=True)
+                atomic_write_json(out / "negatives.json", {"num_negatives": c.num_negatives, "rule": "mine",
+                                                           "collections": report})
         elif fill == "random":
             collections = fill_missing_negatives(collections, c.num_negatives, seed=config.optim.seed)
     return train(config, strategy=strat, collections=collections)

@@ -50,7 +50,7 @@ from drmix.recipes.adapt.candidates import STATIC_SCHEMES, SYNTHETIC, Candidate,
 from drmix.recipes.adapt.config import (PRESETS, SELECT_MAX_DOCS, AdaptConfig, AdaptEval, AdaptRun, AdaptStages,
                                         AdaptTarget, SyntheticOptions, synthetic_fields)
 from drmix.recipes.adapt.estimate import (ASSUMED_RATES, Progress, StageWork, estimate_device, estimate_table,
-                                          gpu_hours, plan_work, select_max_docs)
+                                          gpu_hours, plan_work, select_max_docs, unsharded_passages)
 from drmix.recipes.adapt.plan import AdaptPlan, coco_config, plan_adapt
 from drmix.recipes.adapt.report import ADAPTED_MARKER
 from drmix.recipes.adapt.runner import run_adapt as _run
@@ -64,11 +64,12 @@ __all__ = ["ADAPTED_MARKER", "ASSUMED_RATES", "BASE", "COCO_UNIFORM", "LABELLED_
            "build_synthetic", "candidate_plan", "coco_config", "estimate_device", "estimate_table",
            "final_labelled_evaluation", "gpu_hours", "kendall_tau", "parse_candidate", "plan_adapt", "plan_work",
            "read_synthetic_stats", "run_adapt", "select_candidate", "select_max_docs", "synthetic_fields",
-           "teacher_ranker"]
+           "teacher_ranker", "unsharded_passages"]
 
 
-def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = None) -> AdaptResult:
+def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = None) -> AdaptResult | None:
     """Run every stage (reusing the finished ones made with the same settings) and write the report; see the
     module docstring. ``progress`` receives the progress lines (default: the log). The labelled directories are
-    read by this package's :func:`final_labelled_evaluation` only (:func:`drmix.recipes.adapt.runner.run_adapt`)."""
+    read by this package's :func:`final_labelled_evaluation` only (:func:`drmix.recipes.adapt.runner.run_adapt`).
+    Under torchrun every rank calls it; the ranks other than 0 return None (:mod:`drmix.recipes.adapt.launch`)."""
     return _run(config, progress=progress, labelled=final_labelled_evaluation)

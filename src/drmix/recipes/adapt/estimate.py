@@ -11,7 +11,7 @@ from drmix.recipes.adapt.plan import AdaptPlan, _corpus_name, plan_adapt
 from drmix.recipes.progress import ASSUMED_RATES, Progress, StageWork, estimate_rows
 
 __all__ = ["ASSUMED_RATES", "Progress", "StageWork", "estimate_device", "estimate_table", "gpu_hours",
-           "plan_work", "select_max_docs"]
+           "plan_work", "select_max_docs", "unsharded_passages"]
 
 
 def select_max_docs(config: AdaptConfig) -> int | None:
@@ -31,6 +31,12 @@ def _corpus_sizes(config: AdaptConfig) -> dict[str, int]:
     return out
 
 
+def _pseudo_queries(config: AdaptConfig, sizes: Mapping[str, int]) -> int:
+    """The cropped pseudo-queries the synthetic set writes at most (``--max-per-doc`` of ``--max-docs`` a corpus)."""
+    s = config.synthetic
+    return sum(min(n, s.max_docs or n) * (s.max_per_doc or 3) for n in sizes.values())
+
+
 def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
               sizes: Mapping[str, int] | None = None) -> list[StageWork]:
     """The work of every stage, in the order they run (the estimate's input; hand-written, like
@@ -40,7 +46,7 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
     sizes = sizes if sizes is not None else _corpus_sizes(config)
     s = config.synthetic
     n_corpus = sum(sizes.values())
-    queries = sum(min(n, s.max_docs or n) * (s.max_per_doc or 3) for n in sizes.values())
+    queries = _pseudo_queries(config, sizes)
     llm = len(sizes) * s.generate_max_docs if s.llm else 0
     cap = config.eval.eval_max_docs
     eval_docs = sum(min(n, cap or n) for n in sizes.values())
@@ -91,12 +97,29 @@ def estimate_device(config: AdaptConfig) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def gpu_hours(work: list[StageWork], gpus: int) -> tuple[float, float]:
-    """(hours on one GPU, hours on ``gpus`` GPUs) of ``work`` at the assumed GPU rates. Over several GPUs every
-    stage is split evenly (data-parallel training, sharded encoding): a lower bound, since the gradient
-    all-reduce, the gather of sharded embeddings and the exact search on one device are not counted."""
-    one = sum(w.seconds(ASSUMED_RATES["cuda"]) for w in work) / 3600
-    return one, one / gpus
+def unsharded_passages(config: AdaptConfig, work: list[StageWork], sizes: Mapping[str, int]) -> dict[str, float]:
+    """Passages of each stage's ``work`` that every rank of a torchrun launch encodes whole: the synthetic set's
+    pseudo-queries and the queries of tDRO stage 1's mining (half its passages). The corpus passes are split over
+    the ranks (:mod:`drmix.recipes.adapt.launch`), training is data-parallel."""
+    out = {"synthetic set": float(_pseudo_queries(config, sizes))}
+    out.update({w.name: w.passages / 2 for w in work if w.name.startswith("tDRO stage 1")})
+    return out
+
+
+def gpu_hours(work: list[StageWork], gpus: int, unsharded: Mapping[str, float] | None = None) -> tuple[float, float]:
+    """(hours on one GPU, hours on ``gpus`` GPUs) of ``work`` at the assumed GPU rates. Over several GPUs (under
+    ``torchrun --nproc-per-node N``) each stage is split evenly -- data-parallel training, the corpus passes in
+    shards -- but for ``unsharded[stage]`` passages, which every GPU encodes whole (:func:`unsharded_passages`):
+    a lower bound, since the gradient all-reduce, the gather of sharded embeddings and the exact search on one
+    device are not counted."""
+    rates = ASSUMED_RATES["cuda"]
+    one = many = 0.0
+    for w in work:
+        whole = min(w.passages, (unsharded or {}).get(w.name, 0.0)) / rates[1]
+        seconds = w.seconds(rates)
+        one += seconds
+        many += (seconds - whole) / gpus + whole
+    return one / 3600, many / 3600
 
 
 def estimate_table(config: AdaptConfig, gpus: int = 8) -> str:
@@ -108,10 +131,12 @@ def estimate_table(config: AdaptConfig, gpus: int = 8) -> str:
     work = plan_work(config, sizes=sizes)
     device = estimate_device(config)
     lines = estimate_rows(work, device)
-    one, many = gpu_hours(work, gpus)
+    one, many = gpu_hours(work, gpus, unsharded_passages(config, work, sizes))
     lines += ["", f"For {sum(sizes.values()):,} target passages: {one:,.2f} h on one GPU, at least {many:,.2f} h on "
                   f"{gpus} GPUs (at {ASSUMED_RATES['cuda'][0]:,.0f} examples/s and {ASSUMED_RATES['cuda'][1]:,.0f} "
-                  "passages/s a GPU, every stage split evenly over the GPUs)."]
+                  f"passages/s a GPU; on {gpus} GPUs, under torchrun --nproc-per-node {gpus}, training is "
+                  "data-parallel and the corpus passes are split over the GPUs, the pseudo-queries and mining "
+                  "queries are encoded whole by each)."]
     llm = sum(w.llm_calls for w in work)
     if llm:
         lines += ["", f"Plus {llm:,} LLM calls (not estimated: their speed is the LLM's)."]

@@ -8,6 +8,7 @@ from typing import Any
 
 from drmix.recipes.adapt.config import AdaptConfig
 from drmix.recipes.adapt.estimate import estimate_device
+from drmix.recipes.adapt.launch import follow, launched_adapt, release
 from drmix.recipes.adapt.plan import plan_adapt
 from drmix.recipes.adapt.report import _check_model_target, _copy_model, _summary, _weights_of, _write_card
 from drmix.recipes.adapt.selection import AdaptResult, _average, _comparisons, final_labelled_evaluation, kendall_tau
@@ -17,19 +18,31 @@ from drmix.recipes.stages import run_stages
 
 
 def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = None,
-              labelled: Callable[..., Any] = final_labelled_evaluation) -> AdaptResult:
+              labelled: Callable[..., Any] = final_labelled_evaluation) -> AdaptResult | None:
     """Run every stage (reusing the finished ones made with the same settings) and write the report; see
     :mod:`drmix.recipes.adapt`. ``progress`` receives the progress lines (default: the log); ``labelled`` is the
-    labelled final evaluation (:func:`final_labelled_evaluation`: the only reader of labels)."""
+    labelled final evaluation (:func:`final_labelled_evaluation`: the only reader of labels). Under torchrun /
+    accelerate launch every rank calls it: rank 0 runs the recipe and returns its result, the other ranks take
+    their part of each stage (:mod:`drmix.recipes.adapt.launch`), write nothing and return None."""
+    with launched_adapt(config.run.output_dir) as ranks:
+        plan = plan_adapt(config)
+        stages = adapt_stages(config, plan, labelled)
+        if ranks is not None and not ranks.main:
+            follow(stages)
+            return None
+        return _run_main(config, plan, stages, progress)
+
+
+def _run_main(config: AdaptConfig, plan: Any, stages: list, progress: Callable[[str], None] | None) -> AdaptResult:
     from drmix.outputs import claim_run
 
-    plan = plan_adapt(config)
     root = plan.root
     claim_run(config, "recipe")
     _check_model_target(root / "model")
-    results = run_stages(adapt_stages(config, plan, labelled), root=root, record=("adapt.yaml", config),
+    results = run_stages(stages, root=root, record=("adapt.yaml", config),
                          allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
                          progress=progress, device=estimate_device(config), recipe="adapt")
+    release()  # under torchrun: the other ranks stop here; the report and the model copy are rank 0's
     models = _models(plan, results)
     dev, dev_avg, selected = results[SELECTION]
     result = results[FINAL]

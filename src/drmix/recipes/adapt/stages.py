@@ -15,6 +15,7 @@ from drmix.config import TrainConfig
 from drmix.recipes.adapt.candidates import Candidate
 from drmix.recipes.adapt.config import AdaptConfig
 from drmix.recipes.adapt.estimate import plan_work, select_max_docs
+from drmix.recipes.adapt.launch import EVERY, SHARDED, announced
 from drmix.recipes.adapt.plan import AdaptPlan
 from drmix.recipes.adapt.selection import BASE, COCO_UNIFORM, UNIFORM, AdaptResult, _average, select_candidate
 from drmix.recipes.adapt.synthetic import build_synthetic
@@ -64,17 +65,19 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., A
     works = {w.name: w for w in plan_work(config, plan)}
     records = {s.name: s for s in plan.stages}
 
-    def _declare(name: str, title: str, run: Callable[[dict[str, Any]], Any], **kw: Any) -> Stage:
+    def _declare(name: str, title: str, run: Callable[[dict[str, Any]], Any], how: str | None = None,
+                 **kw: Any) -> Stage:
+        """``how``: which ranks of a torchrun launch run it (:mod:`drmix.recipes.adapt.launch`; None: rank 0)."""
         base = records.get(name) or Stage(name)
-        return dataclasses.replace(base, title=title, run=run, work=works.get(title), **kw)
+        return dataclasses.replace(base, title=title, run=announced(name, run, how), work=works.get(title), **kw)
 
     stages = [
-        _declare("synthetic", "synthetic set", lambda r: build_synthetic(config, plan), part="synthetic",
+        _declare("synthetic", "synthetic set", lambda r: build_synthetic(config, plan), SHARDED, part="synthetic",
                  what=f"pseudo-queries of {', '.join(plan.corpora)}, round-trip filter, splits",
                  done=lambda out: (out / "stats.json").is_file()),
-        _declare("COCO", "COCO", lambda r: pretrain_coco(plan.coco), part="stages.coco",
+        _declare("COCO", "COCO", lambda r: pretrain_coco(plan.coco), EVERY, part="stages.coco",
                  what=f"{plan.coco.optim.max_steps} steps on the target corpora"),
-        _declare("uniform fine-tuning", "uniform fine-tuning", _train(plan.baseline), part="optim",
+        _declare("uniform fine-tuning", "uniform fine-tuning", _train(plan.baseline), EVERY, part="optim",
                  what="the base model, uniform over --data (the baseline)")]
     for label, (c, cfg) in plan.candidates.items():
         needs = ["COCO"] + (["synthetic"] if c.synthetic or c.scheme == "infdds" else [])
@@ -85,18 +88,19 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., A
                 stages.append(_declare(
                     s1, s1, lambda r, s1_cfg=s1_cfg: optimize_weights(s1_cfg, fill_negatives="mine",
                                                                       miner=config.synthetic.teacher),
-                    part="stages.stage1", needs=(f"candidate {c.reference.label}",),
+                    SHARDED, part="stages.stage1", needs=(f"candidate {c.reference.label}",),
                     what=f"learned weights, reference {c.reference.label}",
                     done=lambda out: run_finished(out) and (out / "weights.json").exists()))
             needs.append(s1)
         what = "COCO model, tDRO weights transferred" if c.scheme == "tdro" else f"COCO model, {c.scheme} mixture"
-        stages.append(_declare(f"candidate {label}", f"candidate {label}", _train(cfg, c), part="optim",
+        stages.append(_declare(f"candidate {label}", f"candidate {label}", _train(cfg, c), EVERY, part="optim",
                                needs=tuple(needs), what=what))
     candidates = tuple(f"candidate {label}" for label in plan.candidates)
     stages += [
         _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r)),
-                 part="stages", needs=candidates, what=f"{len(plan.candidates)} candidates"),
-        _declare(FINAL, "final evaluation", lambda r: _final_evaluation(config, plan, r, labelled), part="eval",
+                 SHARDED, part="stages", needs=candidates, what=f"{len(plan.candidates)} candidates"),
+        _declare(FINAL, "final evaluation", lambda r: _final_evaluation(config, plan, r, labelled), SHARDED,
+                 part="eval",
                  needs=(SELECTION, "uniform fine-tuning"),
                  what="synthetic test" + (" and the labelled --eval-data" if config.eval.eval_data else ""))]
     return stages

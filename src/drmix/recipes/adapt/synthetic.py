@@ -2,6 +2,7 @@
 splits (``synthetic/``)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -66,15 +67,18 @@ def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
     from drmix.io import atomic_dir, atomic_write_json
     from drmix.model.encoder import load_encoder
     from drmix.pretrain.coco import corpus_file
+    from drmix.retrieval.shards import writes_here
 
     s = config.synthetic
     teacher = load_encoder(s.teacher, device=config.run.device)
-    backend = _llm_backend(config, plan.root / "llm-cache.jsonl")
+    here = writes_here()  # under torchrun the other ranks take their part of the teacher's passes, write nothing
+    backend = _llm_backend(config, plan.root / "llm-cache.jsonl") if here else None
     rank = teacher_ranker(teacher, s.teacher)
 
     stats: dict[str, Any] = {}
-    with atomic_dir(plan.root / "synthetic") as tmp:
-        (tmp / "train").mkdir()
+    with atomic_dir(plan.root / "synthetic") if here else contextlib.nullcontext() as tmp:
+        if tmp is not None:
+            (tmp / "train").mkdir()
         for name, path in plan.corpora.items():
             corpus = read_corpus(corpus_file(path))
             made = build_corpus_synthetic(name, corpus, rank, max_docs=s.max_docs, min_words=s.min_words,
@@ -82,9 +86,11 @@ def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
                                           negative_ranks=s.negative_ranks, dev_queries=s.dev_queries,
                                           test_queries=s.test_queries, seed=config.optim.seed, backend=backend,
                                           generate_docs=s.generate_max_docs if backend is not None else 0)
-            write_corpus_synthetic(made, corpus, tmp / name, tmp / "train" / f"synthetic-{name}.jsonl")
+            if tmp is not None:
+                write_corpus_synthetic(made, corpus, tmp / name, tmp / "train" / f"synthetic-{name}.jsonl")
             stats[name] = made.stats
-        atomic_write_json(tmp / "stats.json", {"teacher": s.teacher or "default", "corpora": stats})
+        if tmp is not None:
+            atomic_write_json(tmp / "stats.json", {"teacher": s.teacher or "default", "corpora": stats})
     if backend is not None:
         backend.close()
     return stats

@@ -1,0 +1,186 @@
+"""drmix adapt under torchrun: rank 0 announces each stage it runs, the other ranks follow; corpus passes sharded
+(model-keyed folders, deleted once merged), training stages run by every rank, nothing written off rank 0; and
+two real gloo processes give the synthetic set and the selection's scores of one process."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drmix.errors import ConfigError
+from drmix.recipes.adapt import launch
+from drmix.retrieval import shards
+
+
+class FakeRanks:
+    """The collectives of :class:`drmix.retrieval.ranks.Ranks` in one process: ``gather`` records what this rank
+    sent and answers rank 0's part from ``inbox`` (a follower) or what it sent (rank 0)."""
+
+    def __init__(self, rank: int, inbox=()) -> None:
+        self.rank, self.world_size, self.local_rank = rank, 2, rank
+        self.inbox, self.sent, self.barriers = list(inbox), [], 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def gather(self, obj):
+        self.sent.append(obj)
+        first = obj if self.main else self.inbox.pop(0)
+        return [first, None]
+
+    def barrier(self) -> None:
+        self.barriers += 1
+
+    def device(self):
+        return None
+
+
+@pytest.fixture
+def as_rank(monkeypatch, tmp_path):
+    def make(rank: int, inbox=()) -> FakeRanks:
+        ranks = FakeRanks(rank, inbox)
+        monkeypatch.setattr(launch, "_launched", launch.Launched(ranks, tmp_path / "run" / "shards"))
+        return ranks
+    return make
+
+
+def _recorder(seen: list, value):
+    def run(results):
+        active = shards.active()
+        seen.append((dict(results), None if active is None else (active.root.name, active.by_model),
+                     shards.writes_here()))
+        if active is not None:  # a corpus pass leaves its shards in the stage's folder
+            active.root.mkdir(parents=True)
+            (active.root / "rank-00000-of-00002.npy").write_bytes(b"x")
+        return value
+    return run
+
+
+def test_one_process_runs_each_stage_as_it_is(monkeypatch):
+    monkeypatch.setattr(launch, "_launched", None)
+    seen: list = []
+    assert launch.announced("synthetic", _recorder(seen, 7), launch.SHARDED)({"a": 1}) == 7
+    assert seen == [({"a": 1}, None, True)]  # nothing sharded, this process writes
+    launch.release()                           # nothing to tell
+
+
+def test_rank_0_announces_and_shards_corpus_passes_then_deletes_their_shards(as_rank, tmp_path):
+    ranks = as_rank(0)
+    seen: list = []
+    assert launch.announced("candidate size+synthetic", _recorder(seen, "m"), launch.EVERY)({"COCO": 1}) == "m"
+    assert launch.announced("selection", _recorder(seen, "s"), launch.SHARDED)({"x": 2}) == "s"
+    assert launch.announced("own", _recorder(seen, "o"), None)({}) == "o"
+    launch.release()
+    assert ranks.sent == [("candidate size+synthetic", {"COCO": 1}), ("selection", {"x": 2}), None]
+    assert seen == [({"COCO": 1}, None, True),                 # training: every rank, as it is
+                    ({"x": 2}, ("selection", True), True),     # a corpus pass: shards keyed by model and corpus
+                    ({}, None, True)]                          # rank 0 alone, not announced
+    assert ranks.barriers == 1
+    assert not (tmp_path / "run" / "shards").exists()          # merged everywhere, then deleted
+
+
+def test_a_follower_runs_what_rank_0_announces_and_writes_nothing(as_rank, tmp_path):
+    from drmix.recipes.stages import Stage
+
+    inbox = [("synthetic", {}), ("candidate uniform", {"COCO": "c"}), None]
+    ranks = as_rank(1, inbox)
+    seen: list = []
+    stages = [Stage(n, run=launch.announced(n, _recorder(seen, n), how))
+              for n, how in (("synthetic", launch.SHARDED), ("COCO", launch.EVERY),
+                             ("candidate uniform", launch.EVERY), ("own", None))]
+    launch.follow(stages)
+    assert seen == [({}, ("synthetic", True), False),          # sharded, and this rank writes no output
+                    ({"COCO": "c"}, None, True)]               # COCO was reused by rank 0: not announced
+    assert ranks.sent == [None, None, None] and ranks.barriers == 1
+    assert (tmp_path / "run" / "shards" / "synthetic").exists()  # rank 0 deletes the shards, not a follower
+    assert stages[3].run({}) is None                           # a stage of rank 0 alone: nothing here
+
+
+def test_a_stage_this_rank_does_not_declare_is_refused(as_rank):
+    as_rank(1, [("index", {})])
+    with pytest.raises(ConfigError, match="rank 0 runs stage 'index', which rank 1 does not declare"):
+        launch.follow([])
+
+
+def test_which_process_follows(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert launch.follower() is False
+    for rank, world, follows in (("1", "2", True), ("0", "2", False), ("0", "1", False), ("x", "2", False)):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("WORLD_SIZE", world)
+        assert launch.follower() is follows
+
+
+def test_the_command_on_a_follower_neither_claims_nor_reports(monkeypatch, tmp_path):
+    from drmix.cli import adapt as cli_adapt
+    from drmix.cli import pipeline
+    from drmix.recipes import adapt
+
+    calls: list = []
+    monkeypatch.setattr(adapt, "run_adapt", lambda config: calls.append(config.run.output_dir))
+    monkeypatch.setattr(pipeline, "_run_recipe", lambda *a: pytest.fail("a follower claimed the output"))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"query": "q", "positive": "p"}) + "\n")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"_id": "1", "text": "t"}) + "\n")
+    cli_adapt.run_adapt_command(None, {"corpus": [str(corpus)], "data": [str(data)],
+                                       "output_dir": str(tmp_path / "out")})
+    assert calls == [str(tmp_path / "out")] and not (tmp_path / "out").exists()
+
+
+def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path):
+    from drmix.model.encoder import load_encoder
+    from drmix.retrieval.onnx import fingerprint
+    from drmix.retrieval.ranks import Ranks
+
+    model = load_encoder(tiny_model_path)
+    texts = ["one passage", "another passage"]
+    with shards.sharded_corpora(Ranks(), tmp_path / "s", by_model=True):
+        shards.encode_corpus(model, texts, batch_size=4, show_progress=False)
+    assert [p.name for p in (tmp_path / "s").iterdir()] == [
+        f"{fingerprint(model)[:16]}-{shards.corpus_fingerprint(texts)[:16]}"]
+
+
+def _adapt(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DRMIX_CACHE": str(tmp / "cache"), "DRMIX_EMBEDDING_CACHE": "0"}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_give_the_synthetic_set_and_the_selection_of_one(tmp_path, tiny_model_path):
+    """One process, then two (torchrun, gloo on CPU): the synthetic set byte for byte, the candidates' synthetic
+    dev scores and the choice; rank 1 wrote nothing of its own, and no shard is left."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_adapt import make_config
+
+    make_config(tmp_path, tiny_model_path)  # the corpora and collections, written once for both runs
+    helper = str(Path(__file__).resolve().parents[2] / "helpers" / "ddp_adapt.py")
+    candidates = "uniform,size+synthetic,tdro:reweight"
+    one = _adapt([sys.executable, helper, tiny_model_path, str(tmp_path), str(tmp_path / "one"), candidates],
+                 tmp_path)
+    two = _adapt([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", helper,
+                  tiny_model_path, str(tmp_path), str(tmp_path / "two"), candidates], tmp_path)
+    chosen = one.stdout.split("RESULT ")[1].split()[0]
+    assert two.stdout.count("RESULT ") == 2 and f"RESULT {chosen}" in two.stdout and "RESULT none" in two.stdout
+    assert _files(tmp_path / "two" / "synthetic") == _files(tmp_path / "one" / "synthetic")
+    for label in ("uniform", "size+synthetic", "tdro-reweight"):
+        a = json.loads((tmp_path / "one" / f"coco-{label}" / "select-dev.json").read_text())
+        b = json.loads((tmp_path / "two" / f"coco-{label}" / "select-dev.json").read_text())
+        for corpus, scores in a["results"].items():
+            assert b["results"][corpus] == pytest.approx(scores, abs=1e-6), (label, corpus)
+    assert not (tmp_path / "two" / "shards").exists()
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
