@@ -131,3 +131,15 @@ def test_another_max_length_is_evaluated_again(tmp_path, tiny_model_path, monkey
     evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": folder}, metrics=("ndcg@10",), max_length=16)
     assert len(calls) == 2
     assert json.loads((folder / "eval-test.json").read_text())["key"]["max_length"] == 16
+
+
+def test_a_rank_other_than_0_computes_the_results_and_writes_no_cache(tmp_path, tiny_model_path, monkeypatch):
+    """Under torchrun (drmix adapt) every rank evaluates, rank 0 alone writes the cache file."""
+    from drmix.retrieval import shards
+
+    data = _beir(tmp_path)
+    written = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": tmp_path / "a"}, metrics=("ndcg@10",))
+    monkeypatch.setattr(shards, "writes_here", lambda: False)
+    follower = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": tmp_path / "b"}, metrics=("ndcg@10",))
+    assert follower.results == written.results and follower.cache_files == {}
+    assert not (tmp_path / "b").exists()

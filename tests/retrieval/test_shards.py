@@ -198,3 +198,19 @@ def test_an_unreadable_shard_manifest_is_refused(tmp_path):
         shards.open_folder(tmp_path, {"world_size": 1})
     shards.open_folder(tmp_path, {"world_size": 1}, overwrite=True)
     assert json.loads((tmp_path / "shards.json").read_text()) == {"format": 1, "world_size": 1}
+
+
+def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path):
+    """drmix adapt encodes one corpus with several models: each model's shards in a folder of its own."""
+    from drmix.model.encoder import load_encoder
+    from drmix.retrieval.onnx import fingerprint
+
+    model = load_encoder(tiny_model_path)
+    texts = ["one passage", "another passage"]
+    with shards.sharded_corpora(Ranks(), tmp_path / "s", by_model=True):
+        assert shards.active().by_model is True
+        got = shards.encode_corpus(model, texts, batch_size=4, show_progress=False)
+    assert shards.active() is None
+    assert [p.name for p in (tmp_path / "s").iterdir()] == [
+        f"{fingerprint(model)[:16]}-{shards.corpus_fingerprint(texts)[:16]}"]
+    assert got.tobytes() == encode_texts(model, texts, batch_size=4).tobytes()

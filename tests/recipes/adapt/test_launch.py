@@ -107,6 +107,38 @@ def test_a_stage_this_rank_does_not_declare_is_refused(as_rank):
         launch.follow([])
 
 
+def test_a_launch_of_one_process_joins_nothing(monkeypatch, tmp_path):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with launch.launched_adapt(tmp_path) as ranks:
+        assert ranks is None and launch.launched_state() is None
+
+
+def test_a_follower_builds_the_synthetic_set_unwritten_without_the_llm(tmp_path, monkeypatch):
+    """A rank other than 0 takes its part of the teacher's passes and writes nothing: no synthetic/, no LLM."""
+    from drmix.recipes.adapt import synthetic
+    from drmix.recipes.adapt.plan import AdaptPlan
+
+    calls: list = []
+    monkeypatch.setattr(shards, "writes_here", lambda: False)
+    monkeypatch.setattr(synthetic, "_llm_backend", lambda *a: pytest.fail("a follower started the LLM"))
+    monkeypatch.setattr("drmix.model.encoder.load_encoder", lambda *a, **kw: "teacher")
+    monkeypatch.setattr(synthetic, "teacher_ranker", lambda teacher, name: "rank")
+    monkeypatch.setattr("drmix.data.beir.read_corpus", lambda path: {"d1": {"text": "t"}})
+    monkeypatch.setattr("drmix.augment.synthetic.build_corpus_synthetic",
+                        lambda name, corpus, rank, **kw: calls.append((name, rank, kw["backend"]))
+                        or type("Made", (), {"stats": {"kept": 1}})())
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps({"_id": "d1", "text": "t"}) + "\n")
+    plan = AdaptPlan.__new__(AdaptPlan)
+    plan.root, plan.corpora = tmp_path / "run", {"a": tmp_path / "a.jsonl", "b": tmp_path / "b.jsonl"}
+    from drmix.recipes.adapt import AdaptConfig
+
+    cfg = AdaptConfig(corpus=[str(tmp_path / "a.jsonl")], data=[str(tmp_path)], llm="smollm2")
+    assert synthetic.build_synthetic(cfg, plan) == {"a": {"kept": 1}, "b": {"kept": 1}}
+    assert calls == [("a", "rank", None), ("b", "rank", None)] and not (tmp_path / "run").exists()
+
+
 def test_which_process_follows(monkeypatch):
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -136,19 +168,6 @@ def test_the_command_on_a_follower_neither_claims_nor_reports(monkeypatch, tmp_p
     assert calls == [str(tmp_path / "out")] and not (tmp_path / "out").exists()
 
 
-def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path):
-    from drmix.model.encoder import load_encoder
-    from drmix.retrieval.onnx import fingerprint
-    from drmix.retrieval.ranks import Ranks
-
-    model = load_encoder(tiny_model_path)
-    texts = ["one passage", "another passage"]
-    with shards.sharded_corpora(Ranks(), tmp_path / "s", by_model=True):
-        shards.encode_corpus(model, texts, batch_size=4, show_progress=False)
-    assert [p.name for p in (tmp_path / "s").iterdir()] == [
-        f"{fingerprint(model)[:16]}-{shards.corpus_fingerprint(texts)[:16]}"]
-
-
 def _adapt(cmd: list[str], tmp: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DRMIX_CACHE": str(tmp / "cache"), "DRMIX_EMBEDDING_CACHE": "0"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
@@ -167,6 +186,8 @@ def test_two_gloo_processes_give_the_synthetic_set_and_the_selection_of_one(tmp_
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from test_adapt import make_config
 
+    from drmix.recipes.adapt import parse_candidate
+
     make_config(tmp_path, tiny_model_path)  # the corpora and collections, written once for both runs
     helper = str(Path(__file__).resolve().parents[2] / "helpers" / "ddp_adapt.py")
     candidates = "uniform,size+synthetic,tdro:reweight"
@@ -177,9 +198,11 @@ def test_two_gloo_processes_give_the_synthetic_set_and_the_selection_of_one(tmp_
     chosen = one.stdout.split("RESULT ")[1].split()[0]
     assert two.stdout.count("RESULT ") == 2 and f"RESULT {chosen}" in two.stdout and "RESULT none" in two.stdout
     assert _files(tmp_path / "two" / "synthetic") == _files(tmp_path / "one" / "synthetic")
-    for label in ("uniform", "size+synthetic", "tdro-reweight"):
-        a = json.loads((tmp_path / "one" / f"coco-{label}" / "select-dev.json").read_text())
-        b = json.loads((tmp_path / "two" / f"coco-{label}" / "select-dev.json").read_text())
+    for label in candidates.split(","):
+        folder = parse_candidate(label).folder
+        a = json.loads((tmp_path / "one" / folder / "select-dev.json").read_text())
+        b = json.loads((tmp_path / "two" / folder / "select-dev.json").read_text())
+        assert a["results"], label
         for corpus, scores in a["results"].items():
             assert b["results"][corpus] == pytest.approx(scores, abs=1e-6), (label, corpus)
     assert not (tmp_path / "two" / "shards").exists()
