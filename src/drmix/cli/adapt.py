@@ -28,7 +28,8 @@ of --output-dir: a rerun reuses the stages made with the same settings from the 
 --model compared by content) and resumes an interrupted one; a changed stage is refused unless
 --resume-with-changes (re-run it and the stages built on it) or --overwrite (re-run every stage). --estimate
 prints each stage's estimated time, and the hours of the whole run on one GPU and on --estimate-gpus GPUs, and
-exits.
+exits. On N GPUs: torchrun --nproc-per-node N -m drmix adapt ... (or accelerate launch): every corpus pass is
+split over the GPUs in shards and the training stages are data-parallel; rank 0 writes (docs/adapt.md).
 """
 
 _ESTIMATE = inspect.Parameter(

@@ -39,8 +39,9 @@ the throughput measured by the earlier stages of the run, or an assumed one befo
 The package, by concern: :mod:`~drmix.recipes.adapt.config` (the parts and presets), ``candidates`` (the
 candidate mixtures), ``plan`` (every stage's configuration), ``estimate`` (the work, the time estimate),
 ``synthetic`` (stage 1), ``stages`` (every stage declared, run by :func:`drmix.recipes.stages.run_stages`),
-``selection`` (the choice and the labelled evaluation), ``report`` (summary, model copy, card) and ``runner``
-(the run).
+``selection`` (the choice and the labelled evaluation), ``report`` (summary, model copy, card), ``runner``
+(the run) and ``launch`` (the run under torchrun / accelerate launch: rank 0 runs the recipe, the other ranks
+take their shard of every corpus pass and their part of the data-parallel training).
 """
 from __future__ import annotations
 
