@@ -266,6 +266,19 @@ def test_negatives_json_goes_into_a_new_nested_or_an_existing_output_folder(tmp_
     assert json.loads((nested / "negatives.json").read_text())["num_negatives"] == 2
 
 
+def test_a_rank_other_than_0_mines_the_same_negatives_and_writes_no_counts(tmp_path, recorded, hand_miner,
+                                                                            monkeypatch):
+    """drmix adapt under torchrun: every rank mines (in shards) and trains, rank 0 alone writes negatives.json."""
+    from drmix.retrieval import shards
+
+    opt.optimize_weights(_config(tmp_path, num_negatives=3), miner=object())
+    main = [list(c.dataset["negatives"]) for c in recorded["collections"]]
+    monkeypatch.setattr(shards, "writes_here", lambda: False)
+    opt.optimize_weights(_config(tmp_path, num_negatives=3, output_dir=str(tmp_path / "rank1")), miner=object())
+    assert [list(c.dataset["negatives"]) for c in recorded["collections"]] == main
+    assert (tmp_path / "out" / "negatives.json").exists() and not (tmp_path / "rank1").exists()
+
+
 def test_mixed_batches_do_not_warn_and_non_bool_rules_are_refused(tmp_path, recorded, caplog):
     import logging
 

@@ -84,6 +84,19 @@ def test_rank_0_announces_and_shards_corpus_passes_then_deletes_their_shards(as_
     assert not (tmp_path / "run" / "shards").exists()          # merged everywhere, then deleted
 
 
+def test_a_corpus_pass_that_fails_keeps_its_shards_for_the_rerun(as_rank, tmp_path):
+    ranks = as_rank(0)
+
+    def killed(results):
+        _recorder([], None)(results)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launch.announced("synthetic", killed, launch.SHARDED)({})
+    assert ranks.barriers == 0 and shards.active() is None
+    assert (tmp_path / "run" / "shards" / "synthetic" / "rank-00000-of-00002.npy").exists()
+
+
 def test_a_follower_runs_what_rank_0_announces_and_writes_nothing(as_rank, tmp_path):
     from drmix.recipes.stages import Stage
 
