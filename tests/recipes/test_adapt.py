@@ -408,6 +408,7 @@ def test_selection_cap_estimate_and_gpu_hours_by_hand(tmp_path, tiny_model_path)
     assert whole == {"synthetic set": 32.0, stage1: work[stage1].passages / 2}
     text = " ".join(estimate_table(cfg, gpus=4).split())
     assert "For 16 target passages:" in text and "on 4 GPUs" in text
+    assert "under torchrun --nproc-per-node 4, training is data-parallel" in text
     with pytest.raises(ConfigError, match="--estimate-gpus"):
         estimate_table(cfg, gpus=0)
 
