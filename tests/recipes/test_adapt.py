@@ -391,12 +391,16 @@ def test_selection_cap_estimate_and_gpu_hours_by_hand(tmp_path, tiny_model_path)
     assert select_max_docs(cfg.replace(select_max_docs=None)) is None
     assert select_max_docs(cfg.replace(select_max_docs=None, eval_max_docs=7)) == 7
     work = {w.name: w for w in plan_work(cfg)}
-    # 5 candidates on 2 corpora of 8 documents, 3 of each; the final evaluation: 4 report models on the synthetic
-    # test and, with --eval-data, the base model, the baseline and 5 candidates on the labelled split
+    # 5 candidates on 2 corpora of 8 documents, 3 of each; the final evaluation: 4 report models and
+    # uniform+synthetic on the synthetic test and, with --eval-data, the base model, the baseline and 5 candidates
+    # on the labelled split; the index: the 16 documents once
     assert work["selection on synthetic dev"].passages == 5 * 2 * 3
-    assert work["final evaluation"].passages == (4 + 7) * 16
+    assert work["final evaluation"].passages == (5 + 7) * 16
+    assert work["index of the adapted model"].passages == 16 and list(work)[-1] == "index of the adapted model"
     no_labels = {w.name: w for w in plan_work(cfg.replace(eval_data=[]))}
-    assert no_labels["final evaluation"].passages == 4 * 16
+    assert no_labels["final evaluation"].passages == 5 * 16
+    assert "index of the adapted model" not in {w.name for w in plan_work(cfg.replace(index=False))}
+    assert {w.name: w for w in plan_work(cfg.replace(candidates=["size"]))}["final evaluation"].passages == (4 + 4) * 16
     # 3.6M examples at 1,000/s and 36M passages at 10,000/s: two hours on one GPU, a quarter hour on eight
     assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000)], 8) == (2.0, 0.25)
     text = " ".join(estimate_table(cfg, gpus=4).split())

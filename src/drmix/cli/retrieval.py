@@ -19,6 +19,7 @@ from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_p
 from drmix.cli.options import (ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs,
                                report_output_option, report_overwrite_option)
 from drmix.errors import ConfigError, DataError
+from drmix.retrieval.backends.base import DEFAULT_BACKEND
 from drmix.retrieval.multi.registry import search_policy_usage
 from drmix.retrieval.trec import RunFormat
 
@@ -175,7 +176,7 @@ def index_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory to write the index to "
                                           "(backends memory and faiss-disk; replaced atomically; a non-empty folder "
                                           "that is not an index is refused)."),
-    backend: IndexBackend = typer.Option(IndexBackend.memory, "--backend", help=BACKEND_HELP),
+    backend: IndexBackend = typer.Option(IndexBackend(DEFAULT_BACKEND), "--backend", help=BACKEND_HELP),
     uri: Optional[str] = typer.Option(None, "--uri", help="milvus: a Milvus Lite file (a path ending in .db, "
                                       "created when missing) or a server's http://HOST:19530."),
     collection: Optional[str] = typer.Option(None, "--collection", help="milvus: the collection to write "
@@ -296,9 +297,9 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     """``drmix index --backend faiss-disk|milvus``: refuse the target before encoding, then encode in chunks
     and stream them into the backend (:func:`drmix.retrieval.backends.build_index`)."""
     from drmix.data.beir import read_corpus
-    from drmix.model.encoder import document_prompt, load_encoder
+    from drmix.model.encoder import load_encoder
     from drmix.retrieval.backends import backend as get_backend
-    from drmix.retrieval.backends import encode_chunks, model_record, resolve_kind
+    from drmix.retrieval.backends import index_documents, resolve_kind
 
     spec = get_backend(backend)
     kind = resolve_kind(spec, kind)
@@ -324,14 +325,12 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     spec.check(target, meta, overwrite)  # a Milvus collection that exists is refused before encoding
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=kwargs)
-    meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
-                max_length=max_length or getattr(encoder, "max_seq_length", None))
     if backend != "milvus":
         _check_index_room(output, docs, encoder, store_texts=store_texts)
-    chunks = encode_chunks(encoder, docs, chunk_size=params["chunk_size"], batch_size=batch_size,
-                           max_length=max_length, precision=precision)
-    where = spec.build(target, chunks, meta, kind, {k: v for k, v in params.items() if k in keep}, overwrite,
-                       docs if store_texts else None)
+    where = index_documents(spec, target, encoder, docs, meta, kind=kind,
+                            params={k: v for k, v in params.items() if k in keep}, overwrite=overwrite,
+                            store_texts=store_texts, batch_size=batch_size, max_length=max_length,
+                            precision=precision, chunk_size=params["chunk_size"])
     _console().print(f"indexed {len(docs)} documents ({backend} {kind}, dim {meta.get('dim')}) into {where}; "
                      f"search it with: drmix search --index {where} --query TEXT", soft_wrap=True)
 

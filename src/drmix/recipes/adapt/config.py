@@ -11,6 +11,7 @@ from drmix.config import (INPUT, OPERATIONAL, Config, ContrastiveConfig, DataCon
                           PipelineRun, setting)
 from drmix.errors import ConfigError
 from drmix.recipes.adapt.candidates import parse_candidate
+from drmix.retrieval.backends.base import DEFAULT_BACKEND
 
 #: the candidates are compared on a sub-corpus of this many documents per corpus (the dev queries' passages and
 #: a seeded sample of distractors): six candidates on two corpora encode 1.2M passages, about 2 minutes on one
@@ -163,6 +164,45 @@ class AdaptStages(Part):
         return [parse_candidate(s).label for s in v]
 
 
+class AdaptIndex(Part):
+    """The index of the target corpora the run ends with, built by the adapted model through ``drmix index``'s
+    backends (:mod:`drmix.retrieval.backends`)."""
+
+    title: ClassVar[str] = "Index of the adapted model (drmix search)"
+
+    index: bool = setting(True, description="End with every target corpus indexed by the adapted model "
+                                            "(output_dir/index/<corpus>, or a Milvus collection per corpus), searchable "
+                                            "with drmix search --index; --no-index skips it.")
+    index_backend: str = setting(DEFAULT_BACKEND, description="Index backend, as drmix index --backend: memory (a "
+                                 "folder loaded into RAM, exact search), faiss-disk (on-disk IVF lists) or milvus "
+                                 "(a collection per corpus at --index-uri).")
+    index_uri: str | None = setting(None, description="milvus: the Milvus Lite file (PATH.db, created when missing) "
+                                                      "or server (http://HOST:19530) holding one collection per "
+                                                      "corpus, as drmix index --uri.")
+
+    @field_validator("index_backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        from drmix.retrieval.backends import backend
+
+        try:
+            return backend(v).name
+        except ConfigError as e:
+            raise ValueError(f"{e.message} ({e.fix})") from None
+
+    @model_validator(mode="after")
+    def _target(self) -> "AdaptIndex":
+        from drmix.retrieval.backends import check_target
+
+        if self.index:
+            try:
+                check_target(self.index_backend, uri=self.index_uri, uri_flag="--index-uri",
+                             backend_flag="--index-backend")
+            except ConfigError as e:
+                raise ValueError(f"{e.message} ({e.fix})") from None
+        return self
+
+
 class AdaptConfig(Config):
     """``drmix adapt``: the training parts (shared by every fine-tuning and, through ``coco``, the COCO stage),
     the target corpora, the synthetic set, the candidates and the labelled final evaluation. Every stage's config
@@ -177,6 +217,7 @@ class AdaptConfig(Config):
     target: AdaptTarget = Field(default_factory=AdaptTarget)
     synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions)
     stages: AdaptStages = Field(default_factory=AdaptStages)
+    search: AdaptIndex = Field(default_factory=AdaptIndex)
     dro: dict[str, Any] = setting(default_factory=dict, aliases=("tdro",),
                                   description="Options of tDRO's stage 1 (see docs/mixture.md).")
     influence: dict[str, Any] = setting(default_factory=dict, aliases=("infdds",),
@@ -212,3 +253,8 @@ def synthetic_fields() -> list[str]:
     fields = AdaptConfig.flat_fields()
     return ["corpus"] + [k for k, f in fields.items() if f.group == "synthetic" and f.role != OPERATIONAL] + ["seed"]
 
+
+
+def index_fields() -> list[str]:
+    """Fields (flat names) the index stage depends on besides the adapted model: the corpora and the backend."""
+    return ["corpus", "index_backend", "index_uri"]

@@ -10,7 +10,10 @@ from drmix.recipes.adapt.config import AdaptConfig
 from drmix.recipes.adapt.plan import AdaptPlan, _corpus_name, plan_adapt
 from drmix.recipes.progress import ASSUMED_RATES, Progress, StageWork, estimate_rows
 
-__all__ = ["ASSUMED_RATES", "Progress", "StageWork", "estimate_device", "estimate_table", "gpu_hours",
+#: the index stage's name in the progress lines and the estimate
+INDEX_TITLE = "index of the adapted model"
+
+__all__ = ["INDEX_TITLE", "ASSUMED_RATES", "Progress", "StageWork", "estimate_device", "estimate_table", "gpu_hours",
            "plan_work", "select_max_docs"]
 
 
@@ -74,9 +77,14 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
         out.append(StageWork(f"candidate {label}", examples=work))
     n_models = len(plan.candidates) + 2
     out.append(StageWork("selection on synthetic dev", passages=len(plan.candidates) * select_docs))
-    # the synthetic test: the report's four models (base, uniform fine-tuning, COCO -> uniform, adapted); the
-    # labelled split: the base model, the baseline and every candidate (the report's others are cached among them)
-    out.append(StageWork("final evaluation", passages=(4 + n_models * bool(config.eval.eval_data)) * eval_docs))
+    # the labelled split: the base model, the baseline and every candidate (the report's others are cached among
+    # them)
+    # the synthetic test: the report's four models and uniform+synthetic when it is a candidate (the sentence at
+    # the top of the report parts the gain by it)
+    report = 4 + ("uniform+synthetic" in plan.candidates)
+    out.append(StageWork("final evaluation", passages=(report + n_models * bool(config.eval.eval_data)) * eval_docs))
+    if config.search.index:   # every target corpus encoded once more, by the adapted model
+        out.append(StageWork(INDEX_TITLE, passages=n_corpus))
     return out
 
 

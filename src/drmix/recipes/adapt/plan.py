@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from drmix.config import TrainConfig, format_validation
 from drmix.errors import ConfigError
 from drmix.recipes.adapt.candidates import STATIC_SCHEMES, Candidate, candidate_plan
-from drmix.recipes.adapt.config import AdaptConfig, synthetic_fields
+from drmix.recipes.adapt.config import AdaptConfig, index_fields, synthetic_fields
 from drmix.recipes.stages import Stage
 
 
@@ -136,5 +136,8 @@ def plan_adapt(config: AdaptConfig) -> AdaptPlan:
               Stage("uniform fine-tuning", baseline)]
     stages += [Stage(f"candidate {label}", cfg) for label, (_, cfg) in candidates.items()]
     stages += [Stage(f"tDRO stage 1{' (+synthetic)' if s else ''}", cfg) for s, cfg in stage1.items()]
+    if config.search.index:   # its record: index/index.yaml, the settings it was made with (drmix.recipes.adapt.index)
+        stages.append(Stage("index", {k: values[k] for k in index_fields()}, output_dir=root / "index",
+                            record=root / "index" / "index.yaml", kind=AdaptConfig))
     return AdaptPlan(root, corpora, synthetic_dirs, train_files, coco, baseline, candidates, stage1, stages)
 

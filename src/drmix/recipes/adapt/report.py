@@ -92,8 +92,11 @@ def _weights_md(weights: Mapping[str, Mapping[str, float]]) -> str:
 def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
     from drmix.evaluation.suite import results_table
 
+    from drmix.recipes.adapt.headline import report_headline
+
     t = config.synthetic
-    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "",
+    head, head_data = report_headline(result, config.eval.eval_split)
+    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "", f"**{_md(head)}**", "",
              f"Adapted model: **{_md(result.selected)}** (chosen on the synthetic dev split; `model/` holds it with "
              "its card). Every choice was made on synthetic data built from the corpora alone"
              + (f"; the labelled {_md(config.eval.eval_split)} split of "
@@ -131,9 +134,10 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
         parts.append("")
     if result.weights:
         parts += ["## Mixture weights (weights.json of each candidate)", "", _weights_md(result.weights), ""]
+    parts += _index_section(result.index, plan.root)
     parts += ["Models: " + ", ".join(f"{_md(k)}: `{_md(v)}`" for k, v in result.models.items()), ""]
     text = "\n".join(parts)
-    write_summary(result.output_dir, text, {
+    data = {
         "selected": result.selected, "models": result.models,
         "candidates": {k: str(v) for k, v in result.candidates.items()},
         "synthetic": result.synthetic, "selection": result.selection, "selection_average": dev_avg,
@@ -141,8 +145,43 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
         "labelled": None if result.labelled is None else result.labelled.results,
         "eval_split": config.eval.eval_split,
         "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
-        "kendall": result.kendall, "weights": result.weights})
+        "kendall": result.kendall, "weights": result.weights,
+        "headline": head, "headline_from": head_data, "index": result.index}
+    data["figures"] = _figures(plan.root, result, dev_avg, data, config.eval.eval_split)
+    write_summary(result.output_dir, text, data)
     return text
+
+
+def _index_section(record: dict[str, Any] | None, root: Path) -> list[str]:
+    """The report's section on the index the run ends with (none with --no-index)."""
+    from drmix.recipes.adapt.index import index_lines, search_command
+
+    if not record:
+        return []
+    command = search_command(record, root)
+    return ["## Index (drmix search)", "", *index_lines(record),
+            *([f"Search it: `{command}`", ""] if command else [])]
+
+
+def _figures(root: Path, result: AdaptResult, dev_avg: Mapping[str, float], data: Mapping[str, Any],
+             split: str) -> list[dict[str, str]]:
+    """The report's figures, written beside report.html (which embeds them): with labels, the candidates'
+    synthetic dev against labelled (``candidates.png``; also the labelled dev when the summary holds it). A
+    figure of an earlier run that no longer applies is removed (it is the recipe's own)."""
+    from drmix.recipes.adapt.figure import FIGURE, labelled_dev_scores, plot_candidates
+
+    path = root / FIGURE
+    made = None
+    if result.labelled is not None:
+        lab = {lb: _average(result.labelled.results[lb]) for lb in result.candidates}
+        made = plot_candidates(dev_avg, lab, result.selected, path, kendall=result.kendall,
+                               labelled_dev=labelled_dev_scores(data), split=split)
+    if made is None:
+        path.unlink(missing_ok=True)
+        return []
+    return [{"file": FIGURE, "caption": f"Every candidate's synthetic-dev nDCG@10 against its labelled {split} "
+                                        f"nDCG@10; the adapted model ({result.selected}) ringed; dashed: the "
+                                        "least-squares line."}]
 
 
 def _escaped_comparison(comp: Any) -> str:
@@ -180,5 +219,9 @@ def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> No
         lines.append(f"nDCG@10 on the {name} split: " + ", ".join(
             f"{d} {v['ndcg@10']:.4f} (uniform fine-tuning {suite.results[UNIFORM][d]['ndcg@10']:.4f})"
             for d, v in suite.results[adapted].items()) + ".")
+    if result.index:
+        from drmix.recipes.adapt.index import index_lines
+
+        lines += ["", *index_lines(result.index)]
     lines += ["", "The full report: `summary.md` and `report.html` in the run folder.", ""]
     atomic_write_text(card_path, _insert(card, "\n".join(lines)))

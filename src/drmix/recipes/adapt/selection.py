@@ -32,6 +32,7 @@ class AdaptResult:
     kendall: dict[str, float] | None = None
     weights: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> collection -> weight
     table: str = ""
+    index: dict[str, Any] | None = None                      # index/index.json: where the indexes are (--index)
 
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from drmix.config import TrainConfig
 from drmix.recipes.adapt.candidates import Candidate
 from drmix.recipes.adapt.config import AdaptConfig
-from drmix.recipes.adapt.estimate import plan_work, select_max_docs
+from drmix.recipes.adapt.estimate import INDEX_TITLE, plan_work, select_max_docs
 from drmix.recipes.adapt.plan import AdaptPlan
 from drmix.recipes.adapt.selection import BASE, COCO_UNIFORM, UNIFORM, AdaptResult, _average, select_candidate
 from drmix.recipes.adapt.synthetic import build_synthetic
@@ -22,7 +22,10 @@ from drmix.recipes.stages import Stage
 
 log = logging.getLogger(__name__)
 
-SELECTION, FINAL = "selection", "final evaluation"
+#: the candidate that separates the synthetic train set's part of the gain from the mixture's
+PARTED = "uniform+synthetic"
+
+SELECTION, FINAL, INDEX = "selection", "final evaluation", "index"
 
 
 def _caps(config: AdaptConfig) -> dict[str, Any]:
@@ -93,12 +96,29 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., A
         stages.append(_declare(f"candidate {label}", f"candidate {label}", _train(cfg, c), part="optim",
                                needs=tuple(needs), what=what))
     candidates = tuple(f"candidate {label}" for label in plan.candidates)
+    chosen: dict[str, str] = {}   # the selection's choice, read by the index stage's done check
+
+    def selection(r: dict[str, Any]) -> Any:
+        made = _selection(config, plan, _models(plan, r))
+        chosen["selected"] = made[2]
+        return made
+
     stages += [
-        _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r)),
+        _declare(SELECTION, "selection on synthetic dev", selection,
                  part="stages", needs=candidates, what=f"{len(plan.candidates)} candidates"),
         _declare(FINAL, "final evaluation", lambda r: _final_evaluation(config, plan, r, labelled), part="eval",
                  needs=(SELECTION, "uniform fine-tuning"),
                  what="synthetic test" + (" and the labelled --eval-data" if config.eval.eval_data else ""))]
+    if config.search.index:
+        from drmix.recipes.adapt.index import build_indexes, index_finished
+
+        def index(r: dict[str, Any]) -> Any:
+            selected = r[SELECTION][2]
+            return build_indexes(config, plan, selected, _models(plan, r)[selected])
+
+        stages.append(_declare(INDEX, INDEX_TITLE, index, part="search", needs=(SELECTION, *candidates),
+                               what=f"{', '.join(plan.corpora)} by the adapted model ({config.search.index_backend})",
+                               done=lambda out: index_finished(plan.root, chosen.get("selected"))))
     return stages
 
 
@@ -134,8 +154,10 @@ def _final_evaluation(config: AdaptConfig, plan: AdaptPlan, results: dict[str, A
                                      COCO_UNIFORM: models["uniform"], f"adapted ({selected})": models[selected]}
     cache_dirs = {BASE: plan.root / "eval" / "base"}
     result = AdaptResult(plan.root, selected, {k: str(v) for k, v in report_models.items()}, models)
-    result.synthetic_test = evaluate_suite(report_models, plan.synthetic_dirs, kind="synthetic", split="test",
-                                           cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
+    # uniform+synthetic too, when a candidate: the report's first sentence parts the gain by it
+    extra = {PARTED: models[PARTED]} if PARTED in models else {}
+    result.synthetic_test = evaluate_suite({**report_models, **extra}, plan.synthetic_dirs, kind="synthetic",
+                                           split="test", cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
     if config.eval.eval_data:
         result.labelled = labelled(config, report_models, models, cache_dirs, _caps(config))
     return result
