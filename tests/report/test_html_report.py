@@ -142,3 +142,24 @@ def test_weights_over_clusters_are_plotted_by_their_own_names(tmp_path):
                                                   "weights": [0.5, 0.5]}))
     text = render_report(run)
     assert "<!-- cluster1 -->" in text and "<!-- cluster0 -->" in text  # matplotlib writes each label as a comment
+
+
+def test_a_summary_headline_and_its_png_figures_open_the_page(tmp_path):
+    """A recipe's summary.json ``headline`` (escaped) and ``figures`` (PNG files of the folder, embedded as data
+    URIs) come first; a figure that is no plain PNG file of the folder is left out."""
+    import base64
+
+    root = tmp_path / "adapt"
+    root.mkdir()
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 16
+    (root / "candidates.png").write_bytes(png)
+    (root / "summary.json").write_text(json.dumps({
+        "headline": "The adapted model <b>wins</b> by +0.018.",
+        "figures": [{"file": "candidates.png", "caption": "dev against test"}, {"file": "../x.png"},
+                    {"file": "missing.png"}, {"file": "summary.json"}]}))
+    text = render_report(root)
+    assert "<p class='headline'>The adapted model &lt;b&gt;wins&lt;/b&gt; by +0.018.</p>" in text
+    assert text.count("<img ") == 1 and f"data:image/png;base64,{base64.b64encode(png).decode()}" in text
+    assert text.index("headline") < text.index("id='config'") and "dev against test (candidates.png)" in text
+    (root / "summary.json").write_text("[1, 2]")                       # not a recipe's summary: nothing added
+    assert "class='headline'" not in render_report(root) and "<img " not in render_report(root)

@@ -69,6 +69,7 @@ def plot_candidates(dev: Mapping[str, float], labelled: Mapping[str, float], sel
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("synthetic dev nDCG@10" + (" (circles); labelled dev (squares)" if labelled_dev else ""))
     ax.set_ylabel(f"labelled {split} nDCG@10")
+    ax.margins(0.18)        # room for the names beside the points
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small", loc="best")
     return save_figure(fig, path)

@@ -70,12 +70,12 @@ def _p(p: float | None) -> str:
 
 
 def _against(name: str, x: float, tail: str, p: float | None) -> str:
-    """"beats NAME by +0.018 TAIL (p ...)", "trails NAME by 0.004 TAIL (p ...)" or "ties with NAME TAIL"."""
+    """"beats NAME by +0.018 TAIL (p ...)", "trails NAME by 0.004 TAIL (p ...)" or "ties with NAME (0.000 TAIL)"."""
     if x >= TIE:
         return f"beats {name} by {x:+.3f}{tail}{_p(p)}"
     if x <= -TIE:
         return f"trails {name} by {-x:.3f}{tail}{_p(p)}"
-    return f"ties with {name}{tail}{_p(p)}"
+    return f"ties with {name} ({_signed(x)}{tail}){_p(p)}"
 
 
 def headline(scores: Mapping[str, float], selected: str, *, uniform: float, where: str,
