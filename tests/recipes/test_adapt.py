@@ -189,6 +189,16 @@ def test_end_to_end_report_model_and_card(finished):
     assert "### Adapted with drmix adapt" in card and result.selected in card
     assert (root / "model" / "modules.json").is_file() and (root / "report.html").is_file()
     assert (root / "report.html").read_text().count("Kendall") >= 1
+    # the run opens its report with one sentence on the labelled split, ends with an index per corpus named in
+    # the card and the summary, and plots the candidates' synthetic dev against their labelled score
+    assert summary["headline"].startswith(f"The adapted model ({result.selected}) ")
+    assert "on the labelled test split of pets, travel" in summary["headline"]
+    assert summary["headline_from"]["on"] == "labelled" and md.startswith(f"# drmix adapt: pets, travel\n\n**")
+    assert set(summary["index"]["corpora"]) == {"pets", "travel"} and summary["index"]["candidate"] == result.selected
+    assert all(Path(e["location"], "meta.json").is_file() for e in summary["index"]["corpora"].values())
+    assert "with the **memory** backend" in card and "## Index (drmix search)" in md
+    assert summary["figures"][0]["file"] == "candidates.png" and (root / "candidates.png").is_file()
+    assert "data:image/png;base64," in (root / "report.html").read_text()
     # one progress line per stage, with its estimate
     started = [x for x in lines if x.startswith("adapt [")]
     assert len(started) == len(plan_work(cfg)) and all("estimated" in x for x in started)

@@ -107,3 +107,39 @@ def test_a_milvus_collection_per_corpus(tmp_path, tiny_model_path):
 
     index = open_index(record["corpora"]["travel"]["location"])
     assert len(index) == 8 and index.metadata["candidate"] == "uniform"
+    # a collection of the same name that this run did not write is refused, naming adapt's own options
+    from drmix.retrieval.backends import build_index
+    import numpy as np
+
+    other = tmp_path / "other.db"
+    build_index("milvus", f"{other}#pets", [(["d1", "d2"], np.eye(2, dtype="float32"))], metadata={"model": "m"})
+    with pytest.raises(ConfigError, match="index of pets: collection pets already exists.*--index-uri"):
+        build_indexes(cfg.replace(index_uri=str(other)), plan_adapt(cfg.replace(index_uri=str(other))), "uniform",
+                      Path(tiny_model_path))
+
+
+def test_an_interrupted_index_stage_keeps_the_finished_corpora(tmp_path, tiny_model_path, monkeypatch):
+    from drmix.recipes.adapt import index as index_mod
+    from drmix.retrieval import backends
+
+    cfg = make_config(tmp_path, tiny_model_path, candidates=["uniform"])
+    plan = plan_adapt(cfg)
+    original = backends.index_documents
+    built: list[str] = []
+
+    def killed_in_travel(spec, target, *a, **kw):
+        if target.endswith("travel"):
+            raise RuntimeError("killed in the index of travel")
+        built.append(target)
+        return original(spec, target, *a, **kw)
+
+    monkeypatch.setattr(backends, "index_documents", killed_in_travel)
+    with pytest.raises(RuntimeError, match="killed"):
+        build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
+    assert not index_finished(plan.root, "uniform") and not (plan.root / "index" / "travel").exists()
+    stamp = (plan.root / "index" / "pets" / "meta.json").stat().st_mtime_ns
+    monkeypatch.setattr(backends, "index_documents", original)
+    record = build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
+    assert (plan.root / "index" / "pets" / "meta.json").stat().st_mtime_ns == stamp     # kept
+    assert record["corpora"]["travel"]["documents"] == 8 and index_finished(plan.root, "uniform")
+    assert index_mod.read_index_record(plan.root) == record

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from drmix.errors import ConfigError
 from drmix.recipes.adapt.config import AdaptConfig, index_fields
 from drmix.recipes.adapt.plan import AdaptPlan
 
@@ -106,7 +107,11 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
                                     "candidate": selected, "adapt_output_dir": str(plan.root.resolve())}
             # a collection this run wrote earlier is replaced; any other is refused (spec.check)
             ours = s.index_backend == "milvus" and _ours(location, plan.root)
-            spec.check(location, meta, ours)
+            try:
+                spec.check(location, meta, ours)
+            except ConfigError as e:     # a collection this run did not write
+                raise ConfigError(f"index of {name}: {e.message}", path=e.path,
+                                  fix="drop that collection, pass another --index-uri, or --no-index.") from None
             location = index_documents(spec, location, encoder, docs, meta, kind=kind, params={}, overwrite=ours,
                                        max_length=config.data.doc_max_length)
             log.info("index of %s: %d documents (%s %s) at %s", name, len(docs), spec.name, kind, location)
