@@ -77,11 +77,9 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
         out.append(StageWork(f"candidate {label}", examples=work))
     n_models = len(plan.candidates) + 2
     out.append(StageWork("selection on synthetic dev", passages=len(plan.candidates) * select_docs))
-    # the labelled split: the base model, the baseline and every candidate (the report's others are cached among
-    # them)
-    # the synthetic test: the report's four models and uniform+synthetic when it is a candidate (the sentence at
-    # the top of the report parts the gain by it)
-    report = 4 + ("uniform+synthetic" in plan.candidates)
+    # the synthetic test: the report's four models (base, uniform fine-tuning, COCO -> uniform, adapted); the
+    # labelled split: the base model, the baseline and every candidate (the report's others are cached among them)
+    report = 4 + ("uniform+synthetic" in plan.candidates)   # scored too: the report's first sentence parts by it
     out.append(StageWork("final evaluation", passages=(report + n_models * bool(config.eval.eval_data)) * eval_docs))
     if config.search.index:   # every target corpus encoded once more, by the adapted model
         out.append(StageWork(INDEX_TITLE, passages=n_corpus))

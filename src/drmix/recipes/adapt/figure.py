@@ -14,17 +14,20 @@ from pathlib import Path
 from typing import Any
 
 FIGURE = "candidates.png"
-#: summary.json keys that may hold each candidate's labelled-dev average (``--dev-labels``)
-LABELLED_DEV_KEYS = ("labelled_dev_average", "dev_labels_average")
+#: where summary.json holds each candidate's labelled-dev average (``--dev-labels``): ``dev_labels``'s
+#: ``labelled_dev_average``
+LABELLED_DEV = ("dev_labels", "labelled_dev_average")
 
 
 def labelled_dev_scores(summary: Mapping[str, Any]) -> dict[str, float] | None:
     """Each candidate's labelled-dev average from a summary, when it holds one."""
-    for key in LABELLED_DEV_KEYS:
-        v = summary.get(key)
-        if isinstance(v, Mapping) and v:
-            return {str(k): float(x) for k, x in v.items() if isinstance(x, (int, float))}
-    return None
+    v: Any = summary
+    for key in LABELLED_DEV:
+        v = v.get(key) if isinstance(v, Mapping) else None
+    if not isinstance(v, Mapping):
+        return None
+    out = {str(k): float(x) for k, x in v.items() if isinstance(x, (int, float)) and not isinstance(x, bool)}
+    return out or None
 
 
 def plot_candidates(dev: Mapping[str, float], labelled: Mapping[str, float], selected: str, path: Path, *,

@@ -92,11 +92,8 @@ def _weights_md(weights: Mapping[str, Mapping[str, float]]) -> str:
 def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
     from drmix.evaluation.suite import results_table
 
-    from drmix.recipes.adapt.headline import report_headline
-
     t = config.synthetic
-    head, head_data = report_headline(result, config.eval.eval_split)
-    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "", f"**{_md(head)}**", "",
+    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "",
              f"Adapted model: **{_md(result.selected)}** (chosen on the synthetic dev split; `model/` holds it with "
              "its card). Every choice was made on synthetic data built from the corpora alone"
              + (f"; the labelled {_md(config.eval.eval_split)} split of "
@@ -134,10 +131,9 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
         parts.append("")
     if result.weights:
         parts += ["## Mixture weights (weights.json of each candidate)", "", _weights_md(result.weights), ""]
-    parts += _index_section(result.index, plan.root)
     parts += ["Models: " + ", ".join(f"{_md(k)}: `{_md(v)}`" for k, v in result.models.items()), ""]
     text = "\n".join(parts)
-    data = {
+    write_summary(result.output_dir, text, {
         "selected": result.selected, "models": result.models,
         "candidates": {k: str(v) for k, v in result.candidates.items()},
         "synthetic": result.synthetic, "selection": result.selection, "selection_average": dev_avg,
@@ -145,8 +141,26 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
         "labelled": None if result.labelled is None else result.labelled.results,
         "eval_split": config.eval.eval_split,
         "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
-        "kendall": result.kendall, "weights": result.weights,
-        "headline": head, "headline_from": head_data, "index": result.index}
+        "kendall": result.kendall, "weights": result.weights})
+    return text
+
+
+def _at_a_glance(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
+    """What ``summary.md`` / ``summary.json`` (written by :func:`_summary`) open and close with, added to both:
+    the sentence on what won and where the gain came from (:mod:`drmix.recipes.adapt.headline`) under the title,
+    the index the run ends with (``--index``) before the models' list, and the figures (``candidates.png`` with
+    labels; ``report.html`` embeds what ``figures`` names). Returns the new ``summary.md``."""
+    from drmix.recipes.adapt.headline import report_headline
+
+    head, head_data = report_headline(result, config.eval.eval_split)
+    text = (plan.root / "summary.md").read_text(encoding="utf-8")
+    title, _, rest = text.partition("\n\n")
+    index = "\n".join(_index_section(result.index, plan.root))
+    at = rest.rfind("\nModels: ")
+    rest = rest[:at + 1] + index + ("\n" if index else "") + rest[at + 1:] if at >= 0 else rest + "\n" + index
+    text = f"{title}\n\n**{_md(head)}**\n\n{rest}"
+    data = json.loads((plan.root / "summary.json").read_text(encoding="utf-8"))
+    data.update(headline=head, headline_from=head_data, index=result.index)
     data["figures"] = _figures(plan.root, result, dev_avg, data, config.eval.eval_split)
     write_summary(result.output_dir, text, data)
     return text

@@ -22,10 +22,7 @@ from drmix.recipes.stages import Stage
 
 log = logging.getLogger(__name__)
 
-#: the candidate that separates the synthetic train set's part of the gain from the mixture's
-PARTED = "uniform+synthetic"
-
-SELECTION, FINAL, INDEX = "selection", "final evaluation", "index"
+SELECTION, FINAL = "selection", "final evaluation"
 
 
 def _caps(config: AdaptConfig) -> dict[str, Any]:
@@ -96,30 +93,50 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., A
         stages.append(_declare(f"candidate {label}", f"candidate {label}", _train(cfg, c), part="optim",
                                needs=tuple(needs), what=what))
     candidates = tuple(f"candidate {label}" for label in plan.candidates)
-    chosen: dict[str, str] = {}   # the selection's choice, read by the index stage's done check
-
-    def selection(r: dict[str, Any]) -> Any:
-        made = _selection(config, plan, _models(plan, r))
-        chosen["selected"] = made[2]
-        return made
-
     stages += [
-        _declare(SELECTION, "selection on synthetic dev", selection,
+        _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r)),
                  part="stages", needs=candidates, what=f"{len(plan.candidates)} candidates"),
         _declare(FINAL, "final evaluation", lambda r: _final_evaluation(config, plan, r, labelled), part="eval",
                  needs=(SELECTION, "uniform fine-tuning"),
                  what="synthetic test" + (" and the labelled --eval-data" if config.eval.eval_data else ""))]
     if config.search.index:
-        from drmix.recipes.adapt.index import build_indexes, index_finished
-
-        def index(r: dict[str, Any]) -> Any:
-            selected = r[SELECTION][2]
-            return build_indexes(config, plan, selected, _models(plan, r)[selected])
-
-        stages.append(_declare(INDEX, INDEX_TITLE, index, part="search", needs=(SELECTION, *candidates),
-                               what=f"{', '.join(plan.corpora)} by the adapted model ({config.search.index_backend})",
-                               done=lambda out: index_finished(plan.root, chosen.get("selected"))))
+        stages = _with_index(config, plan, stages, candidates, works)
     return stages
+
+
+#: the index stage (``--index``)
+INDEX = "index"
+#: the candidate that separates the synthetic train set's part of the gain from the mixture's (also scored on the
+#: synthetic test, :func:`_final_evaluation`)
+PARTED = "uniform+synthetic"
+
+
+def _with_index(config: AdaptConfig, plan: AdaptPlan, stages: list[Stage], candidates: tuple[str, ...],
+                works: dict[str, Any]) -> list[Stage]:
+    """``stages`` and the index stage after them: finished when ``index/index.json`` names the candidate the
+    selection chose in this run (the selection's ``run`` remembers it), so another choice re-indexes."""
+    from drmix.recipes.adapt.index import build_indexes, index_finished
+
+    chosen: dict[str, str] = {}
+    at = next(i for i, s in enumerate(stages) if s.name == SELECTION)
+    select = stages[at].run
+
+    def remembered(r: dict[str, Any]) -> Any:
+        made = select(r)
+        chosen["selected"] = made[2]
+        return made
+
+    stages = [*stages[:at], dataclasses.replace(stages[at], run=remembered), *stages[at + 1:]]
+    base = next((s for s in plan.stages if s.name == INDEX), None) or Stage(INDEX)
+
+    def index(r: dict[str, Any]) -> Any:
+        selected = r[SELECTION][2]
+        return build_indexes(config, plan, selected, _models(plan, r)[selected])
+
+    return [*stages, dataclasses.replace(
+        base, title=INDEX_TITLE, run=index, part="search", needs=(SELECTION, *candidates), work=works.get(INDEX_TITLE),
+        what=f"{', '.join(plan.corpora)} by the adapted model ({config.search.index_backend})",
+        done=lambda out: index_finished(plan.root, chosen.get("selected")))]
 
 
 def _models(plan: AdaptPlan, results: dict[str, Any]) -> dict[str, Path]:

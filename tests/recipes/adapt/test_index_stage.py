@@ -15,7 +15,7 @@ from drmix.recipes.adapt import plan_adapt, plan_work
 from drmix.recipes.adapt.index import (build_indexes, index_finished, read_index_record, search_command)
 from drmix.recipes.adapt.stages import adapt_stages
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # tests/recipes: test_adapt.py
 from test_adapt import make_config  # noqa: E402
 
 
