@@ -297,9 +297,9 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     """``drmix index --backend faiss-disk|milvus``: refuse the target before encoding, then encode in chunks
     and stream them into the backend (:func:`drmix.retrieval.backends.build_index`)."""
     from drmix.data.beir import read_corpus
-    from drmix.model.encoder import load_encoder
+    from drmix.model.encoder import document_prompt, load_encoder
     from drmix.retrieval.backends import backend as get_backend
-    from drmix.retrieval.backends import index_documents, resolve_kind
+    from drmix.retrieval.backends import encode_chunks, model_record, resolve_kind
 
     spec = get_backend(backend)
     kind = resolve_kind(spec, kind)
@@ -325,12 +325,14 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     spec.check(target, meta, overwrite)  # a Milvus collection that exists is refused before encoding
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=kwargs)
+    meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
+                max_length=max_length or getattr(encoder, "max_seq_length", None))
     if backend != "milvus":
         _check_index_room(output, docs, encoder, store_texts=store_texts)
-    where = index_documents(spec, target, encoder, docs, meta, kind=kind,
-                            params={k: v for k, v in params.items() if k in keep}, overwrite=overwrite,
-                            store_texts=store_texts, batch_size=batch_size, max_length=max_length,
-                            precision=precision, chunk_size=params["chunk_size"])
+    chunks = encode_chunks(encoder, docs, chunk_size=params["chunk_size"], batch_size=batch_size,
+                           max_length=max_length, precision=precision)
+    where = spec.build(target, chunks, meta, kind, {k: v for k, v in params.items() if k in keep}, overwrite,
+                       docs if store_texts else None)
     _console().print(f"indexed {len(docs)} documents ({backend} {kind}, dim {meta.get('dim')}) into {where}; "
                      f"search it with: drmix search --index {where} --query TEXT", soft_wrap=True)
 

@@ -135,35 +135,6 @@ class AdaptEval(Part):
                                                  "name, used by every evaluation (see docs/llm.md).")
 
 
-class AdaptStages(Part):
-    """The candidate mixtures and the overrides of the stages that are not fine-tunings."""
-
-    title: ClassVar[str] = "Candidates (chosen on the synthetic dev)"
-
-    candidates: list[str] = setting(
-        default_factory=lambda: ["uniform", "uniform+synthetic", "size+synthetic", "tdro:reweight+synthetic",
-                                 "infdds+synthetic"],
-        description="Mixtures fine-tuned from the COCO model, one chosen on the synthetic dev: uniform | size | "
-                    "temperature | tdro:TRANSFER | infdds, each with an optional +synthetic (the synthetic train "
-                    "collections join --data); uniform is always one.")
-    coco: dict[str, Any] = setting(default_factory=dict, description="Overrides of COCO fields (max_steps, batch_size, "
-                                   "learning_rate, span_max_length, max_documents, ...).")
-    stage1: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for tDRO's "
-                                     "stage 1 (e.g. max_steps).")
-    select_max_docs: int | None = setting(
-        SELECT_MAX_DOCS, ge=1, description="Documents per corpus the candidates are compared on (the synthetic dev): "
-                                           "the dev queries' source passages plus a seeded sample of the rest "
-                                           "(none = the whole corpus; --eval-max-docs, when smaller, wins). The "
-                                           "final evaluation is not capped by it.")
-
-    @field_validator("candidates")
-    @classmethod
-    def _candidates(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("give at least one candidate (uniform is always one)")
-        return [parse_candidate(s).label for s in v]
-
-
 class AdaptIndex(Part):
     """The index of the target corpora the run ends with, built by the adapted model through ``drmix index``'s
     backends (:mod:`drmix.retrieval.backends`)."""
@@ -203,6 +174,40 @@ class AdaptIndex(Part):
         return self
 
 
+def index_fields() -> list[str]:
+    """Fields (flat names) the index stage depends on besides the adapted model: the corpora and the backend."""
+    return ["corpus", "index_backend", "index_uri"]
+
+
+class AdaptStages(Part):
+    """The candidate mixtures and the overrides of the stages that are not fine-tunings."""
+
+    title: ClassVar[str] = "Candidates (chosen on the synthetic dev)"
+
+    candidates: list[str] = setting(
+        default_factory=lambda: ["uniform", "uniform+synthetic", "size+synthetic", "tdro:reweight+synthetic",
+                                 "infdds+synthetic"],
+        description="Mixtures fine-tuned from the COCO model, one chosen on the synthetic dev: uniform | size | "
+                    "temperature | tdro:TRANSFER | infdds, each with an optional +synthetic (the synthetic train "
+                    "collections join --data); uniform is always one.")
+    coco: dict[str, Any] = setting(default_factory=dict, description="Overrides of COCO fields (max_steps, batch_size, "
+                                   "learning_rate, span_max_length, max_documents, ...).")
+    stage1: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for tDRO's "
+                                     "stage 1 (e.g. max_steps).")
+    select_max_docs: int | None = setting(
+        SELECT_MAX_DOCS, ge=1, description="Documents per corpus the candidates are compared on (the synthetic dev): "
+                                           "the dev queries' source passages plus a seeded sample of the rest "
+                                           "(none = the whole corpus; --eval-max-docs, when smaller, wins). The "
+                                           "final evaluation is not capped by it.")
+
+    @field_validator("candidates")
+    @classmethod
+    def _candidates(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("give at least one candidate (uniform is always one)")
+        return [parse_candidate(s).label for s in v]
+
+
 class AdaptConfig(Config):
     """``drmix adapt``: the training parts (shared by every fine-tuning and, through ``coco``, the COCO stage),
     the target corpora, the synthetic set, the candidates and the labelled final evaluation. Every stage's config
@@ -217,11 +222,11 @@ class AdaptConfig(Config):
     target: AdaptTarget = Field(default_factory=AdaptTarget)
     synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions)
     stages: AdaptStages = Field(default_factory=AdaptStages)
-    search: AdaptIndex = Field(default_factory=AdaptIndex)
     dro: dict[str, Any] = setting(default_factory=dict, aliases=("tdro",),
                                   description="Options of tDRO's stage 1 (see docs/mixture.md).")
     influence: dict[str, Any] = setting(default_factory=dict, aliases=("infdds",),
                                         description="Options of the Inf-DDS candidate (see docs/influence.md).")
+    search: AdaptIndex = Field(default_factory=AdaptIndex)
 
     @model_validator(mode="before")
     @classmethod
@@ -253,8 +258,3 @@ def synthetic_fields() -> list[str]:
     fields = AdaptConfig.flat_fields()
     return ["corpus"] + [k for k, f in fields.items() if f.group == "synthetic" and f.role != OPERATIONAL] + ["seed"]
 
-
-
-def index_fields() -> list[str]:
-    """Fields (flat names) the index stage depends on besides the adapted model: the corpora and the backend."""
-    return ["corpus", "index_backend", "index_uri"]

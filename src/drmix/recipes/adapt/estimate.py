@@ -10,10 +10,7 @@ from drmix.recipes.adapt.config import AdaptConfig
 from drmix.recipes.adapt.plan import AdaptPlan, _corpus_name, plan_adapt
 from drmix.recipes.progress import ASSUMED_RATES, Progress, StageWork, estimate_rows
 
-#: the index stage's name in the progress lines and the estimate
-INDEX_TITLE = "index of the adapted model"
-
-__all__ = ["INDEX_TITLE", "ASSUMED_RATES", "Progress", "StageWork", "estimate_device", "estimate_table", "gpu_hours",
+__all__ = ["ASSUMED_RATES", "Progress", "StageWork", "estimate_device", "estimate_table", "gpu_hours",
            "plan_work", "select_max_docs"]
 
 
@@ -82,6 +79,8 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
     report = 4 + ("uniform+synthetic" in plan.candidates)   # scored too: the report's first sentence parts by it
     out.append(StageWork("final evaluation", passages=(report + n_models * bool(config.eval.eval_data)) * eval_docs))
     if config.search.index:   # every target corpus encoded once more, by the adapted model
+        from drmix.recipes.adapt.index import INDEX_TITLE
+
         out.append(StageWork(INDEX_TITLE, passages=n_corpus))
     return out
 

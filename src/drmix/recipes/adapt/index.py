@@ -26,6 +26,8 @@ from drmix.recipes.adapt.plan import AdaptPlan
 log = logging.getLogger(__name__)
 
 INDEX_DIR = "index"
+#: the stage's name in the progress lines and the estimate
+INDEX_TITLE = "index of the adapted model"
 RECORD = "index.json"
 SETTINGS = "index.yaml"
 

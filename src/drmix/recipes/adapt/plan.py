@@ -135,9 +135,9 @@ def plan_adapt(config: AdaptConfig) -> AdaptPlan:
               Stage("COCO", coco, record=Path(coco.run.output_dir) / "coco.yaml"),
               Stage("uniform fine-tuning", baseline)]
     stages += [Stage(f"candidate {label}", cfg) for label, (_, cfg) in candidates.items()]
-    stages += [Stage(f"tDRO stage 1{' (+synthetic)' if s else ''}", cfg) for s, cfg in stage1.items()]
     if config.search.index:   # its record: index/index.yaml, the settings it was made with (drmix.recipes.adapt.index)
         stages.append(Stage("index", {k: values[k] for k in index_fields()}, output_dir=root / "index",
                             record=root / "index" / "index.yaml", kind=AdaptConfig))
+    stages += [Stage(f"tDRO stage 1{' (+synthetic)' if s else ''}", cfg) for s, cfg in stage1.items()]
     return AdaptPlan(root, corpora, synthetic_dirs, train_files, coco, baseline, candidates, stage1, stages)
 

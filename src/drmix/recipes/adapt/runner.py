@@ -10,7 +10,6 @@ from drmix.recipes.adapt.config import AdaptConfig
 from drmix.recipes.adapt.estimate import estimate_device
 from drmix.recipes.adapt.plan import plan_adapt
 from drmix.recipes.adapt.report import _check_model_target, _copy_model, _summary, _weights_of, _write_card
-from drmix.recipes.adapt.report import _at_a_glance
 from drmix.recipes.adapt.selection import AdaptResult, _average, _comparisons, final_labelled_evaluation, kendall_tau
 from drmix.recipes.adapt.stages import FINAL, SELECTION, _models, adapt_stages
 from drmix.recipes.adapt.synthetic import read_synthetic_stats
@@ -44,6 +43,8 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
 
         result.index = read_index_record(root)
     result.table = _summary(config, plan, result, dev_avg)
+    from drmix.recipes.adapt.report import _at_a_glance
+
     result.table = _at_a_glance(config, plan, result, dev_avg)
     _copy_model(Path(models[selected]), root / "model", selected)
     _write_card(config, plan, result)

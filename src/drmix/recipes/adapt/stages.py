@@ -14,7 +14,7 @@ from typing import Any
 from drmix.config import TrainConfig
 from drmix.recipes.adapt.candidates import Candidate
 from drmix.recipes.adapt.config import AdaptConfig
-from drmix.recipes.adapt.estimate import INDEX_TITLE, plan_work, select_max_docs
+from drmix.recipes.adapt.estimate import plan_work, select_max_docs
 from drmix.recipes.adapt.plan import AdaptPlan
 from drmix.recipes.adapt.selection import BASE, COCO_UNIFORM, UNIFORM, AdaptResult, _average, select_candidate
 from drmix.recipes.adapt.synthetic import build_synthetic
@@ -115,7 +115,7 @@ def _with_index(config: AdaptConfig, plan: AdaptPlan, stages: list[Stage], candi
                 works: dict[str, Any]) -> list[Stage]:
     """``stages`` and the index stage after them: finished when ``index/index.json`` names the candidate the
     selection chose in this run (the selection's ``run`` remembers it), so another choice re-indexes."""
-    from drmix.recipes.adapt.index import build_indexes, index_finished
+    from drmix.recipes.adapt.index import INDEX_TITLE, build_indexes, index_finished
 
     chosen: dict[str, str] = {}
     at = next(i for i, s in enumerate(stages) if s.name == SELECTION)
@@ -171,10 +171,14 @@ def _final_evaluation(config: AdaptConfig, plan: AdaptPlan, results: dict[str, A
                                      COCO_UNIFORM: models["uniform"], f"adapted ({selected})": models[selected]}
     cache_dirs = {BASE: plan.root / "eval" / "base"}
     result = AdaptResult(plan.root, selected, {k: str(v) for k, v in report_models.items()}, models)
-    # uniform+synthetic too, when a candidate: the report's first sentence parts the gain by it
-    extra = {PARTED: models[PARTED]} if PARTED in models else {}
-    result.synthetic_test = evaluate_suite({**report_models, **extra}, plan.synthetic_dirs, kind="synthetic",
-                                           split="test", cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
+    result.synthetic_test = evaluate_suite(report_models, plan.synthetic_dirs, kind="synthetic", split="test",
+                                           cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
     if config.eval.eval_data:
         result.labelled = labelled(config, report_models, models, cache_dirs, _caps(config))
+
+    if PARTED in models:   # scored on the synthetic test too: the report's first sentence parts the gain by it
+        parted = evaluate_suite({PARTED: models[PARTED]}, plan.synthetic_dirs, kind="synthetic", split="test",
+                                seed=config.optim.seed, **_caps(config))
+        result.synthetic_test.results.update(parted.results)
+        result.synthetic_test.per_query.update(parted.per_query)
     return result
