@@ -44,5 +44,6 @@ def test_labelled_dev_scores_are_read_from_the_summary_when_present(tmp_path):
     assert labelled_dev_scores({"dev_labels": {"labelled_dev_average": {"uniform": 0.4, "x": "n/a"}}}) == {
         "uniform": 0.4}
     assert labelled_dev_scores({"dev_labels": {"labelled_dev_average": {"uniform": 1}}}) == {"uniform": 1.0}
-    made = plot_candidates(DEV, LAB, "uniform", tmp_path / "c.png", labelled_dev={"uniform": 0.2, "infdds+synthetic": 0.3})
+    made = plot_candidates(DEV, LAB, "uniform", tmp_path / "c.png",
+                           labelled_dev={"uniform": 0.2, "infdds+synthetic": 0.3})
     assert made == tmp_path / "c.png" and Path(made).read_bytes()[:8] == PNG

@@ -53,8 +53,8 @@ def test_a_chosen_mixture_without_the_synthetic_set_and_coco_uniform_itself():
     p = gain_parts({"uniform": 0.41, "size": 0.43, "uniform+synthetic": 0.5}, "size", uniform=0.40)
     assert p.synthetic is None and p.mixture == pytest.approx(0.02) and p.coco == pytest.approx(0.01)
     text = headline({"uniform": 0.4104}, "uniform", uniform=0.4100, where="x")
-    assert text.startswith("The adapted model (uniform: COCO → uniform) ties with uniform fine-tuning (0.000 nDCG@10 on "
-                           "x);")
+    assert text.startswith("The adapted model (uniform: COCO → uniform) ties with uniform fine-tuning "
+                           "(0.000 nDCG@10 on x);")
     assert "COCO → uniform by" not in text and text.endswith("by part of the recipe: COCO 0.000.")
 
 

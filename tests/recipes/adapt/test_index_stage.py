@@ -77,6 +77,16 @@ def test_the_stage_is_made_with_its_backend_settings(tmp_path, tiny_model_path):
     stage = next(s for s in plan_adapt(cfg).stages if s.name == "index")
     assert stage.settings() == {"corpus": cfg.target.corpus, "index_backend": "memory", "index_uri": None}
     assert stage.record == Path(cfg.run.output_dir) / "index" / "index.yaml"
+    # the record build_indexes writes: the same settings are no change, another backend is one the rerun names
+    import yaml
+
+    from drmix.recipes.adapt.index import index_settings
+
+    stage.record.parent.mkdir(parents=True)
+    stage.record.write_text(yaml.safe_dump(index_settings(cfg)))
+    assert stage.changes() == {}
+    other = next(s for s in plan_adapt(cfg.replace(index_backend="faiss-disk")).stages if s.name == "index")
+    assert other.changes() == {"index_backend": {"before": "memory", "after": "faiss-disk"}}
 
 
 def test_backend_options_are_checked_like_drmix_index(tmp_path):

@@ -142,8 +142,8 @@ class AdaptIndex(Part):
     title: ClassVar[str] = "Index of the adapted model (drmix search)"
 
     index: bool = setting(True, description="End with every target corpus indexed by the adapted model "
-                                            "(output_dir/index/<corpus>, or a Milvus collection per corpus), searchable "
-                                            "with drmix search --index; --no-index skips it.")
+                                            "(output_dir/index/<corpus>, or a Milvus collection per corpus), "
+                                            "searchable with drmix search --index; --no-index skips it.")
     index_backend: str = setting(DEFAULT_BACKEND, description="Index backend, as drmix index --backend: memory (a "
                                  "folder loaded into RAM, exact search), faiss-disk (on-disk IVF lists) or milvus "
                                  "(a collection per corpus at --index-uri).")

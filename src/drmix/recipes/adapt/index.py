@@ -64,16 +64,29 @@ def index_finished(root: Path, selected: str | None) -> bool:
     return record is not None and (selected is None or record.get("candidate") == selected)
 
 
-def _kept(location: str, fingerprint: str, corpus_fp: dict[str, Any]) -> bool:
-    """An index at ``location`` built by the model of ``fingerprint`` from the corpus of ``corpus_fp``."""
+def _meta(location: str) -> dict[str, Any] | None:
+    """What the index at ``location`` records (a folder's ``meta.json`` read without loading its vectors; a
+    Milvus collection's metadata), or None when there is none."""
     from drmix.errors import DrmixError
     from drmix.retrieval.backends import open_index
 
+    folder = Path(location)
     try:
-        meta = open_index(location).metadata
+        if folder.is_dir():
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        elif "#" in location:
+            meta = open_index(location).metadata
+        else:
+            return None
     except (DrmixError, OSError, ValueError, KeyError):
-        return False
-    return meta.get("fingerprint") == fingerprint and meta.get("corpus_fingerprint") == corpus_fp
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _kept(location: str, fingerprint: str, corpus_fp: dict[str, Any]) -> bool:
+    """An index at ``location`` built by the model of ``fingerprint`` from the corpus of ``corpus_fp``."""
+    meta = _meta(location) or {}
+    return bool(fingerprint) and meta.get("fingerprint") == fingerprint and meta.get("corpus_fingerprint") == corpus_fp
 
 
 def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir: Path) -> dict[str, Any]:
@@ -126,13 +139,8 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
 
 
 def _ours(location: str, root: Path) -> bool:
-    from drmix.errors import DrmixError
-    from drmix.retrieval.backends import open_index
-
-    try:
-        return open_index(location).metadata.get("adapt_output_dir") == str(root.resolve())
-    except (DrmixError, OSError, ValueError, KeyError):
-        return False
+    """Whether the index at ``location`` was written by the adapt run in ``root``."""
+    return (_meta(location) or {}).get("adapt_output_dir") == str(root.resolve())
 
 
 def first_query(root: Path, corpus: str) -> str | None:
