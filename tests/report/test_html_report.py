@@ -163,3 +163,35 @@ def test_a_summary_headline_and_its_png_figures_open_the_page(tmp_path):
     assert text.index("headline") < text.index("id='config'") and "dev against test (candidates.png)" in text
     (root / "summary.json").write_text("[1, 2]")                       # not a recipe's summary: nothing added
     assert "class='headline'" not in render_report(root) and "<img " not in render_report(root)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_recipes_headline_and_png_figure_render_in_headless_chromium(tmp_path, width):
+    """The sentence and the embedded PNG at a desktop and a phone width: the image is decoded and scaled to fit
+    the page (no horizontal overflow)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from drmix.recipes.adapt.figure import plot_candidates
+
+    root = tmp_path / "adapt"
+    root.mkdir()
+    plot_candidates({"uniform": 0.5, "size": 0.6, "infdds+synthetic": 0.55},
+                    {"uniform": 0.3, "size": 0.34, "infdds+synthetic": 0.31}, "size", root / "candidates.png")
+    (root / "summary.json").write_text(json.dumps({"headline": "The adapted model (size) beats uniform fine-tuning "
+                                                               "by +0.040 nDCG@10.",
+                                                   "figures": [{"file": "candidates.png", "caption": "dev vs test"}]}))
+    path = write_report(root)
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--window-size={width},1600"]
+    probe = ("<script>document.title=[document.querySelector('img').naturalWidth,"
+             "document.querySelector('img').getBoundingClientRect().right<=innerWidth,"
+             "document.documentElement.scrollWidth<=innerWidth].join(',')</script>")
+    page = tmp_path / "probe.html"
+    page.write_text(path.read_text().replace("</main>", "</main>" + probe))
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], check=True, capture_output=True, text=True,
+                         timeout=120).stdout
+    natural, fits, no_overflow = dom.split("<title>")[1].split("</title>")[0].split(",")
+    assert int(natural) > 300 and fits == "true" and no_overflow == "true"
+    assert "beats uniform fine-tuning by +0.040" in dom

@@ -5,6 +5,8 @@ sentence-transformers' trainer (``weights.jsonl`` of :mod:`drmix.integrations.se
 ``trainer_state.json``: :mod:`drmix.report.trainer_state`); a *pipeline* (tDRO, COCO, DRAMA, the
 demo) is a folder whose sub-folders (to two levels) are runs. The page shows, from what the folder holds:
 
+* first, a recipe's ``summary.json`` ``headline`` (one sentence) and ``figures`` (PNG files of the folder,
+  embedded as ``data:image/png`` URIs);
 * the configuration (``config.yaml`` / ``pipeline.yaml``, ...);
 * loss and learning-rate curves, throughput, per-collection losses (``collection_losses`` of
   ``metrics.jsonl``, or a strategy's ``proxy_loss`` in ``weights.jsonl``);
