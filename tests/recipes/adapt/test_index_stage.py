@@ -38,7 +38,7 @@ def test_one_index_per_corpus_that_drmix_search_answers_kept_on_rerun(tmp_path, 
     assert record["model"] == str((root / "model").resolve()) and record["candidate"] == "size+synthetic"
     for name in ("pets", "travel"):
         entry = record["corpora"][name]
-        assert entry["location"] == str(root / "index" / name) and entry["documents"] == 8
+        assert entry["location"] == str(root / "index" / name) and entry["documents"] == 8 and entry["built"]
         meta = json.loads((root / "index" / name / "meta.json").read_text())
         assert meta["count"] == 8 and meta["corpus_fingerprint"] == entry["corpus_fingerprint"]
     assert read_index_record(root) == json.loads((root / "index" / "index.json").read_text()) == record
@@ -58,7 +58,7 @@ def test_one_index_per_corpus_that_drmix_search_answers_kept_on_rerun(tmp_path, 
     stamp = (root / "index" / "pets" / "meta.json").stat().st_mtime_ns
     again = build_indexes(cfg, plan, "size+synthetic", Path(tiny_model_path))
     assert (root / "index" / "pets" / "meta.json").stat().st_mtime_ns == stamp
-    assert "documents" not in again["corpora"]["pets"]                        # kept, not built
+    assert again["corpora"]["pets"]["built"] is False and again["corpora"]["pets"]["documents"] == 8   # kept
 
 
 def test_no_index_declares_no_stage_and_counts_no_work(tmp_path, tiny_model_path):
@@ -151,5 +151,6 @@ def test_an_interrupted_index_stage_keeps_the_finished_corpora(tmp_path, tiny_mo
     monkeypatch.setattr(backends, "index_documents", original)
     record = build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
     assert (plan.root / "index" / "pets" / "meta.json").stat().st_mtime_ns == stamp     # kept
+    assert record["corpora"]["travel"]["built"] and not record["corpora"]["pets"]["built"]
     assert record["corpora"]["travel"]["documents"] == 8 and index_finished(plan.root, "uniform")
     assert index_mod.read_index_record(plan.root) == record

@@ -115,7 +115,7 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
         location = index_location(config, plan, name)
         if _kept(location, fingerprint, fp):
             log.info("index of %s: kept (built earlier by the same model from the same corpus) at %s", name, location)
-            docs = None
+            docs, count = None, (_meta(location) or {}).get("count")
         else:
             docs = read_corpus(file)
             meta: dict[str, Any] = {"model": adapted, "corpus": str(Path(file).resolve()), "corpus_fingerprint": fp,
@@ -129,9 +129,10 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
                                   fix="drop that collection, pass another --index-uri, or --no-index.") from None
             location = index_documents(spec, location, encoder, docs, meta, kind=kind, params={}, overwrite=ours,
                                        max_length=config.data.doc_max_length)
-            log.info("index of %s: %d documents (%s %s) at %s", name, len(docs), spec.name, kind, location)
+            count = len(docs)
+            log.info("index of %s: %d documents (%s %s) at %s", name, count, spec.name, kind, location)
         corpora[name] = {"location": location, "corpus": str(Path(file).resolve()), "corpus_fingerprint": fp,
-                         **({"documents": len(docs)} if docs is not None else {})}
+                         "documents": count, "built": docs is not None}
     record = {"backend": spec.name, "kind": kind, "model": adapted, "candidate": selected,
               "model_fingerprint": fingerprint, "corpora": corpora}
     atomic_write_json(folder / RECORD, record)
