@@ -19,10 +19,10 @@ def test_every_part_by_hand_and_the_sentence():
     assert p.coco + p.synthetic + p.mixture == pytest.approx(p.gain)          # the parts add up to the gain
     text = headline(scores, "infdds+synthetic", uniform=0.400, where="the labelled test split of scifact",
                     p_uniform=0.001, p_coco=0.3)
-    assert text == ("The adapted model (infdds+synthetic) beats uniform fine-tuning by +0.018 nDCG@10 on the "
-                    "labelled test split of scifact (p 0.001) and beats COCO → uniform by +0.004 (p 0.3); by part "
-                    "of the recipe: COCO +0.014, the synthetic train set +0.003, the mixture +0.001. Most of the "
-                    "gain came from COCO.")
+    assert text == ("The adapted model (infdds+synthetic) beats uniform fine-tuning by +0.018 nDCG@10 (p 0.001) on "
+                    "the labelled test split of scifact and beats COCO → uniform by +0.004 (p 0.3); by part of the "
+                    "recipe: COCO +0.014, the synthetic train set +0.003, the mixture +0.001. Most of the gain came "
+                    "from COCO.")
 
 
 def test_negative_parts_are_written_with_their_sign_and_named():
@@ -35,7 +35,7 @@ def test_negative_parts_are_written_with_their_sign_and_named():
     assert "Most of the gain came from the synthetic train set." in text
     assert text.endswith("Lowered the score: COCO, the mixture.")
     lost = headline({"uniform": 0.39, "size": 0.38}, "size", uniform=0.40, where="x", p_uniform=2e-6)
-    assert "trails uniform fine-tuning by 0.020 nDCG@10 on x (p 2e-06) and trails COCO → uniform by 0.010" in lost
+    assert "trails uniform fine-tuning by 0.020 nDCG@10 (p 2e-06) on x and trails COCO → uniform by 0.010;" in lost
     assert "Most of the gain" not in lost
 
 
@@ -52,9 +52,9 @@ def test_without_uniform_synthetic_the_synthetic_set_and_the_mixture_are_not_par
 def test_a_chosen_mixture_without_the_synthetic_set_and_coco_uniform_itself():
     p = gain_parts({"uniform": 0.41, "size": 0.43, "uniform+synthetic": 0.5}, "size", uniform=0.40)
     assert p.synthetic is None and p.mixture == pytest.approx(0.02) and p.coco == pytest.approx(0.01)
-    text = headline({"uniform": 0.4104}, "uniform", uniform=0.4100, where="x")
+    text = headline({"uniform": 0.4104}, "uniform", uniform=0.4100, where="x", p_uniform=0.93)
     assert text.startswith("The adapted model (uniform: COCO → uniform) ties with uniform fine-tuning "
-                           "(0.000 nDCG@10 on x);")
+                           "(0.000 nDCG@10, p 0.93) on x;")
     assert "COCO → uniform by" not in text and text.endswith("by part of the recipe: COCO 0.000.")
 
 
@@ -88,12 +88,12 @@ def test_the_report_reads_the_labelled_split_when_given_else_the_synthetic_test(
     result = SimpleNamespace(models=models, selected="size+synthetic", candidates=candidates, labelled=labelled,
                              synthetic_test=synthetic, comparisons=comparisons)
     text, data = report_headline(result, "test")
-    assert "by +0.040 nDCG@10 on the labelled test split of a, b (p 0.004)" in text and "+0.030 (p 0.02)" in text
+    assert "by +0.040 nDCG@10 (p 0.004) on the labelled test split of a, b" in text and "+0.030 (p 0.02)" in text
     assert data["on"] == "labelled" and data["parts"]["coco"] == pytest.approx(0.01)
     assert data["parts"]["synthetic"] == pytest.approx(0.02) and data["parts"]["mixture"] == pytest.approx(0.01)
     result.labelled = None
     text, data = report_headline(result, "test")
-    assert "on the synthetic test split (no labelled data was given) (p 0.5)" in text and "(p 0.6)" in text
+    assert "(p 0.5) on the synthetic test split (no labelled data was given)" in text and "(p 0.6)" in text
     assert data["on"] == "synthetic test"
     # COCO +0.10, the synthetic set -0.05, the mixture +0.01 on the synthetic test
     assert data["parts"]["coco"] == pytest.approx(0.10) and data["parts"]["synthetic"] == pytest.approx(-0.05)

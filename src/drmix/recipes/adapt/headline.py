@@ -66,31 +66,32 @@ def _signed(x: float) -> str:
 def _p(p: float | None) -> str:
     if p is None or not math.isfinite(p):
         return ""
-    return f" (p {p:.2g})" if p >= 1e-4 else f" (p {p:.0e})"
+    return f"p {p:.2g}" if p >= 1e-4 else f"p {p:.0e}"
 
 
-def _against(name: str, x: float, tail: str, p: float | None) -> str:
-    """"beats NAME by +0.018 TAIL (p ...)", "trails NAME by 0.004 TAIL (p ...)" or "ties with NAME (0.000 TAIL)"."""
-    if x >= TIE:
-        return f"beats {name} by {x:+.3f}{tail}{_p(p)}"
-    if x <= -TIE:
-        return f"trails {name} by {-x:.3f}{tail}{_p(p)}"
-    return f"ties with {name} ({_signed(x)}{tail}){_p(p)}"
+def _against(name: str, x: float, metric: str, on: str, p: float | None) -> str:
+    """"beats NAME by +0.018 METRIC (p 0.001)ON", "trails NAME by 0.004 METRIC (p 0.2)ON" or "ties with NAME
+    (0.000 METRIC, p 0.9)ON" (``metric`` and ``on`` may be empty)."""
+    unit = f" {metric}" if metric else ""
+    if abs(x) < TIE:
+        return f"ties with {name} ({_signed(x)}{unit}{', ' + _p(p) if _p(p) else ''}){on}"
+    verb, shown = ("beats", f"{x:+.3f}") if x > 0 else ("trails", f"{-x:.3f}")
+    return f"{verb} {name} by {shown}{unit}{' (' + _p(p) + ')' if _p(p) else ''}{on}"
 
 
 def headline(scores: Mapping[str, float], selected: str, *, uniform: float, where: str,
              p_uniform: float | None = None, p_coco: float | None = None, metric: str = "nDCG@10") -> str:
-    """One sentence, e.g. "The adapted model (infdds+synthetic) beats uniform fine-tuning by +0.018 nDCG@10 on
-    the labelled test split (p 0.001) and COCO → uniform by +0.005 (p 0.3); by part of the recipe: COCO
+    """One sentence, e.g. "The adapted model (infdds+synthetic) beats uniform fine-tuning by +0.018 nDCG@10 (p 0.001)
+    on the labelled test split and beats COCO → uniform by +0.004 (p 0.3); by part of the recipe: COCO
     +0.014, the synthetic train set +0.003, the mixture +0.001. Most of the gain came from COCO."
     ``scores``: every candidate's average on the evaluation set ``where`` names; ``p_uniform`` / ``p_coco``: the
     paired tests' p of the adapted model against uniform fine-tuning and against COCO → uniform."""
     parts = gain_parts(scores, selected, uniform=uniform)
     name = "uniform: COCO → uniform" if selected == COCO_UNIFORM_CANDIDATE else selected
-    text = f"The adapted model ({name}) " + _against("uniform fine-tuning", parts.gain, f" {metric} on {where}",
+    text = f"The adapted model ({name}) " + _against("uniform fine-tuning", parts.gain, metric, f" on {where}",
                                                      p_uniform)
     if selected != COCO_UNIFORM_CANDIDATE:
-        text += " and " + _against("COCO → uniform", parts.over_coco_uniform, "", p_coco)
+        text += " and " + _against("COCO → uniform", parts.over_coco_uniform, "", "", p_coco)
     named = [("COCO", parts.coco), ("the synthetic train set", parts.synthetic), ("the mixture", parts.mixture)]
     pieces = [f"{n} {_signed(v)}" for n, v in named if v is not None]
     if parts.synthetic_and_mixture is not None:
