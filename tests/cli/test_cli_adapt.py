@@ -29,7 +29,8 @@ def test_estimate_prints_every_stage_and_runs_nothing(inputs, tmp_path, capsys, 
     assert code == 0, err
     assert "Estimated time on cuda" in text
     for stage in ("synthetic set", "COCO", "uniform fine-tuning", "candidate tdro:top:0.7+synthetic",
-                  "tDRO stage 1 (+synthetic)", "candidate infdds+synthetic", "final evaluation", "total"):
+                  "tDRO stage 1 (+synthetic)", "candidate infdds+synthetic", "final evaluation",
+                  "index of the adapted model", "total"):
         assert f"| {stage} |" in text, stage
     # the gpu preset's COCO: 400 steps of 128 span pairs
     assert "| COCO | 51,200 | 0 |" in text
@@ -40,6 +41,8 @@ def test_estimate_prints_every_stage_and_runs_nothing(inputs, tmp_path, capsys, 
     (["--candidates", "sideways"], "unknown candidate 'sideways'"),
     (["--eval-data", "/nonexistent/beir"], "BEIR directory not found"),
     (["--llm-options", "temperature=0.1"], "unknown LLM option 'temperature'"),
+    (["--index-backend", "milvus"], "--index-backend milvus writes a collection: give --index-uri"),
+    (["--index-backend", "elastic"], "unknown index backend 'elastic'"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(inputs, tmp_path, capsys, args, message):
     corpus, data = inputs
@@ -48,3 +51,35 @@ def test_bad_input_is_one_line_before_anything_runs(inputs, tmp_path, capsys, ar
                        capsys)
     assert code == 2 and message in " ".join(err.split()) and "Traceback" not in err
     assert not out.exists()
+
+
+def test_the_last_lines_are_the_search_command_that_runs_as_printed(inputs, tmp_path, capsys, monkeypatch):
+    """The run itself is the recipe's (tests/recipes/test_adapt.py); here: what the command prints after it."""
+    import shlex
+    from types import SimpleNamespace
+
+    from drmix.recipes import adapt
+
+    corpus, data = inputs
+    out = tmp_path / "run"
+    record = {"corpora": {"target": {"location": str(out / "index" / "target")}}}
+
+    def fake_run(config, **kw):
+        out.mkdir()
+        (out / "summary.md").write_text("# drmix adapt\n")
+        return SimpleNamespace(table="the table", output_dir=out, index=record)
+
+    monkeypatch.setattr(adapt, "run_adapt", fake_run)
+    code, text, err = run(["adapt", "--corpus", str(corpus), "--data", str(data), "--output-dir", str(out)], capsys)
+    assert code == 0, err
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    argv = shlex.split(last)
+    assert argv[:4] == ["drmix", "search", "--index", str(out / "index" / "target")]
+    assert argv[4:] == ["--query", "your question"]           # no synthetic test query to show: a placeholder
+    import typer.main
+
+    from drmix.cli import app
+
+    search = typer.main.get_command(app).commands["search"]
+    params = search.make_context("search", argv[2:]).params      # it parses as drmix search's own options
+    assert params["index_dir"] == str(out / "index" / "target") and list(params["query"]) == ["your question"]

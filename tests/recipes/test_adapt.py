@@ -189,6 +189,16 @@ def test_end_to_end_report_model_and_card(finished):
     assert "### Adapted with drmix adapt" in card and result.selected in card
     assert (root / "model" / "modules.json").is_file() and (root / "report.html").is_file()
     assert (root / "report.html").read_text().count("Kendall") >= 1
+    # the run opens its report with one sentence on the labelled split, ends with an index per corpus named in
+    # the card and the summary, and plots the candidates' synthetic dev against their labelled score
+    assert summary["headline"].startswith(f"The adapted model ({result.selected}) ")
+    assert "on the labelled test split of pets, travel" in summary["headline"]
+    assert summary["headline_from"]["on"] == "labelled" and md.startswith(f"# drmix adapt: pets, travel\n\n**")
+    assert set(summary["index"]["corpora"]) == {"pets", "travel"} and summary["index"]["candidate"] == result.selected
+    assert all(Path(e["location"], "meta.json").is_file() for e in summary["index"]["corpora"].values())
+    assert "with the **memory** backend" in card and "## Index (drmix search)" in md
+    assert summary["figures"][0]["file"] == "candidates.png" and (root / "candidates.png").is_file()
+    assert "data:image/png;base64," in (root / "report.html").read_text()
     # one progress line per stage, with its estimate
     started = [x for x in lines if x.startswith("adapt [")]
     assert len(started) == len(plan_work(cfg)) and all("estimated" in x for x in started)
@@ -391,12 +401,16 @@ def test_selection_cap_estimate_and_gpu_hours_by_hand(tmp_path, tiny_model_path)
     assert select_max_docs(cfg.replace(select_max_docs=None)) is None
     assert select_max_docs(cfg.replace(select_max_docs=None, eval_max_docs=7)) == 7
     work = {w.name: w for w in plan_work(cfg)}
-    # 5 candidates on 2 corpora of 8 documents, 3 of each; the final evaluation: 4 report models on the synthetic
-    # test and, with --eval-data, the base model, the baseline and 5 candidates on the labelled split
+    # 5 candidates on 2 corpora of 8 documents, 3 of each; the final evaluation: 4 report models and
+    # uniform+synthetic on the synthetic test and, with --eval-data, the base model, the baseline and 5 candidates
+    # on the labelled split; the index: the 16 documents once
     assert work["selection on synthetic dev"].passages == 5 * 2 * 3
-    assert work["final evaluation"].passages == (4 + 7) * 16
+    assert work["final evaluation"].passages == (5 + 7) * 16
+    assert work["index of the adapted model"].passages == 16 and list(work)[-1] == "index of the adapted model"
     no_labels = {w.name: w for w in plan_work(cfg.replace(eval_data=[]))}
-    assert no_labels["final evaluation"].passages == 4 * 16
+    assert no_labels["final evaluation"].passages == 5 * 16
+    assert "index of the adapted model" not in {w.name for w in plan_work(cfg.replace(index=False))}
+    assert {w.name: w for w in plan_work(cfg.replace(candidates=["size"]))}["final evaluation"].passages == (4 + 4) * 16
     # 3.6M examples at 1,000/s and 36M passages at 10,000/s: two hours on one GPU, a quarter hour on eight
     assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000)], 8) == (2.0, 0.25)
     # 7.2M of b's passages encoded whole by every GPU (its queries): 0.2 h of them, 0.8 h split over eight

@@ -142,3 +142,56 @@ def test_weights_over_clusters_are_plotted_by_their_own_names(tmp_path):
                                                   "weights": [0.5, 0.5]}))
     text = render_report(run)
     assert "<!-- cluster1 -->" in text and "<!-- cluster0 -->" in text  # matplotlib writes each label as a comment
+
+
+def test_a_summary_headline_and_its_png_figures_open_the_page(tmp_path):
+    """A recipe's summary.json ``headline`` (escaped) and ``figures`` (PNG files of the folder, embedded as data
+    URIs) come first; a figure that is no plain PNG file of the folder is left out."""
+    import base64
+
+    root = tmp_path / "adapt"
+    root.mkdir()
+    png = b"\x89PNG\r\n\x1a\n" + b"0" * 16
+    (root / "candidates.png").write_bytes(png)
+    (root / "summary.json").write_text(json.dumps({
+        "headline": "The adapted model <b>wins</b> by +0.018.",
+        "figures": [{"file": "candidates.png", "caption": "dev against test"}, {"file": "../x.png"},
+                    {"file": "missing.png"}, {"file": "summary.json"}]}))
+    text = render_report(root)
+    assert "<p class='headline'>The adapted model &lt;b&gt;wins&lt;/b&gt; by +0.018.</p>" in text
+    assert text.count("<img ") == 1 and f"data:image/png;base64,{base64.b64encode(png).decode()}" in text
+    assert text.index("headline") < text.index("id='config'") and "dev against test (candidates.png)" in text
+    (root / "summary.json").write_text("[1, 2]")                       # not a recipe's summary: nothing added
+    assert "class='headline'" not in render_report(root) and "<img " not in render_report(root)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_recipes_headline_and_png_figure_render_in_headless_chromium(tmp_path, width):
+    """The sentence and the embedded PNG at a desktop and a phone width: the image is decoded and scaled to fit
+    the page (no horizontal overflow)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    from drmix.recipes.adapt.figure import plot_candidates
+
+    root = tmp_path / "adapt"
+    root.mkdir()
+    plot_candidates({"uniform": 0.5, "size": 0.6, "infdds+synthetic": 0.55},
+                    {"uniform": 0.3, "size": 0.34, "infdds+synthetic": 0.31}, "size", root / "candidates.png")
+    (root / "summary.json").write_text(json.dumps({"headline": "The adapted model (size) beats uniform fine-tuning "
+                                                               "by +0.040 nDCG@10.",
+                                                   "figures": [{"file": "candidates.png", "caption": "dev vs test"}]}))
+    path = write_report(root)
+    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+              f"--window-size={width},1600"]
+    probe = ("<script>document.title=[document.querySelector('img').naturalWidth,"
+             "document.querySelector('img').getBoundingClientRect().right<=innerWidth,"
+             "document.documentElement.scrollWidth<=innerWidth].join(',')</script>")
+    page = tmp_path / "probe.html"
+    page.write_text(path.read_text().replace("</main>", "</main>" + probe))
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], check=True, capture_output=True, text=True,
+                         timeout=120).stdout
+    natural, fits, no_overflow = dom.split("<title>")[1].split("</title>")[0].split(",")
+    assert int(natural) > 300 and fits == "true" and no_overflow == "true"
+    assert "beats uniform fine-tuning by +0.040" in dom

@@ -60,6 +60,13 @@ def run_adapt_command(config_path: Path | None, overrides: dict[str, Any], estim
         return
     result = _run_recipe(config, run_adapt)
     _finish(result.table, result.output_dir / "summary.md", result.output_dir, config)
+    if result.index:
+        from drmix.recipes.adapt.index import search_command
+
+        command = search_command(result.index, result.output_dir)
+        console.print(f"every target corpus is indexed in {result.output_dir / 'index'}; search it with:",
+                      highlight=False, soft_wrap=True, markup=False)
+        console.print(command, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 def register(app: typer.Typer) -> None:

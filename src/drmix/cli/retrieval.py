@@ -19,6 +19,7 @@ from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_p
 from drmix.cli.options import (ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs,
                                report_output_option, report_overwrite_option)
 from drmix.errors import ConfigError, DataError
+from drmix.retrieval.backends.base import DEFAULT_BACKEND
 from drmix.retrieval.multi.registry import search_policy_usage
 from drmix.retrieval.trec import RunFormat
 
@@ -175,7 +176,7 @@ def index_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Directory to write the index to "
                                           "(backends memory and faiss-disk; replaced atomically; a non-empty folder "
                                           "that is not an index is refused)."),
-    backend: IndexBackend = typer.Option(IndexBackend.memory, "--backend", help=BACKEND_HELP),
+    backend: IndexBackend = typer.Option(IndexBackend(DEFAULT_BACKEND), "--backend", help=BACKEND_HELP),
     uri: Optional[str] = typer.Option(None, "--uri", help="milvus: a Milvus Lite file (a path ending in .db, "
                                       "created when missing) or a server's http://HOST:19530."),
     collection: Optional[str] = typer.Option(None, "--collection", help="milvus: the collection to write "

@@ -5,6 +5,8 @@ sentence-transformers' trainer (``weights.jsonl`` of :mod:`drmix.integrations.se
 ``trainer_state.json``: :mod:`drmix.report.trainer_state`); a *pipeline* (tDRO, COCO, DRAMA, the
 demo) is a folder whose sub-folders (to two levels) are runs. The page shows, from what the folder holds:
 
+* first, a recipe's ``summary.json`` ``headline`` (one sentence) and ``figures`` (PNG files of the folder,
+  embedded as ``data:image/png`` URIs);
 * the configuration (``config.yaml`` / ``pipeline.yaml``, ...);
 * loss and learning-rate curves, throughput, per-collection losses (``collection_losses`` of
   ``metrics.jsonl``, or a strategy's ``proxy_loss`` in ``weights.jsonl``);
@@ -60,7 +62,8 @@ font-size:.85em}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em;display:block;overflow-x:auto;max-width:100%}
 th,td{border:1px solid #d0d7de;padding:4px 10px;text-align:left}th{background:#f6f8fa}
 td:not(:first-child){font-variant-numeric:tabular-nums}
-figure{margin:.8em 0}figure svg{max-width:100%;height:auto;display:block}
+figure{margin:.8em 0}figure svg,figure img{max-width:100%;height:auto;display:block}
+.headline{font-size:1.08em;background:#ddf4ff;border-left:4px solid #0969da;padding:8px 12px;margin:.8em 0}
 figcaption{color:#57606a;font-size:.85em}
 nav a{margin-right:14px}ul.files{columns:2;font-size:.9em}
 details summary{cursor:pointer;color:#0969da}
@@ -386,6 +389,7 @@ def render_report(folder: str | Path) -> str:
     if runs:
         nav.append("<a href='#stages'>runs</a>")
     nav += ["<a href='#results'>results</a>", "<a href='#files'>files</a>"]
+    sections.append(_at_a_glance(folder))
     sections.append("<nav>" + "".join(nav) + "</nav>")
     cfg = _config(folder)
     sections.append("<h2 id='config'>Configuration</h2>" + (cfg or "<p class='empty'>no configuration file</p>"))
@@ -414,6 +418,28 @@ def render_report(folder: str | Path) -> str:
             f"<meta name='generator' content='{GENERATOR}'>"
             f"<title>drmix report: {_esc(title)}</title><style>{_CSS}</style></head>"
             f"<body><main>{''.join(sections)}</main></body></html>\n")
+
+
+def _at_a_glance(folder: Path) -> str:
+    """What a recipe's ``summary.json`` puts at the top of the page: its ``headline`` (one sentence) and its
+    ``figures`` (PNG files of the folder, embedded; ``[{"file", "caption"}]``)."""
+    import base64
+
+    summary = _json(folder / "summary.json")
+    if not isinstance(summary, dict):
+        return ""
+    out = []
+    if isinstance(summary.get("headline"), str):
+        out.append(f"<p class='headline'>{_esc(summary['headline'])}</p>")
+    for fig in summary.get("figures") or []:
+        name = fig.get("file") if isinstance(fig, dict) else None
+        p = folder / str(name or "")
+        if not name or Path(str(name)).name != name or p.suffix != ".png" or not p.is_file():
+            continue
+        data = base64.b64encode(p.read_bytes()).decode("ascii")
+        out.append(f"<figure><img src='data:image/png;base64,{data}' alt='{_esc(name)}'>"
+                   f"<figcaption>{_esc(fig.get('caption', ''))} ({_esc(name)})</figcaption></figure>")
+    return "".join(out)
 
 
 def check_report_target(folder: str | Path, *, overwrite: bool = False) -> None:

@@ -11,6 +11,7 @@ from drmix.config import (INPUT, OPERATIONAL, Config, ContrastiveConfig, DataCon
                           PipelineRun, setting)
 from drmix.errors import ConfigError
 from drmix.recipes.adapt.candidates import parse_candidate
+from drmix.retrieval.backends.base import DEFAULT_BACKEND
 
 #: the candidates are compared on a sub-corpus of this many documents per corpus (the dev queries' passages and
 #: a seeded sample of distractors): six candidates on two corpora encode 1.2M passages, about 2 minutes on one
@@ -134,6 +135,50 @@ class AdaptEval(Part):
                                                  "name, used by every evaluation (see docs/llm.md).")
 
 
+class AdaptIndex(Part):
+    """The index of the target corpora the run ends with, built by the adapted model through ``drmix index``'s
+    backends (:mod:`drmix.retrieval.backends`)."""
+
+    title: ClassVar[str] = "Index of the adapted model (drmix search)"
+
+    index: bool = setting(True, description="End with every target corpus indexed by the adapted model "
+                                            "(output_dir/index/<corpus>, or a Milvus collection per corpus), "
+                                            "searchable with drmix search --index; --no-index skips it.")
+    index_backend: str = setting(DEFAULT_BACKEND, description="Index backend, as drmix index --backend: memory (a "
+                                 "folder loaded into RAM, exact search), faiss-disk (on-disk IVF lists) or milvus "
+                                 "(a collection per corpus at --index-uri).")
+    index_uri: str | None = setting(None, description="milvus: the Milvus Lite file (PATH.db, created when missing) "
+                                                      "or server (http://HOST:19530) holding one collection per "
+                                                      "corpus, as drmix index --uri.")
+
+    @field_validator("index_backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        from drmix.retrieval.backends import backend
+
+        try:
+            return backend(v).name
+        except ConfigError as e:
+            raise ValueError(f"{e.message} ({e.fix})") from None
+
+    @model_validator(mode="after")
+    def _target(self) -> "AdaptIndex":
+        from drmix.retrieval.backends import check_target
+
+        if self.index:
+            try:
+                check_target(self.index_backend, uri=self.index_uri, uri_flag="--index-uri",
+                             backend_flag="--index-backend")
+            except ConfigError as e:
+                raise ValueError(f"{e.message} ({e.fix})") from None
+        return self
+
+
+def index_fields() -> list[str]:
+    """Fields (flat names) the index stage depends on besides the adapted model: the corpora and the backend."""
+    return ["corpus", "index_backend", "index_uri"]
+
+
 class AdaptStages(Part):
     """The candidate mixtures and the overrides of the stages that are not fine-tunings."""
 
@@ -181,6 +226,7 @@ class AdaptConfig(Config):
                                   description="Options of tDRO's stage 1 (see docs/mixture.md).")
     influence: dict[str, Any] = setting(default_factory=dict, aliases=("infdds",),
                                         description="Options of the Inf-DDS candidate (see docs/influence.md).")
+    search: AdaptIndex = Field(default_factory=AdaptIndex)
 
     @model_validator(mode="before")
     @classmethod

@@ -82,7 +82,12 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
     out.append(StageWork("selection on synthetic dev", passages=len(plan.candidates) * select_docs))
     # the synthetic test: the report's four models (base, uniform fine-tuning, COCO -> uniform, adapted); the
     # labelled split: the base model, the baseline and every candidate (the report's others are cached among them)
-    out.append(StageWork("final evaluation", passages=(4 + n_models * bool(config.eval.eval_data)) * eval_docs))
+    report = 4 + ("uniform+synthetic" in plan.candidates)   # scored too: the report's first sentence parts by it
+    out.append(StageWork("final evaluation", passages=(report + n_models * bool(config.eval.eval_data)) * eval_docs))
+    if config.search.index:   # every target corpus encoded once more, by the adapted model
+        from drmix.recipes.adapt.index import INDEX_TITLE
+
+        out.append(StageWork(INDEX_TITLE, passages=n_corpus))
     return out
 
 

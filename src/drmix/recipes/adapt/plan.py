@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from drmix.config import TrainConfig, format_validation
 from drmix.errors import ConfigError
 from drmix.recipes.adapt.candidates import STATIC_SCHEMES, Candidate, candidate_plan
-from drmix.recipes.adapt.config import AdaptConfig, synthetic_fields
+from drmix.recipes.adapt.config import AdaptConfig, index_fields, synthetic_fields
 from drmix.recipes.stages import Stage
 
 
@@ -135,6 +135,9 @@ def plan_adapt(config: AdaptConfig) -> AdaptPlan:
               Stage("COCO", coco, record=Path(coco.run.output_dir) / "coco.yaml"),
               Stage("uniform fine-tuning", baseline)]
     stages += [Stage(f"candidate {label}", cfg) for label, (_, cfg) in candidates.items()]
+    if config.search.index:   # its record: index/index.yaml, the settings it was made with (drmix.recipes.adapt.index)
+        stages.append(Stage("index", {k: values[k] for k in index_fields()}, output_dir=root / "index",
+                            record=root / "index" / "index.yaml", kind=AdaptConfig))
     stages += [Stage(f"tDRO stage 1{' (+synthetic)' if s else ''}", cfg) for s, cfg in stage1.items()]
     return AdaptPlan(root, corpora, synthetic_dirs, train_files, coco, baseline, candidates, stage1, stages)
 

@@ -145,6 +145,59 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
     return text
 
 
+def _at_a_glance(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
+    """What ``summary.md`` / ``summary.json`` (written by :func:`_summary`) open and close with, added to both:
+    the sentence on what won and where the gain came from (:mod:`drmix.recipes.adapt.headline`) under the title,
+    the index the run ends with (``--index``) before the models' list, and the figures (``candidates.png`` with
+    labels; ``report.html`` embeds what ``figures`` names). Returns the new ``summary.md``."""
+    from drmix.recipes.adapt.headline import report_headline
+
+    head, head_data = report_headline(result, config.eval.eval_split)
+    text = (plan.root / "summary.md").read_text(encoding="utf-8")
+    title, _, rest = text.partition("\n\n")
+    index = "\n".join(_index_section(result.index, plan.root))
+    at = rest.rfind("\nModels: ")
+    rest = rest[:at + 1] + index + ("\n" if index else "") + rest[at + 1:] if at >= 0 else rest + "\n" + index
+    text = f"{title}\n\n**{_md(head)}**\n\n{rest}"
+    data = json.loads((plan.root / "summary.json").read_text(encoding="utf-8"))
+    data.update(headline=head, headline_from=head_data, index=result.index)
+    data["figures"] = _figures(plan.root, result, dev_avg, data, config.eval.eval_split)
+    write_summary(result.output_dir, text, data)
+    return text
+
+
+def _index_section(record: dict[str, Any] | None, root: Path) -> list[str]:
+    """The report's section on the index the run ends with (none with --no-index)."""
+    from drmix.recipes.adapt.index import index_lines, search_command
+
+    if not record:
+        return []
+    command = search_command(record, root)
+    return ["## Index (drmix search)", "", *index_lines(record),
+            *([f"Search it: `{command}`", ""] if command else [])]
+
+
+def _figures(root: Path, result: AdaptResult, dev_avg: Mapping[str, float], data: Mapping[str, Any],
+             split: str) -> list[dict[str, str]]:
+    """The report's figures, written beside report.html (which embeds them): with labels, the candidates'
+    synthetic dev against labelled (``candidates.png``; also the labelled dev when the summary holds it). A
+    figure of an earlier run that no longer applies is removed (it is the recipe's own)."""
+    from drmix.recipes.adapt.figure import FIGURE, labelled_dev_scores, plot_candidates
+
+    path = root / FIGURE
+    made = None
+    if result.labelled is not None:
+        lab = {lb: _average(result.labelled.results[lb]) for lb in result.candidates}
+        made = plot_candidates(dev_avg, lab, result.selected, path, kendall=result.kendall,
+                               labelled_dev=labelled_dev_scores(data), split=split)
+    if made is None:
+        path.unlink(missing_ok=True)
+        return []
+    return [{"file": FIGURE, "caption": f"Every candidate's synthetic-dev nDCG@10 against its labelled {split} "
+                                        f"nDCG@10; the adapted model ({result.selected}) ringed; dashed: the "
+                                        "least-squares line."}]
+
+
 def _escaped_comparison(comp: Any) -> str:
     import copy as _copy
 
@@ -180,5 +233,9 @@ def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> No
         lines.append(f"nDCG@10 on the {name} split: " + ", ".join(
             f"{d} {v['ndcg@10']:.4f} (uniform fine-tuning {suite.results[UNIFORM][d]['ndcg@10']:.4f})"
             for d, v in suite.results[adapted].items()) + ".")
+    if result.index:
+        from drmix.recipes.adapt.index import index_lines
+
+        lines += ["", *index_lines(result.index)]
     lines += ["", "The full report: `summary.md` and `report.html` in the run folder.", ""]
     atomic_write_text(card_path, _insert(card, "\n".join(lines)))

@@ -51,7 +51,14 @@ def _run_main(config: AdaptConfig, plan: Any, stages: list, progress: Callable[[
         result.kendall = kendall_tau(dev_avg, {lb: _average(result.labelled.results[lb]) for lb in models})
     result.comparisons = _comparisons(result, config)
     result.weights = {lb: w for lb, m in models.items() if (w := _weights_of(Path(m).parent))}
+    if config.search.index:
+        from drmix.recipes.adapt.index import read_index_record
+
+        result.index = read_index_record(root)
     result.table = _summary(config, plan, result, dev_avg)
+    from drmix.recipes.adapt.report import _at_a_glance
+
+    result.table = _at_a_glance(config, plan, result, dev_avg)
     _copy_model(Path(models[selected]), root / "model", selected)
     _write_card(config, plan, result)
     from drmix.report.html import check_report_target, write_report

@@ -31,6 +31,7 @@ class AdaptResult:
     comparisons: dict[str, Any] = field(default_factory=dict)   # name -> drmix.evaluation.compare.Comparison
     kendall: dict[str, float] | None = None
     weights: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> collection -> weight
+    index: dict[str, Any] | None = None                      # index/index.json: where the indexes are (--index)
     table: str = ""
 
 

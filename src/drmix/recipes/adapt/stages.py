@@ -103,7 +103,44 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., A
                  part="eval",
                  needs=(SELECTION, "uniform fine-tuning"),
                  what="synthetic test" + (" and the labelled --eval-data" if config.eval.eval_data else ""))]
+    if config.search.index:
+        stages = _with_index(config, plan, stages, candidates, works)
     return stages
+
+
+#: the index stage (``--index``)
+INDEX = "index"
+#: the candidate that separates the synthetic train set's part of the gain from the mixture's (also scored on the
+#: synthetic test, :func:`_final_evaluation`)
+PARTED = "uniform+synthetic"
+
+
+def _with_index(config: AdaptConfig, plan: AdaptPlan, stages: list[Stage], candidates: tuple[str, ...],
+                works: dict[str, Any]) -> list[Stage]:
+    """``stages`` and the index stage after them: finished when ``index/index.json`` names the candidate the
+    selection chose in this run (the selection's ``run`` remembers it), so another choice re-indexes."""
+    from drmix.recipes.adapt.index import INDEX_TITLE, build_indexes, index_finished
+
+    chosen: dict[str, str] = {}
+    at = next(i for i, s in enumerate(stages) if s.name == SELECTION)
+    select = stages[at].run
+
+    def remembered(r: dict[str, Any]) -> Any:
+        made = select(r)
+        chosen["selected"] = made[2]
+        return made
+
+    stages = [*stages[:at], dataclasses.replace(stages[at], run=remembered), *stages[at + 1:]]
+    base = next((s for s in plan.stages if s.name == INDEX), None) or Stage(INDEX)
+
+    def index(r: dict[str, Any]) -> Any:
+        selected = r[SELECTION][2]
+        return build_indexes(config, plan, selected, _models(plan, r)[selected])
+
+    return [*stages, dataclasses.replace(
+        base, title=INDEX_TITLE, run=index, part="search", needs=(SELECTION, *candidates), work=works.get(INDEX_TITLE),
+        what=f"{', '.join(plan.corpora)} by the adapted model ({config.search.index_backend})",
+        done=lambda out: index_finished(plan.root, chosen.get("selected")))]
 
 
 def _models(plan: AdaptPlan, results: dict[str, Any]) -> dict[str, Path]:
@@ -142,4 +179,10 @@ def _final_evaluation(config: AdaptConfig, plan: AdaptPlan, results: dict[str, A
                                            cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
     if config.eval.eval_data:
         result.labelled = labelled(config, report_models, models, cache_dirs, _caps(config))
+
+    if PARTED in models:   # scored on the synthetic test too: the report's first sentence parts the gain by it
+        parted = evaluate_suite({PARTED: models[PARTED]}, plan.synthetic_dirs, kind="synthetic", split="test",
+                                seed=config.optim.seed, **_caps(config))
+        result.synthetic_test.results.update(parted.results)
+        result.synthetic_test.per_query.update(parted.per_query)
     return result

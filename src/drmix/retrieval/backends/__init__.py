@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from drmix.retrieval.backends.base import (
     BACKENDS,
+    DEFAULT_BACKEND,
     BackendSpec,
     ChunkChecker,
     Chunks,
     backend,
     backend_for,
     check_model,
+    check_target,
     chunks_from_npy,
     encode_chunks,
     model_fingerprint,
@@ -19,9 +21,9 @@ from drmix.retrieval.backends.base import (
     resolve_kind,
 )
 
-__all__ = ["BACKENDS", "BackendSpec", "ChunkChecker", "Chunks", "backend", "backend_for", "build_index",
-           "check_model", "chunks_from_npy", "encode_chunks", "model_fingerprint", "model_record", "open_index",
-           "register_backend", "resolve_kind"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "BackendSpec", "ChunkChecker", "Chunks", "backend", "backend_for",
+           "build_index", "check_model", "check_target", "chunks_from_npy", "encode_chunks", "index_documents",
+           "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
 
 
 def build_index(backend_name: str, target: str, chunks: Chunks, *, kind: str | None = None,
@@ -32,3 +34,26 @@ def build_index(backend_name: str, target: str, chunks: Chunks, *, kind: str | N
     meta = dict(metadata or {})
     spec.check(target, meta, overwrite)
     return spec.build(target, chunks, meta, kind, params, overwrite, corpus)
+
+
+#: the index parameters each built-in backend takes (``drmix index``'s options of the same names)
+BACKEND_PARAMS = {"milvus": frozenset({"M", "ef_construction", "ef_search", "nlist", "nprobe"}),
+                  "faiss-disk": frozenset({"nlist", "nprobe", "pq_m", "rerank", "chunk_size"})}
+
+
+def index_documents(spec: BackendSpec, target: str, encoder, docs, meta: dict, *, kind: str, params: dict,
+                    overwrite: bool = False, store_texts: bool = True, batch_size: int = 64,
+                    max_length: int | None = None, precision: str = "auto", chunk_size: int = 100_000) -> str:
+    """Encode ``docs`` (``{id: {"title", "text"}}``) with ``encoder`` in chunks and stream them into ``spec``'s
+    index at ``target``; returns its location. ``meta`` gets what the index records about the model
+    (:func:`model_record`, its document prompt, precision and length) -- what ``drmix index`` does for every
+    backend but the sharded memory build."""
+    from drmix.model.encoder import document_prompt
+
+    meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
+                max_length=max_length or getattr(encoder, "max_seq_length", None))
+    chunks = encode_chunks(encoder, docs, chunk_size=chunk_size, batch_size=batch_size, max_length=max_length,
+                           precision=precision)
+    keep = BACKEND_PARAMS.get(spec.name)
+    params = {k: v for k, v in params.items() if keep is None or k in keep}
+    return spec.build(target, chunks, meta, kind, params, overwrite, docs if store_texts else None)

@@ -59,6 +59,22 @@ BACKENDS: Registry[BackendSpec] = Registry("index backend", BUILTIN, entry_point
                                            order=lambda s: s.order)
 
 
+#: the backend ``drmix index`` (and ``drmix adapt``'s index stage) uses unless told otherwise
+DEFAULT_BACKEND = "memory"
+
+
+def check_target(name: str, *, uri: str | None, uri_flag: str = "--uri", backend_flag: str = "--backend") -> None:
+    """Refuse a target that does not fit backend ``name``: milvus writes a collection (``uri`` needed, no folder),
+    every other backend a folder (no ``uri``). The flags name the options of the command that asks."""
+    if name == "milvus":
+        if uri is None:
+            raise ConfigError(f"{backend_flag} milvus writes a collection: give {uri_flag}.",
+                              fix=f"pass {uri_flag} runs/x/index.db (Milvus Lite) or {uri_flag} http://HOST:19530.")
+    elif uri is not None:
+        raise ConfigError(f"{backend_flag} {name} writes a folder; {uri_flag} is for {backend_flag} milvus.",
+                          fix=f"drop {uri_flag}, or pass {backend_flag} milvus.")
+
+
 def register_backend(spec: BackendSpec) -> BackendSpec:
     """Register an index backend (called by its module at import time)."""
     return BACKENDS.register(spec)
