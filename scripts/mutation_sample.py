@@ -3,6 +3,7 @@ hours on two cores -- a seeded random sample of each file's mutants, the score w
 
     nice -n 15 .venv/bin/python scripts/mutation_sample.py                  # 25 mutants a file, seed 0
     .venv/bin/python scripts/mutation_sample.py --per-file 10 --seed 1      # another sample
+    .venv/bin/python scripts/mutation_sample.py --retest                    # after adding tests: the survivors
     .venv/bin/python scripts/mutation_sample.py --table RESULTS.json        # the table of a finished run
 
 Like scripts/mutation.sh it copies the checkout's tracked files into ``$MUTATION_WORK/sampled`` (default
@@ -13,7 +14,9 @@ run`` on those names only (mutmut runs, for each, the selected tests that call t
 statuses to ``results.json`` in that folder and prints one row a file: the mutants the file has, those sampled,
 how each ended, the score (killed / tested: a run stopped early leaves some "not checked") and its 95% Wilson
 interval (``scipy.stats.binomtest``). A mutant that timed out or found no test is not counted as killed.
-``mutmut show NAME`` in that folder shows a mutant.
+``mutmut show NAME`` in that folder shows a mutant. ``--retest`` (the same folder, ``--per-file`` and ``--seed``)
+copies the checkout again and tests only the sampled mutants the last run did not kill, with the tests as they
+are now (mutmut keeps every other verdict); its statuses go to ``results-retest.json``.
 """
 from __future__ import annotations
 
@@ -132,7 +135,8 @@ def _row(name: str, mutants: int, n: int, counts: dict) -> str:
             f"{counts['no tests']} | {counts['not checked']} | {score:.0f}% | {100 * low:.0f}%-{100 * high:.0f}% |")
 
 
-def run(work: Path, per_file: int, seed: int, max_children: int, files: dict[str, list[str]]) -> dict:
+def run(work: Path, per_file: int, seed: int, max_children: int, files: dict[str, list[str]],
+        retest: bool = False) -> dict:
     _copy_checkout(work)
     (work / "setup.cfg").write_text(_setup_cfg(files), encoding="utf-8")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -141,13 +145,17 @@ def run(work: Path, per_file: int, seed: int, max_children: int, files: dict[str
     subprocess.run([sys.executable, "-c", _GENERATE], cwd=work, env=env, check=True)
     sample = {path: draw(list(_meta(work, path)["exit_code_by_key"]), per_file, seed) for path in files}
     names = [n for ns in sample.values() for n in ns]
+    if retest:                              # the verdicts of the last run, but for the mutants it did not kill
+        before = {n: c for path in files for n, c in _meta(work, path)["exit_code_by_key"].items()}
+        names = [n for n in names if status(before.get(n)) != "killed"]
     subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names], cwd=work,
                    env=env)
     results = {"seed": seed, "per_file": per_file, "files": {}}
     for path, drawn in sample.items():
         codes = _meta(work, path)["exit_code_by_key"]
         results["files"][path] = {"mutants": len(codes), "sampled": {n: status(codes.get(n)) for n in drawn}}
-    (work / "results.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    (work / ("results-retest.json" if retest else "results.json")).write_text(json.dumps(results, indent=1),
+                                                                            encoding="utf-8")
     return results
 
 
@@ -158,12 +166,14 @@ def main() -> int:
     ap.add_argument("--max-children", type=int, default=1, help="mutants tested at once (default 1)")
     ap.add_argument("--work", type=Path, default=Path(os.environ.get("MUTATION_WORK", "/tmp/drmix-mutation"))
                     / "sampled", help="the folder the checkout is copied to (default /tmp/drmix-mutation/sampled)")
+    ap.add_argument("--retest", action="store_true", help="test again only the sampled mutants the last run in "
+                    "--work did not kill (after tests were added for them)")
     ap.add_argument("--table", type=Path, help="print the table of this results.json instead of running")
     args = ap.parse_args()
     if args.table:
         results = json.loads(args.table.read_text(encoding="utf-8"))
     else:
-        results = run(args.work, args.per_file, args.seed, args.max_children, FILES)
+        results = run(args.work, args.per_file, args.seed, args.max_children, FILES, retest=args.retest)
     print(table(results), end="")
     return 0
 

@@ -147,3 +147,11 @@ def test_the_index_is_built_with_the_progress_asked_for_and_large_corpora_cache_
         with pytest.raises(Stop):
             ev.evaluate_dataset(object(), data, query_prompt="", show_progress=progress, max_length=7)
     assert seen == [(2000, True, True, 7), (1999, False, False, 7)]
+    # with Matryoshka sizes the evaluation at each size shows the progress asked for too
+    import drmix.evaluation.matryoshka as mat
+
+    monkeypatch.setattr(mat, "evaluate_dims", lambda *a, **kw: (seen.append((kw["show_progress"], a[4])), 1 / 0))
+    for progress in (True, False):
+        with pytest.raises(ZeroDivisionError):
+            ev.evaluate_dataset(object(), data, query_prompt="", show_progress=progress, dims=[8])
+    assert seen[2:] == [(True, [8]), (False, [8])]

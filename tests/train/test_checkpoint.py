@@ -69,3 +69,15 @@ def test_the_cuda_generators_are_restored_when_a_gpu_is_there(monkeypatch):
     assert restored == [["g0", "g1"]]
     ck.set_rng_state(state)                      # a checkpoint written without a GPU
     assert restored == [["g0", "g1"]]
+
+
+def test_a_sentence_transformer_checkpoint_is_its_folder_only(tmp_path):
+    """A model with ``save`` (a SentenceTransformer) and no adapters is checkpointed as its folder, without a second
+    copy of its weights."""
+
+    class Saved(torch.nn.Linear):
+        def save(self, folder, create_model_card=True):
+            (tmp_path / "modules.json").write_text("[]")
+
+    ck.save_model_folder(Saved(2, 2), tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["modules.json"]
