@@ -121,7 +121,7 @@ def table(results: dict) -> str:
         for s in STATUSES:
             total[s] += counts[s]
         rows.append(_row(f"`{path.removeprefix('src/drmix/')}`", r["mutants"], n, counts))
-    rows.append(_row("all", total["mutants"], total["sampled"], total))
+    rows.append(_row("all (the samples pooled)", total["mutants"], total["sampled"], total))
     survivors = [name for r in results["files"].values() for name, s in r["sampled"].items() if s != "killed"]
     return "\n".join(rows) + f"\n\nseed {results['seed']}, {results['per_file']} a file; not killed: " + (
         ", ".join(f"`{n}`" for n in survivors) or "none") + "\n"

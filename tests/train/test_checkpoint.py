@@ -50,6 +50,7 @@ def test_a_resume_from_an_earlier_step_drops_the_later_checkpoints(tmp_path, mon
     for step in (2, 4, 6):
         (root / f"step-{step}").mkdir(parents=True)
         (root / f"step-{step}" / "trainer_state.json").write_text("{}")
+    assert ck.latest_checkpoint(tmp_path) == root / "step-6"       # no pointer: the newest complete one
     ck.drop_checkpoints_after(tmp_path, 4)
     assert sorted(p.name for p in root.iterdir()) == ["latest", "step-2", "step-4"]
     assert (root / "latest").read_text() == "step-4\n"
@@ -60,10 +61,14 @@ def test_a_resume_from_an_earlier_step_drops_the_later_checkpoints(tmp_path, mon
     assert (root / "latest").read_text() == "step-4\n"
 
 
-def test_the_cuda_generators_are_restored_when_a_gpu_is_there(monkeypatch):
+def test_the_cuda_generators_are_saved_and_restored_when_a_gpu_is_there(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     state = ck.rng_state()
+    assert "cuda" not in state
     restored = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["s0"])
+    assert ck.rng_state()["cuda"] == ["s0"]
     monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
     ck.set_rng_state({**state, "cuda": ["g0", "g1"]})
     assert restored == [["g0", "g1"]]

@@ -216,3 +216,10 @@ def test_the_model_card_names_the_loss_and_whether_duplicates_were_masked():
         "loss_tag": "InfoNCE"}
     assert objective_from_config(TrainConfig(mask_duplicates=False)).card() == {
         "loss": "InfoNCE (contrastive, in-batch and hard negatives)", "loss_tag": "InfoNCE"}
+
+
+def test_the_configured_matryoshka_sizes_reach_the_loss():
+    from drmix.config import TrainConfig
+
+    assert objective_from_config(TrainConfig(matryoshka_dims=[8, 16])).matryoshka_dims == [8, 16]
+    assert objective_from_config(TrainConfig()).matryoshka_dims == []

@@ -137,6 +137,7 @@ def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_mo
     trainer.train()
     reference = trainer.reference
     assert reference.shares_inputs is True
+    assert reference.model.get_sentence_embedding_dimension() == 32     # the configured tiny model, not the default
     assert all(m is not reference.model for m in calls)  # the reference never tokenised on its own
     batch = reference.live[0]
     reused = trainer.reference_losses(batch)
