@@ -45,6 +45,9 @@ def test_homogeneous_batches_hold_one_collection(tiny_model_path, data, tmp_path
 def test_resume_gives_identical_weights(tiny_model_path, data, tmp_path):
     full = Trainer(config(tiny_model_path, data, tmp_path / "full", max_steps=6, save_every=3))
     full.train()
+    # what the resume check compares: the collections and their sizes (40 rows each)
+    state = json.loads((tmp_path / "full" / "checkpoints" / "step-6" / "trainer_state.json").read_text())
+    assert (state["step"], state["collections"], state["sizes"]) == (6, ["greek", "letters"], [40, 40])
 
     class Killed(Exception):
         pass
@@ -137,7 +140,9 @@ def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_mo
     trainer.train()
     reference = trainer.reference
     assert reference.shares_inputs is True
-    assert reference.model.get_sentence_embedding_dimension() == 32     # the configured tiny model, not the default
+    from drmix.retrieval.encode import embedding_dim
+
+    assert embedding_dim(reference.model) == 32                        # the configured tiny model, not the default
     assert all(m is not reference.model for m in calls)  # the reference never tokenised on its own
     batch = reference.live[0]
     reused = trainer.reference_losses(batch)
