@@ -49,10 +49,11 @@ def _default(info) -> str:
     return text.replace("|", "\\|")
 
 
-def table(cls, title: str, *, only: set[str] | None = None) -> str:
+def table(cls, title: str, *, only: set[str] | None = None, fields: set[str] | None = None) -> str:
+    """The rows of ``cls``'s fields: of the parts (or top-level fields) in ``only``, or the flat names in ``fields``."""
     lines = [f"## {title}", "", "| part | field | flag | default | role | description |", "|---|---|---|---|---|---|"]
     for flat, f in cls.flat_fields().items():
-        if only is not None and (f.group or flat) not in only:
+        if only is not None and (f.group or flat) not in only or fields is not None and flat not in fields:
             continue
         part = f.group or "—"
         desc = " ".join((f.info.description or "").split()).replace("|", "\\|")
@@ -61,8 +62,16 @@ def table(cls, title: str, *, only: set[str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def changed_fields(cls, base) -> set[str]:
+    """The flat names of the fields ``cls`` adds to ``base`` or declares with another default or description (a
+    recipe's own parts, and what its variants of the shared parts change)."""
+    ours, theirs = cls.flat_fields(), base.flat_fields()
+    return {k for k, f in ours.items() if k not in theirs or theirs[k].group != f.group
+            or (f.info.description, _default(f.info)) != (theirs[k].info.description, _default(theirs[k].info))}
+
+
 def render() -> str:
-    from drmix.config import TrainConfig
+    from drmix.config import RecipeConfig, TrainConfig
     from drmix.pretrain.runner import CocoConfig
     from drmix.recipes.adapt import AdaptConfig
     from drmix.recipes.coco import CocoPipelineConfig
@@ -71,11 +80,17 @@ def render() -> str:
 
     parts = [HEADER,
              table(TrainConfig, "`drmix train`, `drmix mixture optimize` (TrainConfig)"),
-             "The recipes take every part of `TrainConfig` (their training stages are composed from them) and "
-             "add the parts below; where a recipe changes a default it says so.\n",
-             table(PipelineConfig, "`drmix pipeline tdro`: its own parts", only={"mixture", "run", "stages", "test"}),
-             table(CocoPipelineConfig, "`drmix pipeline coco`: its own parts", only={"mixture", "run", "recipe"}),
-             table(DramaConfig, "`drmix pipeline drama`: its own parts", only={"model", "run", "recipe", "augment"}),
+             "A recipe's config (`RecipeConfig`) is composed of the fine-tuning parts of `TrainConfig` (every training "
+             "stage's config is composed from them), the recipe's output folder and the final evaluation below, and "
+             "the recipe's own parts; the tables after it list each recipe's own fields and every default it "
+             "changes.\n",
+             table(RecipeConfig, "Every recipe (`drmix pipeline tdro`, `coco`, `drama`): output folder and final "
+                                 "evaluation", fields=changed_fields(RecipeConfig, TrainConfig)),
+             table(PipelineConfig, "`drmix pipeline tdro`: its own parts",
+                   fields=changed_fields(PipelineConfig, RecipeConfig)),
+             table(CocoPipelineConfig, "`drmix pipeline coco`: its own parts",
+                   fields=changed_fields(CocoPipelineConfig, RecipeConfig)),
+             table(DramaConfig, "`drmix pipeline drama`: its own parts", fields=changed_fields(DramaConfig, RecipeConfig)),
              table(AdaptConfig, "`drmix adapt`: its own parts (its training parts are TrainConfig's, without "
                                 "`mixture`: the candidates set it)",
                    only={"eval", "run", "target", "synthetic", "stages", "search", "dro", "influence"}),

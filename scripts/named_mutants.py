@@ -103,7 +103,7 @@ MUTANTS = (
            "only)", "src/drmix/recipes/drama.py", "object.__setattr__(self, step, bool(self.llm))",
            "object.__setattr__(self, step, False)", ("tests/recipes/test_drama.py",)),
     Mutant("drama-one-negative", "DRAMA: one hard negative (the paper: 7)", "src/drmix/recipes/drama.py",
-           "num_negatives: int = setting(7,", "num_negatives: int = setting(1,", ("tests/recipes/test_drama.py",)),
+           "num_negatives=(7,", "num_negatives=(1,", ("tests/recipes/test_drama.py",)),
     # what a user configured, silently not done
     Mutant("checkpoint-one-extra-kept", "Checkpoints: one more kept than keep_checkpoints",
            "src/drmix/train/checkpoint.py", "for old in done[:-keep]:", "for old in done[:-keep - 1]:",

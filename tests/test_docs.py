@@ -3,6 +3,7 @@ link to exists; docs/cli.md (generated from --help) is up to date."""
 import re
 from pathlib import Path
 
+import pytest
 import typer
 
 from drmix.cli import app
@@ -123,3 +124,36 @@ def test_named_mutants_apply_to_the_code_as_it_is():
         assert text.count(m.old) == 1, f"{m.name}: {m.old!r} occurs {text.count(m.old)} times in {m.path}"
         assert m.new != m.old and all((ROOT / t).is_file() for t in m.tests), m.name
         assert f"`{m.name}`" in (ROOT / "docs" / "testing.md").read_text(encoding="utf-8"), m.name
+
+
+def _mutation_sample():
+    import runpy
+
+    return runpy.run_path(str(ROOT / "scripts" / "mutation_sample.py"))
+
+
+def test_sampled_mutation_draw_interval_and_statuses_by_hand():
+    m = _mutation_sample()
+    low, high = m["wilson"](20, 25)                     # p = 0.8, z = 1.96: (0.8 + z²/50 ± z·sqrt(...)) / (1 + z²/25)
+    assert (round(low, 4), round(high, 4)) == (0.6087, 0.9114)
+    assert m["wilson"](25, 25)[1] == 1.0 and round(m["wilson"](0, 25)[1], 4) == 0.1332
+    names = [f"f__mutmut_{i}" for i in range(1, 9)]
+    assert m["draw"](names, 3, 0) == m["draw"](names[::-1], 3, 0) != m["draw"](names, 3, 1)
+    assert len(m["draw"](names, 3, 0)) == 3 and m["draw"](names[:2], 3, 0) == names[:2]
+    assert [m["status"](c) for c in (1, 3, 0, 33, 5, -24, -9, None)] == [
+        "killed", "killed", "survived", "no tests", "no tests", "timeout", "timeout", "not checked"]
+
+
+@pytest.mark.parametrize("run", ["mutation-sample-results.json", "mutation-sample-retest-results.json"])
+def test_the_sampled_mutation_tables_of_docs_testing_are_the_scripts(run):
+    """docs/testing.md prints scripts/mutation_sample.py's tables of the measured run and of its retest (their
+    results.json stored in tests/benchmarks/fixtures); the retest keeps the run's sample."""
+    import json
+
+    fixtures = ROOT / "tests" / "benchmarks" / "fixtures"
+    results = json.loads((fixtures / run).read_text(encoding="utf-8"))
+    first = json.loads((fixtures / "mutation-sample-results.json").read_text(encoding="utf-8"))
+    m = _mutation_sample()
+    assert m["table"](results) in (DOCS / "testing.md").read_text(encoding="utf-8")
+    assert set(results["files"]) == set(m["FILES"]) and results["seed"] == first["seed"]
+    assert all(set(r["sampled"]) == set(first["files"][f]["sampled"]) for f, r in results["files"].items())

@@ -4,7 +4,7 @@ import logging
 import pytest
 import yaml
 
-from drmix.config import (HYPERPARAMETER, INPUT, OPERATIONAL, PipelineBaseConfig, TrainConfig, load_config)
+from drmix.config import (HYPERPARAMETER, INPUT, OPERATIONAL, RecipeConfig, TrainConfig, load_config)
 from drmix.errors import ConfigError
 
 
@@ -62,7 +62,7 @@ def test_flat_view_round_trips_through_both_layouts():
 
 
 def test_replace_and_from_parts_compose_without_exclude_lists():
-    pipe = PipelineBaseConfig(batch_size=4, learning_rate=3e-4, test_data=["t"], output_dir="root")
+    pipe = RecipeConfig(batch_size=4, learning_rate=3e-4, test_data=["t"], output_dir="root")
     stage = TrainConfig.from_parts(pipe, output_dir="root/stage", max_steps=2)
     assert isinstance(stage, TrainConfig) and not hasattr(stage, "test")
     assert (stage.contrastive.batch_size, stage.optim.learning_rate, stage.optim.max_steps) == (4, 3e-4, 2)
@@ -112,3 +112,30 @@ def test_errors_name_the_flat_field_and_the_file(tmp_path):
     f.write_text("bogus_field: 1\n")
     with pytest.raises(ConfigError, match="bogus_field"):
         load_config(TrainConfig, f)
+
+
+def test_a_part_variant_changes_defaults_and_keeps_bounds_roles_and_validators():
+    from typing import Literal
+
+    from drmix.config import MixtureConfig, OptimConfig, PipelineRun
+
+    Run = PipelineRun.variant("Run", output_dir=("runs/x", "Root."))
+    assert (Run().output_dir, Run.model_fields["output_dir"].description) == ("runs/x", "Root.")
+    assert role_of_field(Run, "output_dir") == OPERATIONAL and Run().overwrite is False
+    with pytest.raises(ValueError, match="resumes each of its stages"):   # PipelineRun's validator is kept
+        Run(resume_from="runs/x/checkpoints/step-2")
+    Optim = OptimConfig.variant("Optim", learning_rate=(1e-4, "Peak."))
+    assert Optim().learning_rate == 1e-4 and OptimConfig().learning_rate == 2e-5     # the base is untouched
+    with pytest.raises(ValueError):
+        Optim(learning_rate=0)                                                       # gt=0 is kept
+    Mix = MixtureConfig.variant("Mix", strategy=("static", "Two.", Literal["static", "idro"]))
+    assert Mix(strategy="idro").strategy == "idro" and Mix().weights_file is None
+    with pytest.raises(ValueError):
+        Mix(strategy="tdro")                                                         # the narrower type
+    assert Optim.__module__ == __name__                                              # named where it is made
+
+
+def role_of_field(part, name):
+    from drmix.config import role_of
+
+    return role_of(part.model_fields[name])

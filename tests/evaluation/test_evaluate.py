@@ -117,3 +117,41 @@ def test_dev_evaluator_falls_back_and_restores_mode(minilm, toy, tmp_path, caplo
 def test_scifact_ndcg_matches_public_figure(shared_data):
     report = evaluate_model(None, [shared_data / "scifact"], split="test", show_progress=False)
     assert report.results["scifact"]["ndcg@10"] == pytest.approx(0.645, abs=0.01)
+
+
+def test_evaluate_model_records_the_set_and_the_sample_it_evaluated(minilm, toy):
+    report = evaluate_model(minilm, [toy], split="test", max_queries=4, seed=2, show_progress=False)
+    info = report.info["toy"]
+    assert (info["queries"], info["documents"], info["path"]) == (4, 8, str(toy))
+    assert info["subsample"] == {"of_queries": 6, "of_documents": 8, "seed": 2}
+    assert "subsample" not in evaluate_model(minilm, [toy], show_progress=False).info["toy"]
+
+
+def test_the_index_is_built_with_the_progress_asked_for_and_large_corpora_cache_their_ids(monkeypatch):
+    """Corpora of 2,000 documents and more keep their token ids on disk (drmix.data.tokenized.corpus_ids)."""
+    import drmix.evaluation.evaluate as ev
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def spy(model, corpus, **kw):
+        seen.append((len(corpus), kw["cache_ids"], kw["show_progress"], kw["max_length"]))
+        raise Stop
+
+    monkeypatch.setattr(ev, "index_corpus", spy)
+    for n, progress in ((2000, True), (1999, False)):
+        data = BeirDataset(root=Path("x"), corpus={f"d{i}": {"title": "", "text": "t"} for i in range(n)},
+                           queries={"q": "t"}, qrels={"q": {"d0": 1}})
+        with pytest.raises(Stop):
+            ev.evaluate_dataset(object(), data, query_prompt="", show_progress=progress, max_length=7)
+    assert seen == [(2000, True, True, 7), (1999, False, False, 7)]
+    # with Matryoshka sizes the evaluation at each size shows the progress asked for too
+    import drmix.evaluation.matryoshka as mat
+
+    monkeypatch.setattr(mat, "evaluate_dims", lambda *a, **kw: (seen.append((kw["show_progress"], a[4])), 1 / 0))
+    for progress in (True, False):
+        with pytest.raises(ZeroDivisionError):
+            ev.evaluate_dataset(object(), data, query_prompt="", show_progress=progress, dims=[8])
+    assert seen[2:] == [(True, [8]), (False, [8])]

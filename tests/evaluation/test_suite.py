@@ -143,3 +143,51 @@ def test_a_rank_other_than_0_computes_the_results_and_writes_no_cache(tmp_path, 
     follower = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": tmp_path / "b"}, metrics=("ndcg@10",))
     assert follower.results == written.results and follower.cache_files == {}
     assert not (tmp_path / "b").exists()
+def _spying(monkeypatch) -> list[tuple]:
+    """Each call of evaluate_dataset: (the queries it was given, its keyword arguments); the real one runs."""
+    import drmix.evaluation.evaluate as ev
+
+    calls: list[tuple] = []
+    real = ev.evaluate_dataset
+    monkeypatch.setattr(ev, "evaluate_dataset", lambda m, data, **k: (calls.append((sorted(data.queries), k)),
+                                                                        real(m, data, **k))[1])
+    return calls
+
+
+def test_a_cached_model_does_not_stop_the_next_from_being_evaluated(tmp_path, tiny_model_path, monkeypatch):
+    calls = _spying(monkeypatch)
+    data = _beir(tmp_path)
+    evaluate_suite({"a": tiny_model_path}, [data], cache_dirs={"a": tmp_path / "a"}, metrics=("ndcg@10",))
+    both = evaluate_suite({"a": tiny_model_path, "b": tiny_model_path}, [data],
+                          cache_dirs={"a": tmp_path / "a", "b": tmp_path / "b"}, metrics=("ndcg@10",))
+    assert len(calls) == 2 and list(both.results) == ["a", "b"] and both.results["a"] == both.results["b"]
+
+
+def test_the_sample_seed_sizes_instructions_and_name_reach_the_evaluation_and_its_record(tmp_path, tiny_model_path,
+                                                                                        monkeypatch):
+    from drmix.data.beir import load_beir
+    from drmix.evaluation.evaluate import subsample
+    from drmix.model.encoder import load_encoder
+
+    calls = _spying(monkeypatch)
+    data = _beir(tmp_path)
+    encoder = load_encoder(tiny_model_path, device="cpu")
+    encoder.name = "tiny-encoder"
+    res = evaluate_suite({"m": encoder}, [data], cache_dirs={"m": tmp_path / "run"}, metrics=("ndcg@10",),
+                         max_queries=3, seed=5, dims=[8], query_instructions={"toy": "Find: "})
+    [(queries, kwargs)] = calls
+    assert queries == sorted(subsample(load_beir(data, "test"), max_queries=3, seed=5).queries)
+    assert queries != sorted(subsample(load_beir(data, "test"), max_queries=3, seed=0).queries)
+    assert kwargs["query_instructions"] == {"toy": "Find: "} and kwargs["dims"] == (8,)
+    assert set(res.results["m"]["toy"]) == {"ndcg@10", "ndcg@10@8d"}
+    saved = json.loads((tmp_path / "run" / "eval-test.json").read_text())
+    assert saved["model"] == saved["key"]["model"] == "tiny-encoder"
+    assert saved["key"]["query_instructions"] == {"toy": "Find: "} and saved["key"]["seed"] == 5
+    plain = evaluate_suite({"m": tiny_model_path}, [data], cache_dirs={"m": tmp_path / "plain"}, metrics=("ndcg@10",))
+    assert "query_instructions" not in json.loads((tmp_path / "plain" / "eval-test.json").read_text())["key"]
+    assert plain.cache_files["m"] == tmp_path / "plain" / "eval-test.json"
+
+
+def test_results_table_of_one_dataset_has_no_average_row():
+    table = results_table({"uniform": {"a": {"ndcg@10": 0.5}}, "top": {"a": {"ndcg@10": 0.25}}})
+    assert table.splitlines() == ["| ndcg@10 | uniform | top |", "|---|---:|---:|", "| a | 0.5000 | 0.2500 (-0.2500) |"]

@@ -464,3 +464,33 @@ def test_a_rerun_after_inputs_changed_in_place_is_refused_and_a_cut_test_set_is_
                                                   rf"{len(rows) - 2}") as e:
         run_tdro_pipeline(cfg)
     assert "stage 1: data" in str(e.value) and "stage 2 (reweight): data" in str(e.value)
+
+
+def test_every_stage_config_is_composed_from_the_recipe_parts_field_by_field(pipeline_config, tiny_model_path):
+    """plan_tdro: each stage's TrainConfig, every field, as the recipe composed it before its config was made of
+    parts (a folder made then is reused: its records compare equal)."""
+    from drmix.recipes.tdro import plan_tdro
+
+    plan = plan_tdro(pipeline_config)
+    root = pipeline_config.run.output_dir
+    data = pipeline_config.flat()["data"]
+    shared = {**TrainConfig().flat(), "model": tiny_model_path, "data": data, "max_steps": 3, "batch_size": 6,
+              "learning_rate": 1e-3, "warmup_ratio": 0.0, "query_max_length": 16, "doc_max_length": 16,
+              "log_every": 1, "save_every": 100, "show_progress": False, "seed": 3, "device": "cpu", "resume": True}
+    stage0 = {**shared, "output_dir": f"{root}/stage0-reference"}
+    stage1 = {**shared, "output_dir": f"{root}/stage1-tdro", "max_steps": 4, "temperature": 0.05,
+              "batching": "mixed", "in_batch_negatives": False, "cross_device_negatives": False, "num_negatives": 7,
+              "strategy": "tdro", "reference_model": f"{root}/stage0-reference/model"}
+    stage2 = {t: {**shared, "output_dir": f"{root}/stage2-tdro-{folder}", "transfer": t,
+                  "weights_file": f"{root}/stage1-tdro/weights.json"}
+              for t, folder in (("top:0.7", "top-0.7"), ("reweight", "reweight"))}
+    assert type(plan.stage0) is TrainConfig and plan.stage0.flat() == stage0
+    assert plan.stage1.flat() == stage1
+    assert {label: cfg.flat() for label, (_, cfg) in plan.stage2.items()} == stage2
+    assert [t for t, _ in plan.stage2.values()] == ["top:0.7", "reweight"]
+    assert (plan.reference, str(plan.weights_path)) == (f"{root}/stage0-reference/model",
+                                                         f"{root}/stage1-tdro/weights.json")
+    # given a reference model there is no stage 0, and uniform is trained as a stage 2
+    given = plan_tdro(pipeline_config.replace(reference_model=tiny_model_path))
+    assert given.stage0 is None and list(given.stage2) == ["uniform", "top:0.7", "reweight"]
+    assert given.stage2["uniform"][1].flat() == {**shared, "output_dir": f"{root}/stage2-uniform"}

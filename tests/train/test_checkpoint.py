@@ -21,3 +21,68 @@ def test_only_the_kept_checkpoints_stay_and_latest_names_the_newest(tmp_path, mo
     ck.save_checkpoint(tmp_path, 11, model=None, optimizer=opt, scheduler=sched, trainer_state={},
                        strategy_state={}, keep=1)
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["step-11"]
+
+
+def _weights(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+
+
+def test_a_module_without_a_folder_format_and_an_earlier_checkpoint_load_back(tmp_path):
+    """A model with no SentenceTransformer ``save`` (or with adapters) is checkpointed as training_model.safetensors;
+    a checkpoint of drmix's earlier format holds model.safetensors of the whole module: both restore every weight."""
+    from safetensors.torch import save_model
+
+    ck.save_model_folder(_weights(0), tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [ck.TRAINING_MODEL]
+    restored = _weights(1)
+    ck.load_model_folder(restored, tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(restored.state_dict().values(), _weights(0).state_dict().values()))
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    save_model(_weights(2), str(earlier / "model.safetensors"))
+    ck.load_model_folder(restored, earlier)
+    assert all(torch.equal(a, b) for a, b in zip(restored.state_dict().values(), _weights(2).state_dict().values()))
+
+
+def test_a_resume_from_an_earlier_step_drops_the_later_checkpoints(tmp_path, monkeypatch):
+    root = tmp_path / "checkpoints"
+    for step in (2, 4, 6):
+        (root / f"step-{step}").mkdir(parents=True)
+        (root / f"step-{step}" / "trainer_state.json").write_text("{}")
+    assert ck.latest_checkpoint(tmp_path) == root / "step-6"       # no pointer: the newest complete one
+    ck.drop_checkpoints_after(tmp_path, 4)
+    assert sorted(p.name for p in root.iterdir()) == ["latest", "step-2", "step-4"]
+    assert (root / "latest").read_text() == "step-4\n"
+    # a later checkpoint another process removed first is no error
+    gone = root / "step-8"
+    monkeypatch.setattr(ck, "checkpoints", lambda run_dir: [root / "step-2", root / "step-4", gone])
+    ck.drop_checkpoints_after(tmp_path, 4)
+    assert (root / "latest").read_text() == "step-4\n"
+
+
+def test_the_cuda_generators_are_saved_and_restored_when_a_gpu_is_there(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    state = ck.rng_state()
+    assert "cuda" not in state
+    restored = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["s0"])
+    assert ck.rng_state()["cuda"] == ["s0"]
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+    ck.set_rng_state({**state, "cuda": ["g0", "g1"]})
+    assert restored == [["g0", "g1"]]
+    ck.set_rng_state(state)                      # a checkpoint written without a GPU
+    assert restored == [["g0", "g1"]]
+
+
+def test_a_sentence_transformer_checkpoint_is_its_folder_only(tmp_path):
+    """A model with ``save`` (a SentenceTransformer) and no adapters is checkpointed as its folder, without a second
+    copy of its weights."""
+
+    class Saved(torch.nn.Linear):
+        def save(self, folder, create_model_card=True):
+            (tmp_path / "modules.json").write_text("[]")
+
+    ck.save_model_folder(Saved(2, 2), tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["modules.json"]

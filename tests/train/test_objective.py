@@ -206,3 +206,20 @@ def test_a_builder_that_is_not_a_row_builder_is_named(tiny_model_path, dup_data,
     cfg = config(tiny_model_path, dup_data, tmp_path / "u", max_steps=1)
     with pytest.raises(TypeError, match="builder Bare is not a drmix.data.sampling.RowBuilder"):
         Trainer(cfg, objective=_Untyped(temperature=0.05, num_negatives=1))
+
+
+def test_the_model_card_names_the_loss_and_whether_duplicates_were_masked():
+    from drmix.config import TrainConfig
+
+    assert objective_from_config(TrainConfig()).card() == {
+        "loss": "InfoNCE (contrastive, in-batch and hard negatives, duplicate texts masked as false negatives)",
+        "loss_tag": "InfoNCE"}
+    assert objective_from_config(TrainConfig(mask_duplicates=False)).card() == {
+        "loss": "InfoNCE (contrastive, in-batch and hard negatives)", "loss_tag": "InfoNCE"}
+
+
+def test_the_configured_matryoshka_sizes_reach_the_loss():
+    from drmix.config import TrainConfig
+
+    assert objective_from_config(TrainConfig(matryoshka_dims=[8, 16])).matryoshka_dims == [8, 16]
+    assert objective_from_config(TrainConfig()).matryoshka_dims == []

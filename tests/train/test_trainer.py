@@ -45,6 +45,9 @@ def test_homogeneous_batches_hold_one_collection(tiny_model_path, data, tmp_path
 def test_resume_gives_identical_weights(tiny_model_path, data, tmp_path):
     full = Trainer(config(tiny_model_path, data, tmp_path / "full", max_steps=6, save_every=3))
     full.train()
+    # what the resume check compares: the collections and their sizes (40 rows each)
+    state = json.loads((tmp_path / "full" / "checkpoints" / "step-6" / "trainer_state.json").read_text())
+    assert (state["step"], state["collections"], state["sizes"]) == (6, ["greek", "letters"], [40, 40])
 
     class Killed(Exception):
         pass
@@ -137,6 +140,9 @@ def test_reference_reuses_the_step_inputs_and_matches_fresh_tokenisation(tiny_mo
     trainer.train()
     reference = trainer.reference
     assert reference.shares_inputs is True
+    from drmix.retrieval.encode import embedding_dim
+
+    assert embedding_dim(reference.model) == 32                        # the configured tiny model, not the default
     assert all(m is not reference.model for m in calls)  # the reference never tokenised on its own
     batch = reference.live[0]
     reused = trainer.reference_losses(batch)
@@ -187,3 +193,29 @@ def test_a_collections_document_prompt_is_trained_with_and_recorded_in_config_ya
     trainer.train()
     saved = yaml.safe_load((out / "config.yaml").read_text())
     assert saved["data"]["collections"][0]["document_prompt"] == "passage: "
+
+
+def test_records_are_written_every_log_every_steps_and_at_the_last_with_the_scheduled_lr(tiny_model_path, data,
+                                                                                           tmp_path):
+    # linear decay without warm-up: the lr of step s (1-based) is 1e-3 * (3 - (s - 1)) / 3
+    train(config(tiny_model_path, data, tmp_path / "r", max_steps=3, log_every=2, scheduler="linear"))
+    records = read_metrics(tmp_path / "r")
+    assert [m["step"] for m in records] == [2, 3]
+    assert [m["lr"] for m in records] == pytest.approx([2e-3 / 3, 1e-3 / 3])
+
+
+def test_a_sharded_run_saves_the_model_rebuilt_from_the_gathered_weights(monkeypatch):
+    """Under FSDP/ZeRO the main process rebuilds the model it saves from the configured backbone and the gathered
+    full state dict (what no CPU test can shard: the collaborators are stand-ins)."""
+    from types import SimpleNamespace
+
+    import drmix.train.trainer as tr
+
+    built = []
+    monkeypatch.setattr(tr, "full_state_dict", lambda accelerator, wrapped: {"w": 1})
+    monkeypatch.setattr(tr, "load_retriever", lambda name, opts, **kw: built.append(name) or "backbone")
+    monkeypatch.setattr(tr, "rebuild_with_state", lambda build, state: (build(), state))
+    me = SimpleNamespace(sharding="fsdp", accelerator=None, wrapped=None, is_main=True, lora_r=0,
+                         config=TrainConfig(model="my/backbone"))
+    assert Trainer._model_for_saving(me) == ("backbone", {"w": 1}) and built == ["my/backbone"]
+    assert Trainer._model_for_saving(SimpleNamespace(**{**vars(me), "is_main": False})) is None

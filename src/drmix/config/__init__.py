@@ -1,5 +1,6 @@
 """Configuration models (pydantic), made of parts: :mod:`drmix.config.parts` (groups, flat names, roles,
-reading YAML) and :mod:`drmix.config.train` (``TrainConfig`` and its parts)."""
+reading YAML) and :mod:`drmix.config.train` (``TrainConfig``, the
+parts every config is composed of, and ``RecipeConfig``, what a recipe's config is made of)."""
 from drmix.config.parts import (
     HYPERPARAMETER,
     INPUT,
@@ -19,17 +20,18 @@ from drmix.config.train import (
     ContrastiveConfig,
     DataConfig,
     EvalConfig,
+    FineTuningParts,
     MixtureConfig,
     ModelConfig,
     OptimConfig,
-    PipelineBaseConfig,
     PipelineRun,
+    RecipeConfig,
     RunConfig,
     TestConfig,
     TrainConfig,
 )
 
 __all__ = ["HYPERPARAMETER", "INPUT", "OPERATIONAL", "TRACKERS", "CollectionSpec", "Config", "ContrastiveConfig",
-           "DataConfig", "EvalConfig", "FlatField", "MixtureConfig", "ModelConfig", "OptimConfig", "Part",
-           "PipelineBaseConfig", "PipelineRun", "RunConfig", "TestConfig", "TrainConfig", "setting", "format_validation", "load_config", "read_yaml",
+           "DataConfig", "EvalConfig", "FineTuningParts", "FlatField", "MixtureConfig", "ModelConfig", "OptimConfig", "Part",
+           "PipelineRun", "RecipeConfig", "RunConfig", "TestConfig", "TrainConfig", "setting", "format_validation", "load_config", "read_yaml",
            "role_of"]

@@ -24,14 +24,15 @@ hand-written because pydantic has no flat aliases across nested models.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 from pydantic.fields import FieldInfo
 
 from drmix.errors import ConfigError
@@ -74,6 +75,24 @@ class Part(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
     title: ClassVar[str] = ""
+
+    @classmethod
+    def variant(cls, name: str, **changes: tuple[Any, ...]) -> type[Part]:
+        """This part with other defaults: ``field=(default, description)`` or ``(default, description, type)``
+        for each field changed (``RunConfig.variant("CocoRun", output_dir=("runs/coco", "Where ..."))``).
+
+        Everything else of a changed field (its role, flat name, bounds) and every validator stay the base's, so a
+        recipe changes a default without declaring the field again."""
+        fields: dict[str, Any] = {}
+        for field, change in changes.items():
+            base = cls.model_fields[field]
+            default, description, *annotation = change
+            extra = dict(base.json_schema_extra) if isinstance(base.json_schema_extra, dict) else None
+            kind = annotation[0] if annotation else base.annotation
+            fields[field] = (Annotated[kind, *base.metadata] if base.metadata else kind,
+                             Field(default, description=description, json_schema_extra=extra))
+        module = sys._getframe(1).f_globals.get("__name__", cls.__module__)
+        return create_model(name, __base__=cls, __module__=module, **fields)
 
 
 @dataclass(frozen=True)

@@ -283,8 +283,9 @@ class TrainingParts(Config):
     contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
 
 
-class TrainConfig(TrainingParts):
-    """Everything ``drmix train`` needs, in parts. Field descriptions double as CLI help.
+class FineTuningParts(TrainingParts):
+    """The parts a fine-tuning reads: ``drmix train``'s config (:class:`TrainConfig`), and the parts of a recipe's
+    config (:class:`RecipeConfig`) every one of its training stages is composed from (``TrainConfig.from_parts``).
 
     Strategy options are mappings checked by the options model each strategy registers
     (:mod:`drmix.mixture.registry`) before any model or data loads; they are kept as given, so ``config.yaml``
@@ -302,6 +303,10 @@ class TrainConfig(TrainingParts):
     idro: dict[str, Any] = setting(default_factory=dict, description="Options of iDRO (see docs/coco.md).")
     strategy_options: dict[str, Any] = setting(
         default_factory=dict, description="Options of a registered strategy that has no field of its own (docs/mixture.md).")
+
+
+class TrainConfig(FineTuningParts):
+    """Everything ``drmix train`` needs: the fine-tuning parts. Field descriptions double as CLI help."""
 
 
 class TestConfig(Part):
@@ -331,8 +336,11 @@ class PipelineRun(RunConfig):
         return v
 
 
-class PipelineBaseConfig(TrainConfig):
-    """The training parts (shared by a recipe's training stages) plus the final evaluation."""
+class RecipeConfig(FineTuningParts):
+    """What every multi-stage recipe's config is made of (``drmix pipeline tdro|coco|drama``): the fine-tuning parts
+    its training stages are composed from, its output folder (:class:`PipelineRun`) and the final evaluation; each
+    recipe replaces the parts whose defaults it changes and adds its own. Not a :class:`TrainConfig`: a stage's
+    TrainConfig is composed from these parts by the recipe's plan."""
 
     run: PipelineRun = Field(default_factory=PipelineRun)
     test: TestConfig = Field(default_factory=TestConfig)

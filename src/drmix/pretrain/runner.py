@@ -36,13 +36,8 @@ from drmix.train.listeners import Listener
 log = logging.getLogger(__name__)
 
 
-class CocoOptim(OptimConfig):
-    learning_rate: float = setting(1e-4, gt=0, description="Peak learning rate (paper: 1e-4 for a base model).")
-
-
-class CocoRun(RunConfig):
-    output_dir: str = setting("runs/coco", role=OPERATIONAL,
-                            description="Where the model, logs, checkpoints and span tables go.")
+CocoOptim = OptimConfig.variant("CocoOptim", learning_rate=(1e-4, "Peak learning rate (paper: 1e-4 for a base model)."))
+CocoRun = RunConfig.variant("CocoRun", output_dir=("runs/coco", "Where the model, logs, checkpoints and span tables go."))
 
 
 class CocoOptions(Part):
@@ -72,9 +67,9 @@ class CocoConfig(TrainingParts):
     """Options of ``drmix pretrain coco``: the training parts that apply (model, batches, optimisation,
     evaluation, output) and the COCO part (corpora, spans)."""
 
-    optim: CocoOptim = Field(default_factory=CocoOptim)
+    optim: CocoOptim = Field(default_factory=CocoOptim)  # type: ignore[valid-type]
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    run: CocoRun = Field(default_factory=CocoRun)
+    run: CocoRun = Field(default_factory=CocoRun)  # type: ignore[valid-type]
     coco: CocoOptions = Field(default_factory=CocoOptions)
 
 

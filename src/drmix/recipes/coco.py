@@ -27,8 +27,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, ValidationError
 
-from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, PipelineRun, TrainConfig,
-                          format_validation, setting)
+from drmix.config import (INPUT, MixtureConfig, Part, PipelineRun, RecipeConfig, TrainConfig, format_validation,
+                          setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.compare import paired_test
 from drmix.evaluation.suite import evaluate_suite
@@ -38,13 +38,10 @@ from drmix.recipes.stages import Stage, run_stages, write_summary
 log = logging.getLogger(__name__)
 
 
-class CocoMixture(MixtureConfig):
-    strategy: Literal["static", "idro"] = setting("static", description="Fine-tuning strategy: static (uniform) or idro.")
-
-
-class CocoPipelineRun(PipelineRun):
-    output_dir: str = setting("runs/coco-pipeline", role=OPERATIONAL,
-                            description="Root directory; each stage writes a subdirectory.")
+CocoMixture = MixtureConfig.variant(
+    "CocoMixture", strategy=("static", "Fine-tuning strategy: static (uniform) or idro.", Literal["static", "idro"]))
+CocoPipelineRun = PipelineRun.variant(
+    "CocoPipelineRun", output_dir=("runs/coco-pipeline", "Root directory; each stage writes a subdirectory."))
 
 
 class CocoRecipe(Part):
@@ -58,13 +55,23 @@ class CocoRecipe(Part):
                                                                    "learning_rate, span_max_tokens, max_documents, ...).")
 
 
-class CocoPipelineConfig(PipelineBaseConfig):
-    """``drmix pipeline coco``: the fine-tuning parts, the recipe's part (target corpora, COCO overrides) and the
-    test sets. The COCO stage's config is composed from the shared parts (:func:`coco_stage_config`)."""
+class CocoPipelineConfig(RecipeConfig):
+    """``drmix pipeline coco``: the fine-tuning parts (its strategy static or idro), the recipe's output folder,
+    the test sets and the recipe's part (target corpora, COCO overrides). The COCO stage's config and both
+    fine-tunings are composed from these parts by :func:`plan_coco`."""
 
-    mixture: CocoMixture = Field(default_factory=CocoMixture)
-    run: CocoPipelineRun = Field(default_factory=CocoPipelineRun)
+    mixture: CocoMixture = Field(default_factory=CocoMixture)  # type: ignore[valid-type]
+    run: CocoPipelineRun = Field(default_factory=CocoPipelineRun)  # type: ignore[valid-type]
     recipe: CocoRecipe = Field(default_factory=CocoRecipe)
+
+
+@dataclass
+class CocoPlan:
+    """Every stage's config, composed from the recipe's parts before anything runs (:func:`plan_coco`)."""
+
+    root: Path
+    coco: Any                                # CocoConfig: continuous contrastive pretraining on the target corpora
+    finetunes: dict[str, TrainConfig]        # label -> fine-tuning ("no COCO + ...", then "COCO + ...")
 
 
 @dataclass
@@ -93,6 +100,28 @@ def coco_stage_config(config: CocoPipelineConfig):
 
 def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) -> TrainConfig:
     return TrainConfig.from_parts(config, model=model, output_dir=str(out), resume=True)
+
+
+def plan_coco(config: CocoPipelineConfig) -> CocoPlan:
+    """Check the recipe's inputs are given and compose every stage's config from its parts: COCO
+    (:func:`coco_stage_config`) and the same fine-tuning from ``model`` (no COCO) and from the COCO model, each
+    in its own subfolder of ``output_dir``. Nothing is written."""
+    if not config.recipe.corpus:
+        raise ConfigError("no target corpus given.", fix="pass --corpus DIR (repeatable).")
+    if not config.data.collections:
+        raise ConfigError("no fine-tuning data given.", fix="pass --data (training collections).")
+    if not config.test.test_data:
+        raise ConfigError("no test data given.", fix="pass --test-data BEIR_DIR (repeatable).")
+    root = Path(config.run.output_dir)
+    coco_cfg = coco_stage_config(config)
+    strat = "uniform" if config.mixture.strategy == "static" else config.mixture.strategy
+    start_model = config.model.name_or_path
+    finetunes = {}
+    for label, start in ((f"no COCO + {strat}", start_model),
+                         (f"COCO + {strat}", str(Path(coco_cfg.run.output_dir) / "model"))):
+        out = root / f"finetune-{'coco' if start != start_model else 'base'}-{strat}"
+        finetunes[label] = finetune_config(config, start, out)
+    return CocoPlan(root, coco_cfg, finetunes)
 
 
 def comparison_table(scores: dict[str, dict[str, dict[str, float]]], base: str, other: str,
@@ -127,21 +156,9 @@ def run_coco_pipeline(config: CocoPipelineConfig) -> CocoPipelineResult:
     """Run every stage (skipping finished ones) and write ``summary.md`` / ``summary.json``."""
     from drmix.pretrain.runner import pretrain_coco
 
-    if not config.recipe.corpus:
-        raise ConfigError("no target corpus given.", fix="pass --corpus DIR (repeatable).")
-    if not config.data.collections:
-        raise ConfigError("no fine-tuning data given.", fix="pass --data (training collections).")
-    if not config.test.test_data:
-        raise ConfigError("no test data given.", fix="pass --test-data BEIR_DIR (repeatable).")
-    root = Path(config.run.output_dir)
-    coco_cfg = coco_stage_config(config)
+    plan = plan_coco(config)
+    root, coco_cfg, finetunes = plan.root, plan.coco, plan.finetunes
     coco_out = Path(coco_cfg.run.output_dir)
-    strat = "uniform" if config.mixture.strategy == "static" else config.mixture.strategy
-    finetunes = {}
-    start_model = config.model.name_or_path
-    for label, start in ((f"no COCO + {strat}", start_model), (f"COCO + {strat}", str(coco_out / "model"))):
-        out = root / f"finetune-{'coco' if start != start_model else 'base'}-{strat}"
-        finetunes[label] = finetune_config(config, start, out)
     # the earlier run's stages are reused only when made with these settings (refused or re-run otherwise)
     stages = [Stage("COCO", coco_cfg, record=coco_out / "coco.yaml", part="recipe",
                     run=lambda r: pretrain_coco(coco_cfg), what="continuous contrastive pretraining on the target corpora",

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import Field, create_model, field_validator, model_validator
 
-from drmix.config import (INPUT, OPERATIONAL, ContrastiveConfig, ModelConfig, Part, PipelineBaseConfig, PipelineRun,
-                          TrainConfig, setting)
+from drmix.config import (INPUT, ContrastiveConfig, ModelConfig, Part, PipelineRun, RecipeConfig, TrainConfig,
+                          setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.io import atomic_write_json
@@ -50,20 +50,15 @@ from drmix.recipes.stages import Stage, run_stages, write_summary
 log = logging.getLogger(__name__)
 
 
-class DramaModel(ModelConfig):
-    # DRAMA's student (Sec. 3.2, Table 4): a pruned decoder, bidirectional, mean pooling, every weight trained
-    pooling: Literal["lasttoken", "mean", "cls"] | None = setting("mean", description="Pooling of the student (DRAMA: mean).")
-    bidirectional: bool = setting(True, description="Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway).")
-    lora_r: int | None = setting(0, ge=0, description="LoRA rank of the student (DRAMA trains every weight: 0).")
-
-
-class DramaContrastive(ContrastiveConfig):
-    num_negatives: int = setting(7, ge=0, description="Hard negatives per query in the student's training (DRAMA: 7 "
-                                                      "for its 0.1B and 0.3B students, 3 for the 1B).")
-
-
-class DramaRun(PipelineRun):
-    output_dir: str = setting("runs/drama", role=OPERATIONAL, description="Root directory of the recipe's files.")
+# DRAMA's student (Sec. 3.2, Table 4): a pruned decoder, bidirectional, mean pooling, every weight trained
+DramaModel = ModelConfig.variant(
+    "DramaModel", pooling=("mean", "Pooling of the student (DRAMA: mean)."),
+    bidirectional=(True, "Bidirectional attention in a decoder student (DRAMA: on; encoders are bidirectional anyway)."),
+    lora_r=(0, "LoRA rank of the student (DRAMA trains every weight: 0)."))
+DramaContrastive = ContrastiveConfig.variant(
+    "DramaContrastive", num_negatives=(7, "Hard negatives per query in the student's training (DRAMA: 7 for its 0.1B "
+                                          "and 0.3B students, 3 for the 1B)."))
+DramaRun = PipelineRun.variant("DramaRun", output_dir=("runs/drama", "Root directory of the recipe's files."))
 
 
 class DramaRecipe(Part):
@@ -140,13 +135,14 @@ def _augment_part() -> type[Part]:
 _Augment = _augment_part()
 
 
-class DramaConfig(PipelineBaseConfig):
-    """``drmix pipeline drama`` options: the student's training parts, the recipe's part, the augmentation steps'
-    options and the final evaluation."""
+class DramaConfig(RecipeConfig):
+    """``drmix pipeline drama`` options: the student's fine-tuning parts (DRAMA's model and negatives defaults), the
+    recipe's output folder, the final evaluation, the recipe's part and the augmentation steps' options. The
+    student's TrainConfig is composed from these parts by :func:`student_config`."""
 
-    model: DramaModel = Field(default_factory=DramaModel)
-    contrastive: DramaContrastive = Field(default_factory=DramaContrastive)
-    run: DramaRun = Field(default_factory=DramaRun)
+    model: DramaModel = Field(default_factory=DramaModel)  # type: ignore[valid-type]
+    contrastive: DramaContrastive = Field(default_factory=DramaContrastive)  # type: ignore[valid-type]
+    run: DramaRun = Field(default_factory=DramaRun)  # type: ignore[valid-type]
     recipe: DramaRecipe = Field(default_factory=DramaRecipe)
     augment: _Augment = Field(default_factory=_Augment)  # type: ignore[valid-type]
 
@@ -252,10 +248,29 @@ def _augment(cfg: DramaConfig, aug: Path) -> dict[str, Any]:
     return augment
 
 
-def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
-    """Run the recipe (see the module docstring); returns the summary dictionary."""
+def _untuned(cfg: DramaConfig) -> str:
+    """The student before training: the pruned ``student-init/`` with ``prune_from``, else ``model``."""
+    root = Path(cfg.run.output_dir)
+    return str(root / "student-init") if cfg.recipe.prune_from is not None else cfg.model.name_or_path or "default"
+
+
+def student_config(cfg: DramaConfig) -> TrainConfig:
+    """The student stage's TrainConfig, composed from the recipe's parts: the untuned student, every augmented
+    collection of every enabled step (then ``data``), in ``output_dir/train``. Nothing is written."""
     from drmix.augment.steps import enabled_steps, step_file
 
+    root, r = Path(cfg.run.output_dir), cfg.recipe
+    aug = root / "augment"
+    files: list[Any] = [str(step_file(aug, _corpus_name(path), step.name)) for path in r.corpus
+                        for step in enabled_steps(r)]
+    if cfg.data.format != "auto" or cfg.data.columns:  # --format / --columns describe the user's data, not drmix's
+        files = [{"path": f, "format": "drmix", "columns": {}} for f in files]
+    return TrainConfig.from_parts(cfg, model=_untuned(cfg), data=files + list(cfg.data.collections),
+                                  output_dir=str(root / "train"), resume=True)
+
+
+def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
+    """Run the recipe (see the module docstring); returns the summary dictionary."""
     r = cfg.recipe
     if not r.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR (a BEIR directory or corpus.jsonl).")
@@ -263,12 +278,8 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     aug = root / "augment"
 
     # Every step's settings first: the earlier run's files are reused only when made with these settings.
-    files = [str(step_file(aug, _corpus_name(path), step.name)) for path in r.corpus for step in enabled_steps(r)]
-    if cfg.data.format != "auto" or cfg.data.columns:  # --format / --columns describe the user's data, not drmix's
-        files = [{"path": f, "format": "drmix", "columns": {}} for f in files]
-    student0 = (str(root / "student-init") if r.prune_from is not None else cfg.model.name_or_path or "default")
-    train_cfg = TrainConfig.from_parts(cfg, model=student0, data=files + list(cfg.data.collections),
-                                       output_dir=str(root / "train"), resume=True)
+    train_cfg = student_config(cfg)
+    student0 = _untuned(cfg)
     values = cfg.flat()
     stages = [Stage("augment", {k: values[k] for k in augment_fields()}, output_dir=aug, record=root / "drama.yaml",
                     outputs=[p for p in sorted(aug.glob("*")) if p.name != "llm-cache.jsonl"], kind=DramaConfig,

@@ -57,8 +57,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, ValidationError, field_validator
 
-from drmix.config import (INPUT, OPERATIONAL, MixtureConfig, Part, PipelineBaseConfig, PipelineRun, TrainConfig,
-                          format_validation, setting)
+from drmix.config import (INPUT, MixtureConfig, Part, PipelineRun, RecipeConfig, TrainConfig, format_validation,
+                          setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.recipes.optimize import optimize_weights, stage1_config
@@ -87,9 +87,7 @@ class TdroMixture(MixtureConfig):
         return v.lower()
 
 
-class TdroRun(PipelineRun):
-    output_dir: str = setting("runs/pipeline", role=OPERATIONAL,
-                            description="Root directory; each stage writes a subdirectory.")
+TdroRun = PipelineRun.variant("TdroRun", output_dir=("runs/pipeline", "Root directory; each stage writes a subdirectory."))
 
 
 class TdroStages(Part):
@@ -128,13 +126,29 @@ class TdroStages(Part):
         return v
 
 
-class PipelineConfig(PipelineBaseConfig):
-    """``drmix pipeline tdro`` options: the training parts shared by every stage, the stages' own part and the
-    final evaluation. Every stage's TrainConfig is composed from the training parts (:func:`_stage_config`)."""
+class PipelineConfig(RecipeConfig):
+    """``drmix pipeline tdro`` options: the fine-tuning parts every stage is composed from (its mixture part with
+    stage 1's strategy), the recipe's output folder, the final evaluation and the stages' own part. Every stage's
+    TrainConfig is composed from these parts by :func:`plan_tdro`."""
 
     mixture: TdroMixture = Field(default_factory=TdroMixture)
-    run: TdroRun = Field(default_factory=TdroRun)
+    run: TdroRun = Field(default_factory=TdroRun)  # type: ignore[valid-type]
     stages: TdroStages = Field(default_factory=TdroStages)
+
+
+@dataclass
+class TdroPlan:
+    """Every stage's TrainConfig, composed from the recipe's parts before anything runs (:func:`plan_tdro`)."""
+
+    root: Path
+    reference: str | None              # the model stage 1 measures against (None: GroupDRO measures raw losses)
+    stage0: TrainConfig | None         # the uniform reference / baseline (None: the config names reference_model)
+    stage1: TrainConfig                # the learned weights
+    stage2: dict[str, tuple[str | None, TrainConfig]]   # label -> (transfer, fine-tuning); "uniform" without stage 0
+
+    @property
+    def weights_path(self) -> Path:
+        return Path(self.stage1.run.output_dir) / "weights.json"
 
 
 @dataclass
@@ -203,15 +217,13 @@ def _train(config: TrainConfig, strategy: Any = None) -> Any:
     return api.train(config, strategy=strategy)
 
 
-def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
-    """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
-    from drmix.data.collections import collections_for
-
+def plan_tdro(config: PipelineConfig) -> TdroPlan:
+    """Check the recipe (:func:`validate_pipeline`) and compose every stage's TrainConfig from its parts: stage 0
+    (uniform, homogeneous batches; unless ``reference_model`` is given), stage 1 (:func:`stage1_config`) and a
+    stage 2 per transfer (plus uniform without stage 0), each with its ``stage0`` / ``stage1`` / ``stage2``
+    overrides and its own subfolder of ``output_dir``. Nothing is written."""
     needs_reference = validate_pipeline(config)
     root = Path(config.run.output_dir)
-    models: dict[str, Path] = {}
-
-    # Every stage's configuration first: the earlier run's stages are reused only when made with these settings.
     reference = config.mixture.reference_model
     s0_cfg = None
     if reference is None:    # stage 0: the uniform baseline, and the reference of the ratio / difference measurements
@@ -222,16 +234,27 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
             reference = str(Path(s0_cfg.run.output_dir) / "model")
     s1_cfg = stage1_config(config, strategy=config.mixture.strategy, reference=reference,
                            output_dir=root / f"stage1-{config.mixture.strategy}", overrides=config.stages.stage1)
-    s1_out = Path(s1_cfg.run.output_dir)
-    weights_path = s1_out / "weights.json"
+    weights_path = Path(s1_cfg.run.output_dir) / "weights.json"
     runs: list[tuple[str, str | None]] = ([] if s0_cfg is not None else [(BASELINE, None)])
     runs += [(t, t) for t in config.stages.transfers]
-    s2_cfgs = {label: _stage_config(config, config.stages.stage2, batching="homogeneous", strategy="static",
-                                    reference_model=None, mixture="uniform", transfer=transfer,
-                                    weights_file=str(weights_path) if transfer else None,
-                                    output_dir=str(root / ("stage2-uniform" if transfer is None
-                                                           else f"stage2-{config.mixture.strategy}-{slug(transfer)}")))
-               for label, transfer in runs}
+    stage2 = {label: (transfer, _stage_config(
+        config, config.stages.stage2, batching="homogeneous", strategy="static", reference_model=None,
+        mixture="uniform", transfer=transfer, weights_file=str(weights_path) if transfer else None,
+        output_dir=str(root / ("stage2-uniform" if transfer is None
+                               else f"stage2-{config.mixture.strategy}-{slug(transfer)}"))))
+        for label, transfer in runs}
+    return TdroPlan(root, reference, s0_cfg, s1_cfg, stage2)
+
+
+def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
+    """Stages 0, 1, 2 and the evaluation; see the module docstring. Finished stages are skipped."""
+    from drmix.data.collections import collections_for
+
+    # Every stage's configuration first: the earlier run's stages are reused only when made with these settings.
+    plan = plan_tdro(config)
+    root, reference, s0_cfg, s1_cfg = plan.root, plan.reference, plan.stage0, plan.stage1
+    s1_out, weights_path = Path(s1_cfg.run.output_dir), plan.weights_path
+    models: dict[str, Path] = {}
     strategies = _Transfers(weights_path, [c.name for c in collections_for(config)])
     stages = [] if s0_cfg is None else [Stage("stage 0", s0_cfg, part="stages.stage0", run=lambda r: _train(s0_cfg),
                                               work=training_work("stage 0", s0_cfg))]
@@ -247,7 +270,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     stages += [Stage(f"stage 2 ({label})", cfg, part="stages.stage2", needs=("stage 1",),
                      run=lambda r, cfg=cfg, transfer=transfer: _train(cfg, strategies.get(transfer)),
                      work=training_work(f"stage 2 ({label})", cfg))
-               for (label, transfer), cfg in zip(runs, s2_cfgs.values())]
+               for label, (transfer, cfg) in plan.stage2.items()]
     results = run_stages(stages, root=root, record=("pipeline.yaml", config),
                          allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
                          device=estimate_device(config.run.device), recipe="pipeline tdro")
@@ -255,7 +278,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
         models[BASELINE] = results["stage 0"].model_dir
     learned = json.loads(weights_path.read_text(encoding="utf-8"))
     kept: dict[str, list[str]] = {}
-    for label, transfer in runs:
+    for label, (transfer, _) in plan.stage2.items():
         strategy = strategies.get(transfer)
         if strategy is not None and "kept" in strategy.info:
             kept[label] = strategy.info["kept"]

@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from drmix.config import (INPUT, OPERATIONAL, Config, ContrastiveConfig, DataConfig, ModelConfig, OptimConfig, Part,
-                          PipelineRun, setting)
+from drmix.config import INPUT, OPERATIONAL, OptimConfig, Part, PipelineRun, setting
+from drmix.config.train import TrainingParts
 from drmix.errors import ConfigError
 from drmix.recipes.adapt.candidates import parse_candidate
 from drmix.retrieval.backends.base import DEFAULT_BACKEND
@@ -49,9 +49,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 
-class AdaptRun(PipelineRun):
-    output_dir: str = setting("runs/adapt", role=OPERATIONAL, description="Root directory; each stage writes a "
-                                                                          "subdirectory, the adapted model is model/.")
+AdaptRun = PipelineRun.variant("AdaptRun", output_dir=("runs/adapt", "Root directory; each stage writes a subdirectory, "
+                                                                   "the adapted model is model/."))
 
 
 class AdaptTarget(Part):
@@ -208,17 +207,14 @@ class AdaptStages(Part):
         return [parse_candidate(s).label for s in v]
 
 
-class AdaptConfig(Config):
+class AdaptConfig(TrainingParts):
     """``drmix adapt``: the training parts (shared by every fine-tuning and, through ``coco``, the COCO stage),
     the target corpora, the synthetic set, the candidates and the labelled final evaluation. Every stage's config
     is composed from these parts (:func:`plan_adapt`)."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: AdaptEval = Field(default_factory=AdaptEval)
-    run: AdaptRun = Field(default_factory=AdaptRun)
+    run: AdaptRun = Field(default_factory=AdaptRun)  # type: ignore[valid-type]
     target: AdaptTarget = Field(default_factory=AdaptTarget)
     synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions)
     stages: AdaptStages = Field(default_factory=AdaptStages)
