@@ -32,6 +32,9 @@ class AdaptResult:
     kendall: dict[str, float] | None = None
     weights: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> collection -> weight
     table: str = ""
+    select_on: str = "synthetic"                             # what the choice was made on (--select-on)
+    synthetic_choice: str | None = None                      # the candidate best on the synthetic dev
+    dev_labels: Any = None                                   # labels.LabelledSelection (--dev-labels)
 
 
 
@@ -86,4 +89,21 @@ def _comparisons(result: AdaptResult, config: AdaptConfig) -> dict[str, Any]:
         out[f"{name}: adapted vs COCO → uniform"] = compare(
             [Scored(COCO_UNIFORM, pq[COCO_UNIFORM]), Scored(adapted, pq[adapted])], baseline=COCO_UNIFORM,
             metric="ndcg@10", seed=config.optim.seed)
+    out.update(_choice_comparison(result, config))
     return out
+
+
+def _choice_comparison(result: AdaptResult, config: AdaptConfig) -> dict[str, Any]:
+    """With --dev-labels and --eval-data: the labelled-dev choice against the synthetic-dev choice on the labelled
+    split, paired over its queries (none when both chose the same candidate)."""
+    from drmix.evaluation.compare import Scored, compare
+
+    if result.dev_labels is None or result.labelled is None or result.synthetic_choice is None:
+        return {}
+    syn, lab = result.synthetic_choice, result.dev_labels.selected
+    if syn == lab:
+        return {}
+    pq = result.labelled.per_query
+    return {f"{config.eval.eval_split}: labelled-dev choice vs synthetic-dev choice": compare(
+        [Scored(f"synthetic-dev choice ({syn})", pq[syn]), Scored(f"labelled-dev choice ({lab})", pq[lab])],
+        baseline=f"synthetic-dev choice ({syn})", metric="ndcg@10", seed=config.optim.seed)}
