@@ -10,7 +10,7 @@ import pytest
 
 from drmix.data.beir import write_beir
 from drmix.errors import ConfigError, DataError
-from drmix.recipes.adapt import AdaptConfig, AdaptResult, plan_adapt, run_adapt, select_candidate
+from drmix.recipes.adapt import AdaptConfig, AdaptResult, plan_adapt, plan_work, run_adapt, select_candidate
 from drmix.recipes.adapt.labels import LabelledSelection, choice_scores, match_sources
 from drmix.recipes.adapt.selection import _choice_comparison
 
@@ -67,10 +67,16 @@ def finished(tmp_path_factory, tiny_model_path):
 
     tmp = tmp_path_factory.mktemp("adapt-labels")
     cfg = make_config(tmp, tiny_model_path)
+    lines: list[str] = []
     with pytest.MonkeyPatch.context() as m:
         m.setattr(html, "_line_figure", lambda *a, **kw: None)
         m.setattr(html, "_weights_figure", lambda *a, **kw: None)
-        result = run_adapt(cfg)
+        result = run_adapt(cfg, progress=lines.append)
+    # one progress line per stage, with its estimate: the labelled dev and its selection are two of them
+    started = [x for x in lines if x.startswith("adapt [")]
+    assert len(started) == len(plan_work(cfg))
+    assert any("labelled dev: 6 labelled queries of pets, travel" in x for x in started)   # files only: no time
+    assert any("selection on labelled dev: 2 candidates on 6 labelled queries -- estimated" in x for x in started)
     return cfg, result
 
 

@@ -112,7 +112,7 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., A
                                needs=tuple(needs), what=what))
     candidates = tuple(f"candidate {label}" for label in plan.candidates)
     if plan.labels:
-        stages += _label_stages(config, plan, candidates)
+        stages += [dataclasses.replace(s, work=works.get(s.label)) for s in _label_stages(config, plan, candidates)]
     stages += [
         _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r), r),
                  part="stages", needs=candidates + ((LABELLED_SELECTION,) if plan.labels else ()),
