@@ -12,6 +12,7 @@ from drmix.data.beir import write_beir
 from drmix.errors import ConfigError, DataError
 from drmix.recipes.adapt import AdaptConfig, AdaptResult, plan_adapt, plan_work, run_adapt, select_candidate
 from drmix.recipes.adapt.labels import LabelledSelection, choice_scores, match_sources
+from drmix.recipes.adapt.report import _dev_labels_md
 from drmix.recipes.adapt.selection import _choice_comparison
 
 TOPICS = {"pets": ["cats", "dogs", "parrots", "hamsters", "rabbits", "ferrets"],
@@ -134,13 +135,21 @@ def test_the_two_choices_paired_on_the_labelled_split_by_hand():
                          dev_labels=LabelledSelection({}, {"a": 0.1, "b": 0.2}, "b", {"pets": 2}),
                          labelled=SimpleNamespace(per_query=per_query))
     cfg = AdaptConfig()
-    comp = _choice_comparison(result, cfg)
-    (name, c), = comp.items()
-    assert name == "test: labelled-dev choice vs synthetic-dev choice"
+    c = _choice_comparison(result, cfg)
+    assert c.baseline == "synthetic-dev choice (a)"
     row = c.rows["labelled-dev choice (b)"]
     assert [r.delta for r in row if r.dataset == "pets"] == [pytest.approx(0.2)]      # (0.3 + 0.1) / 2
+    # the report: every candidate on both devs and on test, each dev's choice with its test score, the test
+    result.choice_test = c
+    result.labelled.results = {"a": {"pets": {"ndcg@10": 0.3}}, "b": {"pets": {"ndcg@10": 0.5}}}
+    md = "\n".join(_dev_labels_md(cfg, result, {"a": 0.7, "b": 0.6}))
+    assert "| a | 0.7000 | 0.1000 | 0.3000 |" in md and "| b | 0.6000 | 0.2000 | 0.5000 |" in md
+    assert "| synthetic dev | a | 0.3000 |" in md and "| labelled dev | b | 0.5000 |" in md
+    assert "| adapted model (--select-on synthetic) | b | 0.5000 |" in md
+    assert "### Paired test on the labelled test split: labelled-dev choice against synthetic-dev choice" in md
+    assert "labelled-dev choice (b)" in md and "Both devs chose the same candidate." not in md
     result.synthetic_choice = "b"                                                     # the same candidate: no test
-    assert _choice_comparison(result, cfg) == {}
+    assert _choice_comparison(result, cfg) is None
 
 
 # ---------------------------------------------------------------------------------------------- refused

@@ -235,9 +235,9 @@ def _dev_labels_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[st
     parts.append("")
     if result.synthetic_choice == lab.selected:
         parts += ["Both devs chose the same candidate.", ""]
-    for name, comp in result.comparisons.items():
-        if "labelled-dev choice" in name:
-            parts += [f"### Paired test, {_md(name)}", "", _escaped_comparison(comp), ""]
+    if result.choice_test is not None:
+        parts += [f"### Paired test on the labelled {split} split: labelled-dev choice against synthetic-dev choice",
+                  "", _escaped_comparison(result.choice_test), ""]
     return parts
 
 
@@ -249,4 +249,5 @@ def _dev_labels_json(config: AdaptConfig, result: AdaptResult) -> dict[str, Any]
     choices = {"synthetic dev": result.synthetic_choice, "labelled dev": lab.selected, "adapted": result.selected}
     return {"select_on": result.select_on, "split": config.labels.dev_labels_split, "queries": lab.queries,
             "labelled_dev": lab.results, "labelled_dev_average": lab.average, "choices": choices,
-            "choices_test_average": {k: _test_average(result, c) for k, c in choices.items()}}
+            "choices_test_average": {k: _test_average(result, c) for k, c in choices.items()},
+            "choice_test": None if result.choice_test is None else result.choice_test.to_json()}

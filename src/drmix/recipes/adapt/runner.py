@@ -10,7 +10,8 @@ from drmix.recipes.adapt.config import AdaptConfig
 from drmix.recipes.adapt.estimate import estimate_device
 from drmix.recipes.adapt.plan import plan_adapt
 from drmix.recipes.adapt.report import _check_model_target, _copy_model, _summary, _weights_of, _write_card
-from drmix.recipes.adapt.selection import AdaptResult, _average, _comparisons, final_labelled_evaluation, kendall_tau
+from drmix.recipes.adapt.selection import (AdaptResult, _average, _choice_comparison, _comparisons,
+                                          final_labelled_evaluation, kendall_tau)
 from drmix.recipes.adapt.stages import FINAL, SELECTION, _models, adapt_stages
 from drmix.recipes.adapt.synthetic import read_synthetic_stats
 from drmix.recipes.stages import run_stages
@@ -37,6 +38,7 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
     if result.labelled is not None and len(models) > 1:
         result.kendall = kendall_tau(dev_avg, {lb: _average(result.labelled.results[lb]) for lb in models})
     result.comparisons = _comparisons(result, config)
+    result.choice_test = _choice_comparison(result, config)
     result.weights = {lb: w for lb, m in models.items() if (w := _weights_of(Path(m).parent))}
     result.table = _summary(config, plan, result, dev_avg)
     _copy_model(Path(models[selected]), root / "model", selected)
