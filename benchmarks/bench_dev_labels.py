@@ -14,8 +14,9 @@ Reported per n (pooled over the runs given): the mean test nDCG@10 (average of S
 labelled choice and of the synthetic choice, their mean difference with the 2.5-97.5 percentile range over the
 draws (what one user with n labels may get), and the win / tie / loss shares of the labelled choice (a tie:
 the same test score, mostly the same candidate) with Wilson 95% intervals over the draws; a row for the whole
-pool and one for the best candidate on test (the ceiling of any choice among these candidates). Caveat printed
-with it: two target sets, a handful of candidates per run.
+pool and one for the best candidate on test (the ceiling of any choice among these candidates); and the mean
+test nDCG@10 of the ``--select-on both`` choice (the mean of the synthetic-dev and the labelled averages). Caveat
+printed with it: two target sets, a handful of candidates per run.
 
     python benchmarks/bench_dev_labels.py --runs '/tmp/adapt-r2/seed*' --data ../shared/data --out /tmp/devlabels
     python benchmarks/bench_dev_labels.py --out /tmp/devlabels --report-only
@@ -123,9 +124,11 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
     return float(centre - half), float(centre + half)
 
 
-def draws(runs: dict[str, dict], n: int | None, count: int, seed: int) -> list[tuple[float, float]]:
+def draws(runs: dict[str, dict], n: int | None, count: int, seed: int,
+          both: list[float] | None = None) -> list[tuple[float, float]]:
     """``(test of the labelled choice, test of the synthetic choice)`` per draw and run: n pool queries per corpus
-    (None: the whole pool, one draw)."""
+    (None: the whole pool, one draw); ``both`` receives the test of the ``--select-on both`` choice of each draw
+    (the mean of the synthetic-dev and the labelled average)."""
     rng = np.random.default_rng(seed)
     out = []
     for name in sorted(runs):
@@ -142,6 +145,8 @@ def draws(runs: dict[str, dict], n: int | None, count: int, seed: int) -> list[t
             scores = {c: float(np.mean([np.mean([run["pool"][c][d][q] for q in picked[d]]) for d in corpora]))
                       for c in cands}
             out.append((test[_first_best(scores)], syn))
+            if both is not None:
+                both.append(test[_first_best({c: (scores[c] + run["synthetic_average"][c]) / 2 for c in cands})])
     return out
 
 
@@ -158,10 +163,11 @@ def report(runs: dict[str, dict], sizes: list[int], count: int, seed: int) -> st
              + f"; {count} seeded draws of n queries per corpus per run; test: nDCG@10, the mean of SciFact and "
                "NFCorpus test.", "",
              "| labelled dev queries per corpus | choices | labelled choice: test nDCG@10 | synthetic-dev choice | "
-             "difference (mean, 95% of draws) | win / tie / loss | win share, 95% interval |",
-             "|---|---:|---:|---:|---|---|---|"]
+             "difference (mean, 95% of draws) | win / tie / loss | win share, 95% interval | --select-on both |",
+             "|---|---:|---:|---:|---|---|---|---:|"]
     for n in [*sizes, None]:
-        got = draws(runs, n, count, seed)
+        both: list[float] = []
+        got = draws(runs, n, count, seed, both)
         diff = np.array([a - b for a, b in got])
         k = {"win": int((diff > 1e-9).sum()), "tie": int((np.abs(diff) <= 1e-9).sum()),
              "loss": int((diff < -1e-9).sum())}
@@ -170,7 +176,7 @@ def report(runs: dict[str, dict], sizes: list[int], count: int, seed: int) -> st
         lines.append(f"| {label} | {len(got)} | {np.mean([a for a, _ in got]):.4f} | {np.mean([b for _, b in got]):.4f} | "
                      f"{diff.mean():+.4f} [{np.percentile(diff, 2.5):+.4f}, {np.percentile(diff, 97.5):+.4f}] | "
                      f"{k['win'] / len(got):.0%} / {k['tie'] / len(got):.0%} / {k['loss'] / len(got):.0%} | "
-                     f"[{lo:.0%}, {hi:.0%}] |")
+                     f"[{lo:.0%}, {hi:.0%}] | {np.mean(both):.4f} |")
     lines += ["", f"The best candidate on test (the ceiling of any choice among them): {best:.4f}; the synthetic-dev "
                   f"choice: {syn:.4f}. Two target sets and a handful of candidates per run: a reading of these "
                   "sets, not a law."]

@@ -29,8 +29,11 @@ def test_the_whole_pool_row_by_hand():
     text = bd.report(runs, [4], 10, 0)
     # n = 4 is the whole SciFact pool (and more than NFCorpus's one query): the same choice in every draw;
     # Wilson's interval of 1 in 1 is [0.2065, 1]
-    assert "| 4 | 10 | 0.4000 | 0.3000 | +0.1000 [+0.1000, +0.1000] | 100% / 0% / 0% | [72%, 100%] |" in text
-    assert "| the whole pool | 1 | 0.4000 | 0.3000 | +0.1000 [+0.1000, +0.1000] | 100% / 0% / 0% | [21%, 100%] |" in text
+    # both: uniform (0.5 + 0.5) / 2 = 0.5 against size (0.6 + 0.325) / 2 = 0.4625: uniform, test 0.4
+    assert ("| 4 | 10 | 0.4000 | 0.3000 | +0.1000 [+0.1000, +0.1000] | 100% / 0% / 0% | [72%, 100%] | 0.4000 |"
+            in text)
+    assert ("| the whole pool | 1 | 0.4000 | 0.3000 | +0.1000 [+0.1000, +0.1000] | 100% / 0% / 0% | [21%, 100%] "
+            "| 0.4000 |" in text)
     assert "ceiling of any choice among them): 0.4000; the synthetic-dev choice: 0.3000." in text
     assert text == bd.report(runs, [4], 10, 0)                              # seeded: the same table
 
@@ -43,6 +46,10 @@ def test_one_labelled_query_chooses_uniform_unless_it_draws_the_query_size_wins(
     assert {(round(a, 6), round(b, 6)) for a, b in got} == {(0.4, 0.3), (0.3, 0.3)}
     wins = sum(a > b for a, b in got)
     assert 0.68 < wins / 400 < 0.82
+    # both: size when SciFact's query is q1 ((0.6 + 0.55) / 2 = 0.575 > 0.5), else (0.6 + 0.25) / 2 = 0.425:
+    # uniform -- the same choice as the labels alone in every draw
+    both: list[float] = []
+    assert bd.draws(runs, 1, 400, 0, both) == got and both == [a for a, _ in got]
 
 
 def test_ties_go_to_the_earlier_candidate_and_wilson_by_hand():
