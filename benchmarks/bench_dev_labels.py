@@ -22,11 +22,12 @@ printed with it: two target sets, a handful of candidates per run.
     python benchmarks/bench_dev_labels.py --out /tmp/devlabels --report-only
 
 The runs are read, never written (the pool evaluations are cached under ``--out``). ``--report-only`` evaluates
-nothing and prints the table from ``--out/results.json``, byte for byte as docs/adapt.md holds it. CPU preset:
-the pool evaluation of a ``--preset cpu`` run's three candidates (two-layer MiniLM, 1,133 pool queries, corpora
-capped at 500 documents) takes about two minutes on two cores; the draws a second. GPU preset: a ``--preset gpu``
-run's six candidates on the full corpora (8,800 documents) take about one minute of device time (owed: no GPU
-figure is reported here).
+nothing and prints the table from ``--out/results.json``, byte for byte as docs/adapt.md holds it. Over
+``--preset cpu`` runs (``--device cpu``): the pool evaluation takes about 40 s of CPU time a candidate (two-layer
+MiniLM, 1,133 pool queries, corpora capped at 500 documents; measured: two minutes of wall time a candidate on a
+shared two-core machine), the draws a second. Over ``--preset gpu`` runs (``--device cuda``): six candidates on
+the full corpora (8,800 documents) are estimated at about one minute of device time (owed: no GPU figure is
+reported here).
 """
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def run_inputs(run: Path) -> dict | None:
             "max_length": flat.get("doc_max_length")}
 
 
-def pool_scores(run: dict, data: Path, cache: Path) -> dict[str, dict[str, dict[str, float]]]:
+def pool_scores(run: dict, data: Path, cache: Path,
+                device: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
     """``{candidate: {corpus: {query: nDCG@10}}}`` on the dev pool (cached under ``cache``)."""
     from drmix.evaluation.suite import evaluate_suite
 
@@ -84,7 +86,7 @@ def pool_scores(run: dict, data: Path, cache: Path) -> dict[str, dict[str, dict[
                                cache_dirs={c: cache / c.replace(":", "-").replace("+", "-")
                                            for c in run["candidates"]},
                                max_docs=run["max_docs"], seed=run["seed"], max_length=run["max_length"],
-                               metrics=("ndcg@10",))
+                               metrics=("ndcg@10",), device=device)
         for c, by in suite.scores().items():
             out[c].update(by)
     return out
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     ap.add_argument("--draws", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default=None, help="device of the pool evaluation: cpu, cuda (default: cuda when "
+                                                   "one is here)")
     ap.add_argument("--report-only", action="store_true",
                     help="evaluate nothing: print the table from --out/results.json")
     args = ap.parse_args(argv)
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             if run is None:
                 log.info("%s: not finished, left out", folder)
                 continue
-            pool = pool_scores(run, args.data.resolve(), args.out / "cache" / Path(folder).name)
+            pool = pool_scores(run, args.data.resolve(), args.out / "cache" / Path(folder).name, args.device)
             stored["runs"][Path(folder).name] = stored_run(run, pool)
         if not stored["runs"]:
             print("no finished drmix adapt run in", args.runs)
