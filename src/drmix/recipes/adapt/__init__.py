@@ -2,8 +2,8 @@
 fine-tuning with the mixture chosen on the synthetic dev, one report.
 
 The user has target corpora (``--corpus``, no queries, no judgements), training collections (``--data``) and a
-model. Every choice is made on a dev set built from the corpora alone; labelled data (``--eval-data``) is read
-only for the final table. The stages, each a folder of ``output_dir`` reused on a rerun only when made with the
+model. Every choice is made on a dev set built from the corpora alone (or, given ``--dev-labels``, on a few
+labelled dev queries of the user's); labelled data (``--eval-data``) is read only for the final table. The stages, each a folder of ``output_dir`` reused on a rerun only when made with the
 same settings (:mod:`drmix.recipes.stages`):
 
 1. ``synthetic/`` -- pseudo-queries of each target corpus (cropped sentences, DRAMA arXiv:2502.18460 Sec. 3.1;
