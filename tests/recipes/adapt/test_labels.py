@@ -146,6 +146,8 @@ def test_the_two_choices_paired_on_the_labelled_split_by_hand():
     assert "| a | 0.7000 | 0.1000 | 0.3000 |" in md and "| b | 0.6000 | 0.2000 | 0.5000 |" in md
     assert "| synthetic dev | a | 0.3000 |" in md and "| labelled dev | b | 0.5000 |" in md
     assert "| adapted model (--select-on synthetic) | b | 0.5000 |" in md
+    # both rankings put b first: tau +1 over the two candidates
+    assert "labelled test rankings of the 2 candidates: **+1.000** (p 1)." in md
     assert "### Paired test on the labelled test split: labelled-dev choice against synthetic-dev choice" in md
     assert "labelled-dev choice (b)" in md and "Both devs chose the same candidate." not in md
     result.synthetic_choice = "b"                                                     # the same candidate: no test

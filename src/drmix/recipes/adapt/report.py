@@ -233,12 +233,25 @@ def _dev_labels_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[st
         t = _test_average(result, c)
         parts.append(f"| {name} | {_md(c)} |" + (f" {t:.4f} |" if test else ""))
     parts.append("")
+    tau = _labelled_dev_tau(result)
+    if tau is not None and np.isfinite(tau["tau"]):
+        parts += [f"Kendall's tau between the labelled-dev and the labelled {split} rankings of the "
+                  f"{tau['candidates']} candidates: **{tau['tau']:+.3f}** (p {tau['p']:.3g}).", ""]
     if result.synthetic_choice == lab.selected:
         parts += ["Both devs chose the same candidate.", ""]
     if result.choice_test is not None:
         parts += [f"### Paired test on the labelled {split} split: labelled-dev choice against synthetic-dev choice",
                   "", _escaped_comparison(result.choice_test), ""]
     return parts
+
+
+def _labelled_dev_tau(result: AdaptResult) -> dict[str, float] | None:
+    """Kendall's tau between the candidates' labelled-dev and labelled test averages (None without both)."""
+    from drmix.recipes.adapt.selection import kendall_tau
+
+    if result.dev_labels is None or result.labelled is None or len(result.candidates) < 2:
+        return None
+    return kendall_tau(result.dev_labels.average, {c: _test_average(result, c) for c in result.candidates})
 
 
 def _dev_labels_json(config: AdaptConfig, result: AdaptResult) -> dict[str, Any] | None:
@@ -250,4 +263,5 @@ def _dev_labels_json(config: AdaptConfig, result: AdaptResult) -> dict[str, Any]
     return {"select_on": result.select_on, "split": config.labels.dev_labels_split, "queries": lab.queries,
             "labelled_dev": lab.results, "labelled_dev_average": lab.average, "choices": choices,
             "choices_test_average": {k: _test_average(result, c) for k, c in choices.items()},
-            "choice_test": None if result.choice_test is None else result.choice_test.to_json()}
+            "choice_test": None if result.choice_test is None else result.choice_test.to_json(),
+            "kendall_labelled_dev": _labelled_dev_tau(result)}
