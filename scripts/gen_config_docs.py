@@ -93,7 +93,7 @@ def render() -> str:
              table(DramaConfig, "`drmix pipeline drama`: its own parts", fields=changed_fields(DramaConfig, RecipeConfig)),
              table(AdaptConfig, "`drmix adapt`: its own parts (its training parts are TrainConfig's, without "
                                 "`mixture`: the candidates set it)",
-                   only={"eval", "run", "target", "synthetic", "stages", "search", "dro", "influence"}),
+                   only={"eval", "run", "target", "synthetic", "stages", "search", "labels", "dro", "influence"}),
              table(CocoConfig, "`drmix pretrain coco` (CocoConfig): its own parts", only={"optim", "run", "coco"})]
     return "\n".join(parts)
 

@@ -21,7 +21,9 @@ COCO model on --data under every --candidates mixture (uniform, size, tDRO trans
 synthetic dev; +synthetic adds the synthetic train set), choose the best on the synthetic dev, and report the
 base model, uniform fine-tuning, COCO -> uniform and the adapted model on the synthetic test and on any labelled
 --eval-data (read only for that final table), with paired tests and Kendall's tau of the candidates' rankings
-(summary.md, report.html; the adapted model with its card is OUTPUT_DIR/model).
+(summary.md, report.html; the adapted model with its card is OUTPUT_DIR/model). A user with a few labelled
+queries per corpus passes them as --dev-labels: the choice is then made on them (--select-on labels, the
+default with them; synthetic; or both), and the report shows both choices with the labelled test score of each.
 
 --preset cpu|medium|gpu fills the settings it names that are not given (docs/adapt.md). Each stage is a folder
 of --output-dir: a rerun reuses the stages made with the same settings from the same inputs (corpora, --data,

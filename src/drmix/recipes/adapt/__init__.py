@@ -2,8 +2,8 @@
 fine-tuning with the mixture chosen on the synthetic dev, one report.
 
 The user has target corpora (``--corpus``, no queries, no judgements), training collections (``--data``) and a
-model. Every choice is made on a dev set built from the corpora alone; labelled data (``--eval-data``) is read
-only for the final table. The stages, each a folder of ``output_dir`` reused on a rerun only when made with the
+model. Every choice is made on a dev set built from the corpora alone (or, given ``--dev-labels``, on a few
+labelled dev queries of the user's); labelled data (``--eval-data``) is read only for the final table. The stages, each a folder of ``output_dir`` reused on a rerun only when made with the
 same settings (:mod:`drmix.recipes.stages`):
 
 1. ``synthetic/`` -- pseudo-queries of each target corpus (cropped sentences, DRAMA arXiv:2502.18460 Sec. 3.1;
@@ -22,7 +22,9 @@ same settings (:mod:`drmix.recipes.stages`):
    candidate as its reference, the transfer top:K / reweight / loss fine-tunes), ``infdds`` (Inf-DDS: a sampling
    policy rewarded by the look-ahead influence of each collection on the *synthetic dev*, ``--dev`` = the
    synthetic BEIR folders); ``+synthetic`` adds the synthetic train collections to the candidate's data.
-5. **selection** -- every candidate on the synthetic dev split (nDCG@10 averaged over the corpora; cached as
+5. **selection** -- (with ``--dev-labels``, first ``dev-labels/``: the user's labelled dev queries as a BEIR
+   folder per corpus, and every candidate on them; the choice is then made on them, ``--select-on``:
+   :mod:`~drmix.recipes.adapt.labels`) every candidate on the synthetic dev split (nDCG@10 averaged over the corpora; cached as
    ``select-dev.json`` in its folder); the best is the adapted model, copied to ``output_dir/model`` with a model
    card saying how it was made. Ties go to the earlier candidate (``uniform`` first).
 6. **report** -- the base model, uniform fine-tuning, COCO -> uniform and the adapted model on the synthetic test
@@ -38,7 +40,8 @@ the throughput measured by the earlier stages of the run, or an assumed one befo
 
 The package, by concern: :mod:`~drmix.recipes.adapt.config` (the parts and presets), ``candidates`` (the
 candidate mixtures), ``plan`` (every stage's configuration), ``estimate`` (the work, the time estimate),
-``synthetic`` (stage 1), ``stages`` (every stage declared, run by :func:`drmix.recipes.stages.run_stages`),
+``synthetic`` (stage 1), ``labels`` (``--dev-labels``: a few labelled dev queries the choice is made on,
+``--select-on``), ``stages`` (every stage declared, run by :func:`drmix.recipes.stages.run_stages`),
 ``selection`` (the choice and the labelled evaluation), ``report`` (summary, model copy, card), ``runner``
 (the run) and ``launch`` (the run under torchrun / accelerate launch: rank 0 runs the recipe, the other ranks
 take their shard of every corpus pass and their part of the data-parallel training).

@@ -207,6 +207,36 @@ class AdaptStages(Part):
         return [parse_candidate(s).label for s in v]
 
 
+class AdaptLabels(Part):
+    """A few labelled queries of the targets, when the user has them: the choice among the candidates is made on
+    them instead of, or beside, the synthetic dev (never read by training or by the final evaluation)."""
+
+    title: ClassVar[str] = "A few labels (the choice only)"
+
+    dev_labels: list[str] = setting(default_factory=list, role=INPUT, description="Labelled dev queries of the "
+                                    "targets (say 20-50 a corpus), one per --corpus: a folder with queries.jsonl and "
+                                    "qrels/<--dev-labels-split>.tsv (its corpus, if any, is not read: the doc ids "
+                                    "are the --corpus ones), or a qrels .tsv with queries.jsonl in its folder or the "
+                                    "one above; matched to --corpus by folder name, else in --corpus order.")
+    dev_labels_split: str = setting("dev", description="Qrels split of a --dev-labels folder (qrels/<split>.tsv).")
+    select_on: Literal["synthetic", "labels", "both"] | None = setting(
+        None, description="What the candidate is chosen on: synthetic (the synthetic dev), labels (--dev-labels) or "
+                          "both (the mean of the two nDCG@10 averages); default labels with --dev-labels, else "
+                          "synthetic.")
+
+    @model_validator(mode="after")
+    def _labels_given(self) -> "AdaptLabels":
+        if self.select_on in ("labels", "both") and not self.dev_labels:
+            raise ValueError(f"select_on {self.select_on!r} needs labelled dev queries: pass --dev-labels (or "
+                             "--select-on synthetic)")
+        return self
+
+    @property
+    def choice(self) -> str:
+        """What the choice is made on, the default resolved."""
+        return self.select_on or ("labels" if self.dev_labels else "synthetic")
+
+
 class AdaptConfig(TrainingParts):
     """``drmix adapt``: the training parts (shared by every fine-tuning and, through ``coco``, the COCO stage),
     the target corpora, the synthetic set, the candidates and the labelled final evaluation. Every stage's config
@@ -218,6 +248,7 @@ class AdaptConfig(TrainingParts):
     target: AdaptTarget = Field(default_factory=AdaptTarget)
     synthetic: SyntheticOptions = Field(default_factory=SyntheticOptions)
     stages: AdaptStages = Field(default_factory=AdaptStages)
+    labels: AdaptLabels = Field(default_factory=AdaptLabels)
     dro: dict[str, Any] = setting(default_factory=dict, aliases=("tdro",),
                                   description="Options of tDRO's stage 1 (see docs/mixture.md).")
     influence: dict[str, Any] = setting(default_factory=dict, aliases=("infdds",),

@@ -79,6 +79,9 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None,
                                + (k + 1) * len(plan.synthetic_dirs) * (o.dev_batch_size or bs) / 3)
         out.append(StageWork(f"candidate {label}", examples=work))
     n_models = len(plan.candidates) + 2
+    if plan.labels:    # --dev-labels: the folders written (no model work), every candidate on the labelled dev
+        out += [StageWork("labelled dev"), StageWork("selection on labelled dev", passages=len(plan.candidates) * sum(
+            min(sizes.get(n, 0), select_max_docs(config) or sizes.get(n, 0)) for n in plan.labels))]
     out.append(StageWork("selection on synthetic dev", passages=len(plan.candidates) * select_docs))
     # the synthetic test: the report's four models (base, uniform fine-tuning, COCO -> uniform, adapted); the
     # labelled split: the base model, the baseline and every candidate (the report's others are cached among them)

@@ -1,7 +1,7 @@
 """Every stage's configuration of ``drmix adapt``, composed and checked before anything runs."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ class AdaptPlan:
     candidates: dict[str, tuple[Candidate, TrainConfig]]
     stage1: dict[bool, TrainConfig]                # synthetic or not -> tDRO stage 1
     stages: list[Stage]
+    labels: dict[str, Any] = field(default_factory=dict)   # corpus -> labels.LabelSet (--dev-labels)
 
 
 def _corpus_name(path: str) -> str:
@@ -92,6 +93,9 @@ def plan_adapt(config: AdaptConfig) -> AdaptPlan:
     _check_inputs(config)
     root = Path(config.run.output_dir)
     corpora = {_corpus_name(p): p for p in config.target.corpus}
+    from drmix.recipes.adapt.labels import read_labels
+
+    labels = read_labels(config, corpora)
     syn = root / "synthetic"
     synthetic_dirs = [str(syn / n) for n in corpora]
     train_files = [str(syn / "train" / f"synthetic-{n}.jsonl") for n in corpora]
@@ -139,5 +143,5 @@ def plan_adapt(config: AdaptConfig) -> AdaptPlan:
         stages.append(Stage("index", {k: values[k] for k in index_fields()}, output_dir=root / "index",
                             record=root / "index" / "index.yaml", kind=AdaptConfig))
     stages += [Stage(f"tDRO stage 1{' (+synthetic)' if s else ''}", cfg) for s, cfg in stage1.items()]
-    return AdaptPlan(root, corpora, synthetic_dirs, train_files, coco, baseline, candidates, stage1, stages)
+    return AdaptPlan(root, corpora, synthetic_dirs, train_files, coco, baseline, candidates, stage1, stages, labels)
 

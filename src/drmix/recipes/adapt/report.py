@@ -94,8 +94,10 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
 
     t = config.synthetic
     parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "",
-             f"Adapted model: **{_md(result.selected)}** (chosen on the synthetic dev split; `model/` holds it with "
-             "its card). Every choice was made on synthetic data built from the corpora alone"
+             f"Adapted model: **{_md(result.selected)}** (chosen on {_chosen_on(result)}; `model/` holds it with "
+             "its card). Every choice was made on " + ("synthetic data built from the corpora alone"
+                                                       if result.dev_labels is None else "synthetic data built from the "
+                                                       "corpora and the --dev-labels queries")
              + (f"; the labelled {_md(config.eval.eval_split)} split of "
                 f"{_md(', '.join(Path(d).name for d in config.eval.eval_data))} was read only for the tables below."
                 if config.eval.eval_data else "; no labelled data was given."), "",
@@ -129,6 +131,7 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
                           + (f"**{k['tau']:+.3f}** (p {k['p']:.3g}; scipy.stats.kendalltau)." if np.isfinite(k["tau"])
                              else "undefined (one of the rankings is a tie of every candidate).")]
         parts.append("")
+    parts += _dev_labels_md(config, result, dev_avg)
     if result.weights:
         parts += ["## Mixture weights (weights.json of each candidate)", "", _weights_md(result.weights), ""]
     parts += ["Models: " + ", ".join(f"{_md(k)}: `{_md(v)}`" for k, v in result.models.items()), ""]
@@ -141,7 +144,7 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
         "labelled": None if result.labelled is None else result.labelled.results,
         "eval_split": config.eval.eval_split,
         "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
-        "kendall": result.kendall, "weights": result.weights})
+        "kendall": result.kendall, "weights": result.weights, "dev_labels": _dev_labels_json(config, result)})
     return text
 
 
@@ -221,11 +224,11 @@ def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> No
     except OSError:
         card = "# Adapted retriever\n"
     lines = ["### Adapted with drmix adapt", "",
-             f"Adapted to {', '.join(plan.corpora)} without labels: COCO continuous contrastive pretraining on the "
+             f"Adapted to {', '.join(plan.corpora)} "
+             f"{'without labels' if result.dev_labels is None else 'with labels for the choice only'}: COCO continuous contrastive pretraining on the "
              f"corpora (COCO-DR, arXiv:2210.15212), then fine-tuning on {len(config.data.collections)} training "
              f"collection(s) under the mixture **{result.selected}**, chosen among "
-             f"{', '.join(result.candidates)} on a synthetic dev split built from the corpora (cropped-sentence "
-             "pseudo-queries, DRAMA arXiv:2502.18460, kept by a round-trip filter).", ""]
+             f"{', '.join(result.candidates)} on {_chosen_on(result)}.", ""]
     for name, suite in (("synthetic test", result.synthetic_test), (config.eval.eval_split, result.labelled)):
         if suite is None:
             continue
@@ -239,3 +242,83 @@ def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> No
         lines += ["", *index_lines(result.index)]
     lines += ["", "The full report: `summary.md` and `report.html` in the run folder.", ""]
     atomic_write_text(card_path, _insert(card, "\n".join(lines)))
+
+
+# ---------------------------------------------------------------------------------------------- --dev-labels
+_SYNTHETIC_DEV = ("a synthetic dev split built from the corpora (cropped-sentence pseudo-queries, DRAMA "
+                  "arXiv:2502.18460, kept by a round-trip filter)")
+
+
+def _chosen_on(result: AdaptResult) -> str:
+    """Which dev the adapted model was chosen on, in words (the summary's first line and the model card)."""
+    lab = result.dev_labels
+    if lab is None or result.select_on == "synthetic":
+        return _SYNTHETIC_DEV if lab is None else "the synthetic dev split (--select-on synthetic)"
+    n = ", ".join(f"{k} {v}" for k, v in lab.queries.items())
+    if result.select_on == "labels":
+        return f"the user's labelled dev queries (--dev-labels: {n})"
+    return f"the mean of the synthetic dev and the user's labelled dev queries (--dev-labels: {n}) nDCG@10"
+
+
+def _test_average(result: AdaptResult, label: str) -> float | None:
+    if result.labelled is None or label not in result.labelled.results:
+        return None
+    return _average(result.labelled.results[label])
+
+
+def _dev_labels_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[str, float]) -> list[str]:
+    """The two choices: every candidate on the synthetic dev and on the labelled dev, the candidate each picks
+    and, with --eval-data, the labelled test score of each and the paired test between them."""
+    lab = result.dev_labels
+    if lab is None:
+        return []
+    split = _md(config.eval.eval_split)
+    test = result.labelled is not None
+    parts = ["## The two choices: synthetic dev and labelled dev (nDCG@10)", "",
+             f"Labelled dev queries (--dev-labels, split {_md(config.labels.dev_labels_split)}): "
+             + ", ".join(f"{_md(k)} {v}" for k, v in lab.queries.items()) + f"; chosen on: "
+             f"**{_md(result.select_on)}** (--select-on).", "",
+             "| candidate | synthetic dev | labelled dev |" + (f" labelled {split} |" if test else ""),
+             "|---|---:|---:|" + ("---:|" if test else "")]
+    for c in result.candidates:
+        t = _test_average(result, c)
+        parts.append(f"| {_md(c)} | {dev_avg[c]:.4f} | {lab.average[c]:.4f} |" + (f" {t:.4f} |" if test else ""))
+    parts += ["", "| choice | candidate |" + (f" labelled {split} nDCG@10 |" if test else ""),
+              "|---|---|" + ("---:|" if test else "")]
+    for name, c in (("synthetic dev", result.synthetic_choice), ("labelled dev", lab.selected),
+                    (f"adapted model (--select-on {result.select_on})", result.selected)):
+        t = _test_average(result, c)
+        parts.append(f"| {name} | {_md(c)} |" + (f" {t:.4f} |" if test else ""))
+    parts.append("")
+    tau = _labelled_dev_tau(result)
+    if tau is not None and np.isfinite(tau["tau"]):
+        parts += [f"Kendall's tau between the labelled-dev and the labelled {split} rankings of the "
+                  f"{tau['candidates']} candidates: **{tau['tau']:+.3f}** (p {tau['p']:.3g}).", ""]
+    if result.synthetic_choice == lab.selected:
+        parts += ["Both devs chose the same candidate.", ""]
+    if result.choice_test is not None:
+        parts += [f"### Paired test on the labelled {split} split: labelled-dev choice against synthetic-dev choice",
+                  "", _escaped_comparison(result.choice_test), ""]
+    return parts
+
+
+def _labelled_dev_tau(result: AdaptResult) -> dict[str, float] | None:
+    """Kendall's tau between the candidates' labelled-dev and labelled test averages (None without both)."""
+    from drmix.recipes.adapt.selection import kendall_tau
+
+    if result.dev_labels is None or result.labelled is None or len(result.candidates) < 2:
+        return None
+    return kendall_tau(result.dev_labels.average, {c: _test_average(result, c) for c in result.candidates})
+
+
+def _dev_labels_json(config: AdaptConfig, result: AdaptResult) -> dict[str, Any] | None:
+    """summary.json's ``dev_labels``: the labelled-dev scores, both choices and their labelled test averages."""
+    lab = result.dev_labels
+    if lab is None:
+        return None
+    choices = {"synthetic dev": result.synthetic_choice, "labelled dev": lab.selected, "adapted": result.selected}
+    return {"select_on": result.select_on, "split": config.labels.dev_labels_split, "queries": lab.queries,
+            "labelled_dev": lab.results, "labelled_dev_average": lab.average, "choices": choices,
+            "choices_test_average": {k: _test_average(result, c) for k, c in choices.items()},
+            "choice_test": None if result.choice_test is None else result.choice_test.to_json(),
+            "kendall_labelled_dev": _labelled_dev_tau(result)}

@@ -11,7 +11,8 @@ from drmix.recipes.adapt.estimate import estimate_device
 from drmix.recipes.adapt.launch import follow, launched_adapt, release
 from drmix.recipes.adapt.plan import plan_adapt
 from drmix.recipes.adapt.report import _check_model_target, _copy_model, _summary, _weights_of, _write_card
-from drmix.recipes.adapt.selection import AdaptResult, _average, _comparisons, final_labelled_evaluation, kendall_tau
+from drmix.recipes.adapt.selection import (AdaptResult, _average, _choice_comparison, _comparisons,
+                                          final_labelled_evaluation, kendall_tau)
 from drmix.recipes.adapt.stages import FINAL, SELECTION, _models, adapt_stages
 from drmix.recipes.adapt.synthetic import read_synthetic_stats
 from drmix.recipes.stages import run_stages
@@ -50,6 +51,7 @@ def _run_main(config: AdaptConfig, plan: Any, stages: list, progress: Callable[[
     if result.labelled is not None and len(models) > 1:
         result.kendall = kendall_tau(dev_avg, {lb: _average(result.labelled.results[lb]) for lb in models})
     result.comparisons = _comparisons(result, config)
+    result.choice_test = _choice_comparison(result, config)
     result.weights = {lb: w for lb, m in models.items() if (w := _weights_of(Path(m).parent))}
     if config.search.index:
         from drmix.recipes.adapt.index import read_index_record

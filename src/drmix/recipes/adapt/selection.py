@@ -33,6 +33,10 @@ class AdaptResult:
     weights: dict[str, dict[str, float]] = field(default_factory=dict)  # candidate -> collection -> weight
     index: dict[str, Any] | None = None                      # index/index.json: where the indexes are (--index)
     table: str = ""
+    select_on: str = "synthetic"                             # what the choice was made on (--select-on)
+    synthetic_choice: str | None = None                      # the candidate best on the synthetic dev
+    dev_labels: Any = None                                   # labels.LabelledSelection (--dev-labels)
+    choice_test: Any = None                                  # Comparison: labelled-dev vs synthetic-dev choice
 
 
 
@@ -88,3 +92,18 @@ def _comparisons(result: AdaptResult, config: AdaptConfig) -> dict[str, Any]:
             [Scored(COCO_UNIFORM, pq[COCO_UNIFORM]), Scored(adapted, pq[adapted])], baseline=COCO_UNIFORM,
             metric="ndcg@10", seed=config.optim.seed)
     return out
+
+
+def _choice_comparison(result: AdaptResult, config: AdaptConfig) -> Any:
+    """With --dev-labels and --eval-data: the labelled-dev choice against the synthetic-dev choice on the labelled
+    split, paired over its queries (None when both chose the same candidate)."""
+    from drmix.evaluation.compare import Scored, compare
+
+    if result.dev_labels is None or result.labelled is None or result.synthetic_choice is None:
+        return None
+    syn, lab = result.synthetic_choice, result.dev_labels.selected
+    if syn == lab:
+        return None
+    pq = result.labelled.per_query
+    return compare([Scored(f"synthetic-dev choice ({syn})", pq[syn]), Scored(f"labelled-dev choice ({lab})", pq[lab])],
+                   baseline=f"synthetic-dev choice ({syn})", metric="ndcg@10", seed=config.optim.seed)

@@ -24,6 +24,24 @@ from drmix.recipes.stages import Stage
 log = logging.getLogger(__name__)
 
 SELECTION, FINAL = "selection", "final evaluation"
+#: the labelled dev (``--dev-labels``): its folder's stage and the candidates' evaluation on it
+DEV_LABELS, LABELLED_SELECTION = "dev labels", "selection on labelled dev"
+
+
+@dataclasses.dataclass
+class LabelsStage(Stage):
+    """``dev-labels/``: the stage's inputs are the files read of each ``--dev-labels`` source (its qrels split and
+    queries.jsonl), fingerprinted by :mod:`drmix.provenance`; a file changed at the same path is refused, or with
+    ``--resume-with-changes`` the folder is made again."""
+
+    split: str = "dev"
+
+    def inputs(self, products: Any = ()) -> dict[str, dict[str, Any]]:
+        from drmix.provenance import fingerprint
+        from drmix.recipes.adapt.labels import label_files
+
+        files = [f for src in self.settings().get("dev_labels", []) for f in label_files(src, self.split)]
+        return {"dev_labels": {str(f): fingerprint(f) for f in dict.fromkeys(files)}}
 
 
 def _caps(config: AdaptConfig) -> dict[str, Any]:
@@ -96,9 +114,12 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., A
         stages.append(_declare(f"candidate {label}", f"candidate {label}", _train(cfg, c), EVERY, part="optim",
                                needs=tuple(needs), what=what))
     candidates = tuple(f"candidate {label}" for label in plan.candidates)
+    if plan.labels:
+        stages += [dataclasses.replace(s, work=works.get(s.label)) for s in _label_stages(config, plan, candidates)]
     stages += [
-        _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r)),
-                 SHARDED, part="stages", needs=candidates, what=f"{len(plan.candidates)} candidates"),
+        _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r), r),
+                 SHARDED, part="stages", needs=candidates + ((LABELLED_SELECTION,) if plan.labels else ()),
+                 what=f"{len(plan.candidates)} candidates"),
         _declare(FINAL, "final evaluation", lambda r: _final_evaluation(config, plan, r, labelled), SHARDED,
                  part="eval",
                  needs=(SELECTION, "uniform fine-tuning"),
@@ -148,19 +169,56 @@ def _models(plan: AdaptPlan, results: dict[str, Any]) -> dict[str, Path]:
     return {label: results[f"candidate {label}"].model_dir for label in plan.candidates}
 
 
-def _selection(config: AdaptConfig, plan: AdaptPlan,
-               models: dict[str, Path]) -> tuple[dict[str, Any], dict[str, float], str]:
-    """Every candidate on the synthetic dev (the only choice, made before any label is read); returns the
+def _selection(config: AdaptConfig, plan: AdaptPlan, models: dict[str, Path],
+               results: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, float], str]:
+    """Every candidate on the synthetic dev (the choice is made before any --eval-data label is read: on the
+    synthetic dev, or with --dev-labels on the labelled dev or both, ``--select-on``); returns the synthetic-dev
     results, their averages and the selected candidate."""
     from drmix.evaluation.suite import evaluate_suite
+    from drmix.recipes.adapt.labels import choice_scores
 
     dev = evaluate_suite(models, plan.synthetic_dirs, kind="select", split="dev", seed=config.optim.seed,
                          metrics=("ndcg@10",), **{**_caps(config), "max_docs": select_max_docs(config)}).results
     dev_avg = {lb: _average(r) for lb, r in dev.items()}
-    selected = select_candidate({lb: dev_avg[lb] for lb in models})
-    log.info("adapted model: %s (synthetic dev nDCG@10 %.4f; uniform %.4f)", selected, dev_avg[selected],
-             dev_avg[next(iter(models))])
+    labelled = (results or {}).get(LABELLED_SELECTION)
+    scores = choice_scores({lb: dev_avg[lb] for lb in models}, labelled.average if labelled else None,
+                           config.labels.choice)
+    selected = select_candidate(scores)
+    log.info("adapted model: %s (chosen on %s: %.4f; uniform %.4f)", selected, config.labels.choice,
+             scores[selected], scores[next(iter(models))])
     return dev, dev_avg, selected
+
+
+def _label_stages(config: AdaptConfig, plan: AdaptPlan, candidates: tuple[str, ...]) -> list[Stage]:
+    """``--dev-labels``: the labelled dev folders (a stage with a record: its settings in ``adapt.yaml``, its
+    files fingerprinted in ``provenance.json``) and the candidates' evaluation on them."""
+    from drmix.recipes.adapt.labels import DONE_FILE, write_label_dirs
+
+    values = config.flat()
+    out = plan.root / "dev-labels"
+    n = sum(len(s.qrels) for s in plan.labels.values())
+    return [LabelsStage(DEV_LABELS, {k: values[k] for k in ("dev_labels", "dev_labels_split")}, output_dir=out,
+                        record=plan.root / "adapt.yaml", kind=AdaptConfig, part="labels", title="labelled dev",
+                        run=lambda r: write_label_dirs(plan.labels, plan.corpora, out),
+                        done=lambda o: (o / DONE_FILE).is_file(), split=config.labels.dev_labels_split,
+                        what=f"{n} labelled queries of {', '.join(plan.labels)}"),
+            Stage(LABELLED_SELECTION, title=LABELLED_SELECTION, part="labels", needs=candidates + (DEV_LABELS,),
+                  run=lambda r: _labelled_selection(config, plan, _models(plan, r)),
+                  what=f"{len(plan.candidates)} candidates on {n} labelled queries")]
+
+
+def _labelled_selection(config: AdaptConfig, plan: AdaptPlan, models: dict[str, Path]) -> Any:
+    """Every candidate on the labelled dev folders (cached as ``select-labels-dev.json`` in its folder)."""
+    from drmix.evaluation.suite import evaluate_suite
+    from drmix.recipes.adapt.labels import SPLIT, LabelledSelection
+
+    dirs = [str(plan.root / "dev-labels" / n) for n in plan.labels]
+    res = evaluate_suite(models, dirs, kind="select-labels", split=SPLIT, seed=config.optim.seed,
+                         metrics=("ndcg@10",), **{**_caps(config), "max_docs": select_max_docs(config)}).results
+    avg = {lb: _average(r) for lb, r in res.items()}
+    selected = select_candidate({lb: avg[lb] for lb in models})
+    log.info("labelled dev: %s best (nDCG@10 %.4f; uniform %.4f)", selected, avg[selected], avg[next(iter(models))])
+    return LabelledSelection(res, avg, selected, {n: len(s.qrels) for n, s in plan.labels.items()})
 
 
 def _final_evaluation(config: AdaptConfig, plan: AdaptPlan, results: dict[str, Any],
@@ -175,6 +233,8 @@ def _final_evaluation(config: AdaptConfig, plan: AdaptPlan, results: dict[str, A
                                      COCO_UNIFORM: models["uniform"], f"adapted ({selected})": models[selected]}
     cache_dirs = {BASE: plan.root / "eval" / "base"}
     result = AdaptResult(plan.root, selected, {k: str(v) for k, v in report_models.items()}, models)
+    result.select_on, result.dev_labels = config.labels.choice, results.get(LABELLED_SELECTION)
+    result.synthetic_choice = select_candidate({lb: results[SELECTION][1][lb] for lb in models})
     result.synthetic_test = evaluate_suite(report_models, plan.synthetic_dirs, kind="synthetic", split="test",
                                            cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
     if config.eval.eval_data:
