@@ -8,7 +8,7 @@ import pytest
 
 from drmix.errors import ConfigError, DataError, IndexLoadError
 from drmix.retrieval.backends import build_index, open_index
-from drmix.retrieval.backends.faiss_disk import DiskIndex, pq_size
+from drmix.retrieval.backends.faiss_disk import DiskIndex, pq_size, train_rows
 
 from backend_helpers import AWKWARD, chunks, exact_top, ids, vectors
 
@@ -119,6 +119,31 @@ def test_damaged_folders_are_refused(tmp_path, data):
 def test_pq_size():
     assert pq_size(384, None) == 48 and pq_size(768, None) == 96 and pq_size(16, None) == 2
     assert pq_size(384, 96) == 96
+
+
+def test_the_training_sample_is_64_rows_per_list_and_at_least_what_pq_wants():
+    assert train_rows(1_000_000, 4000) == 256_000  # 64 per list
+    assert train_rows(1_000_000, 100) == 9_984  # the product quantiser's 256 centroids x 39
+    assert train_rows(10_000, 256) == 10_000 and train_rows(300, 7) == 300  # never more than n
+    assert train_rows(1_000_000, 4000, wanted=5_000) == 5_000
+
+
+def test_the_product_quantiser_is_trained_without_polysemous_reordering(tmp_path):
+    """index_factory turns polysemous training on for 8-bit PQ (a simulated-annealing reordering of the codes,
+    most of the training time); the built quantiser equals one trained with it off on the same seeded sample."""
+    import faiss
+
+    n = 9_984  # 8-bit PQ: 256 centroids x 39 rows
+    doc_ids, x = [str(i) for i in range(n)], vectors(n, seed=5)
+    idx = open_index(build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x, size=5_000), nlist=4,
+                                 pq_m=2))
+    assert idx.metadata["params"]["pq_bits"] == 8 and idx.metadata["params"]["train_size"] == n
+    want = faiss.index_factory(16, "IVF4,PQ2x8", faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(want))
+    ivf.cp.seed, ivf.pq.cp.seed, ivf.do_polysemous_training = 0, 0, False
+    want.train(x)
+    got = faiss.downcast_index(faiss.extract_index_ivf(idx.index))
+    np.testing.assert_array_equal(faiss.vector_to_array(got.pq.centroids), faiss.vector_to_array(ivf.pq.centroids))
 
 
 def test_opening_prints_nothing_on_stdout(tmp_path, data):
