@@ -43,8 +43,10 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 DIM, CENTRES, NOISE, CHUNK, K = 384, 1000, 0.35, 50_000, 10
-PRESETS = {"cpu": {"sizes": [10_000, 30_000], "queries": 200},
-           "full": {"sizes": [250_000, 1_000_000], "queries": 1000}}
+RANK, JITTER = 32, 0.02  # the low-rank data: noise in a 32-d subspace, plus this isotropic jitter per dimension
+FULL_ARMS = ["memory flat (exact)", "faiss-disk ivf-pq"]
+PRESETS = {"cpu": {"sizes": [10_000, 30_000], "queries": 200, "data": "gaussian"},
+           "full": {"sizes": [100_000, 250_000, 1_000_000], "queries": 1000, "data": "lowrank", "arms": FULL_ARMS}}
 #: arm -> (backend, kind, build options)
 ARMS = {
     "memory flat (exact)": ("memory", "flat", {}),
@@ -57,14 +59,23 @@ ARMS = {
 }
 
 
-def generate(path: Path, n: int, seed: int) -> None:
-    """``n`` vectors of the stated distribution, written as raw float32 rows chunk by chunk."""
+def generate(path: Path, n: int, seed: int, data: str = "gaussian") -> None:
+    """``n`` vectors of the stated distribution, written as raw float32 rows chunk by chunk. ``gaussian``: a
+    centre plus N(0, NOISE^2) in every dimension; ``lowrank``: a centre plus noise of the same total variance in
+    one fixed random 32-d subspace, plus N(0, 0.02^2) per dimension (a low intrinsic dimension, as sentence
+    embeddings have)."""
     centres = np.random.default_rng(12345).standard_normal((CENTRES, DIM)).astype(np.float32)
+    basis = np.linalg.qr(np.random.default_rng(54321).standard_normal((DIM, RANK)))[0].T.astype(np.float32)
     rng = np.random.default_rng(seed)
     with open(path, "wb") as f:
         for s in range(0, n, CHUNK):
             m = min(CHUNK, n - s)
-            x = centres[rng.integers(0, CENTRES, m)] + NOISE * rng.standard_normal((m, DIM)).astype(np.float32)
+            if data == "lowrank":
+                z = NOISE * math.sqrt(DIM / RANK) * rng.standard_normal((m, RANK)).astype(np.float32)
+                x = centres[rng.integers(0, CENTRES, m)] + z @ basis
+                x += JITTER * rng.standard_normal((m, DIM)).astype(np.float32)
+            else:
+                x = centres[rng.integers(0, CENTRES, m)] + NOISE * rng.standard_normal((m, DIM)).astype(np.float32)
             x /= np.linalg.norm(x, axis=1, keepdims=True)
             f.write(x.astype(np.float32).tobytes())
 
@@ -119,6 +130,16 @@ def cached_bytes(files: list[Path]) -> int:
     return sum(int(x) for x in out.split())
 
 
+def peak_rss() -> int:
+    """This process's peak RSS: ``VmHWM`` of /proc/self/status, the high-water mark of its own address space.
+    (``ru_maxrss`` is not: Linux carries a forked child's pre-exec peak -- its parent's RSS at the fork --
+    across ``exec``, so a worker started by a parent holding 1.9 GB reported 1.9 GB whatever it did.)"""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def rss_parts() -> dict[str, int]:
     """This process's resident memory now: anonymous (heap: ids, buffers) and file-backed (mapped files,
     libraries), from /proc/self/status."""
@@ -163,7 +184,7 @@ def worker(args: argparse.Namespace) -> None:
         recall = float(np.mean([len(set(map(int, got)) & set(want.tolist())) / K for got, want in zip(ids, truth)]))
         out = {"qps": len(q) / secs, "recall": recall, "open_seconds": t1 - t0, **rss_parts(),
                "page_cache": cached_bytes(files) if files else None}
-    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out["peak_rss"] = peak_rss()
     print(json.dumps(out))
 
 
@@ -187,13 +208,13 @@ def measure(args: argparse.Namespace) -> None:
     results_file = out / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     if not (out / "queries.npy").exists():
-        generate(out / "queries.f32", args.queries, seed=1)
+        generate(out / "queries.f32", args.queries, seed=1, data=args.data)
         np.save(out / "queries.npy", np.fromfile(out / "queries.f32", dtype=np.float32).reshape(-1, DIM))
     q = np.load(out / "queries.npy")
     for n in args.sizes:
         vec = out / f"vectors-{n}.f32"
         if not vec.exists():
-            generate(vec, n, seed=0)
+            generate(vec, n, seed=0, data=args.data)
         if not (out / f"truth-{n}.npy").exists():
             np.save(out / f"truth-{n}.npy", exact_top(vec, n, q))
         for arm in args.arms:
@@ -208,7 +229,7 @@ def measure(args: argparse.Namespace) -> None:
             built = run_worker("build", arm, n, target, out, args.timeout)
             searched = run_worker("search", arm, n, target, out, args.timeout) if built else None
             where = out / "idx" / f"m{n}.db" if backend == "milvus" else target
-            results[key] = {"n": n, "arm": arm, "build": built, "search": searched,
+            results[key] = {"n": n, "arm": arm, "data": args.data, "build": built, "search": searched,
                             "disk": disk_bytes(where) if backend != "milvus" else None}
             if backend == "milvus":  # one .db per size holds every type: the size of each collection's folder
                 results[key]["disk"] = _milvus_collection_bytes(where, ARMS[arm][1].replace("-", "_"))
@@ -295,7 +316,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     ap.add_argument("--sizes", type=int, nargs="+", help="numbers of vectors (default: the preset's)")
     ap.add_argument("--queries", type=int, help="queries (default: the preset's)")
-    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), help="default: the preset's (cpu: all)")
+    ap.add_argument("--data", choices=["gaussian", "lowrank"], help="the vectors' distribution (default: the "
+                    "preset's: cpu gaussian, full lowrank)")
     ap.add_argument("--out", default="/tmp/drmix-bench-index")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per build or search process")
     ap.add_argument("--drop-vectors", action="store_true", help="delete each size's vector file when done")
@@ -310,6 +333,8 @@ def main(argv: list[str] | None = None) -> None:
     preset = PRESETS[args.preset]
     args.sizes = args.sizes or preset["sizes"]
     args.queries = args.queries or preset["queries"]
+    args.arms = args.arms or preset.get("arms", list(ARMS))
+    args.data = args.data or preset["data"]
     if not args.report_only:
         measure(args)
     print(table(json.loads((Path(args.out) / "results.json").read_text())), end="")

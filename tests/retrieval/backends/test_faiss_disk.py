@@ -201,3 +201,17 @@ def test_a_build_from_shards_holds_a_chunk_not_the_corpus(tmp_path):
     (s1, i1), (s2, i2) = (open_index(str(tmp_path / f)).search(whole[:20], 5) for f in ("sharded", "one"))
     assert i1 == i2
     np.testing.assert_array_equal(s1, s2)
+
+
+def test_the_index_is_read_without_the_flag_that_skips_mapping_the_lists(tmp_path, data, monkeypatch):
+    """IO_FLAG_MMAP carries IO_FLAG_SKIP_IVF_DATA, with which OnDiskInvertedLists never maps lists.ivfdata (a
+    segfault at the first search); the folder is read with IO_FLAG_ONDISK_SAME_DIR only."""
+    import faiss
+
+    doc_ids, x = data
+    loc = build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x), kind="ivf-flat")
+    flags = []
+    real = faiss.read_index
+    monkeypatch.setattr(faiss, "read_index", lambda path, f=0: flags.append(f) or real(path, f))
+    open_index(loc)
+    assert flags == [faiss.IO_FLAG_ONDISK_SAME_DIR] and not flags[0] & faiss.IO_FLAG_SKIP_IVF_DATA

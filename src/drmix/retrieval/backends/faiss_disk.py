@@ -14,8 +14,11 @@ Built the way the FAISS wiki's "indexes that do not fit in RAM" recipe does (``f
    to disk, and the blocks are merged into one ``lists.ivfdata`` (``OnDiskInvertedLists``).
 
 At search ``index.faiss`` is read with ``IO_FLAG_ONDISK_SAME_DIR`` (the lists file is found beside it, so the
-folder can be moved) and the lists are memory-mapped by ``OnDiskInvertedLists``. (``IO_FLAG_MMAP`` on top of
-that crashes FAISS 1.15 on an on-disk IVF index, so it is not used.) IVF-PQ scores are approximate; with
+folder can be moved) and the lists are memory-mapped by ``OnDiskInvertedLists`` itself. (``IO_FLAG_MMAP`` is
+not for such an index: it is ``IO_FLAG_SKIP_IVF_DATA | 0x646f0000``, meant to map the lists stored inside an
+index file of ``ArrayInvertedLists``; on an ``OnDiskInvertedLists`` index its skip bit stops the reader from
+mapping ``lists.ivfdata`` at all, and FAISS does not check that, so the first search dereferences a null
+pointer: a segfault in FAISS 1.15.1, a missing check rather than a fault of the mapping.) IVF-PQ scores are approximate; with
 ``rerank`` > 0 the top ``rerank * k`` candidates are re-scored exactly from ``vectors.f32`` (the refinement
 step of FAISS's ``IndexRefineFlat``, reading a few rows per query from disk with ``pread`` instead of holding
 every vector in RAM). ``rerank 0`` deletes ``vectors.f32`` after the build (a smaller index, PQ
