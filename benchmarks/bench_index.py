@@ -308,6 +308,16 @@ def table(results: dict) -> str:
                       f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]" if rss[1] > 0 else "—",
                       f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]" if build[1] > 0 else "—"]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    mem = [r for r in rows if r["search"] and r["search"].get("rss_anon") is not None]
+    if mem:
+        lines += ["", "What the search held at its end (its resident memory, from /proc/self/status, and the index's "
+                  "pages the OS page cache kept, from fincore, after they were evicted before the search):", "",
+                  "| vectors | index | RSS: anonymous | RSS: file-backed | index in the page cache | index on disk |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        for r in mem:
+            s = r["search"]
+            lines.append(f"| {r['n']:,} | {r['arm']} | {_mb(s['rss_anon'])} | {_mb(s['rss_file'])} | "
+                         f"{_mb(s.get('page_cache'))} | {_mb(r.get('disk'))} |")
     return "\n".join(lines) + "\n"
 
 
