@@ -375,7 +375,8 @@ def _index_backend_sharded(corpus: Path, corpus_file: Path, output: Path | None,
         folder = shards_root(None, str(name), folder=False) if is_uri(uri) else shard_folder(Path(uri))
     index_sharded(output=output, corpus=corpus, corpus_file=corpus_file, folder=folder, claim=claim, build=build,
                   load=lambda: load_encoder(model, model_kwargs=kwargs), check_room=check_room,
-                  overwrite=overwrite, chunk_size=chunk_size, metadata=meta, echo=_console().print,
+                  overwrite=overwrite, chunk_size=chunk_size, metadata=meta,
+                  echo=lambda line: _console().print(line, soft_wrap=True),
                   index_kwargs={"batch_size": batch_size, "max_length": max_length, "precision": precision})
 
 
