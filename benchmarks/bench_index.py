@@ -57,7 +57,7 @@ RANK, JITTER = 32, 0.02  # the low-rank data: noise in a 32-d subspace, plus thi
 FULL_ARMS = ["memory flat (exact)", "faiss-disk ivf-pq"]
 PRESETS = {"cpu": {"sizes": [10_000, 30_000], "queries": 200, "data": "gaussian"},
            "full": {"sizes": [100_000, 250_000, 1_000_000], "queries": 1000, "data": "lowrank", "arms": FULL_ARMS,
-                    "nprobes": [32, 64, 128]}}
+                    "nprobes": [32, 64, 128], "reranks": [4, 10, 25]}}
 #: arm -> (backend, kind, build options)
 ARMS = {
     "memory flat (exact)": ("memory", "flat", {}),
@@ -191,6 +191,8 @@ def worker(args: argparse.Namespace) -> None:
         index = open_index(args.target)
         if args.nprobe:
             index.set_nprobe(args.nprobe)
+        if args.rerank:
+            index.rerank = args.rerank
         t1 = time.perf_counter()
         _, ids = index.search(q, K)
         secs = time.perf_counter() - t1
@@ -203,10 +205,11 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_worker(kind: str, arm: str, n: int, target: Path, out: Path, timeout: float,
-               nprobe: int | None = None) -> dict | None:
+               nprobe: int | None = None, rerank: int | None = None) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", kind, "--arm", arm, "--n", str(n), "--target", str(target),
            "--vectors", str(out / f"vectors-{n}.f32"), "--query-file", str(out / "queries.npy"),
-           "--truth", str(out / f"truth-{n}.npy")] + (["--nprobe", str(nprobe)] if nprobe else [])
+           "--truth", str(out / f"truth-{n}.npy")] + (["--nprobe", str(nprobe)] if nprobe else []) + (
+           ["--rerank", str(rerank)] if rerank else [])
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -262,17 +265,20 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def sweep(results: dict, key: str, target: Path, out: Path, args: argparse.Namespace) -> None:
-    """Searches of the built faiss-disk index at each of ``--nprobes`` (each a fresh process), kept by nprobe."""
+    """Searches of the built faiss-disk index at each of ``--nprobes`` (the built rerank) and each of
+    ``--reranks`` (the built nprobe), each a fresh process; kept by value."""
     r = results[key]
-    done = r.setdefault("sweep", {})
     if (target / "meta.json").is_file():
         r["nlist"] = json.loads((target / "meta.json").read_text())["params"]["nlist"]
-    for p in args.nprobes:
-        if str(p) not in done and target.is_dir():
-            got = run_worker("search", r["arm"], r["n"], target, out, args.timeout, nprobe=p)
-            if got is not None:
-                done[str(p)] = got
-                print(key, "nprobe", p, json.dumps(got), flush=True)
+    for field, values in (("sweep", args.nprobes), ("rerank_sweep", args.reranks)):
+        done = r.setdefault(field, {})
+        for v in values:
+            if str(v) not in done and target.is_dir():
+                kw = {"nprobe": v} if field == "sweep" else {"rerank": v}
+                got = run_worker("search", r["arm"], r["n"], target, out, args.timeout, **kw)
+                if got is not None:
+                    done[str(v)] = got
+                    print(key, kw, json.dumps(got), flush=True)
 
 
 def _milvus_collection_bytes(db: Path, name: str) -> int:
@@ -345,15 +351,18 @@ def table(results: dict) -> str:
                       f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]" if rss[1] > 0 else "—",
                       f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]" if build[1] > 0 else "—"]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
-    swept = [r for r in rows if r.get("sweep")]
+    swept = [r for r in rows if r.get("sweep") or r.get("rerank_sweep")]
     if swept:
-        lines += ["", "faiss-disk ivf-pq searched again at other nprobe (lists probed of nlist; the top 4·10 PQ candidates "
-                  "re-scored exactly from vectors.f32):", "",
-                  "| vectors | nlist | nprobe | queries/s | recall@10 | search peak RSS |", "|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "faiss-disk ivf-pq searched again (each a fresh process): nprobe of nlist lists probed, and the "
+                  "top rerank·10 PQ candidates re-scored exactly from vectors.f32 (built: nprobe 32, rerank 4):", "",
+                  "| vectors | nlist | nprobe | rerank | queries/s | recall@10 | search peak RSS |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
         for r in swept:
-            for p, s in sorted(r["sweep"].items(), key=lambda kv: int(kv[0])):
-                lines.append(f"| {r['n']:,} | {r.get('nlist', '—')} | {p} | {s['qps']:,.0f} | {s['recall']:.3f} | "
-                             f"{_mb(s['peak_rss'])} |")
+            runs = [(int(p), 4, s) for p, s in r.get("sweep", {}).items()]
+            runs += [(32, int(p), s) for p, s in r.get("rerank_sweep", {}).items() if int(p) != 4]
+            for p, rr, s in sorted(runs, key=lambda t: (t[1], t[0])):
+                lines.append(f"| {r['n']:,} | {r.get('nlist', '—')} | {p} | {rr} | {s['qps']:,.0f} | "
+                             f"{s['recall']:.3f} | {_mb(s['peak_rss'])} |")
     mem = [r for r in rows if r["search"] and r["search"].get("rss_anon") is not None]
     if mem:
         lines += ["", "What the search held at its end (its resident memory, from /proc/self/status, and the index's "
@@ -384,6 +393,9 @@ def main(argv: list[str] | None = None) -> None:
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--nprobe", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--rerank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--reranks", type=int, nargs="*", help="faiss-disk: search the built index again re-scoring "
+                    "each of these multiples of k (default: the preset's: cpu none, full 4 10 25)")
     ap.add_argument("--nprobes", type=int, nargs="*", help="faiss-disk: search the built index again at each of "
                     "these nprobe values (default: the preset's: cpu none, full 32 64 128)")
     args = ap.parse_args(argv)
@@ -395,6 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     args.arms = args.arms or preset.get("arms", list(ARMS))
     args.data = args.data or preset["data"]
     args.nprobes = preset.get("nprobes", []) if args.nprobes is None else args.nprobes
+    args.reranks = preset.get("reranks", []) if args.reranks is None else args.reranks
     if not args.report_only:
         measure(args)
     print(table(json.loads((Path(args.out) / "results.json").read_text())), end="")
