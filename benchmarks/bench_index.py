@@ -106,7 +106,9 @@ def exact_top(path: Path, n: int, q: np.ndarray) -> np.ndarray:
         s = q @ x.T
         s_all = np.concatenate([best_s, s], axis=1)
         i_all = np.concatenate([best_i, np.broadcast_to(np.asarray(ids, dtype=np.int64), s.shape)], axis=1)
-        top = np.argsort(-s_all, axis=1, kind="stable")[:, :K]
+        part = np.argpartition(-s_all, K - 1, axis=1)[:, :K]  # the top K, then those K in order
+        order = np.argsort(-np.take_along_axis(s_all, part, 1), axis=1, kind="stable")
+        top = np.take_along_axis(part, order, 1)
         best_s, best_i = np.take_along_axis(s_all, top, 1), np.take_along_axis(i_all, top, 1)
     return best_i
 
