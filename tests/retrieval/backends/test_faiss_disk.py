@@ -215,3 +215,14 @@ def test_the_index_is_read_without_the_flag_that_skips_mapping_the_lists(tmp_pat
     monkeypatch.setattr(faiss, "read_index", lambda path, f=0: flags.append(f) or real(path, f))
     open_index(loc)
     assert flags == [faiss.IO_FLAG_ONDISK_SAME_DIR] and not flags[0] & faiss.IO_FLAG_SKIP_IVF_DATA
+
+
+def test_the_training_sample_is_read_in_blocks_row_for_row(tmp_path):
+    from drmix.retrieval.backends.faiss_disk import read_rows
+
+    x = np.arange(23 * 3, dtype=np.float32).reshape(23, 3)
+    x.tofile(tmp_path / "v.f32")
+    rows = np.array([0, 4, 5, 6, 17, 22])
+    np.testing.assert_array_equal(read_rows(tmp_path / "v.f32", rows, 23, 3, 5), x[rows])  # blocks of 5 rows
+    np.testing.assert_array_equal(read_rows(tmp_path / "v.f32", rows, 23, 3, 100), x[rows])
+    assert read_rows(tmp_path / "v.f32", np.array([], dtype=np.int64), 23, 3, 5).shape == (0, 3)

@@ -125,6 +125,24 @@ def train_rows(n: int, nlist: int, wanted: int | None = None) -> int:
     return min(n, int(wanted or max(TRAIN_PER_LIST * nlist, PQ_TRAIN_MIN)))
 
 
+def read_rows(path: Path, rows: np.ndarray, n: int, dim: int, step: int) -> np.ndarray:
+    """The ``rows`` (sorted) of a float32 ``[n, dim]`` file, read ``step`` rows at a time (not memory-mapped: the
+    pages of a mapping that gathered a sample spread over the whole file would stay resident, the whole file
+    counted in the build's RSS)."""
+    out = np.empty((len(rows), dim), dtype=np.float32)
+    with open(path, "rb") as f:
+        for start in range(0, n, step):
+            lo, hi = np.searchsorted(rows, [start, start + step])
+            if lo == hi:
+                continue
+            m = min(n, start + step) - start
+            f.seek(start * dim * 4)
+            block = np.fromfile(f, dtype=np.float32, count=m * dim).reshape(m, dim)
+            np.take(block, rows[lo:hi] - start, axis=0, out=out[lo:hi])
+            del block
+    return out
+
+
 def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: dict[str, Any],
            overwrite: bool, corpus: Any = None) -> str:
     import faiss
@@ -148,7 +166,6 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
                 spool.write(vectors.tobytes())
         check.finish()
         n, dim = check.count, int(check.dim or 0)
-        mm = np.memmap(tmp / VECTORS_FILE, dtype=np.float32, mode="r", shape=(n, dim))
         nlist = _nlist(n, p["nlist"])
         train_size = train_rows(n, nlist, p["train_size"])
         rows = np.sort(np.random.default_rng(0).choice(n, size=train_size, replace=False))
@@ -168,7 +185,7 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
             ivf.do_polysemous_training = False  # see the module docstring: most of the training time, unused
             ivf.pq.cp.seed = 0
         log.info("training %s on %d of %d vectors", factory, train_size, n)
-        index.train(np.ascontiguousarray(mm[rows]))
+        index.train(read_rows(tmp / VECTORS_FILE, rows, n, dim, int(p["chunk_size"])))
         blocks = []
         step = int(p["chunk_size"])
         for b, start in enumerate(range(0, n, step)):
@@ -184,7 +201,7 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
         with _quiet_stdout():
             merge_ondisk(index, blocks, str(tmp / LISTS_FILE))
         faiss.write_index(index, str(tmp / INDEX_FILE))
-        del index, mm
+        del index
         for f in blocks:
             Path(f).unlink()
         if not used["rerank"]:
