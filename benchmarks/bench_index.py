@@ -29,8 +29,8 @@ chunks of 50,000 from a file (never all in RAM, except the in-memory arm, which 
 Presets: ``cpu`` (10,000 and 30,000 vectors, 200 queries, every arm; about 17 minutes on 2 cores) and ``full``
 (100,000, 250,000 and 1,000,000 vectors, 1,000 queries, the in-memory and the faiss-disk arms -- Milvus Lite
 holds its collection in the process, about 14 KB per vector in the cpu preset, so at this scale Milvus is a
-server's job; on 2 shared cores 100,000 and 250,000 took about 15 minutes, 1,000,000 is estimated at about an
-hour more, 4 GB of RAM, 5 GB of disk). The full preset also searches each faiss-disk index again at nprobe 64
+server's job; on 2 shared cores 100,000 and 250,000 took about 15 minutes, 1,000,000 on the faiss-disk arm 20
+minutes more (the in-memory arm's exact search at 1M wants about 3 GB of RAM), 5 GB of disk). The full preset also searches each faiss-disk index again at nprobe 64
 and 128 and re-scoring 10 and 25 times k candidates. Index building here is CPU work (FAISS CPU, Milvus Lite): no GPU preset changes
 it. ``--report-only`` prints the tables of the results in ``--out`` as docs/evaluation.md holds them.
 """
