@@ -5,29 +5,41 @@ measured between the sizes run (``y = a + b * n`` fitted per arm and quantity: a
 vector; super-linear costs such as IVF training or HNSW's log n show only in sizes far enough apart).
 
 Vectors: a stated synthetic distribution, not encoded text (encoding 1M passages on CPU alone takes hours):
-384-d (MiniLM's size), 1,000 Gaussian cluster centres (standard normal), each vector a centre plus N(0, 0.35^2)
-noise per dimension, L2-normalised (cosine = inner product, as for MiniLM); queries are further draws of the
-same distribution (seed 1; the corpus is seed 0). Exact top-10 by brute force (numpy) is the reference.
+384-d (MiniLM's size), 1,000 Gaussian cluster centres (standard normal), L2-normalised (cosine = inner product,
+as for MiniLM); queries are further draws of the same distribution (seed 1; the corpus is seed 0). Exact top-10
+by brute force (numpy) is the reference. ``--data gaussian`` (the cpu preset's): a centre plus N(0, 0.35^2) noise
+in every dimension -- every cluster mate then lies at nearly the same distance (the relative contrast tends to 1
+in 384 isotropic dimensions), so once clusters hold more vectors than the re-ranked candidates, the true top 10
+among them is a coin toss for any compressed code (IVF-PQ with 40 candidates: recall@10 0.69 at 100,000
+vectors). ``--data lowrank`` (the full preset's): the same total noise in one fixed random 32-d subspace plus
+N(0, 0.02^2) per dimension, a low intrinsic dimension, as sentence embeddings have.
 
-Every build and every search runs in a fresh process: its peak RSS is that process's ``ru_maxrss``
-(resident anonymous and file-backed pages, so memory-mapped index pages that searching brought in count).
+Every build and every search runs in a fresh process: its peak RSS is that process's ``VmHWM`` (resident
+anonymous and file-backed pages, so memory-mapped index pages that searching brought in count; not
+``ru_maxrss``, which Linux carries over from the parent at the fork, so a worker reported its parent's 1.9 GB).
+The search also records its anonymous and file-backed RSS at the end and how much of the index the OS page
+cache holds (``fincore``), the index's pages having been evicted before it (``posix_fadvise``).
 Milvus Lite runs inside that process, so its engine's memory counts too. The build reads the vectors in
 chunks of 50,000 from a file (never all in RAM, except the in-memory arm, which holds them by design).
 
     python benchmarks/bench_index.py --preset cpu --out /tmp/drmix-bench-index
     python benchmarks/bench_index.py --preset cpu --out /tmp/drmix-bench-index --report-only
+    nice -n 5 python benchmarks/bench_index.py --preset full --out /tmp/drmix-bench-index-full
 
-Presets: ``cpu`` (10,000 and 30,000 vectors, 200 queries; about 17 minutes on 2 cores, most of it FAISS training
-the coarse quantiser and 48 product sub-quantisers of 256 centroids) and ``full`` (250,000 and 1,000,000 vectors,
-1,000 queries; estimated 1 to 2 hours on 16 cores, 4 GB of RAM, 6 GB of disk). Index
-building here is CPU work (FAISS CPU, Milvus Lite): no GPU preset changes it. ``--report-only`` prints the
-table of the results in ``--out`` as docs/evaluation.md holds it.
+Presets: ``cpu`` (10,000 and 30,000 vectors, 200 queries, every arm; about 17 minutes on 2 cores) and ``full``
+(100,000, 250,000 and 1,000,000 vectors, 1,000 queries, the in-memory and the faiss-disk arms -- Milvus Lite
+holds its collection in the process, about 14 KB per vector in the cpu preset, so at this scale Milvus is a
+server's job; on 2 shared cores 100,000 and 250,000 took about 15 minutes, 1,000,000 on the faiss-disk arm 20
+minutes more (the in-memory arm's exact search at 1M wants about 3 GB of RAM), 5 GB of disk). The full preset also searches each faiss-disk index again at nprobe 64
+and 128 and re-scoring 10 and 25 times k candidates. Index building here is CPU work (FAISS CPU, Milvus Lite): no GPU preset changes
+it. ``--report-only`` prints the tables of the results in ``--out`` as docs/evaluation.md holds them.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import resource
 import shutil
 import subprocess
@@ -42,8 +54,11 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 DIM, CENTRES, NOISE, CHUNK, K = 384, 1000, 0.35, 50_000, 10
-PRESETS = {"cpu": {"sizes": [10_000, 30_000], "queries": 200},
-           "full": {"sizes": [250_000, 1_000_000], "queries": 1000}}
+RANK, JITTER = 32, 0.02  # the low-rank data: noise in a 32-d subspace, plus this isotropic jitter per dimension
+FULL_ARMS = ["memory flat (exact)", "faiss-disk ivf-pq"]
+PRESETS = {"cpu": {"sizes": [10_000, 30_000], "queries": 200, "data": "gaussian"},
+           "full": {"sizes": [100_000, 250_000, 1_000_000], "queries": 1000, "data": "lowrank", "arms": FULL_ARMS,
+                    "nprobes": [32, 64, 128], "reranks": [4, 10, 25]}}
 #: arm -> (backend, kind, build options)
 ARMS = {
     "memory flat (exact)": ("memory", "flat", {}),
@@ -56,14 +71,23 @@ ARMS = {
 }
 
 
-def generate(path: Path, n: int, seed: int) -> None:
-    """``n`` vectors of the stated distribution, written as raw float32 rows chunk by chunk."""
+def generate(path: Path, n: int, seed: int, data: str = "gaussian") -> None:
+    """``n`` vectors of the stated distribution, written as raw float32 rows chunk by chunk. ``gaussian``: a
+    centre plus N(0, NOISE^2) in every dimension; ``lowrank``: a centre plus noise of the same total variance in
+    one fixed random 32-d subspace, plus N(0, 0.02^2) per dimension (a low intrinsic dimension, as sentence
+    embeddings have)."""
     centres = np.random.default_rng(12345).standard_normal((CENTRES, DIM)).astype(np.float32)
+    basis = np.linalg.qr(np.random.default_rng(54321).standard_normal((DIM, RANK)))[0].T.astype(np.float32)
     rng = np.random.default_rng(seed)
     with open(path, "wb") as f:
         for s in range(0, n, CHUNK):
             m = min(CHUNK, n - s)
-            x = centres[rng.integers(0, CENTRES, m)] + NOISE * rng.standard_normal((m, DIM)).astype(np.float32)
+            if data == "lowrank":
+                z = NOISE * math.sqrt(DIM / RANK) * rng.standard_normal((m, RANK)).astype(np.float32)
+                x = centres[rng.integers(0, CENTRES, m)] + z @ basis
+                x += JITTER * rng.standard_normal((m, DIM)).astype(np.float32)
+            else:
+                x = centres[rng.integers(0, CENTRES, m)] + NOISE * rng.standard_normal((m, DIM)).astype(np.float32)
             x /= np.linalg.norm(x, axis=1, keepdims=True)
             f.write(x.astype(np.float32).tobytes())
 
@@ -82,7 +106,9 @@ def exact_top(path: Path, n: int, q: np.ndarray) -> np.ndarray:
         s = q @ x.T
         s_all = np.concatenate([best_s, s], axis=1)
         i_all = np.concatenate([best_i, np.broadcast_to(np.asarray(ids, dtype=np.int64), s.shape)], axis=1)
-        top = np.argsort(-s_all, axis=1, kind="stable")[:, :K]
+        part = np.argpartition(-s_all, K - 1, axis=1)[:, :K]  # the top K, then those K in order
+        order = np.argsort(-np.take_along_axis(s_all, part, 1), axis=1, kind="stable")
+        top = np.take_along_axis(part, order, 1)
         best_s, best_i = np.take_along_axis(s_all, top, 1), np.take_along_axis(i_all, top, 1)
     return best_i
 
@@ -91,6 +117,52 @@ def disk_bytes(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+def index_files(target: Path) -> list[Path]:
+    """The files of an index folder (a Milvus location: none, its engine's files are shared by collections)."""
+    return sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else []
+
+
+def evict(files: list[Path]) -> None:
+    """Drop the files' clean pages from the OS page cache (``posix_fadvise(DONTNEED)``; no root needed)."""
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cached_bytes(files: list[Path]) -> int:
+    """Bytes of the files in the OS page cache now (``fincore``, util-linux)."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", *map(str, files)],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(int(x) for x in out.split())
+
+
+def peak_rss() -> int:
+    """This process's peak RSS: ``VmHWM`` of /proc/self/status, the high-water mark of its own address space.
+    (``ru_maxrss`` is not: Linux carries a forked child's pre-exec peak -- its parent's RSS at the fork --
+    across ``exec``, so a worker started by a parent holding 1.9 GB reported 1.9 GB whatever it did.)"""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_parts() -> dict[str, int]:
+    """This process's resident memory now: anonymous (heap: ids, buffers) and file-backed (mapped files,
+    libraries), from /proc/self/status."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("RssAnon", "RssFile"):
+            fields["rss_anon" if key == "RssAnon" else "rss_file"] = int(value.split()[0]) * 1024
+    return fields
 
 
 # ---------------------------------------------------------------------------------------------- workers
@@ -113,24 +185,34 @@ def worker(args: argparse.Namespace) -> None:
             DenseIndex.build(np.concatenate([x for _, x in parts]), ids, kind=kind).save(args.target)
         else:
             build_index(backend, args.target, read_chunks(Path(args.vectors), args.n), kind=kind, **opts)
-        out = {"seconds": time.perf_counter() - t0}
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        out = {"seconds": time.perf_counter() - t0, "cpu_seconds": usage.ru_utime + usage.ru_stime}
     else:
         q = np.load(args.query_file)
+        files = index_files(Path(args.target))
+        evict(files)  # the build left the files in the page cache: the search starts cold
         index = open_index(args.target)
+        if args.nprobe:
+            index.set_nprobe(args.nprobe)
+        if args.rerank:
+            index.rerank = args.rerank
         t1 = time.perf_counter()
         _, ids = index.search(q, K)
         secs = time.perf_counter() - t1
         truth = np.load(args.truth)
         recall = float(np.mean([len(set(map(int, got)) & set(want.tolist())) / K for got, want in zip(ids, truth)]))
-        out = {"qps": len(q) / secs, "recall": recall, "open_seconds": t1 - t0}
-    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        out = {"qps": len(q) / secs, "recall": recall, "open_seconds": t1 - t0, **rss_parts(),
+               "page_cache": cached_bytes(files) if files else None}
+    out["peak_rss"] = peak_rss()
     print(json.dumps(out))
 
 
-def run_worker(kind: str, arm: str, n: int, target: Path, out: Path, timeout: float) -> dict | None:
+def run_worker(kind: str, arm: str, n: int, target: Path, out: Path, timeout: float,
+               nprobe: int | None = None, rerank: int | None = None) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", kind, "--arm", arm, "--n", str(n), "--target", str(target),
            "--vectors", str(out / f"vectors-{n}.f32"), "--query-file", str(out / "queries.npy"),
-           "--truth", str(out / f"truth-{n}.npy")]
+           "--truth", str(out / f"truth-{n}.npy")] + (["--nprobe", str(nprobe)] if nprobe else []) + (
+           ["--rerank", str(rerank)] if rerank else [])
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -147,37 +229,59 @@ def measure(args: argparse.Namespace) -> None:
     results_file = out / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     if not (out / "queries.npy").exists():
-        generate(out / "queries.f32", args.queries, seed=1)
+        generate(out / "queries.f32", args.queries, seed=1, data=args.data)
         np.save(out / "queries.npy", np.fromfile(out / "queries.f32", dtype=np.float32).reshape(-1, DIM))
     q = np.load(out / "queries.npy")
     for n in args.sizes:
         vec = out / f"vectors-{n}.f32"
-        if not vec.exists():
-            generate(vec, n, seed=0)
+        if not vec.exists() and any(f"{n}|{arm}" not in results for arm in args.arms):
+            generate(vec, n, seed=0, data=args.data)
         if not (out / f"truth-{n}.npy").exists():
             np.save(out / f"truth-{n}.npy", exact_top(vec, n, q))
         for arm in args.arms:
             key = f"{n}|{arm}"
-            if key in results:
-                continue
             backend = ARMS[arm][0]
             target = out / "idx" / (f"m{n}.db#{ARMS[arm][1].replace('-', '_')}" if backend == "milvus"
                                     else f"{arm.replace(' ', '_').replace('(', '').replace(')', '')}-{n}")
+            if key in results:
+                if backend == "faiss-disk":
+                    sweep(results, key, target, out, args)
+                    results_file.write_text(json.dumps(results, indent=1))
+                continue
             if backend != "milvus":
                 shutil.rmtree(target, ignore_errors=True)
             built = run_worker("build", arm, n, target, out, args.timeout)
             searched = run_worker("search", arm, n, target, out, args.timeout) if built else None
             where = out / "idx" / f"m{n}.db" if backend == "milvus" else target
-            results[key] = {"n": n, "arm": arm, "build": built, "search": searched,
+            results[key] = {"n": n, "arm": arm, "data": args.data, "build": built, "search": searched,
                             "disk": disk_bytes(where) if backend != "milvus" else None}
             if backend == "milvus":  # one .db per size holds every type: the size of each collection's folder
                 results[key]["disk"] = _milvus_collection_bytes(where, ARMS[arm][1].replace("-", "_"))
             if built is None or searched is None:  # not kept: a rerun measures it again
                 print(key, "failed", flush=True)
                 continue
+            if backend == "faiss-disk":
+                sweep(results, key, target, out, args)
             results_file.write_text(json.dumps(results, indent=1))
             print(key, json.dumps(results[key]), flush=True)
         vec.unlink(missing_ok=True) if args.drop_vectors else None
+
+
+def sweep(results: dict, key: str, target: Path, out: Path, args: argparse.Namespace) -> None:
+    """Searches of the built faiss-disk index at each of ``--nprobes`` (the built rerank) and each of
+    ``--reranks`` (the built nprobe), each a fresh process; kept by value."""
+    r = results[key]
+    if (target / "meta.json").is_file():
+        r["nlist"] = json.loads((target / "meta.json").read_text())["params"]["nlist"]
+    for field, values in (("sweep", args.nprobes), ("rerank_sweep", args.reranks)):
+        done = r.setdefault(field, {})
+        for v in values:
+            if str(v) not in done and target.is_dir():
+                kw = {"nprobe": v} if field == "sweep" else {"rerank": v}
+                got = run_worker("search", r["arm"], r["n"], target, out, args.timeout, **kw)
+                if got is not None:
+                    done[str(v)] = got
+                    print(key, kw, json.dumps(got), flush=True)
 
 
 def _milvus_collection_bytes(db: Path, name: str) -> int:
@@ -231,14 +335,17 @@ def table(results: dict) -> str:
                      f"{_mb(s.get('peak_rss'))} | {_mb(r.get('disk'))} | "
                      + (f"{s['qps']:,.0f}" if s else "—") + " | " + (f"{s['recall']:.3f}" if s else "—") + " |")
     lines += ["", "Projected from the sizes measured by y = a + b·n, a fixed part and a part per vector (in brackets: "
-              "bytes, or milliseconds, per vector):", "",
+              "bytes, or milliseconds, per vector; build: the build's CPU time where it was recorded -- one thread, so "
+              "the wall-clock time on an idle core, whatever the load -- else its wall-clock time):", "",
               "| index | 10M: disk | 10M: search RSS | 10M: build | 100M: disk | 100M: search RSS | 100M: build |",
               "|---|---:|---:|---:|---:|---:|---:|"]
     for arm in ARMS:
         mine = [r for r in rows if r["arm"] == arm and r["build"] and r["search"]]
         disk = _affine([(r["n"], r["disk"]) for r in mine])
         rss = _affine([(r["n"], r["search"]["peak_rss"]) for r in mine])
-        build = _affine([(r["n"], r["build"]["seconds"]) for r in mine])
+        timed = [r for r in mine if "cpu_seconds" in r["build"]]  # CPU time, where measured: the load does not move it
+        build = (_affine([(r["n"], r["build"]["cpu_seconds"]) for r in timed]) if len(timed) >= 2
+                 else _affine([(r["n"], r["build"]["seconds"]) for r in mine]))
         if disk is None or rss is None or build is None:
             continue
         cells = []
@@ -247,6 +354,28 @@ def table(results: dict) -> str:
                       f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]" if rss[1] > 0 else "—",
                       f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]" if build[1] > 0 else "—"]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    swept = [r for r in rows if r.get("sweep") or r.get("rerank_sweep")]
+    if swept:
+        lines += ["", "faiss-disk ivf-pq searched again (each a fresh process): nprobe of nlist lists probed, and the "
+                  "top rerank·10 PQ candidates re-scored exactly from vectors.f32 (built: nprobe 32, rerank 4):", "",
+                  "| vectors | nlist | nprobe | rerank | queries/s | recall@10 | search peak RSS |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in swept:
+            runs = [(int(p), 4, s) for p, s in r.get("sweep", {}).items()]
+            runs += [(32, int(p), s) for p, s in r.get("rerank_sweep", {}).items() if int(p) != 4]
+            for p, rr, s in sorted(runs, key=lambda t: (t[1], t[0])):
+                lines.append(f"| {r['n']:,} | {r.get('nlist', '—')} | {p} | {rr} | {s['qps']:,.0f} | "
+                             f"{s['recall']:.3f} | {_mb(s['peak_rss'])} |")
+    mem = [r for r in rows if r["search"] and r["search"].get("rss_anon") is not None]
+    if mem:
+        lines += ["", "What the search held at its end (its resident memory, from /proc/self/status, and the index's "
+                  "pages the OS page cache kept, from fincore, after they were evicted before the search):", "",
+                  "| vectors | index | RSS: anonymous | RSS: file-backed | index in the page cache | index on disk |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        for r in mem:
+            s = r["search"]
+            lines.append(f"| {r['n']:,} | {r['arm']} | {_mb(s['rss_anon'])} | {_mb(s['rss_file'])} | "
+                         f"{_mb(s.get('page_cache'))} | {_mb(r.get('disk'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -255,7 +384,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
     ap.add_argument("--sizes", type=int, nargs="+", help="numbers of vectors (default: the preset's)")
     ap.add_argument("--queries", type=int, help="queries (default: the preset's)")
-    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), help="default: the preset's (cpu: all)")
+    ap.add_argument("--data", choices=["gaussian", "lowrank"], help="the vectors' distribution (default: the "
+                    "preset's: cpu gaussian, full lowrank)")
     ap.add_argument("--out", default="/tmp/drmix-bench-index")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per build or search process")
     ap.add_argument("--drop-vectors", action="store_true", help="delete each size's vector file when done")
@@ -264,12 +395,22 @@ def main(argv: list[str] | None = None) -> None:
     for hidden in ("--arm", "--target", "--vectors", "--truth", "--query-file"):
         ap.add_argument(hidden, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--nprobe", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--rerank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--reranks", type=int, nargs="*", help="faiss-disk: search the built index again re-scoring "
+                    "each of these multiples of k (default: the preset's: cpu none, full 4 10 25)")
+    ap.add_argument("--nprobes", type=int, nargs="*", help="faiss-disk: search the built index again at each of "
+                    "these nprobe values (default: the preset's: cpu none, full 32 64 128)")
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
     preset = PRESETS[args.preset]
     args.sizes = args.sizes or preset["sizes"]
     args.queries = args.queries or preset["queries"]
+    args.arms = args.arms or preset.get("arms", list(ARMS))
+    args.data = args.data or preset["data"]
+    args.nprobes = preset.get("nprobes", []) if args.nprobes is None else args.nprobes
+    args.reranks = preset.get("reranks", []) if args.reranks is None else args.reranks
     if not args.report_only:
         measure(args)
     print(table(json.loads((Path(args.out) / "results.json").read_text())), end="")

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_index as bi  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "index-cpu-results.json"
+FULL = Path(__file__).parent / "fixtures" / "index-full-results.json"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "evaluation.md"
 
 
@@ -57,3 +58,45 @@ def test_the_docs_table_is_printed_from_the_stored_results(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed == bi.table(json.loads(FIXTURE.read_text()))
     assert printed in DOCS.read_text(encoding="utf-8")
+
+
+def test_low_rank_vectors_vary_around_their_centre_in_32_dimensions(tmp_path, monkeypatch):
+    monkeypatch.setattr(bi, "JITTER", 0.0)
+    bi.generate(tmp_path / "v.f32", 300, seed=0, data="lowrank")
+    x = np.fromfile(tmp_path / "v.f32", dtype=np.float32).reshape(300, bi.DIM)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=1e-5)
+    bi.generate(tmp_path / "g.f32", 300, seed=0)
+    assert (tmp_path / "g.f32").read_bytes() != (tmp_path / "v.f32").read_bytes()
+    # without the jitter every vector is a multiple of (its centre + a vector of the 32-d subspace): with the
+    # centres (1,000) and the subspace (32) together they span at most 1,032 dimensions; here: the 300 vectors
+    # projected off the subspace are multiples of centres
+    basis = np.linalg.qr(np.random.default_rng(54321).standard_normal((bi.DIM, bi.RANK)))[0]
+    off = x - (x @ basis) @ basis.T
+    centres = np.random.default_rng(12345).standard_normal((bi.CENTRES, bi.DIM)).astype(np.float32)
+    c_off = centres - (centres @ basis) @ basis.T
+    cos = (off / np.linalg.norm(off, axis=1, keepdims=True)) @ (c_off / np.linalg.norm(c_off, axis=1, keepdims=True)).T
+    assert np.allclose(cos.max(axis=1), 1.0, atol=1e-4)
+
+
+def test_peak_rss_is_this_process_high_water_mark():
+    parts = bi.rss_parts()
+    assert parts["rss_anon"] > 0 and parts["rss_file"] > 0
+    assert bi.peak_rss() >= parts["rss_anon"] + parts["rss_file"] - 2**20
+
+
+def test_the_page_cache_of_files_is_counted(tmp_path):
+    (tmp_path / "f").write_bytes(b"x" * 65536)
+    files = bi.index_files(tmp_path)
+    assert files == [tmp_path / "f"] and bi.index_files(tmp_path / "nope.db") == []
+    bi.evict(files)
+    assert 0 <= bi.cached_bytes(files) <= 65536
+
+
+def test_the_docs_full_table_is_printed_from_the_stored_results(tmp_path, capsys):
+    if not FULL.exists():
+        pytest.skip("no stored results")
+    shutil.copy(FULL, tmp_path / "results.json")
+    bi.main(["--report-only", "--preset", "full", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert printed == bi.table(json.loads(FULL.read_text()))
+    assert "RSS: anonymous" in printed and printed in DOCS.read_text(encoding="utf-8")

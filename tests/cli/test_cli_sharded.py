@@ -156,3 +156,53 @@ def test_estimate_names_a_missing_corpus(tmp_path, capsys):
     code, _, err = run(["index", "--corpus", str(tmp_path / "nope.jsonl"), "--output", str(tmp_path / "o"),
                         "--estimate"], capsys)
     assert code == 2 and "nope.jsonl: corpus file not found" in " ".join(err.split())
+
+
+def _torchrun(tmp_path, args: list[str]) -> subprocess.CompletedProcess:
+    launcher = tmp_path / "launch.py"
+    launcher.write_text("import sys\nimport drmix.retrieval.encode as e\ne._SORT_CHUNK = 4\n"
+                        "from drmix.cli import main\nmain(sys.argv[1:])\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(launcher),
+           *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          timeout=600)
+
+
+def _same_search(one: str, two: str) -> None:
+    import numpy as np
+
+    from drmix.retrieval.backends import open_index
+
+    a, b = open_index(one), open_index(two)
+    assert len(a) == len(b) == len(DOCS)
+    q = np.random.default_rng(0).standard_normal((5, a.dim)).astype(np.float32)
+    (sa, ia), (sb, ib) = a.search(q, 4), b.search(q, 4)
+    assert ia == ib and len(ia[0]) == 4
+    np.testing.assert_array_equal(sa, sb)
+
+
+def test_two_gloo_processes_stream_their_shards_into_a_faiss_disk_index(corpus, tiny_model_path, tmp_path, capsys,
+                                                                         chunk4):
+    """Rank 0 reads the shards 3 rows at a time (rows 0-4 and 4-11 of two shards) into the on-disk build: the
+    index is the one process's, vector for vector."""
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "faiss-disk"]
+    code, _, err = run([*base, "--output", str(tmp_path / "one")], capsys)  # one chunk: encoded as the shards are
+    assert code == 0, err
+    done = _torchrun(tmp_path, [*base, "--chunk-size", "3", "--output", str(tmp_path / "two")])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"2 shards in {tmp_path / 'two.shards'}" in " ".join(done.stdout.split())
+    for name in ("ids.json", "vectors.f32", "lists.ivfdata"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    _same_search(str(tmp_path / "one"), str(tmp_path / "two"))
+
+
+def test_two_gloo_processes_stream_their_shards_into_a_milvus_lite_collection(corpus, tiny_model_path, tmp_path,
+                                                                               capsys, chunk4):
+    pytest.importorskip("milvus_lite")
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "milvus", "--collection", "toy"]
+    code, _, err = run([*base, "--uri", str(tmp_path / "one.db")], capsys)
+    assert code == 0, err
+    done = _torchrun(tmp_path, [*base, "--chunk-size", "3", "--uri", str(tmp_path / "two.db")])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"2 shards in {tmp_path / 'two.db.shards'}" in " ".join(done.stdout.split())
+    _same_search(f"{tmp_path / 'one.db'}#toy", f"{tmp_path / 'two.db'}#toy")

@@ -214,3 +214,35 @@ def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path
     assert [p.name for p in (tmp_path / "s").iterdir()] == [
         f"{fingerprint(model)[:16]}-{shards.corpus_fingerprint(texts)[:16]}"]
     assert got.tobytes() == encode_texts(model, texts, batch_size=4).tobytes()
+
+
+def _written_shards(folder, n: int, dim: int, world: int, align: int):
+    """``world`` shards of ``n`` random rows written as encode_sharded writes them; (settings, all rows)."""
+    x = np.random.default_rng(7).standard_normal((n, dim)).astype(np.float32)
+    settings = {"world_size": world, "model_fingerprint": "m", "corpus_fingerprint": "c", "count": n, "prompt": "",
+                "max_length": None, "normalize": False, "precision": "auto", "batch_size": 1, "align": align}
+    for rank, (start, stop) in enumerate(shard_ranges(n, world, align)):
+        shards.write_shard(folder, rank, settings, start, stop, x[start:stop])
+    return settings, x
+
+
+def test_shard_chunks_read_every_row_in_order_a_chunk_at_a_time(tmp_path):
+    settings, x = _written_shards(tmp_path, 23, 3, 3, 5)  # rows 0-5, 5-15, 15-23
+    got = list(shards.shard_chunks(tmp_path, settings, 4))
+    assert [(row, len(part)) for row, part in got] == [(0, 4), (4, 1), (5, 4), (9, 4), (13, 2), (15, 4), (19, 4)]
+    np.testing.assert_array_equal(np.concatenate([p for _, p in got]), x)
+    np.testing.assert_array_equal(shards.merge_shards(tmp_path, settings), x)
+    assert all(p.dtype == np.float32 and p.flags["C_CONTIGUOUS"] and p.flags["WRITEABLE"] for _, p in got)
+
+
+def test_shard_chunks_check_every_shard_before_the_first_row(tmp_path):
+    settings, _ = _written_shards(tmp_path, 23, 3, 3, 5)
+    (tmp_path / "rank-00002-of-00003.npy").write_bytes(b"broken")
+    with pytest.raises(DataError, match="shard 2 of 3 cannot be merged: .*truncated or damaged"):
+        next(shards.shard_chunks(tmp_path, settings, 4))
+
+
+def test_npy_chunks_refuse_an_array_that_is_not_rows(tmp_path):
+    np.save(tmp_path / "v.npy", np.zeros(5, dtype=np.float32))
+    with pytest.raises(DataError, match=r"v.npy: holds an array of shape \(5,\), not \[n, dim\] vectors"):
+        next(shards.npy_chunks(tmp_path / "v.npy", 2))

@@ -222,7 +222,8 @@ def index_command(
     FAISS IVF on disk, or a Milvus collection (embedded Milvus Lite or a Milvus server).
 
     Under torchrun / accelerate launch every process encodes one shard of the corpus into OUTPUT.shards
-    (a rerun encodes only the missing shards) and the first merges them into the index (memory backend)."""
+    (a rerun encodes only the missing shards) and the first merges them into the index (memory backend) or
+    streams them, --chunk-size rows at a time, into the faiss-disk or milvus index."""
     if estimate:
         from drmix.cli.sharded import print_estimate
 
@@ -300,6 +301,7 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     from drmix.model.encoder import document_prompt, load_encoder
     from drmix.retrieval.backends import backend as get_backend
     from drmix.retrieval.backends import encode_chunks, model_record, resolve_kind
+    from drmix.retrieval.ranks import launched
 
     spec = get_backend(backend)
     kind = resolve_kind(spec, kind)
@@ -322,19 +324,61 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
         target = str(output)
         keep = {"nlist", "nprobe", "pq_m", "rerank", "chunk_size"}
     meta: dict[str, Any] = {"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}
+
+    def build(encoder: Any, docs: dict[str, dict[str, str]], chunks: Any) -> str:
+        meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
+                    max_length=max_length or getattr(encoder, "max_seq_length", None))
+        where = spec.build(target, chunks, meta, kind, {k: v for k, v in params.items() if k in keep}, overwrite,
+                           docs if store_texts else None)
+        return f"indexed {len(docs)} documents ({backend} {kind}, dim {meta.get('dim')}) into {where}"
+
+    def check_room(encoder: Any, docs: dict[str, dict[str, str]]) -> None:
+        if backend != "milvus":
+            _check_index_room(output, docs, encoder, store_texts=store_texts)
+
+    if launched():  # every process encodes a shard; the first streams the shards' rows into the backend
+        return _index_backend_sharded(corpus, corpus_file, output, target, spec, meta, model=model, build=build,
+                                      check_room=check_room, batch_size=batch_size, max_length=max_length,
+                                      precision=precision, chunk_size=params["chunk_size"], overwrite=overwrite,
+                                      kwargs=kwargs)
     spec.check(target, meta, overwrite)  # a Milvus collection that exists is refused before encoding
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=kwargs)
-    meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
-                max_length=max_length or getattr(encoder, "max_seq_length", None))
-    if backend != "milvus":
-        _check_index_room(output, docs, encoder, store_texts=store_texts)
+    check_room(encoder, docs)
     chunks = encode_chunks(encoder, docs, chunk_size=params["chunk_size"], batch_size=batch_size,
                            max_length=max_length, precision=precision)
-    where = spec.build(target, chunks, meta, kind, {k: v for k, v in params.items() if k in keep}, overwrite,
-                       docs if store_texts else None)
-    _console().print(f"indexed {len(docs)} documents ({backend} {kind}, dim {meta.get('dim')}) into {where}; "
-                     f"search it with: drmix search --index {where} --query TEXT", soft_wrap=True)
+    done = build(encoder, docs, chunks)
+    where = target if backend == "milvus" else str(output)
+    _console().print(f"{done}; search it with: drmix search --index {where} --query TEXT", soft_wrap=True)
+
+
+def _index_backend_sharded(corpus: Path, corpus_file: Path, output: Path | None, target: str, spec: Any,
+                           meta: dict[str, Any], *, model: str | None, build: Any, check_room: Any, batch_size: int,
+                           max_length: int | None, precision: str, chunk_size: int, overwrite: bool,
+                           kwargs: dict[str, Any]) -> None:
+    """``drmix index --backend faiss-disk|milvus`` under torchrun / accelerate launch: shards beside the output
+    (``OUTPUT.shards``; for Milvus ``PATH.db.shards``, or the drmix cache for a server), streamed into the
+    backend by rank 0 ``--chunk-size`` rows at a time."""
+    from drmix.cli.sharded import index_sharded, shard_folder, shards_root
+    from drmix.model.encoder import load_encoder
+    from drmix.outputs import check_output_dir
+    from drmix.retrieval.backends.milvus import is_uri, split_location
+
+    def claim() -> None:
+        if output is not None:
+            check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
+        spec.check(target, meta, overwrite)
+
+    if output is not None:
+        folder = shard_folder(output)
+    else:
+        uri, name = split_location(target)
+        folder = shards_root(None, str(name), folder=False) if is_uri(uri) else shard_folder(Path(uri))
+    index_sharded(output=output, corpus=corpus, corpus_file=corpus_file, folder=folder, claim=claim, build=build,
+                  load=lambda: load_encoder(model, model_kwargs=kwargs), check_room=check_room,
+                  overwrite=overwrite, chunk_size=chunk_size, metadata=meta,
+                  echo=lambda line: _console().print(line, soft_wrap=True),
+                  index_kwargs={"batch_size": batch_size, "max_length": max_length, "precision": precision})
 
 
 def _check_index_room(output: Path, docs: dict[str, dict[str, str]], encoder: Any, *, store_texts: bool) -> None:

@@ -12,7 +12,9 @@ every rank encodes the rows ``[start, stop)`` of :func:`shard_ranges` with
   every text, in order), model fingerprint (BLAKE2b of its weights), prompt, max length, normalisation,
   precision, batch size, world size and the row alignment.
 
-A barrier, then rank 0 checks every shard against its manifest and merges them in rank order into one array.
+A barrier, then rank 0 checks every shard against its manifest and merges them in rank order into one array --
+or, for a build that takes vectors in chunks (``drmix index --backend faiss-disk|milvus``), reads them in rank
+order a chunk of rows at a time (:func:`shard_chunks`), so N vectors are never in RAM at once.
 The same command again reuses each shard whose manifest and SHA-256 match (a killed run re-encodes only the
 missing shards); a shard that is missing its manifest, truncated, damaged or written for other settings is
 named in one line and encoded again. A folder made with another world size, model, corpus or encoding
@@ -29,7 +31,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +84,7 @@ def shard_name(rank: int, world_size: int) -> str:
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
+        for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
 
@@ -98,6 +100,7 @@ class ShardedEncoding:
     encoded: int = 0                                       # texts this rank encoded
     reused: list[int] = field(default_factory=list)       # ranks whose shard was reused as it was (rank 0)
     redone: dict[int, str] = field(default_factory=dict)  # rank -> why its shard was encoded again (rank 0)
+    settings: dict[str, Any] = field(default_factory=dict)  # the run's settings (what shard_chunks reads with)
 
 
 # ----------------------------------------------------------------------------------------------- the folder
@@ -192,16 +195,57 @@ def write_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, s
         "shape": list(embeddings.shape), "dtype": "float32", "bytes": npy.stat().st_size, "sha256": _sha256(npy)})
 
 
-def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
-    """Rank 0, after the barrier: every shard checked against its manifest, concatenated in rank order."""
-    world, n = settings["world_size"], settings["count"]
-    ranges = shard_ranges(n, world, settings["align"])
-    out: np.ndarray | None = None
+def _checked_ranges(folder: Path, settings: dict[str, Any]) -> list[tuple[int, int]]:
+    """Every shard's row range, each shard checked against its manifest first (one line naming a bad one)."""
+    world = settings["world_size"]
+    ranges = shard_ranges(settings["count"], world, settings["align"])
     for rank, (start, stop) in enumerate(ranges):
         why = check_shard(folder, rank, settings, start, stop)
         if why is not None:
             raise DataError(f"shard {rank} of {world} cannot be merged: {why}.", path=folder,
                             fix="run the same command again: it encodes only the shards that are not complete.")
+    return ranges
+
+
+def npy_chunks(path: str | Path, chunk_size: int) -> Iterator[np.ndarray]:
+    """The rows of a 2-d float32 ``.npy`` file, ``chunk_size`` at a time, each a fresh array read from the file
+    (its shape and data offset from a memory map; the rows read with ``pread``, not through the map, so the
+    pages read do not stay resident in this process)."""
+    header = np.load(path, mmap_mode="r", allow_pickle=False)
+    shape, dtype, offset = header.shape, header.dtype, int(header.offset)
+    del header
+    if len(shape) != 2:
+        raise DataError(f"holds an array of shape {shape}, not [n, dim] vectors.", path=path,
+                        fix="pass the .npy embeddings an encoder wrote (one row per document).")
+    row = shape[1] * dtype.itemsize
+    with open(path, "rb") as f:
+        for start in range(0, shape[0], max(1, int(chunk_size))):
+            m = min(int(chunk_size), shape[0] - start)
+            f.seek(offset + start * row)
+            part = np.fromfile(f, dtype=dtype, count=m * shape[1]).reshape(m, shape[1])
+            yield part.astype(np.float32, copy=False)
+
+
+def shard_chunks(folder: str | Path, settings: dict[str, Any], chunk_size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """Rank 0, after the barrier: every shard checked against its manifest, then the rows of all of them in rank
+    order as ``(first row, float32 [m, dim] array)`` chunks of at most ``chunk_size`` rows -- the merged
+    embeddings of :func:`merge_shards` without holding them: one chunk in RAM at a time."""
+    folder = Path(folder)
+    world = settings["world_size"]
+    for rank, (start, stop) in enumerate(_checked_ranges(folder, settings)):
+        if stop == start:
+            continue
+        row = start
+        for part in npy_chunks(folder / f"{shard_name(rank, world)}.npy", chunk_size):
+            yield row, part
+            row += len(part)
+
+
+def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
+    """Rank 0, after the barrier: every shard checked against its manifest, concatenated in rank order."""
+    world, n = settings["world_size"], settings["count"]
+    out: np.ndarray | None = None
+    for rank, (start, stop) in enumerate(_checked_ranges(folder, settings)):
         part = np.load(folder / f"{shard_name(rank, world)}.npy", mmap_mode="r", allow_pickle=False)
         if out is None:
             out = np.empty((n, part.shape[1]), dtype=np.float32)
@@ -254,11 +298,12 @@ def _encode_range(model: Any, texts: Sequence[str], start: int, stop: int, *, sh
 def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, ranks: Ranks | None = None,
                    batch_size: int = 64, prompt: str = "", max_length: int | None = None, normalize: bool = False,
                    precision: str | None = "auto", model_name: str = "", overwrite: bool = False,
-                   show_progress: bool = True, everywhere: bool = False) -> ShardedEncoding:
+                   show_progress: bool = True, everywhere: bool = False, merge: bool = True) -> ShardedEncoding:
     """Encode ``texts`` split over the launched ranks into shards in ``folder``; every rank calls it.
 
     Returns the merged embeddings on rank 0 (on every rank with ``everywhere``, ``None`` elsewhere),
-    byte-identical to ``encode_texts(model, texts, ...)`` in one process with the same settings. See the
+    byte-identical to ``encode_texts(model, texts, ...)`` in one process with the same settings; with
+    ``merge=False`` none (read the shards with ``shard_chunks(folder, result.settings, chunk_size)``). See the
     module docstring for the files, the resume and the refusals."""
     ranks = ranks or Ranks()
     folder = Path(folder).expanduser()
@@ -294,8 +339,8 @@ def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, rank
     reasons = ranks.gather(why)
     result = ShardedEncoding(None, folder, ranks.rank, ranks.world_size, encoded=encoded,
                              reused=[r for r, w in enumerate(reasons) if w is None],
-                             redone={r: w for r, w in enumerate(reasons) if w is not None})
-    if ranks.main or everywhere:
+                             redone={r: w for r, w in enumerate(reasons) if w is not None}, settings=settings)
+    if merge and (ranks.main or everywhere):
         result.embeddings = merge_shards(folder, settings)
     if ranks.main:
         log.info("%d passages encoded in %d shards (%d reused from an earlier run) in %s", len(texts),

@@ -76,3 +76,12 @@ def test_chunk_checks_and_npy_shards(tmp_path):
     np.save(tmp_path / "s0.npy", np.arange(6, dtype=np.float32).reshape(2, 3))
     [(got_ids, got)] = list(chunks_from_npy([(["x", "y"], tmp_path / "s0.npy")]))
     assert got_ids == ["x", "y"] and got.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_npy_shards_stream_a_chunk_at_a_time_and_their_ids_must_match(tmp_path):
+    np.save(tmp_path / "s0.npy", np.arange(15, dtype=np.float32).reshape(5, 3))
+    got = list(chunks_from_npy([(["a", "b", "c", "d", "e"], tmp_path / "s0.npy")], chunk_size=2))
+    assert [ids for ids, _ in got] == [["a", "b"], ["c", "d"], ["e"]]
+    assert np.concatenate([x for _, x in got]).tolist() == np.arange(15).reshape(5, 3).tolist()
+    with pytest.raises(DataError, match=r"s0.npy: 4 ids for 5 vectors"):
+        list(chunks_from_npy([(["a", "b", "c", "d"], tmp_path / "s0.npy")], chunk_size=2))

@@ -8,7 +8,7 @@ import pytest
 
 from drmix.errors import ConfigError, DataError, IndexLoadError
 from drmix.retrieval.backends import build_index, open_index
-from drmix.retrieval.backends.faiss_disk import DiskIndex, pq_size
+from drmix.retrieval.backends.faiss_disk import DiskIndex, pq_size, train_rows
 
 from backend_helpers import AWKWARD, chunks, exact_top, ids, vectors
 
@@ -121,6 +121,31 @@ def test_pq_size():
     assert pq_size(384, 96) == 96
 
 
+def test_the_training_sample_is_64_rows_per_list_and_at_least_what_pq_wants():
+    assert train_rows(1_000_000, 4000) == 256_000  # 64 per list
+    assert train_rows(1_000_000, 100) == 9_984  # the product quantiser's 256 centroids x 39
+    assert train_rows(10_000, 256) == 10_000 and train_rows(300, 7) == 300  # never more than n
+    assert train_rows(1_000_000, 4000, wanted=5_000) == 5_000
+
+
+def test_the_product_quantiser_is_trained_without_polysemous_reordering(tmp_path):
+    """index_factory turns polysemous training on for 8-bit PQ (a simulated-annealing reordering of the codes,
+    most of the training time); the built quantiser equals one trained with it off on the same seeded sample."""
+    import faiss
+
+    n = 9_984  # 8-bit PQ: 256 centroids x 39 rows
+    doc_ids, x = [str(i) for i in range(n)], vectors(n, seed=5)
+    idx = open_index(build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x, size=5_000), nlist=4,
+                                 pq_m=2))
+    assert idx.metadata["params"]["pq_bits"] == 8 and idx.metadata["params"]["train_size"] == n
+    want = faiss.index_factory(16, "IVF4,PQ2x8", faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(want))
+    ivf.cp.seed, ivf.pq.cp.seed, ivf.do_polysemous_training = 0, 0, False
+    want.train(x)
+    got = faiss.downcast_index(faiss.extract_index_ivf(idx.index))
+    np.testing.assert_array_equal(faiss.vector_to_array(got.pq.centroids), faiss.vector_to_array(ivf.pq.centroids))
+
+
 def test_opening_prints_nothing_on_stdout(tmp_path, data):
     """FAISS's on-disk lists print to the C stdout; drmix search --json output must stay JSON."""
     import subprocess
@@ -133,3 +158,71 @@ def test_opening_prints_nothing_on_stdout(tmp_path, data):
             "print(len(i))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "400\n"
+
+
+def test_a_build_from_shards_holds_a_chunk_not_the_corpus(tmp_path):
+    """Rank 0 streams two shards of 20,000 384-d vectors (29 MB) into the build 1,000 rows at a time: what the
+    build allocates (tracemalloc counts numpy's arrays; FAISS's own buffers hold the trained quantisers and one
+    block of codes) peaks far below the vectors -- the rest is the ids, about 150 bytes each -- and the index is
+    the one built from the whole array at once."""
+    import tracemalloc
+
+    from drmix.retrieval import shards
+
+    n, dim = 20_000, 384
+    x = np.random.default_rng(3).standard_normal((n, dim)).astype(np.float32)
+    settings = {"world_size": 2, "model_fingerprint": "m", "corpus_fingerprint": "c", "count": n, "prompt": "",
+                "max_length": None, "normalize": False, "precision": "auto", "batch_size": 1, "align": 4096}
+    for rank, (start, stop) in enumerate(shards.shard_ranges(n, 2, 4096)):
+        shards.write_shard(tmp_path / "s", rank, settings, start, stop, x[start:stop])
+    del x
+    doc_ids = [str(i) for i in range(n)]
+    seen = []
+
+    def streamed():
+        for row, part in shards.shard_chunks(tmp_path / "s", settings, 1_000):
+            seen.append(len(part))
+            yield doc_ids[row:row + len(part)], part
+
+    opts = {"nlist": 8, "train_size": 1_000, "chunk_size": 1_000, "nprobe": 8}
+    build_index("faiss-disk", str(tmp_path / "warm"), [(doc_ids[:400], vectors(400, dim))])  # its imports
+    tracemalloc.start()
+    try:
+        build_index("faiss-disk", str(tmp_path / "sharded"), streamed(), **opts)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert max(seen) == 1_000 and sum(seen) == n
+    assert peak < n * dim * 4 / 4, f"{peak / 2**20:.1f} MB allocated for {n * dim * 4 / 2**20:.1f} MB of vectors"
+    whole = shards.merge_shards(tmp_path / "s", settings)
+    build_index("faiss-disk", str(tmp_path / "one"), [(doc_ids, whole)], **opts)
+    for name in ("ids.json", "vectors.f32", "lists.ivfdata"):  # index.faiss names its own folder's lists file
+        assert (tmp_path / "sharded" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    (s1, i1), (s2, i2) = (open_index(str(tmp_path / f)).search(whole[:20], 5) for f in ("sharded", "one"))
+    assert i1 == i2
+    np.testing.assert_array_equal(s1, s2)
+
+
+def test_the_index_is_read_without_the_flag_that_skips_mapping_the_lists(tmp_path, data, monkeypatch):
+    """IO_FLAG_MMAP carries IO_FLAG_SKIP_IVF_DATA, with which OnDiskInvertedLists never maps lists.ivfdata (a
+    segfault at the first search); the folder is read with IO_FLAG_ONDISK_SAME_DIR only."""
+    import faiss
+
+    doc_ids, x = data
+    loc = build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x), kind="ivf-flat")
+    flags = []
+    real = faiss.read_index
+    monkeypatch.setattr(faiss, "read_index", lambda path, f=0: flags.append(f) or real(path, f))
+    open_index(loc)
+    assert flags == [faiss.IO_FLAG_ONDISK_SAME_DIR] and not flags[0] & faiss.IO_FLAG_SKIP_IVF_DATA
+
+
+def test_the_training_sample_is_read_in_blocks_row_for_row(tmp_path):
+    from drmix.retrieval.backends.faiss_disk import read_rows
+
+    x = np.arange(23 * 3, dtype=np.float32).reshape(23, 3)
+    x.tofile(tmp_path / "v.f32")
+    rows = np.array([0, 4, 5, 6, 17, 22])
+    np.testing.assert_array_equal(read_rows(tmp_path / "v.f32", rows, 23, 3, 5), x[rows])  # blocks of 5 rows
+    np.testing.assert_array_equal(read_rows(tmp_path / "v.f32", rows, 23, 3, 100), x[rows])
+    assert read_rows(tmp_path / "v.f32", np.array([], dtype=np.int64), 23, 3, 5).shape == (0, 3)

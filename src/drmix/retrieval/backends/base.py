@@ -201,11 +201,21 @@ def encode_chunks(model: Any, corpus: Mapping[str, Mapping[str, str]], *, chunk_
         yield part, np.ascontiguousarray(emb, dtype=np.float32)
 
 
-def chunks_from_npy(shards: Iterable[tuple[Iterable[str], str | Path]]) -> Iterator[tuple[list[str], np.ndarray]]:
-    """Chunks from ``.npy`` shards on disk (``(ids, path)`` pairs), each memory-mapped and read once."""
+def chunks_from_npy(shards: Iterable[tuple[Iterable[str], str | Path]], *,
+                    chunk_size: int = 100_000) -> Iterator[tuple[list[str], np.ndarray]]:
+    """Chunks from ``.npy`` shards on disk (``(ids, path)`` pairs): each shard's rows read ``chunk_size`` at a
+    time (:func:`drmix.retrieval.shards.npy_chunks`), so a shard larger than RAM streams in."""
+    from drmix.retrieval.shards import npy_chunks
+
     for ids, path in shards:
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        yield [str(i) for i in ids], np.ascontiguousarray(arr, dtype=np.float32)
+        ids = [str(i) for i in ids]
+        start = 0
+        for part in npy_chunks(path, chunk_size):
+            yield ids[start:start + len(part)], part
+            start += len(part)
+        if start != len(ids):
+            raise DataError(f"{len(ids)} ids for {start} vectors.", path=path,
+                            fix="pass the ids of the documents the shard holds, in its row order.")
 
 
 class ChunkChecker:

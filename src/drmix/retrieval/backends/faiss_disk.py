@@ -5,14 +5,20 @@ Built the way the FAISS wiki's "indexes that do not fit in RAM" recipe does (``f
 
 1. the chunks stream to ``vectors.f32`` on disk (float32 rows, never all in RAM);
 2. the coarse quantiser (and the product quantiser) are trained on a seeded sample of ``train_size`` rows
-   (default 39 per cluster, at least 10,000 -- the product quantiser's 256 centroids want 39 each -- and at
-   most 100,000 and all);
+   (:func:`train_rows`: 64 per list, but at least the 9,984 that the product quantiser's 256 centroids want --
+   39 each -- and at most all), with FAISS's defaults otherwise (k-means of 10 iterations for the lists, 25 for
+   each sub-quantiser on at most 256 points per centroid). Polysemous training, which ``index_factory`` turns on
+   for ``PQ..x8`` and which reorders the PQ codes for Hamming-distance filtering drmix does not use, is off: it
+   took about 90% of the training time (110 of 122 s for 10,000 384-d vectors, one thread);
 3. the rows are added block by block (``chunk_size`` rows each) to copies of the trained index, each written
    to disk, and the blocks are merged into one ``lists.ivfdata`` (``OnDiskInvertedLists``).
 
 At search ``index.faiss`` is read with ``IO_FLAG_ONDISK_SAME_DIR`` (the lists file is found beside it, so the
-folder can be moved) and the lists are memory-mapped by ``OnDiskInvertedLists``. (``IO_FLAG_MMAP`` on top of
-that crashes FAISS 1.15 on an on-disk IVF index, so it is not used.) IVF-PQ scores are approximate; with
+folder can be moved) and the lists are memory-mapped by ``OnDiskInvertedLists`` itself. (``IO_FLAG_MMAP`` is
+not for such an index: it is ``IO_FLAG_SKIP_IVF_DATA | 0x646f0000``, meant to map the lists stored inside an
+index file of ``ArrayInvertedLists``; on an ``OnDiskInvertedLists`` index its skip bit stops the reader from
+mapping ``lists.ivfdata`` at all, and FAISS does not check that, so the first search dereferences a null
+pointer: a segfault in FAISS 1.15.1, a missing check rather than a fault of the mapping.) IVF-PQ scores are approximate; with
 ``rerank`` > 0 the top ``rerank * k`` candidates are re-scored exactly from ``vectors.f32`` (the refinement
 step of FAISS's ``IndexRefineFlat``, reading a few rows per query from disk with ``pread`` instead of holding
 every vector in RAM). ``rerank 0`` deletes ``vectors.f32`` after the build (a smaller index, PQ
@@ -108,6 +114,35 @@ def _nlist(n: int, wanted: int | None) -> int:
     return nlist
 
 
+#: training rows per IVF list (FAISS warns below 39 and samples down above 256); the product quantiser wants
+#: 39 for each of its 256 centroids
+TRAIN_PER_LIST, PQ_TRAIN_MIN = 64, 39 * 256
+
+
+def train_rows(n: int, nlist: int, wanted: int | None = None) -> int:
+    """Rows of the seeded training sample: ``wanted``, else ``64 * nlist`` but at least 9,984 (256 PQ centroids
+    x 39); never more than ``n``."""
+    return min(n, int(wanted or max(TRAIN_PER_LIST * nlist, PQ_TRAIN_MIN)))
+
+
+def read_rows(path: Path, rows: np.ndarray, n: int, dim: int, step: int) -> np.ndarray:
+    """The ``rows`` (sorted) of a float32 ``[n, dim]`` file, read ``step`` rows at a time (not memory-mapped: the
+    pages of a mapping that gathered a sample spread over the whole file would stay resident, the whole file
+    counted in the build's RSS)."""
+    out = np.empty((len(rows), dim), dtype=np.float32)
+    with open(path, "rb") as f:
+        for start in range(0, n, step):
+            lo, hi = np.searchsorted(rows, [start, start + step])
+            if lo == hi:
+                continue
+            m = min(n, start + step) - start
+            f.seek(start * dim * 4)
+            block = np.fromfile(f, dtype=np.float32, count=m * dim).reshape(m, dim)
+            np.take(block, rows[lo:hi] - start, axis=0, out=out[lo:hi])
+            del block
+    return out
+
+
 def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: dict[str, Any],
            overwrite: bool, corpus: Any = None) -> str:
     import faiss
@@ -131,9 +166,8 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
                 spool.write(vectors.tobytes())
         check.finish()
         n, dim = check.count, int(check.dim or 0)
-        mm = np.memmap(tmp / VECTORS_FILE, dtype=np.float32, mode="r", shape=(n, dim))
         nlist = _nlist(n, p["nlist"])
-        train_size = min(n, int(p["train_size"] or max(min(39 * nlist, 100_000), 10_000)))
+        train_size = train_rows(n, nlist, p["train_size"])
         rows = np.sort(np.random.default_rng(0).choice(n, size=train_size, replace=False))
         used: dict[str, Any] = {"nlist": nlist, "nprobe": min(int(p["nprobe"]), nlist), "train_size": train_size}
         if kind == "ivf-pq":
@@ -145,9 +179,13 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
             factory = f"IVF{nlist},Flat"
             used.update(rerank=0)
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-        faiss.extract_index_ivf(index).cp.seed = 0
+        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+        ivf.cp.seed = 0
+        if kind == "ivf-pq":
+            ivf.do_polysemous_training = False  # see the module docstring: most of the training time, unused
+            ivf.pq.cp.seed = 0
         log.info("training %s on %d of %d vectors", factory, train_size, n)
-        index.train(np.ascontiguousarray(mm[rows]))
+        index.train(read_rows(tmp / VECTORS_FILE, rows, n, dim, int(p["chunk_size"])))
         blocks = []
         step = int(p["chunk_size"])
         for b, start in enumerate(range(0, n, step)):
@@ -163,7 +201,7 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
         with _quiet_stdout():
             merge_ondisk(index, blocks, str(tmp / LISTS_FILE))
         faiss.write_index(index, str(tmp / INDEX_FILE))
-        del index, mm
+        del index
         for f in blocks:
             Path(f).unlink()
         if not used["rerank"]:
