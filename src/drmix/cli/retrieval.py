@@ -198,7 +198,7 @@ def index_command(
     pq_m: Optional[int] = typer.Option(None, "--pq-m", min=1, help="faiss-disk ivf-pq: sub-quantisers, bytes per "
                                        "vector (default: the largest divisor of the dimension <= dim/8, 48 for "
                                        "384-d)."),
-    rerank: int = typer.Option(4, "--rerank", min=0, help="faiss-disk ivf-pq: re-score the top rerank*k PQ "
+    rerank: int = typer.Option(10, "--rerank", min=0, help="faiss-disk ivf-pq: re-score the top rerank*k PQ "
                                "candidates exactly from the vectors kept on disk (0: PQ scores only, the vectors "
                                "are not kept)."),
     chunk_size: int = typer.Option(100_000, "--chunk-size", min=1, help="faiss-disk and milvus: documents encoded "

@@ -53,7 +53,7 @@ LISTS_FILE = "lists.ivfdata"
 VECTORS_FILE = "vectors.f32"
 IDS_FILE = "ids.json"
 META_FILE = "meta.json"
-DEFAULTS = {"nlist": None, "nprobe": 32, "pq_m": None, "rerank": 4, "chunk_size": 100_000, "train_size": None}
+DEFAULTS = {"nlist": None, "nprobe": 32, "pq_m": None, "rerank": 10, "chunk_size": 100_000, "train_size": None}
 
 
 @contextlib.contextmanager
