@@ -103,12 +103,10 @@ def stored_run(run: dict, pool: dict) -> dict:
 
 
 def _first_best(scores: dict[str, float]) -> str:
-    """The best candidate, ties to the earlier one (the recipe's ``select_candidate``)."""
-    best = next(iter(scores))
-    for c, v in scores.items():
-        if v > scores[best] + 1e-12:
-            best = c
-    return best
+    """The best candidate, ties to the earlier one: the recipe's own choice."""
+    from drmix.recipes.adapt.selection import select_candidate
+
+    return select_candidate(scores)
 
 
 def _test_average(run: dict, c: str) -> float:
