@@ -8,6 +8,20 @@ NFCorpus training collections are never built, so no target label is read for tr
 SciFact / NFCorpus: their test qrels are opened only by the recipe's final evaluation, after the candidate was
 chosen on the synthetic dev. Nothing in the presets was tuned on a test result.
 
+Two more arms per seed (``--arms``), each one more ``run_adapt`` in its own folder of ``--out``:
+
+* ``in-domain`` (``OUT/in-domain/seed<N>``): ``--data`` the six sources plus SciFact's and NFCorpus's own labelled
+  **train** splits (:func:`build_target_train`, as build_collections.py builds BEIR training sets; the test
+  splits are never read for training). Its uniform fine-tuning stage is the in-domain ceiling (the base model
+  fine-tuned with the recipe's own baseline configuration, ``plan_adapt(...).baseline``, the extra collections
+  added), its adapted model the same plus adapt's stages. Reported: the share of the in-domain gain over the
+  base model that label-free adapt recovers, ``(adapted - base) / (in-domain - base)``, per target and pooled,
+  with a paired bootstrap interval (:func:`gain_bootstrap`; n/a when the in-domain gain's own interval reaches 0);
+* ``llm`` (``OUT/llm/seed<N>``): the same run as the label-free one with ``--llm smollm2`` (the packaged
+  SmolLM2-135M GGUF, on the GPU when there is one): its adapted model against the cropped-sentences-only one
+  (paired over the queries and per seed) and the LLM's cost (calls, seconds, failed and kept shares, from
+  ``synthetic/stats.json``).
+
 Reported: per model the mean over seeds of the average nDCG@10 (SciFact, NFCorpus) with a 95% t-interval over
 seeds; paired tests over the test queries (each query's nDCG@10 averaged over the seeds) of the adapted model
 against uniform fine-tuning and against COCO -> uniform, and of COCO -> uniform against uniform fine-tuning;
@@ -17,6 +31,7 @@ the synthetic set's counts.
     python benchmarks/bench_adapt.py --preset medium --data ../shared/data --out /tmp/drmix-adapt --seeds 0
     python benchmarks/bench_adapt.py --preset medium --data ../shared/data --out /tmp/drmix-adapt --report-only
     python benchmarks/bench_adapt.py --preset gpu --estimate
+    python benchmarks/bench_adapt.py --preset gpu --out /tmp/drmix-adapt --arms in-domain --seeds 0   # one GPU command
 
 ``--report-only`` trains nothing and prints the table of the seeds already finished in ``--out``, byte for byte
 as docs/adapt.md holds it.
