@@ -59,7 +59,9 @@ BASE, UNIFORM, COCO_UNIFORM = "base model", "uniform fine-tuning", "COCO → uni
 #: per preset: the recipe's preset, the starting model (layers of all-MiniLM-L6-v2 kept; None = all) and the
 #: recipe fields the benchmark sets beyond the preset
 PRESETS = {
-    "cpu": dict(recipe="cpu", model_layers=2, fields=dict(save_every=1000, log_every=10)),
+    # llm_docs: documents per corpus the llm arm's SmolLM2 writes a query for (None: the recipe's
+    # --generate-max-docs, 200); on a shared 2-core CPU one call took about 35 s, so 200 a corpus would take hours
+    "cpu": dict(recipe="cpu", model_layers=2, fields=dict(save_every=1000, log_every=10), llm_docs=16),
     # bench_coco.py --preset medium's model and scale (COCO -> fine-tune +0.0262 nDCG@10 there)
     "medium": dict(recipe="medium", model_layers=2, fields=dict(save_every=100, log_every=10)),
     "gpu": dict(recipe="gpu", model_layers=None, fields=dict(save_every=1000, log_every=50)),
@@ -123,6 +125,8 @@ def config_for(args, p: dict, seed: int, model: str | None, collections: list[st
         import torch
 
         extra = dict(llm="smollm2", llm_options={"device": "cuda"} if torch.cuda.is_available() else {})
+        if p.get("llm_docs"):
+            extra["generate_max_docs"] = p["llm_docs"]
     return AdaptConfig(preset=p["recipe"], seed=seed, model=model, corpus=[str(args.data / t) for t in TARGETS],
                        data=collections, eval_data=[str(args.data / t) for t in TARGETS],
                        output_dir=str(arm_dir(args.out, arm, seed)), show_progress=False, **p["fields"], **extra)

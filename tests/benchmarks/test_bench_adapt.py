@@ -100,6 +100,9 @@ def test_in_domain_arm_adds_the_train_collections_and_the_llm_arm_the_packaged_l
     assert dom.data.collections == ["a.jsonl", "scifact-train.jsonl"]
     assert (plain.synthetic.llm, llm.synthetic.llm) == (None, "smollm2")
     assert dom.optim.max_steps == plain.optim.max_steps == llm.optim.max_steps == 40
+    # the cpu preset asks the LLM for 16 documents a corpus; the gpu preset keeps the recipe's 200
+    assert llm.synthetic.generate_max_docs == 16
+    assert ba.config_for(args, ba.PRESETS["gpu"], 1, None, ["a.jsonl"], "llm").synthetic.generate_max_docs == 200
 
 
 def _runs(gains: list[float], per_target: int = 2) -> list[dict]:
@@ -180,7 +183,7 @@ def test_llm_rows_and_cost_by_hand():
     assert "| 0 | scifact | 200 | 50.0 | 0.25 | 3 | 180 of 200 (90%) | 90 of 180 (50%) | 8 of 10 (80%) |" in lines
 
 
-FIXTURE = Path(__file__).parent / "fixtures" / "adapt-cpu-results.json"
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("adapt-*cpu-results.json"))
 
 
 def _seed_folders(out: Path, seed: str, stored: dict) -> None:
@@ -199,14 +202,16 @@ def _seed_folders(out: Path, seed: str, stored: dict) -> None:
     (root / "summary.json").write_text(json.dumps({**stored["summary"], "models": models}), encoding="utf-8")
 
 
-def test_the_docs_table_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys):
-    """The stored results of docs/adapt.md's measured run (per seed: the summary fields and the per-query
-    labelled nDCG@10 of the report's models): --report-only prints the docs' block byte for byte."""
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+def test_the_docs_table_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys, fixture):
+    """The stored results of each of docs/adapt.md's measured runs (per arm and seed: the summary fields and
+    the per-query labelled nDCG@10 of the report's models; written by --store): --report-only prints the docs'
+    block byte for byte."""
     import json
 
-    stored = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    stored = json.loads(fixture.read_text(encoding="utf-8"))
     seeds = sorted(stored["seeds"], key=int)
-    assert len(seeds) >= 2
+    assert seeds
     for s in seeds:
         _seed_folders(tmp_path, s, stored["seeds"][s])
     for arm, by_seed in stored.get("arms", {}).items():
