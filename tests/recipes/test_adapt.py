@@ -192,7 +192,7 @@ def test_end_to_end_report_model_and_card(finished):
     # the run opens its report with one sentence on the labelled split, ends with an index per corpus named in
     # the card and the summary, and plots the candidates' synthetic dev against their labelled score
     assert summary["headline"].startswith(f"The adapted model ({result.selected}) ")
-    assert "on the labelled test split of pets, travel" in summary["headline"]
+    assert "on the labelled test split of pets and travel;" in summary["headline"]
     assert summary["headline_from"]["on"] == "labelled" and md.startswith(f"# drmix adapt: pets, travel\n\n**")
     assert set(summary["index"]["corpora"]) == {"pets", "travel"} and summary["index"]["candidate"] == result.selected
     assert all(Path(e["location"], "meta.json").is_file() for e in summary["index"]["corpora"].values())

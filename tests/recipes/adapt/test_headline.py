@@ -20,7 +20,7 @@ def test_every_part_by_hand_and_the_sentence():
     text = headline(scores, "infdds+synthetic", uniform=0.400, where="the labelled test split of scifact",
                     p_uniform=0.001, p_coco=0.3)
     assert text == ("The adapted model (infdds+synthetic) beats uniform fine-tuning by +0.018 nDCG@10 (p 0.001) on "
-                    "the labelled test split of scifact and beats COCO → uniform by +0.004 (p 0.3); by part of the "
+                    "the labelled test split of scifact; it beats COCO → uniform by +0.004 (p 0.3); by part of the "
                     "recipe: COCO +0.014, the synthetic train set +0.003, the mixture +0.001. Most of the gain came "
                     "from COCO.")
 
@@ -35,7 +35,7 @@ def test_negative_parts_are_written_with_their_sign_and_named():
     assert "Most of the gain came from the synthetic train set." in text
     assert text.endswith("Lowered the score: COCO, the mixture.")
     lost = headline({"uniform": 0.39, "size": 0.38}, "size", uniform=0.40, where="x", p_uniform=2e-6)
-    assert "trails uniform fine-tuning by 0.020 nDCG@10 (p 2e-06) on x and trails COCO → uniform by 0.010;" in lost
+    assert "trails uniform fine-tuning by 0.020 nDCG@10 (p 2e-06) on x; it trails COCO → uniform by 0.010;" in lost
     assert "Most of the gain" not in lost
 
 
@@ -88,7 +88,7 @@ def test_the_report_reads_the_labelled_split_when_given_else_the_synthetic_test(
     result = SimpleNamespace(models=models, selected="size+synthetic", candidates=candidates, labelled=labelled,
                              synthetic_test=synthetic, comparisons=comparisons)
     text, data = report_headline(result, "test")
-    assert "by +0.040 nDCG@10 (p 0.004) on the labelled test split of a, b" in text and "+0.030 (p 0.02)" in text
+    assert "by +0.040 nDCG@10 (p 0.004) on the labelled test split of a and b" in text and "+0.030 (p 0.02)" in text
     assert data["on"] == "labelled" and data["parts"]["coco"] == pytest.approx(0.01)
     assert data["parts"]["synthetic"] == pytest.approx(0.02) and data["parts"]["mixture"] == pytest.approx(0.01)
     result.labelled = None

@@ -82,7 +82,7 @@ def _against(name: str, x: float, metric: str, on: str, p: float | None) -> str:
 def headline(scores: Mapping[str, float], selected: str, *, uniform: float, where: str,
              p_uniform: float | None = None, p_coco: float | None = None, metric: str = "nDCG@10") -> str:
     """One sentence, e.g. "The adapted model (infdds+synthetic) beats uniform fine-tuning by +0.018 nDCG@10 (p 0.001)
-    on the labelled test split and beats COCO → uniform by +0.004 (p 0.3); by part of the recipe: COCO
+    on the labelled test split; it beats COCO → uniform by +0.004 (p 0.3); by part of the recipe: COCO
     +0.014, the synthetic train set +0.003, the mixture +0.001. Most of the gain came from COCO."
     ``scores``: every candidate's average on the evaluation set ``where`` names; ``p_uniform`` / ``p_coco``: the
     paired tests' p of the adapted model against uniform fine-tuning and against COCO → uniform."""
@@ -91,7 +91,7 @@ def headline(scores: Mapping[str, float], selected: str, *, uniform: float, wher
     text = f"The adapted model ({name}) " + _against("uniform fine-tuning", parts.gain, metric, f" on {where}",
                                                      p_uniform)
     if selected != COCO_UNIFORM_CANDIDATE:
-        text += " and " + _against("COCO → uniform", parts.over_coco_uniform, "", "", p_coco)
+        text += "; it " + _against("COCO → uniform", parts.over_coco_uniform, "", "", p_coco)
     named = [("COCO", parts.coco), ("the synthetic train set", parts.synthetic), ("the mixture", parts.mixture)]
     pieces = [f"{n} {_signed(v)}" for n, v in named if v is not None]
     if parts.synthetic_and_mixture is not None:
@@ -120,7 +120,7 @@ def report_headline(result: Any, eval_split: str) -> tuple[str, dict[str, Any]]:
     if result.labelled is not None:
         res = result.labelled.results
         scores = {lb: _average(res[lb]) for lb in result.candidates if lb in res}
-        names = ", ".join(res[UNIFORM])
+        names = _and(list(res[UNIFORM]))
         where, split, on = f"the labelled {eval_split} split of {names}", eval_split, "labelled"
     else:
         res = result.synthetic_test.results
@@ -142,6 +142,10 @@ def report_headline(result: Any, eval_split: str) -> tuple[str, dict[str, Any]]:
                   "test": "paired t-test over queries (drmix compare)"}
 
 
-def _join(names: list[str]) -> str:
-    names = [n[0].upper() + n[1:] if i == 0 else n for i, n in enumerate(names)]
+def _and(names: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _join(names: list[str]) -> str:
+    return _and([n[0].upper() + n[1:] if i == 0 else n for i, n in enumerate(names)])
