@@ -212,3 +212,20 @@ def test_the_untrained_amazon_google_table_of_the_docs_is_what_page_table_prints
     assert printed.count("\n") == 15 and "| crcs | 13.04 / 0.056 | 13.09 / 0.056 |" in printed
     docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
     assert printed in docs
+
+
+WA3_FIXTURE = Path(__file__).parent / "fixtures" / "multicorpus-walmart-three-untrained-results.json"
+
+
+def test_the_untrained_walmart_and_three_corpus_tables_of_the_docs_are_what_page_table_prints(tmp_path, capsys):
+    """docs/multicorpus.md's re-printed Walmart-Amazon and three-corpus table is --page-table's output from the
+    stored results."""
+    import shutil
+
+    (tmp_path / "results").mkdir()
+    shutil.copy(WA3_FIXTURE, tmp_path / "results" / "results.json")
+    assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 15 and "| zscore | 41.70 / 0.231 | 41.70 / 0.231 | 27.88 / 0.169 |" in printed
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
+    assert printed in docs
