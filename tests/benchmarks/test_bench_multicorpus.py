@@ -229,3 +229,21 @@ def test_the_untrained_walmart_and_three_corpus_tables_of_the_docs_are_what_page
     assert printed.count("\n") == 15 and "| zscore | 41.70 / 0.231 | 41.70 / 0.231 | 27.88 / 0.169 |" in printed
     docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
     assert printed in docs
+
+
+FT_FIXTURES = [Path(__file__).parent / "fixtures" / f"multicorpus-finetuned-{n}-results.json"
+               for n in ("google-walmart-known", "amazon-known")]
+
+
+def test_the_fine_tuned_tables_of_the_docs_are_what_page_table_prints(tmp_path, capsys):
+    """docs/multicorpus.md's two re-printed fine-tuned tables are --page-table's output from the stored results."""
+    import shutil
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
+    for i, fixture in enumerate(FT_FIXTURES):
+        (tmp_path / str(i) / "results").mkdir(parents=True)
+        shutil.copy(fixture, tmp_path / str(i) / "results" / "results.json")
+        assert bm.main(["--out", str(tmp_path / str(i)), "--page-table"]) == 0
+        printed = capsys.readouterr().out
+        assert printed.count("\n") == 15 and "fine-tuned (3 seeds)" in printed.splitlines()[0]
+        assert printed in docs
