@@ -198,52 +198,42 @@ def test_candidates_are_made_again_for_a_corpus_changed_in_place(tmp_path, monke
     assert len(made) == 3
 
 
-AG_FIXTURE = Path(__file__).parent / "fixtures" / "multicorpus-amazon-google-untrained-results.json"
+FIXTURES = Path(__file__).parent / "fixtures"
+AG_FIXTURE = FIXTURES / "multicorpus-amazon-google-untrained-results.json"
+WA3_FIXTURE = FIXTURES / "multicorpus-walmart-three-untrained-results.json"
+FT_FIXTURES = [FIXTURES / f"multicorpus-finetuned-{n}-results.json" for n in ("google-walmart-known", "amazon-known")]
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md"
+
+
+def page_table_of(fixture: Path, out: Path, capsys) -> str:
+    """What ``--page-table`` prints from a stored ``results.json``."""
+    import shutil
+
+    (out / "results").mkdir(parents=True)
+    shutil.copy(fixture, out / "results" / "results.json")
+    assert bm.main(["--out", str(out), "--page-table"]) == 0
+    return capsys.readouterr().out
 
 
 def test_the_untrained_amazon_google_table_of_the_docs_is_what_page_table_prints(tmp_path, capsys):
     """docs/multicorpus.md's re-printed Amazon-Google table is --page-table's output from the stored results."""
-    import shutil
-
-    (tmp_path / "results").mkdir()
-    shutil.copy(AG_FIXTURE, tmp_path / "results" / "results.json")
-    assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
-    printed = capsys.readouterr().out
+    printed = page_table_of(AG_FIXTURE, tmp_path, capsys)
     assert printed.count("\n") == 15 and "| crcs | 13.04 / 0.056 | 13.09 / 0.056 |" in printed
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
-    assert printed in docs
-
-
-WA3_FIXTURE = Path(__file__).parent / "fixtures" / "multicorpus-walmart-three-untrained-results.json"
+    assert printed in DOCS.read_text(encoding="utf-8")
 
 
 def test_the_untrained_walmart_and_three_corpus_tables_of_the_docs_are_what_page_table_prints(tmp_path, capsys):
     """docs/multicorpus.md's re-printed Walmart-Amazon and three-corpus table is --page-table's output from the
     stored results."""
-    import shutil
-
-    (tmp_path / "results").mkdir()
-    shutil.copy(WA3_FIXTURE, tmp_path / "results" / "results.json")
-    assert bm.main(["--out", str(tmp_path), "--page-table"]) == 0
-    printed = capsys.readouterr().out
+    printed = page_table_of(WA3_FIXTURE, tmp_path, capsys)
     assert printed.count("\n") == 15 and "| zscore | 41.70 / 0.231 | 41.70 / 0.231 | 27.88 / 0.169 |" in printed
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
-    assert printed in docs
-
-
-FT_FIXTURES = [Path(__file__).parent / "fixtures" / f"multicorpus-finetuned-{n}-results.json"
-               for n in ("google-walmart-known", "amazon-known")]
+    assert printed in DOCS.read_text(encoding="utf-8")
 
 
 def test_the_fine_tuned_tables_of_the_docs_are_what_page_table_prints(tmp_path, capsys):
     """docs/multicorpus.md's two re-printed fine-tuned tables are --page-table's output from the stored results."""
-    import shutil
-
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "multicorpus.md").read_text(encoding="utf-8")
+    docs = DOCS.read_text(encoding="utf-8")
     for i, fixture in enumerate(FT_FIXTURES):
-        (tmp_path / str(i) / "results").mkdir(parents=True)
-        shutil.copy(fixture, tmp_path / str(i) / "results" / "results.json")
-        assert bm.main(["--out", str(tmp_path / str(i)), "--page-table"]) == 0
-        printed = capsys.readouterr().out
+        printed = page_table_of(fixture, tmp_path / str(i), capsys)
         assert printed.count("\n") == 15 and "fine-tuned (3 seeds)" in printed.splitlines()[0]
         assert printed in docs

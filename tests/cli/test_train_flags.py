@@ -79,16 +79,23 @@ class Captured(Exception):
     pass
 
 
-def test_the_command_line_writes_aliases_under_drmix_names(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def seen(monkeypatch) -> dict:
+    """``drmix train``'s config as the command line made it: ``api.train`` records it and stops the run
+    (:class:`Captured`)."""
     import drmix.api
 
-    seen = {}
+    seen: dict = {}
 
     def fake_train(config, **kw):
         seen["config"] = config
         raise Captured
 
     monkeypatch.setattr(drmix.api, "train", fake_train)
+    return seen
+
+
+def test_the_command_line_writes_aliases_under_drmix_names(tmp_path, monkeypatch, capsys, seen):
     monkeypatch.setenv("WORLD_SIZE", "2")
     data = tmp_path / "d.jsonl"
     data.write_text('{"query": "q", "positive": "p"}\n')
@@ -176,16 +183,7 @@ def test_resume_takes_an_optional_checkpoint_path_as_transformers_resume_from_ch
         TrainConfig(resume="a", resume_from="b")
 
 
-def test_train_resume_path_on_the_command_line_resumes_from_that_checkpoint(tmp_path, monkeypatch, capsys):
-    import drmix.api
-
-    seen = {}
-
-    def fake_train(config, **kw):
-        seen["config"] = config
-        raise Captured
-
-    monkeypatch.setattr(drmix.api, "train", fake_train)
+def test_train_resume_path_on_the_command_line_resumes_from_that_checkpoint(tmp_path, capsys, seen):
     data = tmp_path / "d.jsonl"
     data.write_text('{"query": "q", "positive": "p"}\n')
     ckpt = tmp_path / "run" / "checkpoints" / "step-2"
