@@ -298,9 +298,9 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     """``drmix index --backend faiss-disk|milvus``: refuse the target before encoding, then encode in chunks
     and stream them into the backend (:func:`drmix.retrieval.backends.build_index`)."""
     from drmix.data.beir import read_corpus
-    from drmix.model.encoder import document_prompt, load_encoder
+    from drmix.model.encoder import load_encoder
     from drmix.retrieval.backends import backend as get_backend
-    from drmix.retrieval.backends import encode_chunks, model_record, resolve_kind
+    from drmix.retrieval.backends import build_encoded, encode_chunks, resolve_kind
     from drmix.retrieval.ranks import launched
 
     spec = get_backend(backend)
@@ -313,7 +313,6 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
             raise ConfigError("--backend milvus writes a collection: give --uri (not --output).",
                               fix="pass --uri runs/x/index.db (Milvus Lite) or --uri http://HOST:19530.")
         target = f"{uri}#{collection or default_collection(corpus_file)}"
-        keep = {"M", "ef_construction", "ef_search", "nlist", "nprobe"}
     else:
         if output is None or uri is not None or collection is not None:
             raise ConfigError(f"--backend {backend} writes a folder: give --output DIR (--uri and --collection "
@@ -322,14 +321,12 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
 
         check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
         target = str(output)
-        keep = {"nlist", "nprobe", "pq_m", "rerank", "chunk_size"}
     meta: dict[str, Any] = {"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}
 
     def build(encoder: Any, docs: dict[str, dict[str, str]], chunks: Any) -> str:
-        meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
-                    max_length=max_length or getattr(encoder, "max_seq_length", None))
-        where = spec.build(target, chunks, meta, kind, {k: v for k, v in params.items() if k in keep}, overwrite,
-                           docs if store_texts else None)
+        where = build_encoded(spec, target, encoder, chunks, docs, meta, kind=kind, params=params,
+                              overwrite=overwrite, store_texts=store_texts, max_length=max_length,
+                              precision=precision)
         return f"indexed {len(docs)} documents ({backend} {kind}, dim {meta.get('dim')}) into {where}"
 
     def check_room(encoder: Any, docs: dict[str, dict[str, str]]) -> None:

@@ -45,15 +45,24 @@ def index_documents(spec: BackendSpec, target: str, encoder, docs, meta: dict, *
                     overwrite: bool = False, store_texts: bool = True, batch_size: int = 64,
                     max_length: int | None = None, precision: str = "auto", chunk_size: int = 100_000) -> str:
     """Encode ``docs`` (``{id: {"title", "text"}}``) with ``encoder`` in chunks and stream them into ``spec``'s
-    index at ``target``; returns its location. ``meta`` gets what the index records about the model
-    (:func:`model_record`, its document prompt, precision and length) -- what ``drmix index`` does for every
-    backend but the sharded memory build."""
+    index at ``target`` (:func:`build_encoded`); returns its location."""
+    chunks = encode_chunks(encoder, docs, chunk_size=chunk_size, batch_size=batch_size, max_length=max_length,
+                           precision=precision)
+    return build_encoded(spec, target, encoder, chunks, docs, meta, kind=kind, params=params, overwrite=overwrite,
+                         store_texts=store_texts, max_length=max_length, precision=precision)
+
+
+def build_encoded(spec: BackendSpec, target: str, encoder, chunks: Chunks, docs, meta: dict, *, kind: str,
+                  params: dict, overwrite: bool = False, store_texts: bool = True, max_length: int | None = None,
+                  precision: str = "auto") -> str:
+    """Stream ``(ids, vectors)`` chunks that ``encoder`` made of ``docs`` into ``spec``'s index at ``target``;
+    returns its location. ``meta`` gets what the index records about the model (:func:`model_record`, its
+    document prompt, precision and length) and only the backend's own ``params`` reach it -- what ``drmix
+    index`` does for every backend but the memory one, from one process or from the shards of several."""
     from drmix.model.encoder import document_prompt
 
     meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
                 max_length=max_length or getattr(encoder, "max_seq_length", None))
-    chunks = encode_chunks(encoder, docs, chunk_size=chunk_size, batch_size=batch_size, max_length=max_length,
-                           precision=precision)
     keep = BACKEND_PARAMS.get(spec.name)
     params = {k: v for k, v in params.items() if keep is None or k in keep}
     return spec.build(target, chunks, meta, kind, params, overwrite, docs if store_texts else None)
