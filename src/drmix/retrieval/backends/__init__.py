@@ -22,7 +22,7 @@ from drmix.retrieval.backends.base import (
 )
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "BackendSpec", "ChunkChecker", "Chunks", "backend", "backend_for",
-           "build_index", "check_model", "check_target", "chunks_from_npy", "encode_chunks", "index_documents",
+           "build_index", "check_model", "check_target", "chunks_from_npy", "encode_chunks", "build_encoded", "index_documents",
            "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
 
 
