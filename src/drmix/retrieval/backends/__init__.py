@@ -22,8 +22,8 @@ from drmix.retrieval.backends.base import (
 )
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "BackendSpec", "ChunkChecker", "Chunks", "backend", "backend_for",
-           "build_index", "check_model", "check_target", "chunks_from_npy", "encode_chunks", "build_encoded", "index_documents",
-           "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
+           "build_encoded", "build_index", "check_model", "check_target", "chunks_from_npy", "encode_chunks",
+           "index_documents", "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
 
 
 def build_index(backend_name: str, target: str, chunks: Chunks, *, kind: str | None = None,
