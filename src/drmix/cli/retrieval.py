@@ -263,6 +263,7 @@ def _index_memory(corpus: Path, output: Path, model: str | None, kind: str, para
     from drmix.data.beir import read_corpus
     from drmix.model.encoder import load_encoder
     from drmix.outputs import check_output_dir
+    from drmix.retrieval.backends import check_index_room
     from drmix.retrieval.index import index_corpus
     from drmix.retrieval.ranks import launched
 
@@ -273,7 +274,7 @@ def _index_memory(corpus: Path, output: Path, model: str | None, kind: str, para
         return index_sharded(
             output=output, corpus=corpus, corpus_file=corpus_file, overwrite=overwrite,
             load=lambda: load_encoder(model, model_kwargs=kwargs),
-            check_room=lambda enc, docs: _check_index_room(output, docs, enc, store_texts=store_texts),
+            check_room=lambda enc, docs: check_index_room(output, docs, enc, store_texts=store_texts),
             index_kwargs={"kind": kind, "batch_size": batch_size, "max_length": max_length,
                           "store_texts": store_texts, "precision": precision, **params},
             metadata={"model": stored_model_name(model), "corpus": str(corpus_file.resolve())},
@@ -282,7 +283,7 @@ def _index_memory(corpus: Path, output: Path, model: str | None, kind: str, para
     metadata = {"model": stored_model_name(model), "corpus": str(corpus_file.resolve())}
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=kwargs)
-    _check_index_room(output, docs, encoder, store_texts=store_texts)
+    check_index_room(output, docs, encoder, store_texts=store_texts)
     index = index_corpus(encoder, docs, kind=kind, batch_size=batch_size, max_length=max_length,
                          store_texts=store_texts, precision=precision, metadata=metadata, **params)
     index.save(output)
@@ -300,7 +301,7 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     from drmix.data.beir import read_corpus
     from drmix.model.encoder import load_encoder
     from drmix.retrieval.backends import backend as get_backend
-    from drmix.retrieval.backends import build_encoded, encode_chunks, resolve_kind
+    from drmix.retrieval.backends import build_encoded, check_index_room, encode_chunks, resolve_kind
     from drmix.retrieval.ranks import launched
 
     spec = get_backend(backend)
@@ -331,7 +332,7 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
 
     def check_room(encoder: Any, docs: dict[str, dict[str, str]]) -> None:
         if backend != "milvus":
-            _check_index_room(output, docs, encoder, store_texts=store_texts)
+            check_index_room(output, docs, encoder, store_texts=store_texts)
 
     if launched():  # every process encodes a shard; the first streams the shards' rows into the backend
         return _index_backend_sharded(corpus, corpus_file, output, target, spec, meta, model=model, build=build,
@@ -376,33 +377,6 @@ def _index_backend_sharded(corpus: Path, corpus_file: Path, output: Path | None,
                   overwrite=overwrite, chunk_size=chunk_size, metadata=meta,
                   echo=lambda line: _console().print(line, soft_wrap=True),
                   index_kwargs={"batch_size": batch_size, "max_length": max_length, "precision": precision})
-
-
-def _check_index_room(output: Path, docs: dict[str, dict[str, str]], encoder: Any, *, store_texts: bool) -> None:
-    """Before encoding: refuse an index the disk (or ``ulimit -f``) has no room for (float32 vectors, plus
-    the texts when stored: their length in characters, a lower bound of docs.jsonl's size), and say what
-    is coming when the corpus is large or holds a huge document (its tokenising shows no progress)."""
-    import logging
-
-    from drmix.io import check_free_space
-
-    from drmix.retrieval.encode import embedding_dim
-
-    dim = embedding_dim(encoder)
-    vectors = len(docs) * int(dim) * 4
-    sizes = {d: len(x.get("title", "")) + len(x.get("text", "")) for d, x in docs.items()}
-    texts = sum(sizes.values())
-    check_free_space(output, vectors + (texts if store_texts else 0), what=f"the index of {len(docs)} documents",
-                     largest_file=max(vectors, texts if store_texts else 0))
-    log = logging.getLogger("drmix.index")
-    if texts > 50_000_000:
-        log.info("tokenising %d documents (%.0f MB of text) before the encoding bar moves", len(docs), texts / 1e6)
-    longest = max(sizes, key=sizes.get, default=None)
-    if longest is not None and sizes[longest] > 1_000_000:
-        limit = getattr(encoder, "max_seq_length", None)
-        log.warning("document %r holds %.1f MB of text: tokenising it takes a while before the encoding bar "
-                    "moves, and the model reads only its first %s tokens (split long documents into passages)",
-                    longest, sizes[longest] / 1e6, limit or "few hundred")
 
 
 def stored_model_name(model: str | None) -> str:

@@ -154,3 +154,27 @@ def test_an_interrupted_index_stage_keeps_the_finished_corpora(tmp_path, tiny_mo
     assert record["corpora"]["travel"]["built"] and not record["corpora"]["pets"]["built"]
     assert record["corpora"]["travel"]["documents"] == 8 and index_finished(plan.root, "uniform")
     assert index_mod.read_index_record(plan.root) == record
+
+
+def test_an_index_the_disk_has_no_room_for_is_refused_before_encoding(tmp_path, tiny_model_path, monkeypatch):
+    """The stage checks the disk as ``drmix index`` does: 8 documents of 32-d float32 vectors plus their texts need
+    more than the 1,000 bytes the disk is said to have; nothing is encoded and nothing is written."""
+    import collections
+    import shutil
+
+    from drmix.errors import DiskFullError
+    from drmix.retrieval import backends
+
+    cfg = make_config(tmp_path, tiny_model_path, candidates=["uniform"])
+    plan = plan_adapt(cfg)
+    Usage = collections.namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10**9, 10**9 - 1_000, 1_000))
+    encoded: list[str] = []
+    monkeypatch.setattr(backends, "index_documents", lambda spec, target, *a, **kw: encoded.append(target))
+    with pytest.raises(DiskFullError, match=r"index/pets: index of pets: the index of 8 documents needs about \d+ "
+                                            r"bytes and the disk has 1000 bytes free; nothing was written\. Fix: free "
+                                            r"space on that filesystem, choose another --output-dir, or pass "
+                                            r"--no-index"):
+        build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
+    assert encoded == [] and not (plan.root / "index" / "pets").exists()
+    assert not index_finished(plan.root, "uniform")

@@ -226,3 +226,41 @@ def test_the_training_sample_is_read_in_blocks_row_for_row(tmp_path):
     np.testing.assert_array_equal(read_rows(tmp_path / "v.f32", rows, 23, 3, 5), x[rows])  # blocks of 5 rows
     np.testing.assert_array_equal(read_rows(tmp_path / "v.f32", rows, 23, 3, 100), x[rows])
     assert read_rows(tmp_path / "v.f32", np.array([], dtype=np.int64), 23, 3, 5).shape == (0, 3)
+
+
+def test_the_exact_rescoring_gathers_a_bounded_block_of_candidates(tmp_path, data, monkeypatch):
+    """A search batch re-scores at most RESCORE_FLOATS floats of candidate rows at once: 400 queries x 400
+    candidates x 16 dimensions go through in batches of 4 when the bound is 4 x 400 x 16, with the same results."""
+    from drmix.retrieval.backends import faiss_disk
+
+    doc_ids, x = data
+    idx = open_index(build_index("faiss-disk", str(tmp_path / "i"), chunks(doc_ids, x), nprobe=10_000, rerank=80))
+    want_s, want = idx.search(x, 5)
+    seen = []
+
+    class Spy:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def search(self, q, k):
+            seen.append((q.shape[0], k))
+            return self.inner.search(q, k)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    idx.index = Spy(idx.index)
+    monkeypatch.setattr(faiss_disk, "RESCORE_FLOATS", 4 * 400 * 16 + 3)
+    got_s, got = idx.search(x, 5)
+    assert seen == [(4, 400)] * 100
+    assert got == want
+    np.testing.assert_array_equal(got_s, want_s)
+    seen.clear()
+    monkeypatch.setattr(faiss_disk, "RESCORE_FLOATS", 10)  # less than one query's candidates: one query a batch
+    assert idx.search(x[:3], 5)[1] == want[:3] and seen == [(1, 400)] * 3
+
+
+def test_the_default_bound_caps_a_default_search_below_20_mb():
+    from drmix.retrieval.backends import faiss_disk
+
+    assert 4 * faiss_disk.RESCORE_FLOATS <= 20 * 2**20 and faiss_disk.RESCORE_FLOATS >= 100 * 1024

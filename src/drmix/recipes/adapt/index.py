@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from drmix.errors import ConfigError
+from drmix.errors import ConfigError, DiskFullError
 from drmix.recipes.adapt.config import AdaptConfig, index_fields
 from drmix.recipes.adapt.plan import AdaptPlan
 
@@ -97,7 +97,8 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
     from drmix.model.encoder import load_encoder
     from drmix.pretrain.coco import corpus_file
     from drmix.provenance import corpus_fingerprint
-    from drmix.retrieval.backends import backend, index_documents, model_fingerprint, resolve_kind
+    from drmix.retrieval.backends import (backend, check_index_room, index_documents, model_fingerprint,
+                                          resolve_kind)
 
     s = config.search
     spec = backend(s.index_backend)
@@ -127,6 +128,13 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
             except ConfigError as e:     # a collection this run did not write
                 raise ConfigError(f"index of {name}: {e.message}", path=e.path,
                                   fix="drop that collection, pass another --index-uri, or --no-index.") from None
+            if s.index_backend != "milvus":  # a folder of this run: refused before encoding when it cannot fit
+                try:
+                    check_index_room(location, docs, encoder, store_texts=True)
+                except DiskFullError as e:
+                    raise DiskFullError(f"index of {name}: {e.message}", path=e.path,
+                                        fix="free space on that filesystem, choose another --output-dir, or pass "
+                                            "--no-index (the adapted model is kept).") from None
             location = index_documents(spec, location, encoder, docs, meta, kind=kind, params={}, overwrite=ours,
                                        max_length=config.data.doc_max_length)
             count = len(docs)

@@ -2,6 +2,9 @@
 (embedded Milvus Lite or a server). See :mod:`drmix.retrieval.backends.base`."""
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from drmix.retrieval.backends.base import (
     BACKENDS,
     DEFAULT_BACKEND,
@@ -22,8 +25,9 @@ from drmix.retrieval.backends.base import (
 )
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "BackendSpec", "ChunkChecker", "Chunks", "backend", "backend_for",
-           "build_encoded", "build_index", "check_model", "check_target", "chunks_from_npy", "encode_chunks",
-           "index_documents", "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
+           "build_encoded", "build_index", "check_index_room", "check_model", "check_target", "chunks_from_npy",
+           "encode_chunks", "index_documents", "model_fingerprint", "model_record", "open_index", "register_backend",
+           "resolve_kind"]
 
 
 def build_index(backend_name: str, target: str, chunks: Chunks, *, kind: str | None = None,
@@ -66,3 +70,30 @@ def build_encoded(spec: BackendSpec, target: str, encoder, chunks: Chunks, docs,
     keep = BACKEND_PARAMS.get(spec.name)
     params = {k: v for k, v in params.items() if keep is None or k in keep}
     return spec.build(target, chunks, meta, kind, params, overwrite, docs if store_texts else None)
+
+
+def check_index_room(output: str | Path, docs: dict[str, dict[str, str]], encoder: Any, *,
+                     store_texts: bool) -> None:
+    """Before encoding: refuse an index the disk (or ``ulimit -f``) has no room for (float32 vectors, plus
+    the texts when stored: their length in characters, a lower bound of docs.jsonl's size), and say what
+    is coming when the corpus is large or holds a huge document (its tokenising shows no progress)."""
+    import logging
+
+    from drmix.io import check_free_space
+    from drmix.retrieval.encode import embedding_dim
+
+    dim = embedding_dim(encoder)
+    vectors = len(docs) * int(dim) * 4
+    sizes = {d: len(x.get("title", "")) + len(x.get("text", "")) for d, x in docs.items()}
+    texts = sum(sizes.values())
+    check_free_space(output, vectors + (texts if store_texts else 0), what=f"the index of {len(docs)} documents",
+                     largest_file=max(vectors, texts if store_texts else 0))
+    log = logging.getLogger("drmix.index")
+    if texts > 50_000_000:
+        log.info("tokenising %d documents (%.0f MB of text) before the encoding bar moves", len(docs), texts / 1e6)
+    longest = max(sizes, key=sizes.get, default=None)
+    if longest is not None and sizes[longest] > 1_000_000:
+        limit = getattr(encoder, "max_seq_length", None)
+        log.warning("document %r holds %.1f MB of text: tokenising it takes a while before the encoding bar "
+                    "moves, and the model reads only its first %s tokens (split long documents into passages)",
+                    longest, sizes[longest] / 1e6, limit or "few hundred")
