@@ -187,7 +187,7 @@ def test_llm_rows_and_cost_by_hand():
     assert "| 0 | scifact | 200 | 50.0 | 0.25 | 3 | 180 of 200 (90%) | 90 of 180 (50%) | 8 of 10 (80%) |" in lines
 
 
-FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("adapt-*cpu-results.json"))
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("adapt-*-results.json"))
 
 
 def _seed_folders(out: Path, seed: str, stored: dict) -> None:

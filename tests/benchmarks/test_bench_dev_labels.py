@@ -60,14 +60,18 @@ def test_ties_go_to_the_earlier_candidate_and_wilson_by_hand():
     assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)
 
 
-FIXTURE = Path(__file__).parent / "fixtures" / "dev-labels-cpu-results.json"
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("dev-labels-*-results.json"))
 
 
-@pytest.mark.skipif(not FIXTURE.exists(), reason="no stored results of the measured run")
-def test_the_docs_table_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys):
-    (tmp_path / "results.json").write_text(FIXTURE.read_text(encoding="utf-8"), encoding="utf-8")
+def test_every_measured_preset_has_its_stored_results():
+    assert "dev-labels-cpu-results" in [f.stem for f in FIXTURES]
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+def test_the_docs_table_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys, fixture):
+    (tmp_path / "results.json").write_text(fixture.read_text(encoding="utf-8"), encoding="utf-8")
     assert bd.main(["--report-only", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
-    assert json.loads(FIXTURE.read_text(encoding="utf-8"))["runs"]
+    assert json.loads(fixture.read_text(encoding="utf-8"))["runs"]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "adapt.md").read_text(encoding="utf-8")
     assert printed.rstrip("\n") in docs
