@@ -420,12 +420,14 @@ def load_config(model_cls: type[C], path: str | Path | None = None, overrides: d
         if not isinstance(raw, dict):
             raise ConfigError("config must be a mapping of field: value.", path=path,
                               fix=f"write fields of {model_cls.__name__} at the top level.")
+        if issubclass(model_cls, Config):   # a field the config leaves out: refused before anything else is said
+            raw = model_cls.refuse_left_out(raw, path)
         old = model_cls.flat_keys(raw) if issubclass(model_cls, Config) else []
         if old:
             log.warning("%s: %s written in drmix 0.1's flat layout; read into their groups. The grouped layout "
                         "(what every run writes to its config.yaml) is the current one; see docs/training.md",
                         path, ", ".join(old[:6]) + (f" and {len(old) - 6} more" if len(old) > 6 else ""))
-        values = model_cls.nest(model_cls.refuse_left_out(raw, path)) if issubclass(model_cls, Config) else dict(raw)
+        values = model_cls.nest(raw) if issubclass(model_cls, Config) else dict(raw)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     if issubclass(model_cls, Config):
         values = merge(values, model_cls.nest(model_cls.refuse_left_out(given)), model_cls.groups())
