@@ -123,7 +123,8 @@ def run_finished(run_dir: str | Path) -> bool:
 KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("shards", "the shards of a sharded encoding (shards.json, rank-*-of-*.npy/.json)", "files", "continue",
                _json_has("shards.json", "corpus_fingerprint"),
-               ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp")),
+               ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp",
+                ".drmix-shared.*.tmp")),  # the last: drmix.retrieval.ranks.Ranks.check_shared's marker
     OutputKind("index", "an index written by drmix index (vectors.npy or index.faiss, meta.json)", "folder", "replace",
                lambda d: ((d / "index.faiss").is_file() or (d / "vectors.npy").is_file())
                and _json_has("meta.json", "format_version")(d),

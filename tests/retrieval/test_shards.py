@@ -31,6 +31,9 @@ class SeqRanks(Ranks):
     def barrier(self) -> None:
         pass
 
+    def check_shared(self, folder, *, what, fix) -> None:
+        pass  # the ranks run one after the other in this process: one folder (tests/retrieval/test_ranks.py)
+
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_path):

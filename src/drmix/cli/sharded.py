@@ -17,6 +17,20 @@ def shard_folder(output: Path) -> Path:
     return output.with_name(output.name + ".shards")
 
 
+def shared_fix(folder: Path, option: str | None) -> str:
+    """The fix of a shard folder that is not one folder on every node (:meth:`drmix.retrieval.ranks.Ranks.check_shared`):
+    the option that places it (``--output``, ``--uri``), or ``DRMIX_CACHE`` for a folder in the drmix cache."""
+    from drmix.io import cache_root
+
+    folder = folder.expanduser().absolute()
+    if cache_root().expanduser().absolute() in folder.parents:
+        cache = ("point DRMIX_CACHE on every node at one folder they all mount at the same path (the shards go to "
+                 "$DRMIX_CACHE/shards/)")
+        return f"pass {option} on a filesystem every node mounts, or {cache}" if option else cache
+    return (f"put {option} on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go to "
+            f"{folder}")
+
+
 def count_passages(corpus_file: Path) -> int:
     """Non-blank lines of a corpus ``.jsonl`` (one document each), counted without parsing them."""
     from drmix.errors import DataError
@@ -61,6 +75,7 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
     from drmix.retrieval.shards import agree, encode_sharded, shard_chunks
 
     ranks = Ranks.from_env()
+    fix = shared_fix(folder or shard_folder(output), "--output" if folder is None else "--uri")
     folder = folder or shard_folder(output)
     try:
         error = None
@@ -89,7 +104,7 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
                                 batch_size=index_kwargs.pop("batch_size"), prompt=document_prompt(encoder),
                                 max_length=index_kwargs.get("max_length"), normalize=model_normalizes(encoder),
                                 precision=index_kwargs.get("precision"), model_name=str(metadata.get("model")),
-                                overwrite=overwrite, merge=build is None)
+                                overwrite=overwrite, merge=build is None, shared_fix=fix)
         if not ranks.main:
             return
         reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
@@ -130,8 +145,9 @@ def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: 
         yield None
         return
     ranks = Ranks.from_env()
+    root = shards_root(output, name, folder=folder)
     try:
-        with sharded_corpora(ranks, shards_root(output, name, folder=folder), overwrite=overwrite):
+        with sharded_corpora(ranks, root, overwrite=overwrite, shared_fix=shared_fix(root, "--output")):
             yield ranks
     finally:
         ranks.close()
