@@ -150,6 +150,24 @@ def scifact_corpus(data: Path, n: int, path: Path, *, repeat: bool = False) -> i
     return len(out)
 
 
+def launch(cmd: list[str], timeout: float | None) -> subprocess.CompletedProcess:
+    """``cmd`` (a torchrun launcher) to its end, or stopped when ``timeout`` runs out: SIGTERM first, so that torchrun
+    stops its workers (each in a session of its own), then SIGKILL."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err += f"\nstopped: the budget ran out after {timeout:.0f} s"
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def run_adapt(args: argparse.Namespace) -> dict[str, Any]:
     import bench_train
     import yaml
@@ -166,7 +184,7 @@ def run_adapt(args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
            str(work / "launch.py"), "adapt", str(work / "adapt.yaml"), "--overwrite"]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    done = launch(cmd, timeout=max(60.0, args.budget.left()) if getattr(args, "budget", None) else None)
     wall = time.perf_counter() - t0
     (args.out / "adapt.log").write_text(done.stdout + done.stderr, encoding="utf-8")
     backend = next((line.split()[1] for line in done.stdout.splitlines() if line.startswith("PROCESS_GROUP ")), None)
@@ -370,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from _lease import START_S, Budget
 
-    budget = Budget(args.budget_s)
+    budget = args.budget = Budget(args.budget_s)
     device, gpus, machine = _device(args)
     args.device = device
     need = estimates(args)
