@@ -113,6 +113,7 @@ def test_an_existing_collection_is_refused_before_encoding(app, toy, tiny_model_
         encoder.load_encoder = real
     assert isinstance(result.exception, ConfigError)
     assert "collection toy already exists" in str(result.exception) and "121 passages" in str(result.exception)
+    assert f"this build is model {tiny_model_path}." in str(result.exception)    # no dimension yet: none shown
     _ok(app, [*args, "--overwrite", "--kind", "hnsw"])
     out = _eval(app, ["--index", db, "--data", str(data)], tmp_path / "e")
     assert out["info"]["toy"]["kind"] == "hnsw"
