@@ -245,27 +245,19 @@ def test_two_nodes_index_into_a_shared_folder_and_refuse_a_node_local_one(corpus
     assert f"into {tmp_path / 'two'}; 2 shards in {tmp_path / 'two.shards'}" in one_line(first.stdout)
 
 
-def test_the_fix_of_a_shard_folder_names_the_option_or_the_cache(tmp_path, monkeypatch):
-    """Where the shards of a command go decides what a user moves to a shared disk: the option that places them,
-    or DRMIX_CACHE for the folder in the drmix cache (drmix eval without --output, a Milvus server build)."""
+def test_drmix_eval_without_output_names_drmix_cache_as_the_fix(tmp_path, monkeypatch):
+    """drmix eval without --output keeps its shards in the drmix cache: its fix says where to point DRMIX_CACHE."""
     from drmix.cli import sharded
     from drmix.retrieval import ranks, shards
 
     monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
-    assert sharded.shared_fix(tmp_path / "idx.shards", "--output") == (
-        f"put --output on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go to "
-        f"{tmp_path / 'idx.shards'}")
-    cached = sharded.shards_root(None, "eval", folder=True)
-    assert cached == tmp_path / "cache" / "shards" / "eval"
-    assert sharded.shared_fix(cached, "--output") == (
-        "pass --output on a filesystem every node mounts, or point DRMIX_CACHE on every node at one folder they all "
-        "mount at the same path (the shards go to $DRMIX_CACHE/shards/)")
-    assert sharded.shared_fix(cached / "c1", None).startswith("point DRMIX_CACHE on every node")
     _launched(monkeypatch, 0, 2)
     monkeypatch.setattr(ranks.Ranks, "_join", lambda self: None)
-    with sharded.launched_shards(None, "eval", folder=True) as joined:  # what drmix eval without --output runs
+    with sharded.launched_shards(None, "eval", folder=True) as joined:
         plan = shards.active()
-        assert joined.world_size == 2 and plan.root == cached and plan.shared_fix.startswith("pass --output on")
+        assert joined.world_size == 2 and plan.root == tmp_path / "cache" / "shards" / "eval"
+        assert plan.shared_fix == shards.shared_fix(plan.root, "--output")
+        assert plan.shared_fix.startswith("pass --output on a filesystem every node mounts, or point DRMIX_CACHE")
 
 
 @pytest.mark.slow

@@ -114,6 +114,20 @@ def _describe(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+def shared_fix(folder: Path, option: str | None) -> str:
+    """The fix of a shard folder that is not one folder on every node (:meth:`drmix.retrieval.ranks.Ranks.check_shared`):
+    the option that places it (``--output``, ``--uri``), or ``DRMIX_CACHE`` for a folder in the drmix cache."""
+    from drmix.io import cache_root
+
+    folder = Path(folder).expanduser().absolute()
+    if cache_root().expanduser().absolute() in folder.parents:
+        cache = ("point DRMIX_CACHE on every node at one folder they all mount at the same path (the shards go to "
+                 "$DRMIX_CACHE/shards/)")
+        return f"pass {option} on a filesystem every node mounts, or {cache}" if option else cache
+    return (f"put {option} on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go to "
+            f"{folder}")
+
+
 def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = False) -> None:
     """Rank 0, before encoding: refuse a folder of other settings (unless ``overwrite``: its shards are
     deleted), then record ``settings`` in ``shards.json``."""
