@@ -150,8 +150,7 @@ def run_finished(run_dir: str | Path) -> bool:
 KINDS: dict[str, OutputKind] = {k.name: k for k in (
     OutputKind("shards", "the shards of a sharded encoding (shards.json, rank-*-of-*.npy/.json)", "files", "continue",
                _json_has("shards.json", "corpus_fingerprint"),
-               ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp",
-                ".drmix-shared.*.tmp")),  # the last: drmix.retrieval.ranks.Ranks.check_shared's marker
+               ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp")),
     OutputKind("index", "an index written by drmix index (vectors.npy or index.faiss, meta.json)", "folder", "replace",
                _is_index, INDEX_FILES, own=_index_files),
     OutputKind("multicorpus", "a benchmark written by drmix multicorpus build (manifest.json)", "folder", "replace",
@@ -203,6 +202,16 @@ def _resolved(path: str | Path) -> Path:
     return resolved_path(path)
 
 
+#: the marker :meth:`drmix.retrieval.ranks.Ranks.check_shared` writes in a folder every node must share, for the
+#: moment the other ranks take to read it: not an entry of the folder (another rank may claim it meanwhile)
+SHARED_MARKER = ".drmix-shared.{}.tmp"
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The entries of ``folder``, a shared-folder marker of the moment left out."""
+    return [p for p in folder.iterdir() if not fnmatch.fnmatchcase(p.name, SHARED_MARKER.format("*"))]
+
+
 def _matches(rel: tuple[str, ...], pattern: str) -> bool:
     parts = pattern.split("/")
     return len(parts) == len(rel) and all(fnmatch.fnmatchcase(r, p) for r, p in zip(rel, parts))
@@ -214,7 +223,7 @@ def _foreign(folder: Path, kind: OutputKind) -> list[str]:
     whole = [p for p in patterns if "/" not in p]
     nested = [p for p in patterns if "/" in p]
     out: list[str] = []
-    for entry in sorted(folder.iterdir()):
+    for entry in sorted(_entries(folder)):
         if any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
             continue
         inner = [p for p in nested if fnmatch.fnmatchcase(entry.name, p.split("/", 1)[0])]
@@ -278,7 +287,7 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
     if not path.exists():
         return path
     try:
-        empty = not any(path.iterdir())
+        empty = not _entries(path)
     except PermissionError:
         raise ConfigError("the output folder cannot be read.", path=path,
                           fix="check its permissions or choose another folder.") from None

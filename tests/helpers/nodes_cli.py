@@ -4,10 +4,14 @@ for each; ``--sort-chunk N`` first sets ``encode_texts``' sort chunk (so that a 
 
 The group is joined here, not by the commands, so that several commands run in one launch: a process that
 destroys its group cannot join again under torchrun's agent store."""
+import faulthandler
 import os
 import sys
 
 import torch.distributed as dist
+
+# a process still running after this long prints every thread's stack (what a test that stops a hung launch shows)
+faulthandler.dump_traceback_later(int(os.environ.get("DRMIX_TEST_STACKS_AFTER_S", "240")), exit=False)
 
 args = sys.argv[1:]
 if args[:1] == ["--sort-chunk"]:
@@ -33,4 +37,5 @@ for i, command in enumerate(commands):
     sys.stderr.flush()
     print(f"EXIT {i} RANK {os.environ['RANK']} CODE {code}", flush=True)
     dist.barrier()
+faulthandler.cancel_dump_traceback_later()
 dist.destroy_process_group()

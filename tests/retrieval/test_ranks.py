@@ -131,3 +131,14 @@ def test_a_folder_rank_0_cannot_create_is_one_line_on_every_rank(tmp_path):
 def test_one_process_checks_nothing(tmp_path):
     Ranks().check_shared(tmp_path / "never", what="the shard folder", fix="x")
     assert not (tmp_path / "never").exists()
+
+
+def test_the_main_process_is_global_rank_0_or_a_plain_process(monkeypatch):
+    from drmix.retrieval.ranks import main_process
+
+    monkeypatch.delenv("RANK", raising=False)
+    assert main_process()
+    for rank, main in (("0", True), ("1", False), ("8", False), ("", True)):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("LOCAL_RANK", "0")   # a node's first process is not the main one unless its RANK is 0
+        assert main_process() is main, rank

@@ -136,6 +136,8 @@ def test_two_nodes_train_as_one_process_and_build_their_own_caches(tiny_model_pa
             "see the marker rank 0 (node 0) wrote there") in one_line(first.stderr)
     assert "Fix: put --output-dir on a filesystem every node mounts at the same path" in one_line(first.stderr)
     assert not any((n.root / "run" / "config.yaml").exists() for n in nodes)
+    # global rank 0 alone prints the outcome (and would push with --push-to-hub)
+    assert "trained 2 steps" in by_rank(nodes)[0].stdout and "trained" not in by_rank(nodes)[1].stdout
     one, two = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     assert [m["loss"] for m in two] == pytest.approx([m["loss"] for m in one], abs=1e-5) and len(one) == 2
     a, b = (load_file(str(tmp_path / r / "model" / "model.safetensors")) for r in ("one", "two"))

@@ -26,11 +26,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+# the marker check_shared writes (.drmix-shared.<token>.tmp: a killed run's is a temporary; the output contract does
+# not count it as an entry of the folder)
+from drmix.outputs import SHARED_MARKER
+
 log = logging.getLogger(__name__)
 
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-#: the marker :meth:`Ranks.check_shared` writes (``.drmix-shared.<token>.tmp``: a killed run's is a temporary)
-SHARED_MARKER = ".drmix-shared.{}.tmp"
 #: how long a rank waits for the others at a barrier: the ranks' shares differ by up to one chunk of texts, but
 #: GPUs of one node do not run at one speed for hours (a rank that died stops the launcher's other ranks at once)
 WAIT_S = 2 * 3600
@@ -45,6 +47,15 @@ def launched() -> bool:
     """Whether this process was started by ``torchrun`` / ``accelerate launch`` (``RANK`` and
     ``WORLD_SIZE`` set)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def main_process() -> bool:
+    """Whether this process writes a command's outputs and prints its results: global rank 0 of a launch (``RANK``),
+    or a plain process; read from the launcher's environment, without joining anything."""
+    try:
+        return int(os.environ.get("RANK", "0") or 0) == 0
+    except ValueError:
+        return True
 
 
 @dataclass
