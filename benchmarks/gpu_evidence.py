@@ -370,6 +370,10 @@ def run_parts(args: argparse.Namespace, budget: Any, need: dict[str, float], gpu
             _save(args, results)
             continue
         print(f"--- {part} (estimated {need[part]:.0f} s, {budget.left():.0f} s left)", flush=True)
+        if args.tiny and not args.model:  # made once, for the first part that runs
+            from _models import truncated_minilm
+
+            args.model = truncated_minilm(1, args.out / "models")
         t0 = time.perf_counter()
         try:
             results["parts"][part] = {"status": "ran", "figures": RUNNERS[part](args)}
@@ -401,10 +405,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.estimate:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.tiny and not args.model:
-        from _models import truncated_minilm
-
-        args.model = truncated_minilm(1, args.out / "models")
     results: dict[str, Any] = {"device": device, "machine": machine, "tiny": args.tiny, "budget_s": args.budget_s,
                                "estimated_s": round(total, 1), "order": list(args.parts), "parts": {},
                                "estimates_s": {p: round(need[p], 1) for p in args.parts}}
