@@ -302,6 +302,7 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     from drmix.model.encoder import load_encoder
     from drmix.retrieval.backends import backend as get_backend
     from drmix.retrieval.backends import build_encoded, check_index_room, encode_chunks, resolve_kind
+    from drmix.retrieval.backends.milvus import is_uri
     from drmix.retrieval.ranks import launched
 
     spec = get_backend(backend)
@@ -333,12 +334,16 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
     def check_room(encoder: Any, docs: dict[str, dict[str, str]]) -> None:
         if backend != "milvus":
             check_index_room(output, docs, encoder, store_texts=store_texts)
+        elif not is_uri(str(uri)):  # Milvus Lite writes a folder here: its disk (a server's is its own)
+            check_index_room(Path(str(uri)), docs, encoder, store_texts=store_texts)
 
     if launched():  # every process encodes a shard; the first streams the shards' rows into the backend
         return _index_backend_sharded(corpus, corpus_file, output, target, spec, meta, model=model, build=build,
                                       check_room=check_room, batch_size=batch_size, max_length=max_length,
                                       precision=precision, chunk_size=params["chunk_size"], overwrite=overwrite,
-                                      kwargs=kwargs)
+                                      kwargs=kwargs, rank_build=_milvus_rank_build(
+                                          target, meta, kind=kind, params=params, overwrite=overwrite,
+                                          store_texts=store_texts, precision=precision, max_length=max_length))
     spec.check(target, meta, overwrite)  # a Milvus collection that exists is refused before encoding
     docs = read_corpus(corpus_file)
     encoder = load_encoder(model, model_kwargs=kwargs)
@@ -353,10 +358,11 @@ def _index_backend(corpus: Path, output: Path | None, backend: str, *, uri: str 
 def _index_backend_sharded(corpus: Path, corpus_file: Path, output: Path | None, target: str, spec: Any,
                            meta: dict[str, Any], *, model: str | None, build: Any, check_room: Any, batch_size: int,
                            max_length: int | None, precision: str, chunk_size: int, overwrite: bool,
-                           kwargs: dict[str, Any]) -> None:
+                           kwargs: dict[str, Any], rank_build: Any = None) -> None:
     """``drmix index --backend faiss-disk|milvus`` under torchrun / accelerate launch: shards beside the output
     (``OUTPUT.shards``; for Milvus ``PATH.db.shards``, or the drmix cache for a server), streamed into the
-    backend by rank 0 ``--chunk-size`` rows at a time."""
+    backend by rank 0 ``--chunk-size`` rows at a time -- or, with ``rank_build`` (a Milvus server), inserted by
+    every rank from its own shard."""
     from drmix.cli.sharded import index_sharded, shard_folder, shards_root
     from drmix.model.encoder import load_encoder
     from drmix.outputs import check_output_dir
@@ -375,8 +381,31 @@ def _index_backend_sharded(corpus: Path, corpus_file: Path, output: Path | None,
     index_sharded(output=output, corpus=corpus, corpus_file=corpus_file, folder=folder, claim=claim, build=build,
                   load=lambda: load_encoder(model, model_kwargs=kwargs), check_room=check_room,
                   overwrite=overwrite, chunk_size=chunk_size, metadata=meta,
-                  echo=lambda line: _console().print(line, soft_wrap=True),
+                  echo=lambda line: _console().print(line, soft_wrap=True), rank_build=rank_build,
                   index_kwargs={"batch_size": batch_size, "max_length": max_length, "precision": precision})
+
+
+def _milvus_rank_build(target: str, meta: dict[str, Any], *, kind: str, params: dict[str, Any], overwrite: bool,
+                       store_texts: bool, precision: str, max_length: int | None) -> Any:
+    """For a Milvus server target (``http://...#NAME``): the build every rank runs with its own shard's chunks
+    (:func:`drmix.retrieval.backends.milvus.build_from_ranks`); None for any other target."""
+    from drmix.retrieval.backends.milvus import is_uri, split_location
+
+    if not is_uri(split_location(target)[0]):
+        return None
+
+    def rank_build(encoder: Any, docs: dict[str, dict[str, str]], ranks: Any, chunks: Any) -> str:
+        from drmix.retrieval.backends import BACKEND_PARAMS, encoded_meta
+        from drmix.retrieval.backends.milvus import build_from_ranks
+        from drmix.retrieval.encode import embedding_dim
+
+        encoded_meta(meta, encoder, precision=precision, max_length=max_length)
+        own = {k: v for k, v in params.items() if k in BACKEND_PARAMS["milvus"]}
+        where = build_from_ranks(target, ranks, chunks, meta, kind, own, overwrite, docs if store_texts else None,
+                                 count=len(docs), dim=int(embedding_dim(encoder)))
+        return (f"indexed {len(docs)} documents (milvus {kind}, dim {meta.get('dim')}) into {where}, each of the "
+                f"{ranks.world_size} ranks inserting its own shard")
+    return rank_build
 
 
 def stored_model_name(model: str | None) -> str:

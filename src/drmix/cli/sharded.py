@@ -43,14 +43,17 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
                   check_room: Callable[[Any, dict], None], overwrite: bool, index_kwargs: dict[str, Any],
                   metadata: dict[str, Any], echo: Callable[[str], None], folder: Path | None = None,
                   claim: Callable[[], None] | None = None,
-                  build: Callable[[Any, dict, Any], str] | None = None, chunk_size: int = 100_000) -> None:
+                  build: Callable[[Any, dict, Any], str] | None = None, chunk_size: int = 100_000,
+                  rank_build: Callable[[Any, dict, Any, Any], str] | None = None) -> None:
     """Every rank: claim (rank 0), read the corpus, load the model, encode its shard; rank 0 merges and
     writes the index, then says where the shards and the index are.
 
     With ``build(encoder, docs, chunks) -> "indexed ... into WHERE"`` (a backend that builds from chunks),
     rank 0 does not merge: it streams the shards' rows, ``chunk_size`` at a time
     (:func:`drmix.retrieval.shards.shard_chunks`), into ``build``; ``claim()`` then checks the target (rank 0,
-    before encoding) and ``folder`` is where the shards go (default ``OUTPUT.shards``)."""
+    before encoding) and ``folder`` is where the shards go (default ``OUTPUT.shards``). With
+    ``rank_build(encoder, docs, ranks, chunks) -> "indexed ... into WHERE"`` (a Milvus server) every rank calls
+    it with the ``(first row, ids, vectors)`` chunks of its own shard instead."""
     from drmix.data.beir import doc_text, read_corpus
     from drmix.io import check_free_space
     from drmix.model.encoder import document_prompt
@@ -89,10 +92,20 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
                                 batch_size=index_kwargs.pop("batch_size"), prompt=document_prompt(encoder),
                                 max_length=index_kwargs.get("max_length"), normalize=model_normalizes(encoder),
                                 precision=index_kwargs.get("precision"), model_name=str(metadata.get("model")),
-                                overwrite=overwrite, merge=build is None)
+                                overwrite=overwrite, merge=build is None and rank_build is None)
+        reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
+        if rank_build is not None:
+            from drmix.retrieval.shards import rank_chunks
+
+            ids = list(docs)
+            own = ((row, ids[row:row + len(part)], part)
+                   for row, part in rank_chunks(folder, result.settings, ranks.rank, chunk_size))
+            done = rank_build(encoder, docs, ranks, own)
+            if ranks.main:
+                echo(f"{done}; {ranks.world_size} shards{reused} in {folder}")
+            return
         if not ranks.main:
             return
-        reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
         if build is not None:
             ids = list(docs)
             chunks = ((ids[row:row + len(part)], part) for row, part in shard_chunks(folder, result.settings,
