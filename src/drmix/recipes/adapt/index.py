@@ -128,9 +128,10 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
             except ConfigError as e:     # a collection this run did not write
                 raise ConfigError(f"index of {name}: {e.message}", path=e.path,
                                   fix="drop that collection, pass another --index-uri, or --no-index.") from None
-            if s.index_backend != "milvus":  # a folder of this run: refused before encoding when it cannot fit
+            room = _room_at(location, s.index_backend)
+            if room is not None:  # a folder (or a Milvus Lite folder): refused before encoding when it cannot fit
                 try:
-                    check_index_room(location, docs, encoder, store_texts=True)
+                    check_index_room(room, docs, encoder, store_texts=True)
                 except DiskFullError as e:
                     raise DiskFullError(f"index of {name}: {e.message}", path=e.path,
                                         fix="free space on that filesystem, choose another --output-dir, or pass "
@@ -145,6 +146,16 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
               "model_fingerprint": fingerprint, "corpora": corpora}
     atomic_write_json(folder / RECORD, record)
     return record
+
+
+def _room_at(location: str, backend: str) -> Path | None:
+    """Where an index's bytes land on this machine: its folder, a Milvus Lite folder; None for a Milvus server."""
+    if backend != "milvus":
+        return Path(location)
+    from drmix.retrieval.backends.milvus import is_uri, split_location
+
+    uri = split_location(location)[0]
+    return None if is_uri(uri) else Path(uri)
 
 
 def _ours(location: str, root: Path) -> bool:

@@ -192,8 +192,8 @@ class LocalMilvus:
             proc.wait(timeout=30)
 
     def remove(self) -> None:
-        """Stop the server and delete its data folder."""
-        self.stop()
+        """Stop the server (no graceful shutdown: its data goes) and delete its data folder."""
+        self.stop(grace=1.0)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalMilvus:
