@@ -410,7 +410,8 @@ def table(results: dict) -> str:
     for r in rows:
         b, s = r["build"] or {}, r["search"] or {}
         if r.get("timed_out"):
-            lines.append(f"| {r['n']:,} | {r['arm']} | over {_secs(r['timed_out'])} (stopped) | — | — | — | — | — |")
+            lines.append(f"| {r['n']:,} | {r['arm']} | over {_secs(r['timed_out'])} (stopped) | "
+                         + " | ".join(["—"] * 5) + " |")
             continue
         lines.append(f"| {r['n']:,} | {r['arm']} | {_secs(b.get('seconds'))} | {_mb(b.get('peak_rss'))} | "
                      f"{_mb(s.get('peak_rss'))} | {_mb(r.get('disk'))} | "

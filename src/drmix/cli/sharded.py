@@ -95,12 +95,7 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
                                 overwrite=overwrite, merge=build is None and rank_build is None)
         reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
         if rank_build is not None:
-            from drmix.retrieval.shards import rank_chunks
-
-            ids = list(docs)
-            own = ((row, ids[row:row + len(part)], part)
-                   for row, part in rank_chunks(folder, result.settings, ranks.rank, chunk_size))
-            done = rank_build(encoder, docs, ranks, own)
+            done = _from_every_rank(rank_build, encoder, docs, ranks, folder, result.settings, chunk_size)
             if ranks.main:
                 echo(f"{done}; {ranks.world_size} shards{reused} in {folder}")
             return
@@ -119,6 +114,16 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
              f"{ranks.world_size} shards{reused} in {folder}")
     finally:
         ranks.close()
+
+
+def _from_every_rank(rank_build: Callable[[Any, dict, Any, Any], str], encoder: Any, docs: dict, ranks: Any,
+                     folder: Path, settings: dict[str, Any], chunk_size: int) -> str:
+    """Every rank: ``rank_build`` with the ``(first row, ids, vectors)`` chunks of this rank's own shard."""
+    from drmix.retrieval.shards import rank_chunks
+
+    ids = list(docs)
+    own = ((row, ids[row:row + len(part)], part) for row, part in rank_chunks(folder, settings, ranks.rank, chunk_size))
+    return rank_build(encoder, docs, ranks, own)
 
 
 def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:

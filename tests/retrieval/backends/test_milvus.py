@@ -248,7 +248,8 @@ def test_a_plain_file_or_a_missing_folder_is_named_and_nothing_is_created(tmp_pa
     pytest.importorskip("milvus_lite")
     plain = tmp_path / "old.db"
     plain.write_text("a Milvus Lite 2 file")
-    for call in (lambda: open_index(f"{plain}#c"), lambda: build_index("milvus", f"{plain}#c", chunks(ids(5), vectors(5)))):
+    for call in (lambda: open_index(f"{plain}#c"),
+                 lambda: build_index("milvus", f"{plain}#c", chunks(ids(5), vectors(5)))):
         with pytest.raises(IndexLoadError, match=r"old\.db is a file, not a Milvus Lite database"):
             call()
     assert plain.read_text() == "a Milvus Lite 2 file"
@@ -278,7 +279,8 @@ except DrmixError as e:
 
 def test_a_full_disk_during_a_milvus_lite_build_is_one_line_and_leaves_nothing(tmp_path):
     """A file size limit (ulimit -f) stands in for a full disk: Milvus Lite's write fails midway; the folder this
-    build created is removed, and an existing folder keeps what it held."""
+    build created is removed, and an existing folder keeps what it held (Milvus Lite cannot even drop the
+    unfinished build collection then: the line says so, and the next build drops it)."""
     import subprocess
     import sys
 
@@ -294,5 +296,10 @@ def test_a_full_disk_during_a_milvus_lite_build_is_one_line_and_leaves_nothing(t
     done = subprocess.run([sys.executable, "-c", FULL_DISK.format(helpers=helpers, target=f"{kept}#d")],
                           capture_output=True, text=True, timeout=300)
     assert "Milvus ran out of room building d" in done.stdout and "Traceback" not in done.stderr
-    idx = open_index(kept)  # the one collection it held, and no leftover build
-    assert idx.name == "c" and len(idx) == N and not client(kept).has_collection("d" + BUILD_SUFFIX)
+    left = client(kept).has_collection("d" + BUILD_SUFFIX)
+    assert ("the unfinished d__drmix_build could not be dropped" in done.stdout) == left
+    assert ("nothing was left behind" in done.stdout) == (not left)
+    idx = open_index(kept)  # the one drmix collection it held, as it was
+    assert idx.name == "c" and len(idx) == N
+    build_index("milvus", f"{kept}#d", chunks(ids(N), vectors(N)))  # the next build drops the leftover
+    assert len(open_index(f"{kept}#d")) == N and not client(kept).has_collection("d" + BUILD_SUFFIX)

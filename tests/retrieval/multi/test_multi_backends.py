@@ -82,8 +82,8 @@ def test_a_sweep_over_a_milvus_collection_gives_the_sweep_over_its_corpus(tmp_pa
     from em_tables import write_src
 
     runner = CliRunner()
-    assert runner.invoke(app, ["multicorpus", "build", str(write_src(tmp_path / "walmart-amazon")), str(tmp_path / "wa")]
-                         ).exit_code == 0
+    src = write_src(tmp_path / "walmart-amazon")
+    assert runner.invoke(app, ["multicorpus", "build", str(src), str(tmp_path / "wa")]).exit_code == 0
     r = runner.invoke(app, ["index", "--corpus", str(tmp_path / "wa" / "walmart"), "--backend", "milvus", "--uri",
                             milvus_target, "--collection", "walmart", "--model", tiny_model_path])
     assert r.exit_code == 0, r.output

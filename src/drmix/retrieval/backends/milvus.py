@@ -426,20 +426,24 @@ def build_failed(uri: str, name: str, e: BaseException) -> DrmixError:
     from drmix.errors import DiskFullError
 
     path = None if is_uri(uri) else Path(uri).expanduser().resolve()
+    left = ""
     if path is not None and str(path) in _fresh:
         _forget_lite(path)
     else:
-        with contextlib.suppress(Exception):
+        try:
             c = client(uri)
             if c.has_collection(name + BUILD_SUFFIX):
                 c.drop_collection(name + BUILD_SUFFIX)
+        except Exception:  # a full disk may refuse the drop too: the next build drops it
+            left = f"; the unfinished {name}{BUILD_SUFFIX} could not be dropped (the next build drops it)"
     if isinstance(e, DrmixError):
         return e
     text = _short(e)
     if "Errno 28" in text or "No space left" in text or "Errno 27" in text or "File too large" in text:
-        return DiskFullError(f"Milvus ran out of room building {name} ({text}); nothing was left behind.",
+        return DiskFullError(f"Milvus ran out of room building {name} ({text})"
+                             + (left or "; nothing was left behind") + ".",
                              path=uri, fix="free space on that filesystem or choose another --uri.")
-    return IndexLoadError(f"Milvus at {uri} refused the build of {name} ({text}).",
+    return IndexLoadError(f"Milvus at {uri} refused the build of {name} ({text}){left}.",
                           fix="check the server's logs and limits; the collection is as it was.")
 
 

@@ -165,9 +165,10 @@ class LocalMilvus:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc is None or self.proc.poll() is not None:
-                tail = (self.data_dir / "logs" / "milvus-stderr.log").read_text(errors="replace")[-400:]
-                raise MilvusStartError(f"the Milvus server exited while starting (rc {self.proc and self.proc.returncode}"
-                                       f"): {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}.",
+                tail = (self.data_dir / "logs" / "milvus-stderr.log").read_text(errors="replace")[-400:].strip()
+                rc = self.proc.returncode if self.proc is not None else None
+                raise MilvusStartError(f"the Milvus server exited while starting (rc {rc}): "
+                                       f"{tail.splitlines()[-1] if tail else 'no output'}.",
                                        fix=f"read its logs in {self.data_dir / 'logs'}.")
             try:
                 with urllib.request.urlopen(url, timeout=5) as resp:
