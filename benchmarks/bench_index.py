@@ -416,11 +416,7 @@ def table(results: dict) -> str:
         lines.append(f"| {r['n']:,} | {r['arm']} | {_secs(b.get('seconds'))} | {_mb(b.get('peak_rss'))} | "
                      f"{_mb(s.get('peak_rss'))} | {_mb(r.get('disk'))} | "
                      + (f"{s['qps']:,.0f}" if s else "—") + " | " + (f"{s['recall']:.3f}" if s else "—") + " |")
-    lines += ["", "Projected from the sizes measured by y = a + b·n, a fixed part and a part per vector (in brackets: "
-              "bytes, or milliseconds, per vector; build: the build's CPU time where it was recorded -- one thread, so "
-              "the wall-clock time on an idle core, whatever the load -- else its wall-clock time):", "",
-              "| index | 10M: disk | 10M: search RSS | 10M: build | 100M: disk | 100M: search RSS | 100M: build |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+    projected = []
     for arm in (a for a in ARMS if not a.startswith(SERVER)):  # a server's memory is not its client's
         mine = [r for r in rows if r["arm"] == arm and r["build"] and r["search"]]
         disk = _affine([(r["n"], r["disk"]) for r in mine])
@@ -435,7 +431,13 @@ def table(results: dict) -> str:
             cells += [f"{_mb(disk[0] + disk[1] * n)} [{disk[1]:,.0f}]" if disk[1] > 0 else "—",
                       f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]" if rss[1] > 0 else "—",
                       f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]" if build[1] > 0 else "—"]
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+        projected.append(f"| {arm} | " + " | ".join(cells) + " |")
+    if projected:
+        lines += ["", "Projected from the sizes measured by y = a + b·n, a fixed part and a part per vector (in "
+                  "brackets: bytes, or milliseconds, per vector; build: the build's CPU time where it was recorded -- "
+                  "one thread, so the wall-clock time on an idle core, whatever the load -- else its wall-clock time):",
+                  "", "| index | 10M: disk | 10M: search RSS | 10M: build | 100M: disk | 100M: search RSS | "
+                  "100M: build |", "|---|---:|---:|---:|---:|---:|---:|", *projected]
     swept = [r for r in rows if r.get("sweep") or r.get("rerank_sweep")]
     if swept:
         lines += ["", "faiss-disk ivf-pq searched again (each a fresh process): nprobe of nlist lists probed, and the "
