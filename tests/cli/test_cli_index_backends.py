@@ -61,6 +61,7 @@ def test_milvus_flat_index_searches_and_scores_as_exact_search(app, toy, tiny_mo
     exact = _eval(app, ["--model", tiny_model_path, "--data", str(data)], tmp_path / "b")
     assert via_index["results"]["toy"] == pytest.approx(exact["results"]["toy"], abs=1e-6)
     assert via_index["info"]["toy"]["backend"] == "milvus" and via_index["info"]["toy"]["kind"] == "flat"
+    assert via_index["info"]["toy"]["judged_not_indexed"] == 0              # every judged passage found there
 
 
 def test_a_drmix_collection_answers_a_plain_pymilvus_search(app, toy, tiny_model_path, tmp_path, milvus_target):
@@ -148,7 +149,7 @@ def test_an_existing_collection_is_refused_before_encoding(app, toy, tiny_model_
         encoder.load_encoder = real
     assert isinstance(result.exception, ConfigError)
     assert "collection toy already exists" in str(result.exception) and "121 passages" in str(result.exception)
-    assert "?-d" not in str(result.exception)  # the model is not loaded yet: its dimension is not made up
+    assert f"this build is model {tiny_model_path}." in str(result.exception)    # no dimension yet: none shown
     _ok(app, [*args, "--overwrite", "--kind", "hnsw"])
     out = _eval(app, ["--index", db, "--data", str(data)], tmp_path / "e")
     assert out["info"]["toy"]["kind"] == "hnsw"
@@ -157,8 +158,8 @@ def test_an_existing_collection_is_refused_before_encoding(app, toy, tiny_model_
 @pytest.mark.parametrize("args,message", [
     (["--backend", "milvus"], "give --uri"),
     (["--backend", "faiss-disk", "--uri", "x.db"], "give --output DIR"),
-    (["--uri", "x.db"], "the memory backend writes a folder"),
-    (["--output", "OUT", "--kind", "ivf-pq"], "--kind ivf-pq is not a memory index type"),
+    (["--uri", "x.db"], "--backend memory writes a folder: give --output DIR"),
+    (["--output", "OUT", "--kind", "ivf-pq"], "the memory backend has no index kind 'ivf-pq'"),
     (["--backend", "faiss-disk", "--output", "OUT", "--kind", "hnsw"], "no index kind 'hnsw'"),
     (["--backend", "milvus", "--uri", "x.db", "--collection", "9lives"], "not a usable Milvus collection name"),
 ])
@@ -231,7 +232,7 @@ def test_damaged_misplaced_or_missing_milvus_lite_folders_are_one_line(toy, tiny
     # a read-only command creates nothing
     for argv in (["search", "--index", str(tmp_path / "missing.db"), "-q", "cat"],
                  ["eval", "--index", f"{tmp_path / 'missing.db'}#toy", "--data", str(data)]):
-        assert "missing.db does not exist; nothing was created" in _one_line(capsys, argv)
+        assert "missing.db: no Milvus Lite database here" in _one_line(capsys, argv)
     assert not (tmp_path / "missing.db").exists()
     # a folder another process has open: named, with the cause
     from drmix.retrieval.backends.milvus import client

@@ -215,7 +215,7 @@ def test_two_gloo_processes_build_the_one_process_milvus_collection(corpus, tiny
     assert done.returncode == 0, done.stderr[-2000:]
     said = " ".join(done.stdout.split())
     if server:
-        assert "each of the 2 ranks inserting its own shard" in said and "2 shards in" in said
+        assert "2 shards in" in said and "each rank inserting its own" in said
     else:
         assert f"2 shards in {tmp_path / 'two.db.shards'}" in said and "inserting its own" not in said
     _same_search(one, two)

@@ -126,6 +126,13 @@ def test_locations_and_names(db, data):
         open_index(f"{db}#nothere")
 
 
+def test_searching_a_database_that_does_not_exist_creates_nothing(tmp_path):
+    """A search is read-only: a .db path that is not there is one line, and no database appears there."""
+    with pytest.raises(IndexLoadError, match="no Milvus Lite database here") as e:
+        open_index(f"{tmp_path / 'typo.db'}#c")
+    assert e.value.path == str(tmp_path / "typo.db") and list(tmp_path.iterdir()) == []
+
+
 def test_an_unreachable_uri_is_one_line_within_seconds():
     t0 = time.monotonic()
     with pytest.raises(IndexLoadError, match=r"Milvus at http://127\.0\.0\.1:9 does not answer"):
@@ -253,7 +260,7 @@ def test_a_plain_file_or_a_missing_folder_is_named_and_nothing_is_created(tmp_pa
         with pytest.raises(IndexLoadError, match=r"old\.db is a file, not a Milvus Lite database"):
             call()
     assert plain.read_text() == "a Milvus Lite 2 file"
-    with pytest.raises(IndexLoadError, match=r"missing\.db does not exist; nothing was created"):
+    with pytest.raises(IndexLoadError, match=r"no Milvus Lite database here"):
         open_index(f"{tmp_path / 'missing.db'}#c")
     (tmp_path / "empty.db").mkdir()
     with pytest.raises(IndexLoadError, match=r"empty\.db is not a Milvus Lite database"):
