@@ -68,7 +68,12 @@ def load_beir(root: str | Path, split: str | None = "test", *, load_corpus: bool
     corpus is not read (and qrels document ids are not checked against it).
     Raises :class:`DataError` naming the file and line for any malformed or inconsistent record.
     """
-    root = Path(root).expanduser()
+    from drmix.errors import path_argument, wrong_argument
+
+    root = path_argument("load_beir", "root", root, fix="pass a BEIR folder: load_beir('beir/scifact').").expanduser()
+    if split is not None and not isinstance(split, str):
+        raise wrong_argument("load_beir", "split", split, "a split name or None",
+                             fix="pass split='test' (a qrels/{split}.tsv file), or None for every query.")
     if not root.is_dir():
         raise DataError("BEIR directory not found.", path=root,
                         fix="pass a directory holding corpus.jsonl, queries.jsonl and qrels/{split}.tsv.")

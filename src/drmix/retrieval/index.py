@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import numbers
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
+from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError, path_argument, wrong_argument
 from drmix.io import atomic_dir
 from drmix.retrieval.encode import encode_texts, model_normalizes
 
@@ -48,8 +49,16 @@ OFFSETS_FILE = "docs.offsets.npy"
 
 def query_matrix(queries: np.ndarray, dim: int, metadata: Mapping[str, Any], what: str = "index") -> np.ndarray:
     """Query embeddings as a contiguous float32 ``[n, dim]`` matrix (one row for a vector); another dimension is
-    refused naming the model the index (``what``) was built with. Shared by every index backend's search."""
-    q = np.ascontiguousarray(queries, dtype=np.float32)
+    refused naming the model the index (``what``) was built with; texts are refused with the fix (encode them).
+    Shared by every index backend's search."""
+    try:
+        q = None if isinstance(queries, (str, bytes)) else np.ascontiguousarray(queries, dtype=np.float32)
+    except (TypeError, ValueError):
+        q = None
+    if q is None:
+        raise wrong_argument("search", "queries", queries, "query embeddings (an [n, dim] array of numbers)",
+                             fix="encode the texts first (model.encode(['...'])), or search by text with drmix "
+                                 "search --index DIR --query '...'.")
     if q.ndim == 1:
         q = q[None, :]
     if q.ndim != 2 or q.shape[1] != dim:
@@ -224,7 +233,14 @@ class DenseIndex:
             raise ConfigError(f"invalid index option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
                               fix="kind is flat, hnsw or ivf; options are M, ef_construction, ef_search, "
                                   "nlist, nprobe.") from None
-        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        try:
+            emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise wrong_argument("DenseIndex.build", "embeddings", embeddings, "an [n, dim] array of numbers",
+                                 fix="pass model.encode(texts) (texts are encoded first).") from None
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):   # a string is not a list of ids
+            raise wrong_argument("DenseIndex.build", "ids", ids, "a list of document ids, one per row",
+                                 fix="pass ids=['d1', 'd2', ...] in the rows' order.")
         ids = [str(i) for i in ids]
         if emb.ndim != 2 or emb.shape[0] == 0:
             raise DataError(f"cannot index an embedding array of shape {emb.shape}.",
@@ -249,6 +265,8 @@ class DenseIndex:
         its id list is then shorter and the missing score slots hold ``-inf``.
         """
         q = query_matrix(queries, self.dim, self.metadata)
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise wrong_argument("DenseIndex.search", "k", k, "a whole number of hits", fix="pass k=10.")
         kk = min(int(k), len(self))
         if kk <= 0 or q.shape[0] == 0:
             return np.zeros((q.shape[0], max(kk, 0)), dtype=np.float32), [[] for _ in range(q.shape[0])]
@@ -297,6 +315,7 @@ class DenseIndex:
         """Write the index, ``ids.json``, ``meta.json`` (+ texts when held) atomically to ``directory``."""
         from drmix.retrieval.exact import TorchFlatIndex
 
+        path_argument("DenseIndex.save", "directory", directory, fix="pass the folder to write, e.g. 'runs/index'.")
         meta = {**self.metadata, "format_version": FORMAT_VERSION, "kind": self.kind, "dim": self.dim,
                 "count": len(self), "has_texts": self.has_texts}
         with atomic_dir(directory) as tmp:
@@ -317,7 +336,8 @@ class DenseIndex:
     @classmethod
     def load(cls, directory: str | Path) -> DenseIndex:
         """Load an index saved by :meth:`save`; :class:`IndexLoadError` when missing or inconsistent."""
-        directory = Path(directory).expanduser()
+        directory = path_argument("DenseIndex.load", "directory", directory,
+                                  fix="pass the --output folder of drmix index.").expanduser()
         rebuild = "rebuild it with drmix index --corpus ... --output DIR."
         if not directory.is_dir():
             raise IndexLoadError("index directory not found.", path=directory,

@@ -91,7 +91,12 @@ class Trainer:
                  callbacks: Sequence[Callable[[StepContext], None]] = (), listeners: Sequence[Listener] = (),
                  collections: list[Collection] | None = None, model: Any = None) -> None:
         from drmix.mixture.registry import check_config
+        from drmix.train import arguments as args
 
+        config = args.train_config(config, "Trainer")  # the Python API's types, before anything loads
+        config, model = args.model_argument(config, model, "Trainer")
+        callbacks, listeners = args.callback_list(callbacks, "Trainer"), args.listener_list(listeners, "Trainer")
+        args.check_parts("Trainer", strategy=strategy, objective=objective, collections=collections)
         check_config(config)  # the strategy and its options, before any model or data loads
         # the loss (a registered objective), before any model or data loads too
         objective = objective if objective is not None else objective_from_config(config)
