@@ -55,7 +55,8 @@ from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision, release_foreign_state
 from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
-from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy, warn_small_collections
+from drmix.train.preflight import (check_batch_fits, check_model_fit, check_schedule, check_strategy,
+                                   warn_small_collections)
 from drmix.train.reference import ReferenceScorer
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
@@ -169,6 +170,9 @@ class Trainer:
         from drmix.train.saving import steps_for_epochs
 
         cfg = self.config
+        for warning in check_schedule(cfg, sum(self.sizes)):   # --epochs 1e15; a warm-up that outlasts the run
+            if self.is_main:
+                log.warning(warning)
         if cfg.optim.epochs is None:
             return
         steps = steps_for_epochs(cfg.optim.epochs, sum(self.sizes), cfg.contrastive.batch_size,
