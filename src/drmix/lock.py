@@ -124,11 +124,12 @@ def try_lock(lock: str | Path) -> dict[str, Any] | None:
                          fix="retry; if no run is active, delete the lock file.")
 
 
-def acquire(out_dir: str | Path) -> Path:
-    """Create ``out_dir/.drmix.lock`` for this process, taking over a stale one; return its path."""
+def acquire(out_dir: str | Path, *, flag: str = "--output-dir") -> Path:
+    """Create ``out_dir/.drmix.lock`` for this process, taking over a stale one; return its path. ``flag``: the
+    option that names the output, in the errors' fixes."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError("--output-dir is a file.", path=out, fix="choose a folder for --output-dir.")
+        raise ConfigError(f"{flag} is a file.", path=out, fix=f"choose a folder for {flag}.")
     with writable(out):
         out.mkdir(parents=True, exist_ok=True)
     lock = out / LOCK_NAME
@@ -137,7 +138,7 @@ def acquire(out_dir: str | Path) -> Path:
         return lock
     who = f"process {owner.get('pid', '?')} on host {owner.get('host', '?')} (since {owner.get('started', '?')})"
     raise RunLockedError(f"another run is writing to this output directory: {who}.", path=out,
-                         fix=f"wait for it to end or choose another --output-dir; if it is known to have "
+                         fix=f"wait for it to end or choose another {flag}; if it is known to have "
                              f"ended, delete {lock}.")
 
 

@@ -39,6 +39,25 @@ def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Ca
          "docs/evaluation.md, \"Sharded encoding over processes and GPUs\").")
 
 
+@contextlib.contextmanager
+def one_run_at_a_time(folder: Path, *, flag: str = "--output") -> Iterator[None]:
+    """Rank 0 of a sharded run, before it claims or writes anything: hold ``folder/.drmix.lock`` (drmix's one lock,
+    :mod:`drmix.lock`) for the run, so that a second sharded run into the same output is refused with one line
+    naming the first -- two at once would delete or mix each other's shards and replace each other's output. A
+    folder the lock created is removed again when the run leaves it empty (a refused run creates nothing)."""
+    from drmix.lock import acquire, release
+
+    made = not folder.exists()
+    lock = acquire(folder, flag=flag)
+    try:
+        yield
+    finally:
+        release(lock)
+        if made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+
+
 def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load: Callable[[], Any],
                   check_room: Callable[[Any, dict], None], overwrite: bool, index_kwargs: dict[str, Any],
                   metadata: dict[str, Any], echo: Callable[[str], None], folder: Path | None = None,
@@ -62,10 +81,12 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
 
     ranks = Ranks.from_env()
     folder = folder or shard_folder(output)
+    held = contextlib.ExitStack()
     try:
         error = None
         if ranks.main:
             try:
+                held.enter_context(one_run_at_a_time(folder))   # before the claims: a second run writes nothing
                 if claim is None:
                     check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
                 else:
@@ -105,6 +126,7 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
         echo(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}; "
              f"{ranks.world_size} shards{reused} in {folder}")
     finally:
+        held.close()
         ranks.close()
 
 
@@ -129,9 +151,21 @@ def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: 
     if not launched():
         yield None
         return
+    from drmix.retrieval.shards import agree
+
     ranks = Ranks.from_env()
+    root = shards_root(output, name, folder=folder)
+    held = contextlib.ExitStack()
     try:
-        with sharded_corpora(ranks, shards_root(output, name, folder=folder), overwrite=overwrite):
+        error = None
+        if ranks.main and output is not None:  # the drmix cache's shard folders are keyed by content
+            try:
+                held.enter_context(one_run_at_a_time(root))
+            except DrmixError as e:
+                error = e
+        agree(ranks, error)
+        with sharded_corpora(ranks, root, overwrite=overwrite):
             yield ranks
     finally:
+        held.close()
         ranks.close()
