@@ -16,7 +16,9 @@ metrics handle).
 """
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +149,31 @@ def read_corpus(path: str | Path) -> dict[str, dict[str, str]]:
     if not corpus:
         raise DataError("corpus is empty.", path=path, fix="add at least one document.")
     return corpus
+
+
+#: the id that opens a BEIR record as BEIR writes it (``{"_id": "42", ...``): plain, without escapes
+_LEADING_ID = re.compile(rb'\s*\{\s*"_id"\s*:\s*"([^"\\]*)"')
+
+
+def read_corpus_ids(path: str | Path) -> set[str]:
+    """The document ids of ``corpus.jsonl`` without parsing its texts: the id that opens a line is read by a
+    pattern, any other line is parsed whole (:func:`_record_id`'s errors)."""
+    path = Path(path)
+    ids: set[str] = set()
+    with open(path, "rb") as f:
+        for line, raw in enumerate(f, start=1):
+            m = _LEADING_ID.match(raw)
+            if m is not None:
+                ids.add(m.group(1).decode("utf-8", "replace"))
+            elif raw.strip():
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    raise DataError("line is not valid JSON.", path=path, line=line,
+                                    fix="write one JSON object per line.") from None
+                if isinstance(obj, dict):
+                    ids.add(_record_id(path, line, obj))
+    return ids
 
 
 def read_queries(path: str | Path) -> dict[str, str]:
