@@ -151,16 +151,23 @@ def release(lock: Path) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(out_dir: str | Path, *, enabled: bool = True) -> Iterator[Path | None]:
-    """Hold the output directory's lock for the block (no-op when ``enabled`` is false: non-main ranks)."""
+def run_lock(out_dir: str | Path, *, enabled: bool = True, flag: str = "--output-dir") -> Iterator[Path | None]:
+    """Hold the output directory's lock for the block (no-op when ``enabled`` is false: non-main ranks); a folder
+    the lock created is removed again when the block leaves it empty (a refused run creates nothing). ``flag``:
+    the option naming the output, in the errors' fixes. Also the lock of a sharded run's shard folder (one run at
+    a time into an output: :mod:`drmix.retrieval.build`, :mod:`drmix.cli.sharded`)."""
     if not enabled:
         yield None
         return
-    lock = acquire(out_dir)
+    made = not Path(out_dir).exists()
+    lock = acquire(out_dir, flag=flag)
     try:
         yield lock
     finally:
         release(lock)
+        if made:
+            with contextlib.suppress(OSError):
+                Path(out_dir).rmdir()  # only when empty
 
 
 @contextlib.contextmanager
