@@ -52,9 +52,23 @@ def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: 
     if not launched():
         yield None
         return
+    from drmix.errors import DrmixError
+    from drmix.lock import run_lock
+    from drmix.retrieval.shards import agree
+
     ranks = Ranks.from_env()
+    root = shards_root(output, name, folder=folder)
+    held = contextlib.ExitStack()
     try:
-        with sharded_corpora(ranks, shards_root(output, name, folder=folder), overwrite=overwrite):
+        error = None
+        if ranks.main and output is not None:  # the drmix cache's shard folders are keyed by content
+            try:  # one sharded run at a time into an output (drmix.lock), before anything is written
+                held.enter_context(run_lock(root, flag="--output"))
+            except DrmixError as e:
+                error = e
+        agree(ranks, error)
+        with sharded_corpora(ranks, root, overwrite=overwrite):
             yield ranks
     finally:
+        held.close()
         ranks.close()

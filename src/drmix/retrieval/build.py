@@ -12,6 +12,7 @@ the first streams the shards, ``chunk_size`` rows at a time, into the backend: t
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,6 +177,7 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
     shard; rank 0 then streams the shards' rows, ``chunk_size`` at a time, into the backend."""
     from drmix.data.beir import doc_text, read_corpus
     from drmix.io import check_free_space
+    from drmix.lock import run_lock
     from drmix.model.encoder import document_prompt
     from drmix.outputs import claim_output
     from drmix.retrieval.backends import build_encoded, encoding_chunk
@@ -185,10 +187,12 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
 
     ranks = Ranks.from_env()
     folder = _shards_of(target)
+    held = contextlib.ExitStack()
     try:
         error = None
         if ranks.main:
-            try:
+            try:  # one sharded run at a time into this output (drmix.lock): a second one is refused, writes nothing
+                held.enter_context(run_lock(folder, flag="--output"))
                 claim_target(target, meta, corpus=corpus, overwrite=overwrite)
                 claim_output(folder, "shards", overwrite=overwrite, inputs=[corpus])
             except DrmixError as e:
@@ -228,6 +232,7 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
         return IndexBuilt(IndexTarget(target.spec, location, target.local), len(docs), kind, meta.get("dim"),
                           shards=f"{ranks.world_size} shards{reused} in {folder}")
     finally:
+        held.close()
         ranks.close()
 
 

@@ -162,8 +162,17 @@ class Index(ABC):
 
 def query_matrix(queries: np.ndarray, dim: int, metadata: Mapping[str, Any], what: str = "index") -> np.ndarray:
     """Query embeddings as a contiguous float32 ``[n, dim]`` matrix (one row for a vector); another dimension is
-    refused naming the model the index (``what``) was built with."""
-    q = np.ascontiguousarray(queries, dtype=np.float32)
+    refused naming the model the index (``what``) was built with; texts are refused with the fix (encode them)."""
+    try:
+        q = None if isinstance(queries, (str, bytes)) else np.ascontiguousarray(queries, dtype=np.float32)
+    except (TypeError, ValueError):
+        q = None
+    if q is None:
+        from drmix.errors import wrong_argument
+
+        raise wrong_argument("search", "queries", queries, "query embeddings (an [n, dim] array of numbers)",
+                             fix="encode the texts first (model.encode(['...'])), or search by text with drmix "
+                                 "search --index DIR --query '...'.")
     if q.ndim == 1:
         q = q[None, :]
     if q.ndim != 2 or q.shape[1] != dim:
