@@ -242,6 +242,17 @@ def test_shard_chunks_check_every_shard_before_the_first_row(tmp_path):
         next(shards.shard_chunks(tmp_path, settings, 4))
 
 
+def test_rank_chunks_read_one_rank_s_own_rows_with_their_row_numbers(tmp_path):
+    settings, x = _written_shards(tmp_path, 23, 3, 3, 5)  # rows 0-5, 5-15, 15-23
+    got = list(shards.rank_chunks(tmp_path, settings, 1, 4))
+    assert [(row, len(part)) for row, part in got] == [(5, 4), (9, 4), (13, 2)]
+    np.testing.assert_array_equal(np.concatenate([p for _, p in got]), x[5:15])
+    (tmp_path / "rank-00002-of-00003.npy").write_bytes(b"broken")  # another rank's shard: not this rank's to read
+    assert len(list(shards.rank_chunks(tmp_path, settings, 0, 10))) == 1
+    with pytest.raises(DataError, match="shard 2 of 3 cannot be read: .*truncated or damaged"):
+        next(shards.rank_chunks(tmp_path, settings, 2, 4))
+
+
 def test_npy_chunks_refuse_an_array_that_is_not_rows(tmp_path):
     np.save(tmp_path / "v.npy", np.zeros(5, dtype=np.float32))
     with pytest.raises(DataError, match=r"v.npy: holds an array of shape \(5,\), not \[n, dim\] vectors"):

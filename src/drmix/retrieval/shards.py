@@ -241,6 +241,26 @@ def shard_chunks(folder: str | Path, settings: dict[str, Any], chunk_size: int) 
             row += len(part)
 
 
+def rank_chunks(folder: str | Path, settings: dict[str, Any], rank: int,
+                chunk_size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """One rank, after the barrier: its own shard checked against its manifest, then its rows as ``(first row,
+    float32 [m, dim] array)`` chunks of at most ``chunk_size`` rows (a build into which every rank inserts its
+    own rows: ``drmix index --backend milvus`` against a server)."""
+    folder = Path(folder)
+    world = settings["world_size"]
+    start, stop = shard_ranges(settings["count"], world, settings["align"])[rank]
+    why = check_shard(folder, rank, settings, start, stop)
+    if why is not None:
+        raise DataError(f"shard {rank} of {world} cannot be read: {why}.", path=folder,
+                        fix="run the same command again: it encodes only the shards that are not complete.")
+    if stop == start:
+        return
+    row = start
+    for part in npy_chunks(folder / f"{shard_name(rank, world)}.npy", chunk_size):
+        yield row, part
+        row += len(part)
+
+
 def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
     """Rank 0, after the barrier: every shard checked against its manifest, concatenated in rank order."""
     world, n = settings["world_size"], settings["count"]
