@@ -1,4 +1,4 @@
-"""Output folders: commands never delete or rename a user's files (drmix.outputs, drmix.io.atomic_dir)."""
+"""Output folders: commands never delete or rename a user's files (drmix.outputs, drmix.io.atomic.atomic_dir)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from drmix.cli import app
 from drmix.data.beir import write_beir
 from drmix.errors import ConfigError
-from drmix.io import atomic_dir, atomic_write_text
+from drmix.io.atomic import atomic_dir, atomic_write_text
 from drmix.outputs import check_output_dir, is_output_of
 
 CORPUS = {"a": {"title": "A", "text": "alpha text"}, "b": {"title": "B", "text": "beta text"}}

@@ -15,14 +15,14 @@ starts. The contract, in one place (docs/outputs.md has it per command):
   (replaced only with ``--overwrite``), and -- even with ``--overwrite`` -- an output that is one of the
   command's inputs, lies inside one, or contains one;
 * **replacement is atomic** and touches nothing but the output itself: whole folders through
-  :func:`drmix.io.atomic_dir` (the path holds the complete old or the complete new folder at every instant;
+  :func:`drmix.io.atomic.atomic_dir` (the path holds the complete old or the complete new folder at every instant;
   a sibling ``.NAME.old`` of the user's is never touched), files through :mod:`drmix.io`'s atomic writes; a
   command that writes files into a folder writes only its own names. "Its own names" go down into the
   folders a command writes (``train/<name>.jsonl`` of a benchmark), so a user's file anywhere in an
   earlier output is foreign;
 * an output that cannot be written (a path under a file, a read-only folder) is refused before the work
-  (:func:`drmix.io.check_writable`), and the hidden folders of a killed replacement are recovered or
-  removed first (:func:`drmix.io.recover_swap`);
+  (:func:`drmix.io.checks.check_writable`), and the hidden folders of a killed replacement are recovered or
+  removed first (:func:`drmix.io.atomic.recover_swap`);
 * an LLM cache (``--cache``) is an output too (:func:`claim_cache`): never an input, never a file that is
   not a drmix cache.
 """
@@ -173,7 +173,7 @@ def _overlaps(a: Path, b: Path) -> bool:
 
 
 def _resolved(path: str | Path) -> Path:
-    from drmix.io import resolved_path
+    from drmix.io.checks import resolved_path
 
     return resolved_path(path)
 
@@ -220,7 +220,8 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
         flag: the option that sets ``overwrite``, named in the errors' fixes.
         sidecars: files written next to a ``file`` output (e.g. ``OUT.stats.json``): they count as the output.
     """
-    from drmix.io import check_writable, recover_swap, write_target
+    from drmix.io.atomic import recover_swap
+    from drmix.io.checks import check_writable, write_target
 
     k = KINDS[kind]
     path = Path(path).expanduser()
@@ -349,7 +350,7 @@ def claim_cache(path: str | Path, *, inputs: Iterable[str | Path | None] = (),
     """The output contract for an LLM cache (``--cache``), before any work: it is appended to, so it may not
     be (or lie inside) an input or be one of the command's other outputs, and an existing file must be a
     drmix LLM cache (:func:`is_llm_cache`); a user's file is never appended to."""
-    from drmix.io import check_writable
+    from drmix.io.checks import check_writable
 
     path = Path(path).expanduser()
     resolved = _resolved(path)

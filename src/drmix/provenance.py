@@ -10,7 +10,7 @@ which names what changed in words a user can check: ``qrels/test.tsv: rows 21 ->
 
 Hashing is done once per file version. As build systems and DVC do, a file's digest is remembered under its
 (path, size, modification time, inode) in an SQLite table in the drmix cache
-(``$DRMIX_CACHE/provenance/hashes.sqlite``; :func:`drmix.io.cache_root`), so an unchanged 10M-row file is not
+(``$DRMIX_CACHE/provenance/hashes.sqlite``; :func:`drmix.io.checks.cache_root`), so an unchanged 10M-row file is not
 read again by the next run. Any change of content through the filesystem changes at least one of the four, so
 a stale entry is never used; a cache that cannot be written (a read-only home, a full disk) or read is
 skipped and the file hashed again, never an error.
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from drmix.io import cache_root
+from drmix.io.checks import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -105,7 +105,7 @@ def test_size_bound_deletes_least_recently_used_shards(tmp_path):
     for i, folder in enumerate(["a", "a", "b"]):
         cache = EmbeddingCache.__new__(EmbeddingCache)
         cache.root, cache.folder, cache.used = root, root / folder, set()
-        from drmix.io import atomic_write_bytes
+        from drmix.io.atomic import atomic_write_bytes
         from drmix.retrieval.embedding_cache import _npy
 
         atomic_write_bytes(cache.folder / f"s{i}.emb.npy", _npy(rng.random((10, 4), dtype=np.float32)))

@@ -88,7 +88,7 @@ def resolve_corpus_file(path: Path) -> Path:
 def read_query_file(path: Path) -> dict[str, str]:
     """Queries from ``.jsonl`` (``_id``, ``text``) or a text file with one query per line (ids 1, 2, ...)."""
     from drmix.data.beir import read_queries
-    from drmix.io import iter_lines
+    from drmix.io.read import iter_lines
 
     path = path.expanduser()
     if path.suffix == ".jsonl":
@@ -518,7 +518,7 @@ def _multi_corpus_rows(encoder: Any, corpus: list[str], texts: dict[str, str], p
 def _write_run(rows: list[dict[str, Any]], run_format: RunFormat, output: Path | None, *, as_json: bool) -> bool:
     """Write ``drmix search``'s run to ``output`` (jsonl without the texts, or trec); True when a trec run without
     ``output`` was printed instead (nothing more to show)."""
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
 
     if run_format is RunFormat.trec:  # drmix.retrieval.trec
         from drmix.retrieval.trec import trec_lines, write_trec_run

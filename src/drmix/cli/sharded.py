@@ -52,7 +52,7 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
     (:func:`drmix.retrieval.shards.shard_chunks`), into ``build``; ``claim()`` then checks the target (rank 0,
     before encoding) and ``folder`` is where the shards go (default ``OUTPUT.shards``)."""
     from drmix.data.beir import doc_text, read_corpus
-    from drmix.io import check_free_space
+    from drmix.io.checks import check_free_space
     from drmix.model.encoder import document_prompt
     from drmix.outputs import check_output_dir, claim_output
     from drmix.retrieval.encode import embedding_dim, model_normalizes
@@ -111,7 +111,7 @@ def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load:
 def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:
     """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
     ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     if output is None:
         return cache_root() / "shards" / name

@@ -45,7 +45,8 @@ from drmix.data.formats import sources as src
 from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
-from drmix.io import cache_writes, iter_jsonl, read_yaml
+from drmix.io.checks import cache_writes
+from drmix.io.read import iter_jsonl, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class Collection:
 # -- the conversion cache -------------------------------------------------------------------------------------
 
 def _cache_dir() -> Path:
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     return cache_root() / "collections"
 
@@ -115,7 +116,7 @@ def _table_key(content: str, format: str | None, columns: Mapping[str, str] | No
 
 @cache_writes()
 def _write_meta(key: str, conv: Converter, rows: int, source: str) -> None:
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     d = _cache_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -163,7 +164,7 @@ def _file_fingerprint(path: Path) -> str:
     file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once
     (BLAKE2b, one streaming pass), far cheaper than parsing it on a cache miss.
     """
-    from drmix.io import file_digest
+    from drmix.fingerprint import file_digest
 
     return hashlib.sha1(f"{path.resolve()}:{file_digest(path)}".encode()).hexdigest()
 
@@ -398,7 +399,7 @@ def load_table_collection(ds: Any, *, source: str, content: str | Callable[[], s
 @cache_writes()
 def load_file_collection(path: Path, kind: str, *, name: str | None = None, **kw: Any) -> Collection:
     """A parquet / CSV / TSV / JSON-array / Arrow file (read with ``datasets``, converted once, cached)."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     content = _file_fingerprint(path)
     hit = _cached(_table_key(content, kw.get("format"), kw.get("columns")))

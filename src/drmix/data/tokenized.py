@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from drmix.io import cache_writes
+from drmix.io.checks import cache_writes
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class LazyTexts(Sequence):
 
 
 def tokenized_cache_dir() -> Path:
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     return cache_root() / "tokenized"
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drmix.io import atomic_write_json
+from drmix.io.atomic import atomic_write_json
 
 log = logging.getLogger(__name__)
 

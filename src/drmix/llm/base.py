@@ -95,10 +95,10 @@ class Completion:
 
 
 def clean_answer(comp: Completion) -> tuple[Completion, int]:
-    """``comp`` with the lone surrogates of its text replaced by U+FFFD (:func:`drmix.io.clean_text`, the one
+    """``comp`` with the lone surrogates of its text replaced by U+FFFD (:func:`drmix.io.text.clean_text`, the one
     rule for text entering drmix) and how many were; an answer left with no other character is a failure
     counted as ``unparsable``."""
-    from drmix.io import REPLACEMENT, counted_clean_text
+    from drmix.io.text import counted_clean_text, REPLACEMENT
 
     if comp.error is not None:
         return comp, 0

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from drmix.io import clean_text
+from drmix.io.text import clean_text
 from drmix.llm.base import ChatRequest, Completion, LLMBackend, OnResult, clean_answer
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drmix.io import cache_root
+from drmix.io.checks import cache_root
 from drmix.llm.base import ChatRequest, Completion, LLMBackend, LLMError, OnResult
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def gguf_folder(path: str | Path) -> Path:
     file's path, size and modification time), so later loads read a plain folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drmix.io import atomic_dir
+    from drmix.io.atomic import atomic_dir
 
     path = Path(path).expanduser()
     if not path.is_file():

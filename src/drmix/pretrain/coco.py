@@ -61,7 +61,8 @@ import torch.nn.functional as F
 from drmix.data.batch import Batch
 from drmix.data.sentences import split_sentences
 from drmix.errors import ConfigError, DataError
-from drmix.io import atomic_write_json, iter_jsonl
+from drmix.io.atomic import atomic_write_json
+from drmix.io.read import iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ def _build_spans_locked(f: Path, root: Path, tokenizer: Any, *, name: str, seed:
     if stats_path.exists():
         stats = SpanStats(**json.loads(stats_path.read_text(encoding="utf-8")))
         return datasets.load_from_disk(str(root / "spans")), stats
-    from drmix.io import iter_lines
+    from drmix.io.read import iter_lines
 
     if next(iter_lines(f), None) is None:
         raise DataError("the corpus is empty.", path=f, fix="pass a corpus with at least one document.")

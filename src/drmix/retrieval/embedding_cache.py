@@ -45,7 +45,7 @@ DEFAULT_MAX_GB = 20.0
 
 
 def cache_dir() -> Path:
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     return cache_root() / "embedding-cache"
 
@@ -166,7 +166,7 @@ class EmbeddingCache:
 
     def store(self, keys: np.ndarray, emb: np.ndarray) -> None:
         """Write one shard (embeddings first, then the keys that complete it), then keep the cache in bounds."""
-        from drmix.io import atomic_write_bytes
+        from drmix.io.atomic import atomic_write_bytes
 
         if not len(keys):
             return

@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from drmix.errors import ConfigError, DataError, IndexLoadError, ModelError
-from drmix.io import atomic_dir
+from drmix.io.atomic import atomic_dir
 from drmix.retrieval.encode import encode_texts, model_normalizes
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from drmix.errors import ConfigError
-from drmix.io import cache_root
+from drmix.io.checks import cache_root
 
 log = logging.getLogger(__name__)
 

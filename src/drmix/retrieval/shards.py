@@ -112,7 +112,7 @@ def _describe(value: Any) -> str:
 def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = False) -> None:
     """Rank 0, before encoding: refuse a folder of other settings (unless ``overwrite``: its shards are
     deleted), then record ``settings`` in ``shards.json``."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     path = folder / MANIFEST
     if path.exists() and not overwrite:
@@ -163,7 +163,7 @@ def check_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, s
 
 def _write_npy(path: Path, array: np.ndarray) -> None:
     """``array`` as ``.npy`` at ``path``: a temporary sibling, fsynced, renamed (a full disk: one line)."""
-    from drmix.io import disk_full_error, is_disk_full
+    from drmix.io.checks import disk_full_error, is_disk_full
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -183,7 +183,7 @@ def _write_npy(path: Path, array: np.ndarray) -> None:
 def write_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, stop: int,
                 embeddings: np.ndarray) -> None:
     """The array, then its manifest (so a manifest always describes a complete array)."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     name = shard_name(rank, settings["world_size"])
     npy = folder / f"{name}.npy"

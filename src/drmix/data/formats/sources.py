@@ -201,7 +201,7 @@ def dataset_content_key(ds: Any) -> str:
     """A key of a saved dataset's content: the digests of its Arrow files (``cp -p`` proof, like JSONL)."""
     import hashlib
 
-    from drmix.io import file_digest
+    from drmix.fingerprint import file_digest
 
     from drmix.data.pages import dataset_files
 
@@ -219,7 +219,7 @@ def dataset_content_key(ds: Any) -> str:
 
 def first_jsonl_record(path: Path) -> tuple[int, dict[str, Any]] | None:
     """The first record of a JSONL file (its line number), or None for an empty file."""
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
 
     return next(iter(iter_jsonl(path)), None)
 

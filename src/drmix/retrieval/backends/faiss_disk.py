@@ -26,7 +26,7 @@ scores only).
 
 Folder: ``index.faiss`` + ``lists.ivfdata`` (+ ``vectors.f32``) + ``ids.json`` + ``meta.json`` (``"backend":
 "faiss-disk"``) + ``docs.jsonl`` / ``docs.offsets.npy`` when texts are stored; written atomically
-(:func:`drmix.io.atomic_dir`: a build killed midway leaves the previous index or nothing).
+(:func:`drmix.io.atomic.atomic_dir`: a build killed midway leaves the previous index or nothing).
 """
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
     import faiss
     from faiss.contrib.ondisk import merge_ondisk
 
-    from drmix.io import atomic_dir
+    from drmix.io.atomic import atomic_dir
     from drmix.retrieval.index import DocStore
 
     p = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}

@@ -198,7 +198,7 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
            overwrite: bool, corpus: Any = None) -> str:
     from pymilvus.exceptions import MilvusException
 
-    from drmix.io import clean_text
+    from drmix.io.text import clean_text
 
     uri, name = split_location(target)
     if name is None:
