@@ -318,10 +318,12 @@ def claim_run(config: object, kind: str = "train") -> Path:
 
 def is_llm_cache(path: str | Path, *, lines: int = 5) -> bool:
     """Whether ``path`` holds a drmix LLM cache (:mod:`drmix.llm.cache`): its first complete lines are
-    ``{"key": <SHA-256 hex>, "text": ...}`` records (an empty file counts; a torn last line is ignored)."""
+    ``{"key": <hex digest>, "text": ...}`` records (an empty file counts; a torn last line is ignored). The key
+    is the 40-digit digest of :meth:`drmix.llm.base.ChatRequest.key`, or the 64-digit SHA-256 of a cache written
+    by an earlier version (still drmix's file: appended to, its old answers not found)."""
     import re
 
-    key = re.compile(r"[0-9a-f]{64}")
+    key = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 20)

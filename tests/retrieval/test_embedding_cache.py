@@ -131,3 +131,45 @@ def test_bad_size_setting_names_the_variable(monkeypatch):
     assert "DRMIX_EMBEDDING_CACHE=0" in str(e.value)
     monkeypatch.setenv("DRMIX_EMBEDDING_CACHE_GB", "0.5")
     assert max_bytes() == 500_000_000
+
+
+def test_eval_encodes_again_after_the_weights_were_rewritten_keeping_size_and_mtime(tiny_model_path, tmp_path,
+                                                                                     monkeypatch):
+    """``drmix eval --cache-embeddings`` after model.safetensors was replaced (rsync -t, cp -p) by other weights of
+    its size, same inode and mtime: the texts are encoded with the new weights and score as the new weights do."""
+    import json
+    import shutil
+
+    from conftest import build_tiny_model
+    from stat_helpers import rewrite_keeping_stat
+    from typer import Typer
+    from typer.testing import CliRunner
+
+    from drmix import fingerprint
+    from drmix.cli.retrieval import register
+    from drmix.data.beir import write_beir
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DRMIX_EMBEDDING_CACHE", raising=False)
+    monkeypatch.setattr(fingerprint, "_MEMO", {})
+    monkeypatch.setattr(fingerprint, "SETTLE_NS", 0)       # the digests remembered the moment they are taken
+    corpus = {f"d{i}": {"title": "", "text": t} for i, t in enumerate(TEXTS)}
+    queries = {f"q{i}": ("about", "and", "topic", "passage", "retrieval", "of")[i] for i in range(6)}  # no answer
+    data = write_beir(tmp_path / "toy", corpus, queries, {"test": {f"q{i}": {f"d{i}": 1} for i in range(6)}})
+    model = shutil.copytree(tiny_model_path, tmp_path / "model")
+    other = build_tiny_model(tmp_path / "other", seed=1)
+    app = Typer()
+    register(app)
+
+    def evaluate(folder, out, *cache):
+        result = CliRunner().invoke(app, ["eval", "--data", str(data), "--model", str(folder), "--output",
+                                          str(tmp_path / out), "--tokenize-num-proc", "1", *cache])
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / out / "eval.json").read_text())["per_query"]["toy"]
+
+    first = evaluate(model, "first", "--cache-embeddings")
+    theirs = evaluate(other, "theirs")
+    assert first != theirs
+    rewrite_keeping_stat(model / "model.safetensors", (other / "model.safetensors").read_bytes())
+    assert evaluate(model, "again", "--cache-embeddings") == theirs
+    assert len(list((tmp_path / "cache" / "embedding-cache").iterdir())) == 2    # the new weights' own entries

@@ -45,6 +45,7 @@ from drmix.data.formats import sources as src
 from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
+from drmix.fingerprint import config_digest
 from drmix.io.checks import cache_writes
 from drmix.io.read import iter_jsonl, read_yaml
 
@@ -98,8 +99,7 @@ def _cache_dir() -> Path:
 
 
 def _conversion_key(content: str, plan: Plan, extra: Mapping[str, Any] | None = None) -> str:
-    payload = {"content": content, "plan": plan.key(), **(extra or {})}
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return config_digest({"content": content, "plan": plan.key(), **(extra or {})})
 
 
 def _table_key(content: str, format: str | None, columns: Mapping[str, str] | None) -> str:
@@ -111,7 +111,7 @@ def _table_key(content: str, format: str | None, columns: Mapping[str, str] | No
                "version": CONVERTER_VERSION}
     if scored_pairs_on():
         payload["scored_pairs"] = True
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return config_digest(payload)
 
 
 @cache_writes()
@@ -161,12 +161,13 @@ def _file_fingerprint(path: Path) -> str:
     """Cache key of a collection file: its path and a hash of its *content*.
 
     Size and modification time are not enough: ``cp -p``, ``rsync -a`` and ``touch -r`` give a changed
-    file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once
-    (BLAKE2b, one streaming pass), far cheaper than parsing it on a cache miss.
+    file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once per
+    version (:func:`drmix.fingerprint.file_digest`, remembered by path, size, times and inode -- the change time
+    among them, which no copy can set back), far cheaper than parsing it on a cache miss.
     """
     from drmix.fingerprint import file_digest
 
-    return hashlib.sha1(f"{path.resolve()}:{file_digest(path)}".encode()).hexdigest()
+    return config_digest({"path": str(path.resolve()), "content": file_digest(path)})
 
 
 def _unwrap(e: BaseException) -> BaseException | None:
