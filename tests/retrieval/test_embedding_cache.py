@@ -88,6 +88,23 @@ def test_a_killed_run_keeps_its_finished_chunks(model, monkeypatch):
     assert model.sent - sent == 2                                   # only the unfinished chunk's two texts
 
 
+@pytest.mark.parametrize("bad", [np.zeros((10, 16), dtype=np.uint8),      # an earlier version's 16-byte keys
+                                 np.zeros((10, 5), dtype=np.float32),     # another dtype: no [n, 20] uint8 view
+                                 np.zeros(7, dtype=np.uint8)])
+def test_a_keys_file_of_the_wrong_shape_or_dtype_is_skipped_like_an_unreadable_one(model, bad, caplog):
+    import logging
+
+    encode(model, TEXTS)
+    (keys_path,) = cache_dir().glob("*/*.keys.npy")
+    np.save(keys_path, bad)
+    with caplog.at_level(logging.WARNING, logger="drmix.retrieval.embedding_cache"):
+        out = encode(model, TEXTS)
+    assert model.sent == 20                                         # encoded again, not an error
+    np.testing.assert_allclose(out, encode_texts(model, TEXTS), atol=1e-6)
+    assert f"embedding cache shard {keys_path} holds {bad.dtype} {list(bad.shape)}, not [n, 20] uint8 keys; " \
+           "ignored" in caplog.text
+
+
 def test_opt_outs_write_nothing(model, monkeypatch):
     encode_texts(model, TEXTS, tokenize_num_proc=1)                 # the API's default: off
     assert not cache_dir().exists()

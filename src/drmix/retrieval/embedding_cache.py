@@ -132,6 +132,10 @@ class EmbeddingCache:
             except (OSError, ValueError) as e:
                 log.warning("embedding cache shard %s unreadable (%s); ignored", keys_path, e)
                 continue
+            if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != KEY_BYTES:
+                log.warning("embedding cache shard %s holds %s %s, not [n, %d] uint8 keys; ignored", keys_path,
+                            keys.dtype, list(keys.shape), KEY_BYTES)
+                continue
             shards.append((keys_path, keys))
         return shards
 
