@@ -3,7 +3,10 @@ remembered by (path, size, mtime, ctime, inode), so an edit that keeps size, ino
 from __future__ import annotations
 
 import hashlib
+import json
+import runpy
 import sqlite3
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +15,8 @@ from stat_helpers import rewrite_keeping_stat
 from drmix import fingerprint
 from drmix.fingerprint import (config_digest, file_digest, file_summary, files_digest, read_file_digest,
                                tensors_digest, text_digest, text_key, texts_digest, weights_fingerprint)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def b2(data: bytes, size: int = 20) -> str:
@@ -150,3 +155,33 @@ def test_a_model_folder_digest_leaves_out_checkpoints_and_hidden_folders(tmp_pat
     (tmp_path / "m" / ".git" / "HEAD").write_text("ref")
     want = files_digest([("model.safetensors", b2(b"w")), ("sub/config.json", b2(b"{}"))])
     assert fingerprint.model_folder_digest(tmp_path / "m") == want
+
+
+def test_the_digest_script_names_each_hash_call_with_its_size(tmp_path):
+    m = runpy.run_path(str(ROOT / "scripts" / "digest_sites.py"))
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("import hashlib\nSIZE = 12\nOLD = {24: 12, 32: 16}\n"
+                              "x = hashlib.sha1(b'')\ny = hashlib.blake2b(digest_size=SIZE)\n"
+                              "z = hashlib.blake2b(b'', digest_size=OLD[24])\n")
+    (pkg / "b.py").write_text("import hashlib\nh = hashlib.blake2b()\nlen(b'')\n")
+    assert m["hash_calls"](pkg) == [("pkg/a.py", 4, "sha1"), ("pkg/a.py", 5, "blake2b-96"),
+                                    ("pkg/a.py", 6, "blake2b-96/128"), ("pkg/b.py", 2, "blake2b-512")]
+    (pkg / "io.py").write_text("a\nb\n")
+    assert m["measure"](pkg) == {"modules": ["pkg/a.py", "pkg/b.py"], "calls": 4,
+                                 "hashes": ["blake2b-512", "blake2b-96", "blake2b-96/128", "sha1"],
+                                 "io_modules": 1, "io_longest": 2}
+
+
+def test_the_digest_table_of_docs_testing_is_the_scripts():
+    """docs/testing.md prints scripts/digest_sites.py's table: the measure at the commit before the fingerprint
+    module (stored) beside today's, where every hash is in drmix.fingerprint (and the sampling seed's MD5)."""
+    m = runpy.run_path(str(ROOT / "scripts" / "digest_sites.py"))
+    after = m["measure"](ROOT / "src" / "drmix")
+    assert after["modules"] == ["drmix/data/collections.py", "drmix/fingerprint.py"]
+    assert [h for mod, _, h in m["hash_calls"](ROOT / "src" / "drmix") if mod == "drmix/data/collections.py"] == ["md5"]
+    before = json.loads((ROOT / "tests" / "benchmarks" / "fixtures" / "digest-sites-before.json").read_text())
+    assert len(before["modules"]) == 14 and before["io_modules"] == 1 and before["io_longest"] == 775
+    table = m["table"](before, after)
+    assert "| modules that call a hash function | 14 | 2 |" in table
+    assert table in (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")

@@ -15,8 +15,9 @@ for what it fingerprints. Why this one:
 * It is the digest every stage record (``provenance.json``), evaluation cache and model card has held since they
   began (``blake2b-160``), so the runs recorded before stay reusable. Caches that used other hashes or sizes
   before (SHA-1, SHA-256, BLAKE2b at 12 or 16 bytes) now have other keys: an entry written before is not found
-  and the work is done again (a cache miss), never a wrong reuse. Only the model records of indexes are still
-  *checked* at their old size (:func:`hasher`'s ``like``), so an index built before is not refused.
+  and the work is done again (a cache miss), never a wrong reuse. Only an index's records (its model
+  fingerprint and file checksums) are still *checked* at their old sizes (:func:`hasher`'s ``like``), so an
+  index built before is not refused.
 
 **Files are hashed once per version.** As build systems and DVC do, :func:`file_summary` remembers a file's
 digest under its (path, size, modification time, change time, inode) in an SQLite table in the drmix cache
@@ -53,7 +54,8 @@ log = logging.getLogger(__name__)
 ALGORITHM = "blake2b-160"
 DIGEST_SIZE = 20
 #: sizes of digests that earlier versions wrote, by their hex length: read to check a record, never written
-_EARLIER_SIZES = {24: 12}  # an index's model record (BLAKE2b-96)
+_EARLIER_SIZES = {24: 12,   # an index's model record (BLAKE2b-96)
+                  32: 16}   # an index's file checksums (BLAKE2b-128)
 #: a file changed less than this long ago (ns) is hashed but its digest is not remembered (coarse timestamps)
 SETTLE_NS = 2_000_000_000
 
@@ -61,8 +63,9 @@ SETTLE_NS = 2_000_000_000
 def hasher(like: str | None = None) -> Any:
     """A new BLAKE2b hasher of :data:`DIGEST_SIZE` bytes; ``like``: a hex digest an earlier version recorded,
     to compute the digest at that digest's size (checking an old record, :data:`_EARLIER_SIZES`)."""
-    size = _EARLIER_SIZES.get(len(like), DIGEST_SIZE) if like else DIGEST_SIZE
-    return hashlib.blake2b(digest_size=size)
+    if like and len(like) in _EARLIER_SIZES:
+        return hashlib.blake2b(digest_size=_EARLIER_SIZES[len(like)])
+    return hashlib.blake2b(digest_size=DIGEST_SIZE)
 
 
 def bytes_digest(data: bytes) -> str:
@@ -130,6 +133,18 @@ def _read(path: Path, count_rows: bool) -> tuple[str, int | None]:
 def read_file_digest(path: str | Path) -> str:
     """A file's digest from its bytes as they are now (never remembered: a check of an output against damage)."""
     return _read(Path(path), False)[0]
+
+
+def file_parts_digest(path: str | Path, parts: Iterable[tuple[int, int]], *, size: int, like: str | None = None) -> str:
+    """The digest of a file's ``size`` and the bytes of its ``(offset, length)`` parts, read now (a cheap check of a
+    large output against damage: an index's files); ``like``: see :func:`hasher`."""
+    h = hasher(like)
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        for offset, length in parts:
+            f.seek(offset)
+            h.update(f.read(length))
+    return h.hexdigest()
 
 
 def store_path() -> Path:
@@ -302,5 +317,6 @@ def weights_fingerprint(model: Any) -> str:
 
 
 __all__ = ["ALGORITHM", "DIGEST_SIZE", "SETTLE_NS", "FileDigest", "hasher", "bytes_digest", "text_key", "text_digest",
-           "texts_digest", "config_digest", "files_digest", "read_file_digest", "store_path", "file_summary",
-           "file_digest", "model_folder_digest", "tensors_digest", "remember_source", "weights_fingerprint"]
+           "texts_digest", "config_digest", "files_digest", "read_file_digest", "file_parts_digest", "store_path",
+           "file_summary", "file_digest", "model_folder_digest", "tensors_digest", "remember_source",
+           "weights_fingerprint"]
