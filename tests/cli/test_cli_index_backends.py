@@ -105,7 +105,7 @@ def test_faiss_disk_ivf_probing_every_list_scores_as_exact_search(app, toy, tiny
               "--nprobe", "1000", "--chunk-size", "50", "--model", tiny_model_path])
     meta = json.loads((out / "meta.json").read_text())
     assert meta["backend"] == "faiss-disk" and meta["count"] == 121 and meta["params"]["nlist"] == 3
-    assert meta["normalized"] is True and meta["pooling"] == "mean" and len(meta["fingerprint"]) == 24
+    assert meta["normalized"] is True and meta["pooling"] == "mean" and len(meta["fingerprint"]) == 40
     via_index = _eval(app, ["--index", str(out), "--data", str(data)], tmp_path / "a")
     exact = _eval(app, ["--model", tiny_model_path, "--data", str(data)], tmp_path / "b")
     assert via_index["results"]["toy"] == pytest.approx(exact["results"]["toy"], abs=1e-6)

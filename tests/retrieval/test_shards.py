@@ -14,6 +14,7 @@ import pytest
 
 import drmix.retrieval.encode as encode_mod
 from drmix.errors import ConfigError, DataError, DiskFullError
+from drmix.fingerprint import tensors_digest, texts_digest
 from drmix.retrieval import shards
 from drmix.retrieval.encode import encode_texts
 from drmix.retrieval.ranks import Ranks
@@ -151,7 +152,7 @@ def test_another_world_size_or_model_is_refused_naming_both(tiny, tmp_path, chun
     other = copy.deepcopy(tiny)
     with torch.no_grad():
         next(other.parameters()).add_(1.0)
-    with pytest.raises(ConfigError, match="encoded with model_fingerprint [0-9a-f]{32}, this run has [0-9a-f]{32}"):
+    with pytest.raises(ConfigError, match="encoded with model_fingerprint [0-9a-f]{40}, this run has [0-9a-f]{40}"):
         encode_sharded(other, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=3, normalize=True, show_progress=False)
     with pytest.raises(ConfigError, match="batch_size 3, this run has 4"):
         encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=4, normalize=True, show_progress=False)
@@ -203,7 +204,6 @@ def test_an_unreadable_shard_manifest_is_refused(tmp_path):
 def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path):
     """drmix adapt encodes one corpus with several models: each model's shards in a folder of its own."""
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.onnx import fingerprint
 
     model = load_encoder(tiny_model_path)
     texts = ["one passage", "another passage"]
@@ -212,7 +212,7 @@ def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path
         got = shards.encode_corpus(model, texts, batch_size=4, show_progress=False)
     assert shards.active() is None
     assert [p.name for p in (tmp_path / "s").iterdir()] == [
-        f"{fingerprint(model)[:16]}-{shards.corpus_fingerprint(texts)[:16]}"]
+        f"{tensors_digest(model)[:16]}-{texts_digest(texts)[:16]}"]
     assert got.tobytes() == encode_texts(model, texts, batch_size=4).tobytes()
 
 

@@ -34,7 +34,7 @@ def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Ca
 def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:
     """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
     ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     if output is None:
         return cache_root() / "shards" / name

@@ -162,7 +162,7 @@ def index_corpus_file(backend_name: str, corpus: Path, *, output: Path | None = 
 
 def _shards_of(target: IndexTarget) -> Path:
     """Where the shards of a launched ``drmix index`` go: beside the local folder or file, else in the cache."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     if target.local is not None:
         return shard_folder(target.local)
@@ -176,7 +176,7 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
     """Every rank: claim the target and the shard folder (rank 0), read the corpus, load the model, encode its
     shard; rank 0 then streams the shards' rows, ``chunk_size`` at a time, into the backend."""
     from drmix.data.beir import doc_text, read_corpus
-    from drmix.io import check_free_space
+    from drmix.io.checks import check_free_space
     from drmix.lock import run_lock
     from drmix.model.encoder import document_prompt
     from drmix.outputs import claim_output

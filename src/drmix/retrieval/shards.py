@@ -6,16 +6,16 @@ every rank encodes the rows ``[start, stop)`` of :func:`shard_ranges` with
 
 * ``rank-RRRRR-of-WWWWW.npy``: the float32 embeddings of those rows, written to a temporary file, fsynced
   and renamed (never half-written; a full disk leaves nothing behind and stops every rank with one line);
-* ``rank-RRRRR-of-WWWWW.json``: its manifest, written after the array: the row range, shape, SHA-256 of the
-  ``.npy`` and the run's settings;
-* ``shards.json`` (rank 0, before any encoding): the run's settings -- corpus content fingerprint (SHA-256 of
-  every text, in order), model fingerprint (BLAKE2b of its weights), prompt, max length, normalisation,
-  precision, batch size, world size and the row alignment.
+* ``rank-RRRRR-of-WWWWW.json``: its manifest, written after the array: the row range, shape, the digest of
+  the ``.npy`` (:func:`drmix.fingerprint.read_file_digest`) and the run's settings;
+* ``shards.json`` (rank 0, before any encoding): the run's settings -- corpus content fingerprint (the digest
+  of every text, in order), model fingerprint (the digest of its weights; both :mod:`drmix.fingerprint`),
+  prompt, max length, normalisation, precision, batch size, world size and the row alignment.
 
 A barrier, then rank 0 checks every shard against its manifest and merges them in rank order into one array --
 or, for a build that takes vectors in chunks (``drmix index --backend faiss-disk|milvus``), reads them in rank
 order a chunk of rows at a time (:func:`shard_chunks`), so N vectors are never in RAM at once.
-The same command again reuses each shard whose manifest and SHA-256 match (a killed run re-encodes only the
+The same command again reuses each shard whose manifest and digest match (a killed run re-encodes only the
 missing shards); a shard that is missing its manifest, truncated, damaged or written for other settings is
 named in one line and encoded again. A folder made with another world size, model, corpus or encoding
 setting is refused with both values, unless ``overwrite`` (the shards are deleted first).
@@ -26,7 +26,6 @@ batches one process forms over the same rows: the merged embeddings are byte-ide
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ import numpy as np
 
 from drmix import errors
 from drmix.errors import ConfigError, DataError, DrmixError
+from drmix.fingerprint import read_file_digest, tensors_digest, texts_digest
 from drmix.retrieval.ranks import Ranks
 
 log = logging.getLogger(__name__)
@@ -68,25 +68,8 @@ def shard_ranges(n: int, world_size: int, align: int) -> list[tuple[int, int]]:
     return [(cuts[r], cuts[r + 1]) for r in range(world_size)]
 
 
-def corpus_fingerprint(texts: Sequence[str]) -> str:
-    """SHA-256 of the texts in order (each UTF-8, NUL-terminated)."""
-    h = hashlib.sha256()
-    for t in texts:
-        h.update(t.encode("utf-8", "surrogatepass"))
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 def shard_name(rank: int, world_size: int) -> str:
     return f"rank-{rank:05d}-of-{world_size:05d}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass
@@ -112,7 +95,7 @@ def _describe(value: Any) -> str:
 def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = False) -> None:
     """Rank 0, before encoding: refuse a folder of other settings (unless ``overwrite``: its shards are
     deleted), then record ``settings`` in ``shards.json``."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     path = folder / MANIFEST
     if path.exists() and not overwrite:
@@ -156,14 +139,14 @@ def check_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, s
         return f"{name} holds rows {meta.get('start')}-{meta.get('stop')}, not {start}-{stop}"
     if not npy.exists():
         return f"{npy.name} is missing"
-    if npy.stat().st_size != meta.get("bytes") or _sha256(npy) != meta.get("sha256"):
-        return f"{npy.name} is truncated or damaged (its size or SHA-256 differs from {man.name})"
+    if npy.stat().st_size != meta.get("bytes") or read_file_digest(npy) != meta.get("digest"):
+        return f"{npy.name} is truncated or damaged (its size or digest differs from {man.name})"
     return None
 
 
 def _write_npy(path: Path, array: np.ndarray) -> None:
     """``array`` as ``.npy`` at ``path``: a temporary sibling, fsynced, renamed (a full disk: one line)."""
-    from drmix.io import disk_full_error, is_disk_full
+    from drmix.io.checks import disk_full_error, is_disk_full
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -183,7 +166,7 @@ def _write_npy(path: Path, array: np.ndarray) -> None:
 def write_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, stop: int,
                 embeddings: np.ndarray) -> None:
     """The array, then its manifest (so a manifest always describes a complete array)."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     name = shard_name(rank, settings["world_size"])
     npy = folder / f"{name}.npy"
@@ -192,7 +175,8 @@ def write_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, s
     _write_npy(npy, embeddings)
     atomic_write_json(folder / f"{name}.json", {
         "format": FORMAT, **settings, "rank": rank, "start": start, "stop": stop,
-        "shape": list(embeddings.shape), "dtype": "float32", "bytes": npy.stat().st_size, "sha256": _sha256(npy)})
+        "shape": list(embeddings.shape), "dtype": "float32", "bytes": npy.stat().st_size,
+        "digest": read_file_digest(npy)})
 
 
 def _checked_ranges(folder: Path, settings: dict[str, Any]) -> list[tuple[int, int]]:
@@ -278,10 +262,8 @@ def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
 
 def _settings(model: Any, texts: Sequence[str], world_size: int, *, prompt: str, max_length: int | None,
               normalize: bool, precision: str | None, batch_size: int, model_name: str) -> dict[str, Any]:
-    from drmix.retrieval.onnx import fingerprint
-
-    return {"world_size": world_size, "model": model_name, "model_fingerprint": fingerprint(model),
-            "corpus_fingerprint": corpus_fingerprint(texts), "count": len(texts), "prompt": prompt,
+    return {"world_size": world_size, "model": model_name, "model_fingerprint": tensors_digest(model),
+            "corpus_fingerprint": texts_digest(texts), "count": len(texts), "prompt": prompt,
             "max_length": max_length or getattr(model, "max_seq_length", None), "normalize": bool(normalize),
             "precision": precision or "auto", "batch_size": batch_size, "align": shard_align()}
 
@@ -418,11 +400,9 @@ def encode_corpus(model: Any, texts: Sequence[str], **kwargs: Any) -> np.ndarray
     if plan is None:
         return encode.encode_texts(model, texts, **kwargs)
     texts = list(texts)
-    folder = plan.root / corpus_fingerprint(texts)[:16]
+    folder = plan.root / texts_digest(texts)[:16]
     if plan.by_model:
-        from drmix.retrieval.onnx import fingerprint
-
-        folder = plan.root / f"{fingerprint(model)[:16]}-{folder.name}"
+        folder = plan.root / f"{tensors_digest(model)[:16]}-{folder.name}"
     keep = {k: kwargs[k] for k in ("batch_size", "prompt", "max_length", "normalize", "precision", "show_progress")
             if k in kwargs}
     run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True, **keep)

@@ -74,7 +74,7 @@ def test_awkward_ids_and_long_passages(db, data, caplog):
     for i, d in enumerate(AWKWARD):
         _, got = idx.search(x[i], 1)
         assert got == [[d]]
-        # the id round-trips exactly; a text holds U+FFFD for a lone surrogate (drmix.io.clean_text)
+        # the id round-trips exactly; a text holds U+FFFD for a lone surrogate (drmix.io.text.clean_text)
         assert idx.doc(d) == {"title": "t", "text": f"about {d}".replace("\udc80", "\ufffd")}
     assert idx.doc("d10") is None  # stored by id only
     _, got = idx.search(x[10], 1)

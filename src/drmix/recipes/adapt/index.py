@@ -89,7 +89,7 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
     """Index every target corpus with the selected candidate's model (``model_dir``; the index names its copy
     ``output_dir/model``), then write ``index/index.json``; returns that record."""
     from drmix.data.beir import read_corpus
-    from drmix.io import atomic_write_json, atomic_write_text
+    from drmix.io.atomic import atomic_write_json, atomic_write_text
     from drmix.model.encoder import load_encoder
     from drmix.pretrain.coco import corpus_file
     from drmix.provenance import corpus_fingerprint

@@ -92,7 +92,7 @@ def check_index_room(output: str | Path, docs: dict[str, dict[str, str]], encode
     is coming when the corpus is large or holds a huge document (its tokenising shows no progress)."""
     import logging
 
-    from drmix.io import check_free_space
+    from drmix.io.checks import check_free_space
     from drmix.retrieval.encode import embedding_dim
 
     dim = embedding_dim(encoder)

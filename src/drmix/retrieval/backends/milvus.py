@@ -357,7 +357,7 @@ class Inserter:
         self.size = 0
 
     def add(self, start: int, chunk_ids: list[str], vectors: np.ndarray) -> None:
-        from drmix.io import clean_text
+        from drmix.io.text import clean_text
 
         for j, (doc_id, vec) in enumerate(zip(chunk_ids, vectors)):
             stored, is_json = encode_id(doc_id)
