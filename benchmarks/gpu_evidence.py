@@ -352,7 +352,7 @@ def _device(args: argparse.Namespace) -> tuple[str, int, str]:
 
 
 def _save(args: argparse.Namespace, results: dict[str, Any]) -> None:
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     atomic_write_json(args.out / "results.json", results)
 
