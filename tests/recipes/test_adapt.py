@@ -414,12 +414,12 @@ def test_selection_cap_estimate_and_gpu_hours_by_hand(tmp_path, tiny_model_path)
     # 3.6M examples at 1,000/s and 36M passages at 10,000/s: two hours on one GPU, a quarter hour on eight
     assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000)], 8) == (2.0, 0.25)
     # 7.2M of b's passages encoded whole by every GPU (its queries): 0.2 h of them, 0.8 h split over eight
-    assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000)], 8,
-                     {"b": 7_200_000}) == pytest.approx((2.0, 0.125 + 0.2 + 0.1))
+    assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000, unsharded=7_200_000)],
+                     8) == pytest.approx((2.0, 0.125 + 0.2 + 0.1))
     # the synthetic set's 2 corpora x 8 documents x 2 pseudo-queries; tDRO stage 1 mines its queries whole
-    whole = adapt_mod.unsharded_passages(cfg, list(work.values()), {"pets": 8, "travel": 8})
     stage1 = "tDRO stage 1 (+synthetic)"
-    assert whole == {"synthetic set": 32.0, stage1: work[stage1].passages / 2}
+    assert work["synthetic set"].unsharded == 32 and work[stage1].unsharded == work[stage1].passages / 2
+    assert {w.name for w in work.values() if w.unsharded} == {"synthetic set", stage1}
     text = " ".join(estimate_table(cfg, gpus=4).split())
     assert "For 16 target passages:" in text and "on 4 GPUs" in text
     assert "under torchrun --nproc-per-node 4, training is data-parallel" in text

@@ -18,6 +18,7 @@ from drmix.cli.areas import CommandArea, register_area
 from drmix.cli.encoding import cache_embeddings_option, encoding, tokenize_num_proc_option
 from drmix.cli.options import (ATTN_HELP, PROMPTS_HELP, QUERY_INSTRUCTION_HELP, TORCH_DTYPE_HELP, model_kwargs,
                                report_output_option, report_overwrite_option)
+from drmix.data.corpus import corpus_file as resolve_corpus_file
 from drmix.errors import ConfigError, DataError
 from drmix.retrieval.backends.base import DEFAULT_BACKEND
 from drmix.retrieval.multi.registry import search_policy_usage
@@ -75,14 +76,6 @@ def _console():
     from drmix.cli import make_console
 
     return make_console()
-
-
-def resolve_corpus_file(path: Path) -> Path:
-    """A BEIR directory means its ``corpus.jsonl``; a file is used as is."""
-    path = path.expanduser()
-    if path.is_dir():
-        return path / "corpus.jsonl"
-    return path
 
 
 def read_query_file(path: Path) -> dict[str, str]:

@@ -82,17 +82,19 @@ class CocoPipelineResult:
     table: str = ""
 
 
-def coco_stage_config(config: CocoPipelineConfig):
-    """The COCO stage: the pipeline's model, batch, optimisation and output parts with COCO's own learning rate,
-    no periodic evaluation, the target corpora, then the ``coco`` overrides."""
+def coco_stage_config(parts: Any, corpus: list[str], output_dir: str | Path, overrides: dict[str, Any],
+                      **fixed: Any):
+    """A recipe's COCO stage (``drmix pipeline coco``, ``drmix adapt``): the recipe's model, batch, optimisation
+    and output parts (``parts``) with COCO's own learning rate, no periodic evaluation, the target corpora
+    ``corpus`` in ``output_dir``, then the recipe's ``coco`` ``overrides``, then ``fixed`` (fields the recipe does
+    not let an override change)."""
     from drmix.pretrain.runner import CocoConfig, CocoOptim
 
-    values = {"corpus": list(config.recipe.corpus), "output_dir": str(Path(config.run.output_dir) / "coco"),
-              "resume": True, "learning_rate": CocoOptim.model_fields["learning_rate"].default, "eval_data": [],
-              "data": [],
-              **config.recipe.coco}
+    values = {"corpus": list(corpus), "output_dir": str(output_dir), "resume": True,
+              "learning_rate": CocoOptim.model_fields["learning_rate"].default, "eval_data": [], "data": [],
+              **overrides, **fixed}
     try:
-        return CocoConfig.from_parts(config, **values)
+        return CocoConfig.from_parts(parts, **values)
     except ValidationError as e:
         raise ConfigError(f"invalid --coco option {format_validation(e, CocoConfig)}.",
                           fix="see `drmix pretrain coco --help` for the fields.") from None
@@ -113,7 +115,7 @@ def plan_coco(config: CocoPipelineConfig) -> CocoPlan:
     if not config.test.test_data:
         raise ConfigError("no test data given.", fix="pass --test-data BEIR_DIR (repeatable).")
     root = Path(config.run.output_dir)
-    coco_cfg = coco_stage_config(config)
+    coco_cfg = coco_stage_config(config, config.recipe.corpus, root / "coco", config.recipe.coco)
     strat = "uniform" if config.mixture.strategy == "static" else config.mixture.strategy
     start_model = config.model.name_or_path
     finetunes = {}

@@ -29,6 +29,7 @@ class StageWork:
     examples: float = 0.0          # training examples (a COCO span pair counts as one)
     passages: float = 0.0          # texts encoded without gradients (mining, filtering, evaluation)
     llm_calls: int = 0
+    unsharded: float = 0.0         # of the passages: those every rank of a torchrun launch encodes whole
 
     def seconds(self, rates: tuple[float, float]) -> float:
         return self.examples / rates[0] + self.passages / rates[1]

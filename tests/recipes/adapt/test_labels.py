@@ -14,7 +14,7 @@ from drmix.errors import ConfigError, DataError
 from drmix.recipes.adapt import AdaptConfig, AdaptResult, plan_adapt, plan_work, run_adapt, select_candidate
 from drmix.recipes.adapt.labels import LabelledSelection, choice_scores, match_sources
 from drmix.recipes.adapt.report import _dev_labels_md
-from drmix.recipes.adapt.selection import _choice_comparison
+from drmix.recipes.adapt.selection import choice_comparison
 
 TOPICS = {"pets": ["cats", "dogs", "parrots", "hamsters", "rabbits", "ferrets"],
           "travel": ["ships", "trains", "bicycles", "airports", "harbours", "tunnels"]}
@@ -136,7 +136,7 @@ def test_the_two_choices_paired_on_the_labelled_split_by_hand():
                          dev_labels=LabelledSelection({}, {"a": 0.1, "b": 0.2}, "b", {"pets": 2}),
                          labelled=SimpleNamespace(per_query=per_query))
     cfg = AdaptConfig()
-    c = _choice_comparison(result, cfg)
+    c = choice_comparison(result, cfg)
     assert c.baseline == "synthetic-dev choice (a)"
     row = c.rows["labelled-dev choice (b)"]
     assert [r.delta for r in row if r.dataset == "pets"] == [pytest.approx(0.2)]      # (0.3 + 0.1) / 2
@@ -152,7 +152,7 @@ def test_the_two_choices_paired_on_the_labelled_split_by_hand():
     assert "### Paired test on the labelled test split: labelled-dev choice against synthetic-dev choice" in md
     assert "labelled-dev choice (b)" in md and "Both devs chose the same candidate." not in md
     result.synthetic_choice = "b"                                                     # the same candidate: no test
-    assert _choice_comparison(result, cfg) is None
+    assert choice_comparison(result, cfg) is None
 
 
 # ---------------------------------------------------------------------------------------------- refused

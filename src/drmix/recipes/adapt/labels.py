@@ -19,8 +19,8 @@ from typing import Any
 
 from drmix.errors import ConfigError, DataError
 
-#: the split name of the written ``dev-labels/<corpus>/`` folders
-SPLIT = "dev"
+#: the stage's folder of ``output_dir``, and the split name of its ``<corpus>/`` folders
+LABELS_DIR, SPLIT = "dev-labels", "dev"
 #: the file of ``dev-labels/`` that marks it finished (the counts and sources)
 DONE_FILE = "labels.json"
 
@@ -96,8 +96,8 @@ def match_sources(sources: Sequence[str], corpora: Mapping[str, str]) -> dict[st
 
 def _corpus_ids(corpus: str) -> set[str]:
     from drmix.data.beir import _record_id
+    from drmix.data.corpus import corpus_file
     from drmix.io import iter_jsonl
-    from drmix.pretrain.coco import corpus_file
 
     path = corpus_file(corpus)
     return {_record_id(path, line, obj) for line, obj in iter_jsonl(path)}
@@ -183,8 +183,8 @@ def write_label_dirs(sets: Mapping[str, LabelSet], corpora: Mapping[str, str], o
     import os
     import shutil
 
+    from drmix.data.corpus import corpus_file
     from drmix.io import atomic_dir, atomic_write_json
-    from drmix.pretrain.coco import corpus_file
 
     info: dict[str, Any] = {}
     with atomic_dir(out) as tmp:

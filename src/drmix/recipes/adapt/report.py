@@ -1,22 +1,27 @@
-"""The outputs of ``drmix adapt``: ``summary.md`` / ``summary.json``, ``output_dir/model`` (a copy of the selected
-candidate) and its model card."""
+"""The outputs of ``drmix adapt``, written once the stages ran (:func:`write_outputs`): ``summary.md`` /
+``summary.json`` (built once: the sentence on what won, the tables, the index, the figures), ``output_dir/model``
+(a copy of the selected candidate), its model card and ``report.html``."""
 from __future__ import annotations
 
+import dataclasses
 import html
-import json
 import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from drmix.errors import ConfigError
-from drmix.recipes.adapt.config import AdaptConfig
-from drmix.recipes.adapt.plan import AdaptPlan
-from drmix.recipes.adapt.selection import UNIFORM, AdaptResult, _average
+from drmix.recipes.adapt.candidates import COCO_UNIFORM_CANDIDATE, UNIFORM_SYNTHETIC
+from drmix.recipes.adapt.selection import (COCO_UNIFORM, UNIFORM, AdaptResult, average, vs_coco_uniform,
+                                           vs_uniform)
 from drmix.recipes.stages import write_summary
+
+if TYPE_CHECKING:   # annotations only
+    from drmix.recipes.adapt.config import AdaptConfig
+    from drmix.recipes.adapt.plan import AdaptPlan
 
 
 def _md(text: Any) -> str:
@@ -28,19 +33,12 @@ def _escaped(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, An
     return {_md(lb): {_md(d): v for d, v in by.items()} for lb, by in results.items()}
 
 
-def _weights_of(folder: Path) -> dict[str, float]:
-    try:
-        w = json.loads((folder / "weights.json").read_text(encoding="utf-8"))
-        return {str(n): float(v) for n, v in zip(w["collections"], w["weights"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
 #: the file that marks ``output_dir/model`` as the recipe's copy (and says which candidate it is)
 ADAPTED_MARKER = "drmix_adapt.json"
 
 
-def _check_model_target(dst: Path) -> None:
+def check_model_target(dst: Path) -> None:
+    """Refuse an ``output_dir/model`` that is not the recipe's copy (it is not the recipe's to replace)."""
     if (dst.exists() or dst.is_symlink()) and not (dst / ADAPTED_MARKER).is_file():
         raise ConfigError("output_dir/model exists and is not the adapted model drmix adapt wrote.", path=dst,
                           fix="move it away or choose another --output-dir.")
@@ -51,7 +49,7 @@ def _copy_model(src: Path, dst: Path, candidate: str) -> None:
     :data:`ADAPTED_MARKER`; a ``dst`` that is not such a copy is refused (it is not the recipe's to replace)."""
     from drmix.io import atomic_dir, atomic_write_json
 
-    _check_model_target(dst)
+    check_model_target(dst)
 
     def link(a: str, b: str) -> None:
         try:
@@ -89,11 +87,33 @@ def _weights_md(weights: Mapping[str, Mapping[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
+def write_outputs(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> str:
+    """Everything the run ends with, once its stages ran: ``summary.md`` / ``summary.json`` (:func:`summary`),
+    the figures beside them, ``output_dir/model`` (the selected candidate's copy) with its card, and
+    ``report.html``. Returns ``summary.md``'s text."""
+    from drmix.report.html import check_report_target, write_report
+
+    text, data = summary(config, plan, result)
+    write_summary(result.output_dir, text, data)
+    _copy_model(Path(result.candidates[result.selected]), plan.root / "model", result.selected)
+    _write_card(config, plan, result)
+    check_report_target(plan.root)
+    write_report(plan.root)
+    return text
+
+
+def summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> tuple[str, dict[str, Any]]:
+    """``summary.md`` and ``summary.json``, built once: the sentence on what won and where the gain came from
+    (:mod:`drmix.recipes.adapt.headline`) under the title, the synthetic set, every evaluation with its paired
+    tests, the two choices with ``--dev-labels``, the learned weights, the index the run ends with (``--index``)
+    and the models; the figures (``candidates.png`` with labels; ``report.html`` embeds what ``figures``
+    names) are drawn here."""
     from drmix.evaluation.suite import results_table
 
+    dev_avg = result.selection_average
+    head, head_data = report_headline(result, config.eval.eval_split)
     t = config.synthetic
-    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "",
+    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "", f"**{_md(head)}**", "",
              f"Adapted model: **{_md(result.selected)}** (chosen on {_chosen_on(result)}; `model/` holds it with "
              "its card). Every choice was made on " + ("synthetic data built from the corpora alone"
                                                        if result.dev_labels is None else "synthetic data built from the "
@@ -114,59 +134,78 @@ def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg:
         if name.startswith("synthetic test"):
             parts += [f"### Paired tests, {_md(name)}", "", _escaped_comparison(comp), ""]
     if result.labelled is not None:
-        lab = {lb: result.labelled.results[lb] for lb in result.models}
-        parts += [f"## Labelled {_md(config.eval.eval_split)} split (nDCG@10, delta vs the base model)", "",
-                  results_table(_escaped(lab)), ""]
-        for name, comp in result.comparisons.items():
-            if not name.startswith("synthetic test"):
-                parts += [f"### Paired tests, {_md(name)}", "", _escaped_comparison(comp), ""]
-        lab_avg = {lb: _average(result.labelled.results[lb]) for lb in result.candidates}
-        parts += ["## Candidates: synthetic dev against labelled", "",
-                  f"| candidate | synthetic dev nDCG@10 | labelled {_md(config.eval.eval_split)} nDCG@10 |",
-                  "|---|---:|---:|"]
-        parts += [f"| {_md(lb)} | {dev_avg[lb]:.4f} | {lab_avg[lb]:.4f} |" for lb in result.candidates]
-        if result.kendall is not None:
-            k = result.kendall
-            parts += ["", f"Kendall's tau between the two rankings of the {k['candidates']} candidates: "
-                          + (f"**{k['tau']:+.3f}** (p {k['p']:.3g}; scipy.stats.kendalltau)." if np.isfinite(k["tau"])
-                             else "undefined (one of the rankings is a tie of every candidate).")]
-        parts.append("")
+        parts += _labelled_md(config, result, dev_avg)
     parts += _dev_labels_md(config, result, dev_avg)
     if result.weights:
         parts += ["## Mixture weights (weights.json of each candidate)", "", _weights_md(result.weights), ""]
+    parts += _index_section(result.index, plan.root)
     parts += ["Models: " + ", ".join(f"{_md(k)}: `{_md(v)}`" for k, v in result.models.items()), ""]
-    text = "\n".join(parts)
-    write_summary(result.output_dir, text, {
-        "selected": result.selected, "models": result.models,
-        "candidates": {k: str(v) for k, v in result.candidates.items()},
-        "synthetic": result.synthetic, "selection": result.selection, "selection_average": dev_avg,
-        "synthetic_test": st.results,
-        "labelled": None if result.labelled is None else result.labelled.results,
-        "eval_split": config.eval.eval_split,
-        "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
-        "kendall": result.kendall, "weights": result.weights, "dev_labels": _dev_labels_json(config, result)})
-    return text
-
-
-def _at_a_glance(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
-    """What ``summary.md`` / ``summary.json`` (written by :func:`_summary`) open and close with, added to both:
-    the sentence on what won and where the gain came from (:mod:`drmix.recipes.adapt.headline`) under the title,
-    the index the run ends with (``--index``) before the models' list, and the figures (``candidates.png`` with
-    labels; ``report.html`` embeds what ``figures`` names). Returns the new ``summary.md``."""
-    from drmix.recipes.adapt.headline import report_headline
-
-    head, head_data = report_headline(result, config.eval.eval_split)
-    text = (plan.root / "summary.md").read_text(encoding="utf-8")
-    title, _, rest = text.partition("\n\n")
-    index = "\n".join(_index_section(result.index, plan.root))
-    at = rest.rfind("\nModels: ")
-    rest = rest[:at + 1] + index + ("\n" if index else "") + rest[at + 1:] if at >= 0 else rest + "\n" + index
-    text = f"{title}\n\n**{_md(head)}**\n\n{rest}"
-    data = json.loads((plan.root / "summary.json").read_text(encoding="utf-8"))
-    data.update(headline=head, headline_from=head_data, index=result.index)
+    data = {"selected": result.selected, "models": result.models,
+            "candidates": {k: str(v) for k, v in result.candidates.items()},
+            "synthetic": result.synthetic, "selection": result.selection, "selection_average": dev_avg,
+            "synthetic_test": st.results,
+            "labelled": None if result.labelled is None else result.labelled.results,
+            "eval_split": config.eval.eval_split,
+            "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
+            "kendall": result.kendall, "weights": result.weights, "dev_labels": _dev_labels_json(config, result),
+            "headline": head, "headline_from": head_data, "index": result.index}
     data["figures"] = _figures(plan.root, result, dev_avg, data, config.eval.eval_split)
-    write_summary(result.output_dir, text, data)
-    return text
+    return "\n".join(parts), data
+
+
+def report_headline(result: AdaptResult, eval_split: str) -> tuple[str, dict[str, Any]]:
+    """The sentence of a finished run (:func:`drmix.recipes.adapt.headline.headline`) and what it was read
+    from: on the labelled split when ``--eval-data`` was given (every candidate is scored there), else on the
+    synthetic test (the report's models and uniform+synthetic)."""
+    from drmix.recipes.adapt.headline import gain_parts, headline, names_and
+
+    adapted, selected = result.adapted, result.selected
+    if result.labelled is not None:
+        res = result.labelled.results
+        scores = {lb: average(res[lb]) for lb in result.candidates if lb in res}
+        where, split, on = f"the labelled {eval_split} split of {names_and(list(res[UNIFORM]))}", eval_split, "labelled"
+    else:
+        res = result.synthetic_test.results
+        scores = {COCO_UNIFORM_CANDIDATE: average(res[COCO_UNIFORM]), selected: average(res[adapted])}
+        if UNIFORM_SYNTHETIC in res:
+            scores[UNIFORM_SYNTHETIC] = average(res[UNIFORM_SYNTHETIC])
+        where, split, on = "the synthetic test split (no labelled data was given)", "synthetic test", "synthetic test"
+    uniform = average(res[UNIFORM])
+
+    def p(name: str) -> float | None:
+        comp = result.comparisons.get(name)
+        return None if comp is None or adapted not in comp.rows else float(comp.average(adapted).t_p)
+
+    p_uniform, p_coco = p(vs_uniform(split)), p(vs_coco_uniform(split))
+    text = headline(scores, selected, uniform=uniform, where=where, p_uniform=p_uniform, p_coco=p_coco)
+    parts = gain_parts(scores, selected, uniform=uniform)
+    return text, {"on": on, "scores": scores, "uniform_fine_tuning": uniform, "p_vs_uniform": p_uniform,
+                  "p_vs_coco_uniform": p_coco, "parts": dataclasses.asdict(parts),
+                  "test": "paired t-test over queries (drmix compare)"}
+
+
+def _labelled_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[str, float]) -> list[str]:
+    """The labelled split: the report's models, their paired tests, and every candidate's synthetic-dev score
+    against its labelled one with Kendall's tau."""
+    from drmix.evaluation.suite import results_table
+
+    lab = {lb: result.labelled.results[lb] for lb in result.models}
+    parts = [f"## Labelled {_md(config.eval.eval_split)} split (nDCG@10, delta vs the base model)", "",
+             results_table(_escaped(lab)), ""]
+    for name, comp in result.comparisons.items():
+        if not name.startswith("synthetic test"):
+            parts += [f"### Paired tests, {_md(name)}", "", _escaped_comparison(comp), ""]
+    lab_avg = {lb: average(result.labelled.results[lb]) for lb in result.candidates}
+    parts += ["## Candidates: synthetic dev against labelled", "",
+              f"| candidate | synthetic dev nDCG@10 | labelled {_md(config.eval.eval_split)} nDCG@10 |",
+              "|---|---:|---:|"]
+    parts += [f"| {_md(lb)} | {dev_avg[lb]:.4f} | {lab_avg[lb]:.4f} |" for lb in result.candidates]
+    if result.kendall is not None:
+        k = result.kendall
+        parts += ["", f"Kendall's tau between the two rankings of the {k['candidates']} candidates: "
+                      + (f"**{k['tau']:+.3f}** (p {k['p']:.3g}; scipy.stats.kendalltau)." if np.isfinite(k["tau"])
+                         else "undefined (one of the rankings is a tie of every candidate).")]
+    return parts + [""]
 
 
 def _index_section(record: dict[str, Any] | None, root: Path) -> list[str]:
@@ -190,7 +229,7 @@ def _figures(root: Path, result: AdaptResult, dev_avg: Mapping[str, float], data
     path = root / FIGURE
     made = None
     if result.labelled is not None:
-        lab = {lb: _average(result.labelled.results[lb]) for lb in result.candidates}
+        lab = {lb: average(result.labelled.results[lb]) for lb in result.candidates}
         made = plot_candidates(dev_avg, lab, result.selected, path, kendall=result.kendall,
                                labelled_dev=labelled_dev_scores(data), split=split)
     if made is None:
@@ -232,7 +271,7 @@ def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> No
     for name, suite in (("synthetic test", result.synthetic_test), (config.eval.eval_split, result.labelled)):
         if suite is None:
             continue
-        adapted = next(lb for lb in result.models if lb.startswith("adapted"))
+        adapted = result.adapted
         lines.append(f"nDCG@10 on the {name} split: " + ", ".join(
             f"{d} {v['ndcg@10']:.4f} (uniform fine-tuning {suite.results[UNIFORM][d]['ndcg@10']:.4f})"
             for d, v in suite.results[adapted].items()) + ".")
@@ -263,7 +302,7 @@ def _chosen_on(result: AdaptResult) -> str:
 def _test_average(result: AdaptResult, label: str) -> float | None:
     if result.labelled is None or label not in result.labelled.results:
         return None
-    return _average(result.labelled.results[label])
+    return average(result.labelled.results[label])
 
 
 def _dev_labels_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[str, float]) -> list[str]:
