@@ -14,11 +14,15 @@ from typing import Any
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
 from drmix.recipes.adapt.config import AdaptConfig, select_max_docs
-from drmix.recipes.progress import ASSUMED_RATES, StageWork, estimate_rows, training_work
+from drmix.recipes.progress import StageWork, estimate_rows, training_work
+from drmix.recipes.throughput import MODEL, Rates, assumed
 
-__all__ = ["candidate_work", "coco_work", "estimate_device", "estimate_text", "final_work", "gpu_hours",
-           "index_work", "labelled_selection_work", "pseudo_queries", "selection_work", "stage1_work",
-           "synthetic_work", "training_work"]   # training_work: a fine-tuning's (drmix.recipes.progress)
+#: the encoder of the synthetic set's passes and of tDRO stage 1's mining: the teacher, at its own length
+TEACHER = "teacher"
+
+__all__ = ["TEACHER", "candidate_work", "coco_work", "estimate_device", "estimate_text", "final_work", "gpu_hours",
+           "index_work", "labelled_selection_work", "machine_rates", "pseudo_queries", "selection_work",
+           "stage1_work", "synthetic_work", "training_work"]   # training_work: a fine-tuning's (drmix.recipes.progress)
 
 
 def pseudo_queries(config: AdaptConfig, sizes: Mapping[str, int]) -> int:
@@ -32,7 +36,8 @@ def synthetic_work(name: str, config: AdaptConfig, sizes: Mapping[str, int]) -> 
     with ``--llm`` one call a sampled document."""
     llm = len(sizes) * config.synthetic.generate_max_docs if config.synthetic.llm else 0
     queries = pseudo_queries(config, sizes)
-    return StageWork(name, passages=sum(sizes.values()) + queries + llm, llm_calls=llm, unsharded=queries)
+    return StageWork(name, passages=sum(sizes.values()) + queries + llm, llm_calls=llm, unsharded=queries,
+                     encoder=TEACHER)
 
 
 def coco_work(name: str, coco: Any) -> StageWork:
@@ -45,7 +50,7 @@ def stage1_work(name: str, config: AdaptConfig, stage1: TrainConfig) -> StageWor
     (every rank of a launch encodes the mining queries, half the passages, whole)."""
     passages = 2 * (config.data.max_collection_size or 2_000) * len(stage1.data.collections)
     return StageWork(name, examples=stage1.optim.max_steps * stage1.contrastive.batch_size * 4.5, passages=passages,
-                     unsharded=passages / 2)
+                     unsharded=passages / 2, encoder=TEACHER)
 
 
 def candidate_work(name: str, config: AdaptConfig, scheme: str, cfg: TrainConfig, dev_sets: int) -> StageWork:
@@ -103,33 +108,61 @@ def estimate_device(config: AdaptConfig) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def gpu_hours(work: list[StageWork], gpus: int) -> tuple[float, float]:
-    """(hours on one GPU, hours on ``gpus`` GPUs) of ``work`` at the assumed GPU rates. Over several GPUs (under
-    ``torchrun --nproc-per-node N``) each stage is split evenly -- data-parallel training, the corpus passes in
-    shards -- but for each stage's ``unsharded`` passages, which every GPU encodes whole: a lower bound, since the
-    gradient all-reduce, the gather of sharded embeddings and the exact search on one device are not counted."""
-    rates = ASSUMED_RATES["cuda"]
+def machine_rates(config: AdaptConfig, corpora: Mapping[str, str], passages: int = 64) -> Rates:
+    """The rates of this run on this machine (:func:`drmix.recipes.throughput.measure`: seconds): its model's
+    training steps at its batch, lengths and negatives, its model's encoding at ``--doc-max-length`` and the
+    teacher's at the teacher's own length (the synthetic set's and tDRO's mining passes), on the first
+    ``passages`` passages of its first corpus; assumed, saying why, for a device that is not here."""
+    from itertools import islice
+
+    from drmix.data.beir import doc_text
+    from drmix.data.corpus import corpus_file
+    from drmix.io import iter_jsonl
+    from drmix.recipes.throughput import measure
+
+    first = corpus_file(next(iter(corpora.values())))
+    texts = [doc_text(obj) for _, obj in islice(iter_jsonl(first), passages)]
+    return measure(estimate_device(config), model=config.model.name_or_path, texts=texts,
+                   batch_size=config.contrastive.batch_size, query_max_length=config.data.query_max_length,
+                   doc_max_length=config.data.doc_max_length, num_negatives=config.contrastive.num_negatives,
+                   encoders={TEACHER: (config.synthetic.teacher, None)})
+
+
+def gpu_hours(work: list[StageWork], gpus: int, rates: Rates | None = None) -> tuple[float, float]:
+    """(hours on one GPU, hours on ``gpus`` GPUs) of ``work`` at GPU ``rates`` (default: assumed). Over several
+    GPUs (under ``torchrun --nproc-per-node N``) each stage is split evenly -- data-parallel training, the corpus
+    passes in shards -- but for each stage's ``unsharded`` passages, which every GPU encodes whole: a lower bound,
+    since the gradient all-reduce, the gather of sharded embeddings and the exact search on one device are not
+    counted."""
+    rates = rates or assumed("cuda")
     one = many = 0.0
     for w in work:
-        whole = min(w.passages, w.unsharded) / rates[1]
-        seconds = w.seconds(rates)
+        whole = min(w.passages, w.unsharded) / rates.encoding(w.encoder).per_s
+        seconds = rates.seconds(w)
         one += seconds
         many += (seconds - whole) / gpus + whole
     return one / 3600, many / 3600
 
 
-def estimate_text(config: AdaptConfig, work: list[StageWork], passages: int, gpus: int = 8) -> str:
-    """Markdown: every stage's work and estimated minutes on the estimate's device, the total, and the hours of
-    the whole run for ``passages`` target passages on one GPU and on ``gpus`` (:func:`gpu_hours`)."""
+def check_gpus(gpus: int) -> None:
     if gpus < 1:
         raise ConfigError(f"--estimate-gpus must be at least 1, got {gpus}.", fix="pass --estimate-gpus 8 (or 1).")
-    lines = estimate_rows(work, estimate_device(config))
-    one, many = gpu_hours(work, gpus)
+
+
+def estimate_text(config: AdaptConfig, work: list[StageWork], passages: int, rates: Rates, gpus: int = 8) -> str:
+    """Markdown: every stage's work and estimated minutes at ``rates`` (each said measured or assumed), the total,
+    and the hours of the whole run for ``passages`` target passages on one GPU and on ``gpus``
+    (:func:`gpu_hours`: at ``rates`` when they were measured on a GPU here, else at the assumed GPU rates)."""
+    check_gpus(gpus)
+    lines = estimate_rows(work, rates)
+    gpu = rates if rates.device == "cuda" else assumed("cuda")
+    one, many = gpu_hours(work, gpus, gpu)
+    model = gpu.encoding(MODEL)
     lines += ["", f"For {passages:,} target passages: {one:,.2f} h on one GPU, at least {many:,.2f} h on "
-                  f"{gpus} GPUs (at {ASSUMED_RATES['cuda'][0]:,.0f} examples/s and {ASSUMED_RATES['cuda'][1]:,.0f} "
-                  f"passages/s a GPU; on {gpus} GPUs, under torchrun --nproc-per-node {gpus}, training is "
-                  "data-parallel and the corpus passes are split over the GPUs, the pseudo-queries and mining "
-                  "queries are encoded whole by each)."]
+                  f"{gpus} GPUs (at {gpu.examples.per_s:,.0f} examples/s and {model.per_s:,.0f} passages/s a GPU, "
+                  f"{'measured here' if gpu.measured else 'assumed'}; on {gpus} GPUs, under torchrun "
+                  f"--nproc-per-node {gpus}, training is data-parallel and the corpus passes are split over the "
+                  "GPUs, the pseudo-queries and mining queries are encoded whole by each)."]
     llm = sum(w.llm_calls for w in work)
     if llm:
         lines += ["", f"Plus {llm:,} LLM calls (not estimated: their speed is the LLM's)."]

@@ -7,13 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from drmix.recipes.adapt.config import AdaptConfig
-from drmix.recipes.adapt.estimate import estimate_device, estimate_text
+from drmix.recipes.adapt.estimate import check_gpus, estimate_device, estimate_text, machine_rates
 from drmix.recipes.adapt.launch import follow, launched_adapt, release
 from drmix.recipes.adapt.plan import AdaptPlan, plan_adapt
 from drmix.recipes.adapt.selection import AdaptResult, complete, final_labelled_evaluation
 from drmix.recipes.adapt.stages import FINAL, adapt_stages
 from drmix.recipes.progress import StageWork
 from drmix.recipes.stages import Stage, run_stages, stage_order
+from drmix.recipes.throughput import Rates
 
 
 def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = None,
@@ -63,8 +64,13 @@ def plan_work(config: AdaptConfig, plan: AdaptPlan | None = None, extra: Sequenc
     return [s.work or StageWork(s.label) for s in stages]
 
 
-def estimate_table(config: AdaptConfig, gpus: int = 8, extra: Sequence[Stage] = ()) -> str:
-    """Markdown: every stage's work and estimated minutes on the estimate's device, the total, and the hours of
-    the whole run for this corpus on one GPU and on ``gpus`` (:func:`~drmix.recipes.adapt.estimate.gpu_hours`)."""
+def estimate_table(config: AdaptConfig, gpus: int = 8, extra: Sequence[Stage] = (), rates: Rates | None = None) -> str:
+    """Markdown: every stage's work and estimated minutes on the estimate's device, at ``rates`` (default: measured
+    on this machine with the run's model and lengths, :func:`~drmix.recipes.adapt.estimate.machine_rates`, or
+    assumed where they cannot be, each said which), the total, and the hours of the whole run for this corpus on
+    one GPU and on ``gpus`` (:func:`~drmix.recipes.adapt.estimate.gpu_hours`)."""
+    check_gpus(gpus)
     plan = plan_adapt(config)
-    return estimate_text(config, plan_work(config, plan, extra), sum(plan.sizes.values()), gpus)
+    work = plan_work(config, plan, extra)
+    rates = rates or machine_rates(config, plan.corpora)
+    return estimate_text(config, work, sum(plan.sizes.values()), rates, gpus)
