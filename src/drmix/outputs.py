@@ -51,6 +51,33 @@ def _json_has(name: str, key: str, value_prefix: str | None = None) -> Callable[
     return check
 
 
+#: the files of an index folder written before its meta.json recorded them (memory and faiss-disk)
+INDEX_FILES = ("index.faiss", "vectors.npy", "ids.json", "meta.json", "docs.jsonl", "docs.offsets.npy",
+               "lists.ivfdata", "vectors.f32")
+
+
+def _recorded_index_files(folder: Path) -> tuple[str, ...]:
+    """The files an index's ``meta.json`` records (``files``: every folder backend's build writes the record,
+    drmix.retrieval.backends.folder); empty for an index written before that record."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    files = meta.get("files") if isinstance(meta, dict) else None
+    return tuple(n for n in files if isinstance(n, str) and "/" not in n) if isinstance(files, dict) else ()
+
+
+def _index_files(folder: Path) -> tuple[str, ...]:
+    recorded = _recorded_index_files(folder)
+    return ("meta.json", *recorded) if recorded else INDEX_FILES
+
+
+def _is_index(folder: Path) -> bool:
+    return _json_has("meta.json", "format_version")(folder) and (
+        (folder / "index.faiss").is_file() or (folder / "vectors.npy").is_file()
+        or bool(_recorded_index_files(folder)))
+
+
 def _multicorpus_files(folder: Path) -> tuple[str, ...]:
     """What drmix multicorpus build wrote in ``folder``, from its manifest: the manifest, one BEIR folder
     per corpus and ``train/<name>.jsonl`` per side."""
@@ -125,10 +152,7 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
                _json_has("shards.json", "corpus_fingerprint"),
                ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp")),
     OutputKind("index", "an index written by drmix index (vectors.npy or index.faiss, meta.json)", "folder", "replace",
-               lambda d: ((d / "index.faiss").is_file() or (d / "vectors.npy").is_file())
-               and _json_has("meta.json", "format_version")(d),
-               ("index.faiss", "vectors.npy", "ids.json", "meta.json", "docs.jsonl", "docs.offsets.npy",
-                "lists.ivfdata", "vectors.f32")),  # the last two: faiss-disk (drmix.retrieval.backends.faiss_disk)
+               _is_index, INDEX_FILES, own=_index_files),
     OutputKind("multicorpus", "a benchmark written by drmix multicorpus build (manifest.json)", "folder", "replace",
                _json_has("manifest.json", "format", "drmix-multicorpus"), own=_multicorpus_files),
     OutputKind("localdocs", "collections written by drmix localdocs build (train/, stats.json)", "folder", "replace",

@@ -92,9 +92,8 @@ def test_a_config_error_points_at_adapts_own_fields(inputs, tmp_path, capsys):
     misspelt, unknown = tmp_path / "misspelt.yaml", tmp_path / "unknown.yaml"
     misspelt.write_text("candidatess: [uniform]\n")
     unknown.write_text("zzz: 1\n")
-    for args, where in ((["--candidates", "sideways"], "docs/adapt.md"), ([str(misspelt)], "docs/adapt.md"),
-                        ([str(unknown)], "docs/configuration.md")):
+    for args in (["--candidates", "sideways"], [str(misspelt)], [str(unknown)]):
         code, _, err = run(["adapt", *args, "--corpus", str(corpus), "--data", str(data), "--output-dir",
                             str(tmp_path / "run")], capsys)
         text = " ".join(err.split())
-        assert code == 2 and f"`drmix adapt --help` or {where}" in text and "drmix train" not in text, text
+        assert code == 2 and "`drmix adapt --help`" in text and "drmix train" not in text, text

@@ -6,7 +6,6 @@ contract, prints the summary; ``--estimate`` prints the stages' estimated time a
 from __future__ import annotations
 
 import inspect
-import re
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +51,9 @@ def run_adapt_command(config_path: Path | None, overrides: dict[str, Any], estim
                       estimate_gpus: int = 8) -> None:
     from drmix.cli import console
     from drmix.cli.pipeline import _finish, _run_recipe
-    from drmix.recipes.adapt import estimate_table, run_adapt
+    from drmix.recipes.adapt import AdaptConfig, estimate_table, run_adapt
 
-    config = _load(config_path, overrides)
+    config = load_checked(AdaptConfig, config_path, overrides)
     if estimate:
         console.print(estimate_table(config, gpus=estimate_gpus), highlight=False, soft_wrap=True, markup=False,
                       emoji=False)
@@ -73,29 +72,6 @@ def run_adapt_command(config_path: Path | None, overrides: dict[str, Any], estim
         console.print(f"every target corpus is indexed in {result.output_dir / 'index'}; search it with:",
                       highlight=False, soft_wrap=True, markup=False)
         console.print(command, highlight=False, soft_wrap=True, markup=False, emoji=False)
-
-
-#: the generic pointer of a config error to where the fields are described: drmix train's, and adapt's own
-_TRAIN_FIELDS = re.compile(r"`drmix train --help` or docs/(training|configuration)\.md")
-
-
-def _adapt_fields(text: str | None) -> str | None:
-    """``text`` pointing at ``drmix adapt --help`` where it points at drmix train's fields (adapt has its own)."""
-    return None if text is None else _TRAIN_FIELDS.sub(
-        lambda m: "`drmix adapt --help` or " + ("docs/adapt.md" if m.group(1) == "training" else
-                                                "docs/configuration.md"), text)
-
-
-def _load(config_path: Path | None, overrides: dict[str, Any]) -> Any:
-    """adapt's config, checked (:func:`~drmix.cli.options.load_checked`); an error points at ``drmix adapt
-    --help`` for the fields, not at ``drmix train --help``."""
-    from drmix.errors import ConfigError
-    from drmix.recipes.adapt import AdaptConfig
-
-    try:
-        return load_checked(AdaptConfig, config_path, overrides)
-    except ConfigError as e:
-        raise ConfigError(_adapt_fields(e.message), path=e.path, line=e.line, fix=_adapt_fields(e.fix)) from None
 
 
 def register(app: typer.Typer) -> None:

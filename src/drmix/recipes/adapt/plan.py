@@ -114,8 +114,10 @@ def _candidate_configs(config: AdaptConfig, root: Path, coco_model: str, extra: 
 
 def plan_adapt(config: AdaptConfig) -> AdaptPlan:
     """Check the inputs and compose every stage's configuration (nothing is written)."""
+    from drmix.pretrain.runner import CocoConfig
     from drmix.recipes.adapt.labels import read_labels
     from drmix.recipes.coco import coco_stage_config
+    from drmix.recipes.options import check_override
 
     _check_inputs(config)
     root = Path(config.run.output_dir)
@@ -126,8 +128,8 @@ def plan_adapt(config: AdaptConfig) -> AdaptPlan:
     extra: list[Any] = list(train_files)
     if config.data.format != "auto" or config.data.columns:   # --format / --columns describe the user's data
         extra = [{"path": f, "format": "drmix", "columns": {}} for f in train_files]
-    coco = coco_stage_config(config, config.target.corpus, root / "coco", config.stages.coco, eval_data=[],
-                             eval_every=0)
+    coco = check_override(lambda: coco_stage_config(config, config.target.corpus, root / "coco", config.stages.coco,
+                                                    eval_data=[], eval_every=0), "--coco", CocoConfig)
     baseline = train_config(config, "baseline", model=config.model.name_or_path, strategy="static", mixture="uniform",
                             output_dir=str(root / "base-uniform"))
     candidates, stage1 = _candidate_configs(config, root, str(Path(coco.run.output_dir) / "model"), extra,
