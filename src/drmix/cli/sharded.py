@@ -31,7 +31,7 @@ def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Ca
     import torch
 
     from drmix.data.beir import doc_text
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
     from drmix.recipes.throughput import encoding_rate
     from drmix.retrieval.plan import estimate_lines
 
@@ -56,7 +56,7 @@ def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Ca
 def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:
     """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
     ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     if output is None:
         return cache_root() / "shards" / name
@@ -69,14 +69,28 @@ def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: 
     """Under torchrun / accelerate launch: join the ranks and encode every corpus in shards
     (:func:`drmix.retrieval.shards.sharded_corpora`); yields the ranks (``None`` in a plain process)."""
     from drmix.retrieval.ranks import Ranks, launched
-    from drmix.retrieval.shards import sharded_corpora
+    from drmix.retrieval.shards import shared_fix, sharded_corpora
 
     if not launched():
         yield None
         return
+    from drmix.errors import DrmixError
+    from drmix.lock import run_lock
+    from drmix.retrieval.shards import agree
+
     ranks = Ranks.from_env()
+    root = shards_root(output, name, folder=folder)
+    held = contextlib.ExitStack()
     try:
-        with sharded_corpora(ranks, shards_root(output, name, folder=folder), overwrite=overwrite):
+        error = None
+        if ranks.main and output is not None:  # the drmix cache's shard folders are keyed by content
+            try:  # one sharded run at a time into an output (drmix.lock), before anything is written
+                held.enter_context(run_lock(root, flag="--output"))
+            except DrmixError as e:
+                error = e
+        agree(ranks, error)
+        with sharded_corpora(ranks, root, overwrite=overwrite, shared_fix=shared_fix(root, "--output")):
             yield ranks
     finally:
+        held.close()
         ranks.close()

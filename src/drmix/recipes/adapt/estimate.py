@@ -117,7 +117,7 @@ def machine_rates(config: AdaptConfig, corpora: Mapping[str, str], passages: int
 
     from drmix.data.beir import doc_text
     from drmix.data.corpus import corpus_file
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
     from drmix.recipes.throughput import measure
 
     first = corpus_file(next(iter(corpora.values())))

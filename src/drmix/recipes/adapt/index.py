@@ -91,7 +91,7 @@ def build_indexes(config: AdaptConfig, root: Path, corpora: Mapping[str, str], s
     the index names its copy ``root/model``), then write ``root/index/index.json``; returns that record."""
     from drmix.data.beir import read_corpus
     from drmix.data.corpus import corpus_file
-    from drmix.io import atomic_write_json, atomic_write_text
+    from drmix.io.atomic import atomic_write_json, atomic_write_text
     from drmix.model.encoder import load_encoder
     from drmix.provenance import corpus_fingerprint
     from drmix.retrieval.backends import backend, model_fingerprint, resolve_kind
@@ -130,7 +130,8 @@ def build_indexes(config: AdaptConfig, root: Path, corpora: Mapping[str, str], s
 def _index_one(config: AdaptConfig, root: Path, spec: Any, kind: str, name: str, location: str, encoder: Any,
                docs: dict[str, Any], meta: dict[str, Any]) -> str:
     """The backend's part of the stage, in one place: its target checked (a collection this run wrote earlier is
-    replaced, any other refused), the room checked before encoding (a folder), then ``drmix index``'s build
+    replaced, any other refused), the room checked before encoding (a local folder or file), then ``drmix
+    index``'s build
     (:func:`drmix.retrieval.backends.index_documents`); returns where the index is."""
     from drmix.retrieval.backends import check_index_room, index_documents
 
@@ -141,9 +142,10 @@ def _index_one(config: AdaptConfig, root: Path, spec: Any, kind: str, name: str,
     except ConfigError as e:     # a collection this run did not write
         raise ConfigError(f"index of {name}: {e.message}", path=e.path,
                           fix="drop that collection, pass another --index-uri, or --no-index.") from None
-    if not at_uri:  # a folder of this run: refused before encoding when it cannot fit
+    room = spec.index.local_path(location) if at_uri else Path(location)
+    if room is not None:  # a folder of this run, a Milvus Lite folder: refused before encoding if it cannot fit
         try:
-            check_index_room(location, docs, encoder, store_texts=True)
+            check_index_room(room, docs, encoder, store_texts=True)
         except DiskFullError as e:
             raise DiskFullError(f"index of {name}: {e.message}", path=e.path,
                                 fix="free space on that filesystem, choose another --output-dir, or pass "

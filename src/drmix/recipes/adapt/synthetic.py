@@ -74,7 +74,7 @@ def build_synthetic(config: AdaptConfig, root: Path, corpora: Mapping[str, str])
     from drmix.augment.synthetic import build_corpus_synthetic, write_corpus_synthetic
     from drmix.data.beir import read_corpus
     from drmix.data.corpus import corpus_file
-    from drmix.io import atomic_dir, atomic_write_json
+    from drmix.io.atomic import atomic_dir, atomic_write_json
     from drmix.model.encoder import load_encoder
     from drmix.retrieval.shards import writes_here
 

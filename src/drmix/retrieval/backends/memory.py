@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from drmix.errors import ConfigError, DataError, IndexLoadError
+from drmix.errors import ConfigError, DataError, IndexLoadError, path_argument, wrong_argument
 from drmix.retrieval.backends.base import (BackendSpec, ChunkChecker, Chunks, GraphAndClusterParams, empty_hits,
                                            register_backend)
 from drmix.retrieval.backends.folder import IDS_FILE, DocStore, FolderIndex, json_text, read_json
@@ -135,7 +136,14 @@ class DenseIndex(FolderIndex):
             raise ConfigError(f"invalid index option {'.'.join(map(str, err['loc']))}: {err['msg']}.",
                               fix="kind is flat, hnsw or ivf; options are M, ef_construction, ef_search, "
                                   "nlist, nprobe.") from None
-        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        try:
+            emb = np.ascontiguousarray(embeddings, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise wrong_argument("DenseIndex.build", "embeddings", embeddings, "an [n, dim] array of numbers",
+                                 fix="pass model.encode(texts) (texts are encoded first).") from None
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):   # a string is not a list of ids
+            raise wrong_argument("DenseIndex.build", "ids", ids, "a list of document ids, one per row",
+                                 fix="pass ids=['d1', 'd2', ...] in the rows' order.")
         ids = [str(i) for i in ids]
         if emb.ndim != 2 or emb.shape[0] == 0:
             raise DataError(f"cannot index an embedding array of shape {emb.shape}.",
@@ -175,6 +183,8 @@ class DenseIndex(FolderIndex):
     # -- searching
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, list[list[str]]]:
         q = self.queries(queries)
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise wrong_argument("DenseIndex.search", "k", k, "a whole number of hits", fix="pass k=10.")
         kk = min(int(k), len(self))
         if kk <= 0 or q.shape[0] == 0:
             return empty_hits(q.shape[0], kk)
@@ -197,9 +207,10 @@ class DenseIndex(FolderIndex):
     # -- persistence
     def save(self, directory: str | Path) -> None:
         """Write the index, ``ids.json``, ``meta.json`` (+ texts when held) atomically to ``directory``."""
-        from drmix.io import atomic_dir
+        from drmix.io.atomic import atomic_dir
         from drmix.retrieval.exact import TorchFlatIndex
 
+        path_argument("DenseIndex.save", "directory", directory, fix="pass the folder to write, e.g. 'runs/index'.")
         meta = {**self.metadata, "backend": BACKEND, "format_version": FORMAT_VERSION, "kind": self.kind,
                 "dim": self.dim, "count": len(self), "has_texts": self.has_texts}
         with atomic_dir(directory) as tmp:
@@ -220,7 +231,8 @@ class DenseIndex(FolderIndex):
     @classmethod
     def load(cls, directory: str | Path) -> DenseIndex:
         """Load an index saved by :meth:`save`; :class:`IndexLoadError` when missing, damaged or inconsistent."""
-        directory = Path(directory).expanduser()
+        directory = path_argument("DenseIndex.load", "directory", directory,
+                                  fix="pass the --output folder of drmix index.").expanduser()
         meta = cls.opened_meta(directory, (IDS_FILE,))
         rebuild = cls.fix(directory, meta)
         if not (directory / VECTORS_FILE).is_file() and not (directory / INDEX_FILE).is_file():
