@@ -157,3 +157,45 @@ def test_the_sampled_mutation_tables_of_docs_testing_are_the_scripts(run):
     assert m["table"](results) in (DOCS / "testing.md").read_text(encoding="utf-8")
     assert set(results["files"]) == set(m["FILES"]) and results["seed"] == first["seed"]
     assert all(set(r["sampled"]) == set(first["files"][f]["sampled"]) for f, r in results["files"].items())
+
+
+def _package_shape():
+    import runpy
+
+    return runpy.run_path(str(ROOT / "scripts" / "package_shape.py"))
+
+
+def test_the_shape_table_of_docs_testing_is_the_scripts():
+    """docs/testing.md prints scripts/package_shape.py's table of drmix.recipes.adapt: the measurement stored at
+    596005d beside today's (rerun the command shown above the table after a change to the package)."""
+    import json
+
+    m = _package_shape()
+    before = json.loads((ROOT / "tests" / "benchmarks" / "fixtures" / "adapt-shape-596005d.json").read_text())
+    now = m["shape"](ROOT / "src" / "drmix" / "recipes" / "adapt")
+    table = m["table"]({"before (596005d)": before, "now": now})
+    assert table in (DOCS / "testing.md").read_text(encoding="utf-8"), (
+        "docs/testing.md's shape table is stale: print it again with python scripts/package_shape.py "
+        "src/drmix/recipes/adapt --before tests/benchmarks/fixtures/adapt-shape-596005d.json\n" + table)
+
+
+def test_the_shape_of_a_made_up_package_by_hand(tmp_path):
+    """Modules, import edges (lazy and relative ones too, not TYPE_CHECKING ones), the longest chain, private names
+    imported from a sibling, and the modules a stage is declared over, on a package written here."""
+    pkg = tmp_path / "drmix" / "toy"
+    pkg.mkdir(parents=True)
+    (tmp_path / "drmix" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("from drmix.toy.runner import run\n\ndef go(extra: list[Stage] = ()):\n    pass\n")
+    (pkg / "runner.py").write_text("from drmix.toy import stages\n\ndef run():\n    from .plan import _make\n")
+    (pkg / "stages.py").write_text("from drmix.toy.plan import plan\n\ndef s():\n    return Stage('a', needs=())\n")
+    (pkg / "plan.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                 "    from drmix.toy import runner\n"
+                                 "def plan():\n    return StageWork('a', passages=1)\n")
+    (pkg / "leaf.py").write_text("import drmix.toy.plan\n")
+    s = _package_shape()["shape"](pkg)
+    # __init__ -> runner -> stages -> plan, runner -> plan (lazy, relative, a private name), leaf -> plan
+    assert (s["package"], s["modules"], s["import_edges"], s["layers"]) == ("drmix.toy", 5, 5, 4)
+    assert s["private"] == ["runner -> plan._make"] and s["stage_declared_in"] == ["plan", "stages"]
+    assert s["toy_stage_files"] == 1                                   # go() takes stages: the test's file alone
+    (pkg / "__init__.py").write_text("from drmix.toy.runner import run\n")
+    assert _package_shape()["shape"](pkg)["toy_stage_files"] == 3       # plan, stages and the test

@@ -83,3 +83,17 @@ def test_the_last_lines_are_the_search_command_that_runs_as_printed(inputs, tmp_
     search = typer.main.get_command(app).commands["search"]
     params = search.make_context("search", argv[2:]).params      # it parses as drmix search's own options
     assert params["index_dir"] == str(out / "index" / "target") and list(params["query"]) == ["your question"]
+
+
+def test_a_config_error_points_at_adapts_own_fields(inputs, tmp_path, capsys):
+    """A bad value, a misspelt key and an unknown key of adapt's config name `drmix adapt --help` (adapt's options
+    are not drmix train's)."""
+    corpus, data = inputs
+    misspelt, unknown = tmp_path / "misspelt.yaml", tmp_path / "unknown.yaml"
+    misspelt.write_text("candidatess: [uniform]\n")
+    unknown.write_text("zzz: 1\n")
+    for args in (["--candidates", "sideways"], [str(misspelt)], [str(unknown)]):
+        code, _, err = run(["adapt", *args, "--corpus", str(corpus), "--data", str(data), "--output-dir",
+                            str(tmp_path / "run")], capsys)
+        text = " ".join(err.split())
+        assert code == 2 and "`drmix adapt --help`" in text and "drmix train" not in text, text

@@ -404,3 +404,36 @@ def test_two_nodes_eval_needs_a_shared_shard_folder_and_gives_one_process_result
     one, two = (json.loads((tmp_path / e / "eval.json").read_text()) for e in ("e1", "e2"))
     assert two["results"] == one["results"]
     assert len(list((tmp_path / "e2" / "shards").glob("*/rank-00001-of-00002.npy"))) == 1
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_estimate_measures_the_model_on_this_machine(corpus, tiny_model_path, capsys, monkeypatch, gpu):
+    """Without --passages-per-s: on a GPU here, the GPU lines are at the rate measured on it; without one, they
+    are assumed (and say so) and this machine's CPU is measured in a line of its own. The measurement is given
+    here (no test times anything): 0.5 passages/s."""
+    import torch
+
+    from drmix.recipes import throughput
+
+    asked = []
+
+    def fake(device, model, texts, max_length, **kw):
+        asked.append((device, model, len(texts), max_length))
+        return throughput.Rate(0.5, True, f"fake on {device}")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(throughput, "encoding_rate", fake)
+    code, out, err = run(["index", "--corpus", str(corpus), "--output", "unused", "--estimate", "--gpus", "2",
+                          "--model", tiny_model_path, "--max-length", "48"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert asked == [("cuda" if gpu else "cpu", tiny_model_path, 11, 48)]    # the corpus's passages, its length
+    if gpu:
+        assert lines[1].startswith("11 passages at 0.5 passages/s per GPU (measured: fake on cuda)")
+        assert lines[2] == "  1 GPU: 1.4 min (0.02 h)" and "CPU process" not in out   # 60 + 11 / 0.5 = 82 s
+    else:
+        assert lines[1].startswith("11 passages at 900 passages/s per GPU (assumed:")
+        assert lines[4].startswith("11 passages at 0.5 passages/s per CPU process (measured: fake on cpu; this "
+                                   "machine)")
+        assert lines[5] == "  1 CPU process: 1.4 min (0.02 h)"
+    assert not os.path.exists("unused")

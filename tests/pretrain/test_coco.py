@@ -197,7 +197,7 @@ def test_spans_are_cached_sampled_and_the_builder_resumes(tmp_path, tiny_model_p
     title + text; SpanBuilder's state resumes the same pairs; SpanStats.describe names every count."""
     from transformers import AutoTokenizer
 
-    from drmix.pretrain.coco import corpus_file, corpus_name, token_counter
+    from drmix.pretrain.coco import token_counter
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     f = tmp_path / "c.jsonl"
@@ -226,16 +226,6 @@ def test_spans_are_cached_sampled_and_the_builder_resumes(tmp_path, tiny_model_p
     assert (first.queries, first.positives) == (again.queries, again.positives)
     assert first.negatives == [[], [], []] and first.collection_ids.tolist() == [0, 0, 0]
     assert token_counter(tok)(["a b c", ""]) == [len(tok("a b c", add_special_tokens=False)["input_ids"]), 0]
-    # corpus arguments: a BEIR folder (its corpus.jsonl) or a file; names from the folder or the file
-    beir = tmp_path / "scifact"
-    beir.mkdir()
-    with pytest.raises(DataError, match="no corpus.jsonl"):
-        corpus_file(beir)
-    (beir / "corpus.jsonl").write_text(f.read_text())
-    assert corpus_file(beir) == beir / "corpus.jsonl" and corpus_name(beir) == "scifact"
-    assert corpus_name(beir / "corpus.jsonl") == "scifact" and corpus_name(f) == "c"
-    with pytest.raises(DataError, match="not found"):
-        corpus_file(tmp_path / "missing.jsonl")
 
 
 def test_a_corpus_rewritten_keeping_size_inode_and_mtime_is_chunked_again(tmp_path, tiny_model_path, monkeypatch):
@@ -445,15 +435,6 @@ def test_the_title_leads_the_text_after_one_space(tmp_path):
     assert ds["chunks"][0] == ["My title.", "A b c.", "D e f.", "G h i."]
 
 
-def test_a_beir_folder_is_named_after_the_folder_whatever_its_dots(tmp_path):
-    from drmix.pretrain.coco import corpus_name
-
-    folder = tmp_path / "cqadupstack.android"
-    folder.mkdir()
-    assert corpus_name(folder) == "cqadupstack.android"
-    assert corpus_name(tmp_path / "nq.v1.jsonl") == "nq.v1"
-
-
 def test_each_drawn_pair_is_two_distinct_chunks_of_its_document():
     docs = [["a0", "a1"], ["b0", "b1", "b2"]]
     coll = type("C", (), {"dataset": {}})()
@@ -497,15 +478,3 @@ def test_coco_loss_defaults_to_the_local_batch_and_gathers_on_process_0(monkeypa
 def test_coco_loss_is_computed_on_the_spans_device():
     a, b = torch.randn(3, 4, device="meta"), torch.randn(3, 4, device="meta")   # meta stands in for a GPU
     assert coco_losses(a, b).device.type == "meta"
-
-
-def test_target_corpora_need_distinct_names(tmp_path):
-    """The corpora of one run are named by corpus_name; none, or two of one name, is a ConfigError."""
-    from drmix.errors import ConfigError
-    from drmix.pretrain.coco import check_corpus_names
-
-    assert check_corpus_names([tmp_path / "scifact", tmp_path / "nq.jsonl"]) == ["scifact", "nq"]
-    with pytest.raises(ConfigError, match="no target corpus"):
-        check_corpus_names([])
-    with pytest.raises(ConfigError, match="same name"):
-        check_corpus_names([tmp_path / "a" / "scifact", tmp_path / "b" / "scifact" / "corpus.jsonl"])

@@ -414,17 +414,44 @@ def test_selection_cap_estimate_and_gpu_hours_by_hand(tmp_path, tiny_model_path)
     # 3.6M examples at 1,000/s and 36M passages at 10,000/s: two hours on one GPU, a quarter hour on eight
     assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000)], 8) == (2.0, 0.25)
     # 7.2M of b's passages encoded whole by every GPU (its queries): 0.2 h of them, 0.8 h split over eight
-    assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000)], 8,
-                     {"b": 7_200_000}) == pytest.approx((2.0, 0.125 + 0.2 + 0.1))
+    assert gpu_hours([StageWork("a", examples=3_600_000), StageWork("b", passages=36_000_000, unsharded=7_200_000)],
+                     8) == pytest.approx((2.0, 0.125 + 0.2 + 0.1))
     # the synthetic set's 2 corpora x 8 documents x 2 pseudo-queries; tDRO stage 1 mines its queries whole
-    whole = adapt_mod.unsharded_passages(cfg, list(work.values()), {"pets": 8, "travel": 8})
     stage1 = "tDRO stage 1 (+synthetic)"
-    assert whole == {"synthetic set": 32.0, stage1: work[stage1].passages / 2}
-    text = " ".join(estimate_table(cfg, gpus=4).split())
-    assert "For 16 target passages:" in text and "on 4 GPUs" in text
+    assert work["synthetic set"].unsharded == 32 and work[stage1].unsharded == work[stage1].passages / 2
+    assert {w.name for w in work.values() if w.unsharded} == {"synthetic set", stage1}
+    from drmix.recipes.throughput import Rate, Rates
+
+    measured = Rates("cpu", Rate(0.1, True, "two steps"), {"model": Rate(0.5, True, "two batches"),
+                                                           "teacher": Rate(0.2, False, "not loaded")})
+    rows = estimate_table(cfg, gpus=4, rates=measured)
+    assert "- training: 0.1 examples/s (measured: two steps)" in rows
+    assert "- encoding by the teacher: 0.2 passages/s (assumed: not loaded)" in rows
+    # COCO's 12 examples at 0.1/s: 2 min; the synthetic set's 48 passages at the teacher's 0.2/s: 4 min; the
+    # selection's 30 and the final evaluation's 192 at the model's 0.5/s: 1 min and 6.4 min
+    for row in ("| COCO | 12 | 0 | 2.0 |", "| synthetic set | 0 | 48 | 4.0 |",
+                "| selection on synthetic dev | 0 | 30 | 1.0 |", "| final evaluation | 0 | 192 | 6.4 |"):
+        assert row in rows, row
+    text = " ".join(rows.split())
+    assert "For 16 target passages:" in text and "on 4 GPUs" in text and "passages/s a GPU, assumed" in text
     assert "under torchrun --nproc-per-node 4, training is data-parallel" in text
     with pytest.raises(ConfigError, match="--estimate-gpus"):
-        estimate_table(cfg, gpus=0)
+        estimate_table(cfg, gpus=0, rates=measured)
+
+
+def test_the_estimate_measures_the_run_with_its_own_model_lengths_and_passages(tmp_path, tiny_model_path,
+                                                                               monkeypatch):
+    from drmix.recipes import throughput
+    from drmix.recipes.adapt.estimate import machine_rates
+
+    cfg = make_config(tmp_path, tiny_model_path, num_negatives=1)
+    asked = {}
+    monkeypatch.setattr(throughput, "measure", lambda device, **kw: asked.update(device=device, **kw) or "rates")
+    assert machine_rates(cfg, {"pets": str(tmp_path / "pets")}, passages=3) == "rates"
+    texts = asked.pop("texts")
+    assert asked == {"device": "cpu", "model": tiny_model_path, "batch_size": 4, "query_max_length": 16,
+                     "doc_max_length": 32, "num_negatives": 1, "encoders": {"teacher": (tiny_model_path, None)}}
+    assert len(texts) == 3 and texts[0].startswith("This note is about cats only.")   # the corpus's own passages
 
 
 def test_bad_inputs_fail_before_any_stage(tmp_path, tiny_model_path):

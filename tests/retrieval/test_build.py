@@ -39,9 +39,9 @@ def test_a_folder_that_is_not_an_index_is_refused_before_encoding(tmp_path):
 
 
 def test_the_corpus_file_and_the_model_recorded(tmp_path, tiny_model_path, monkeypatch):
-    (tmp_path / "beir").mkdir()
-    assert corpus_file(tmp_path / "beir") == tmp_path / "beir" / "corpus.jsonl"
-    assert corpus_file(tmp_path / "c.jsonl") == tmp_path / "c.jsonl"
+    from drmix.data import corpus
+
+    assert corpus_file is corpus.corpus_file     # the one resolver of a corpus argument (tests/data/test_corpus.py)
     assert stored_model_name(None) == "default"
     monkeypatch.chdir(Path(tiny_model_path).parent)
     assert stored_model_name(Path(tiny_model_path).name) == str(Path(tiny_model_path).resolve())

@@ -23,3 +23,5 @@ def test_estimate_lines_state_the_assumption_and_each_device_count():
     assert "(given with --passages-per-s)" in given[0] and given[1] == "  2 GPUs: 1.5 min (0.03 h)"
     cpu = estimate_lines(46, gpus=(1,), device="cpu")
     assert "23 passages/s per CPU process" in cpu[0] and cpu[1] == "  1 CPU process: 1.0 min (0.02 h)"
+    measured = estimate_lines(46, gpus=(1,), rate=46.0, device="cpu", source="measured: m on cpu")
+    assert measured[0].startswith("46 passages at 46 passages/s per CPU process (measured: m on cpu), plus 60 s")

@@ -37,7 +37,10 @@ split over the GPUs in shards and the training stages are data-parallel; rank 0 
 _ESTIMATE = inspect.Parameter(
     "estimate", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
     default=typer.Option(False, "--estimate", help="Print every stage's work and estimated time (on --device, or "
-                                                   "a GPU for --preset gpu) and exit without running anything."))
+                                                   "a GPU for --preset gpu) and exit without running anything: at "
+                                                   "the rates measured here first (a few batches of encoding and two "
+                                                   "training steps with the run's model and lengths: seconds), or "
+                                                   "assumed where they cannot be; each rate says which."))
 _ESTIMATE_GPUS = inspect.Parameter(
     "estimate_gpus", inspect.Parameter.KEYWORD_ONLY, annotation=int,
     default=typer.Option(8, "--estimate-gpus", min=1, help="With --estimate: also state the hours on this many GPUs "

@@ -26,10 +26,10 @@ def _console():
 
 
 def _load_corpus(path: Path) -> dict[str, dict[str, str]]:
-    from drmix.cli.retrieval import resolve_corpus_file
     from drmix.data.beir import read_corpus
+    from drmix.data.corpus import corpus_file
 
-    return read_corpus(resolve_corpus_file(path))
+    return read_corpus(corpus_file(path))
 
 
 def _stats_path(output: Path) -> Path:

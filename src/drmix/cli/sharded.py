@@ -20,13 +20,35 @@ def count_passages(corpus_file: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Callable[[str], None]) -> None:
-    """What ``drmix index --estimate`` prints: the corpus, the assumption, the time on 1 and ``gpus`` GPUs."""
+def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Callable[[str], None],
+                   model: str | None = None, max_length: int | None = None) -> None:
+    """What ``drmix index --estimate`` prints: the corpus, the rate, the time on 1 and ``gpus`` GPUs. The rate is
+    ``rate`` (--passages-per-s), else measured here on the GPU with ``model`` at ``max_length`` on the corpus's
+    first passages (:func:`drmix.recipes.throughput.encoding_rate`: seconds), else assumed -- and then this
+    machine's CPU is measured too, in a line of its own."""
+    from itertools import islice
+
+    import torch
+
+    from drmix.data.beir import doc_text
+    from drmix.io.read import iter_jsonl
+    from drmix.recipes.throughput import encoding_rate
     from drmix.retrieval.plan import estimate_lines
 
+    passages = count_passages(corpus_file)
+    texts = [doc_text(obj) for _, obj in islice(iter_jsonl(corpus_file), 64)]
     echo(f"{corpus_file}:")
-    for line in estimate_lines(count_passages(corpus_file), gpus=sorted({1, gpus}), rate=rate):
+    source = None
+    if rate is None and torch.cuda.is_available():
+        measured = encoding_rate("cuda", model, texts, max_length)
+        rate, source = (measured.per_s, f"measured: {measured.how}") if measured.measured else (None, None)
+    for line in estimate_lines(passages, gpus=sorted({1, gpus}), rate=rate, source=source):
         echo(line)
+    if rate is None:   # no GPU here to measure: the GPU lines are assumed, this machine's CPU is measured
+        cpu = encoding_rate("cpu", model, texts, max_length)
+        for line in estimate_lines(passages, gpus=[1], rate=cpu.per_s, device="cpu",
+                                   source=f"{'measured' if cpu.measured else 'assumed'}: {cpu.how}; this machine"):
+            echo(line)
     echo("Run it on N GPUs with: torchrun --nproc-per-node N -m drmix index ... (or accelerate launch; "
          "docs/evaluation.md, \"Sharded encoding over processes and GPUs\").")
 

@@ -59,7 +59,8 @@ import torch.nn.functional as F
 
 from drmix.data.batch import Batch
 from drmix.data.sentences import split_sentences
-from drmix.errors import ConfigError, DataError
+from drmix.data.corpus import corpus_file, corpus_name
+from drmix.errors import DataError
 from drmix.io.atomic import atomic_write_json
 from drmix.io.read import iter_jsonl
 
@@ -156,36 +157,6 @@ class SpanStats:
     def describe(self) -> str:
         return (f"{self.name}: {self.documents} documents, {self.kept} kept ({self.chunks} chunks), "
                 f"{self.dropped_short} dropped with fewer than 2 chunks, {self.dropped_empty} empty")
-
-
-def corpus_file(path: str | Path) -> Path:
-    """The JSONL file of a corpus argument: a BEIR directory (``corpus.jsonl``) or a JSONL file."""
-    p = Path(path)
-    if p.is_dir():
-        f = p / "corpus.jsonl"
-        if not f.exists():
-            raise DataError("directory has no corpus.jsonl.", path=p,
-                            fix="pass a BEIR directory or a JSONL file with a 'text' field per line.")
-        return f
-    if not p.exists():
-        raise DataError("corpus not found.", path=p, fix="check the path.")
-    return p
-
-
-def corpus_name(path: str | Path) -> str:
-    p = Path(path)
-    return p.name if p.is_dir() else (p.parent.name if p.stem == "corpus" else p.stem)
-
-
-def check_corpus_names(paths: Sequence[str | Path]) -> list[str]:
-    """The corpora's names (:func:`corpus_name`); no corpus, or two with the same name, is a ``ConfigError``."""
-    if not paths:
-        raise ConfigError("no target corpus given.", fix="pass --corpus DIR_OR_JSONL (repeatable).")
-    names = [corpus_name(p) for p in paths]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"two target corpora have the same name ({', '.join(names)}).",
-                          fix="put each corpus in a folder of its own name.")
-    return names
 
 
 def _doc_texts(path: str) -> Iterator[dict[str, str]]:

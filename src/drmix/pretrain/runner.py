@@ -145,7 +145,8 @@ def pretrain_coco(config: CocoConfig, *, callbacks=()):
     from drmix.api import train
     from drmix.data.collections import Collection
     from drmix.model.backbone import BackboneOptions, load_retriever
-    from drmix.pretrain.coco import build_spans, check_corpus_names
+    from drmix.data.corpus import check_corpus_names
+    from drmix.pretrain.coco import build_spans
     from drmix.pretrain.objective import CocoObjective
 
     c = config.coco

@@ -98,7 +98,7 @@ class CocoPipelineConfig(RecipeConfig):
                               fix="add --weights-file RUN/weights.json, or drop --transfer.")
         from drmix.pretrain.runner import CocoConfig
 
-        check_override(lambda: coco_stage_config(self), "--coco", CocoConfig)
+        check_override(lambda: pipeline_coco_stage(self), "--coco", CocoConfig)
         return self
 
 
@@ -119,16 +119,25 @@ class CocoPipelineResult:
     table: str = ""
 
 
-def coco_stage_config(config: CocoPipelineConfig):
-    """The COCO stage: the pipeline's model, batch, optimisation and output parts with COCO's own learning rate,
-    no periodic evaluation, the target corpora, then the ``coco`` overrides (checked when the config is made)."""
+def coco_stage_config(parts: Any, corpus: list[str], output_dir: str | Path, overrides: dict[str, Any],
+                      **fixed: Any):
+    """A recipe's COCO stage (``drmix pipeline coco``, ``drmix adapt``): the recipe's model, batch, optimisation
+    and output parts (``parts``) with COCO's own learning rate, no periodic evaluation, the target corpora
+    ``corpus`` in ``output_dir``, then the recipe's ``coco`` ``overrides``, then ``fixed`` (fields the recipe does
+    not let an override change). The recipes check the overrides when their config is made
+    (:func:`drmix.recipes.options.check_override`)."""
     from drmix.pretrain.runner import CocoConfig, CocoOptim
 
-    values = {"corpus": list(config.recipe.corpus), "output_dir": str(Path(config.run.output_dir) / "coco"),
-              "resume": True, "learning_rate": CocoOptim.model_fields["learning_rate"].default, "eval_data": [],
-              "data": [],
-              **config.recipe.coco}
-    return CocoConfig.from_parts(config, **values)
+    values = {"corpus": list(corpus), "output_dir": str(output_dir), "resume": True,
+              "learning_rate": CocoOptim.model_fields["learning_rate"].default, "eval_data": [], "data": [],
+              **overrides, **fixed}
+    return CocoConfig.from_parts(parts, **values)
+
+
+def pipeline_coco_stage(config: CocoPipelineConfig):
+    """``drmix pipeline coco``'s COCO stage: its target corpora, in ``output_dir/coco``, with its ``coco``
+    overrides."""
+    return coco_stage_config(config, config.recipe.corpus, Path(config.run.output_dir) / "coco", config.recipe.coco)
 
 
 def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) -> TrainConfig:
@@ -137,7 +146,7 @@ def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) ->
 
 def plan_coco(config: CocoPipelineConfig) -> CocoPlan:
     """Check the recipe's inputs are given and compose every stage's config from its parts: COCO
-    (:func:`coco_stage_config`) and the same fine-tuning from ``model`` (no COCO) and from the COCO model, each
+    (:func:`pipeline_coco_stage`) and the same fine-tuning from ``model`` (no COCO) and from the COCO model, each
     in its own subfolder of ``output_dir``. Nothing is written."""
     if not config.recipe.corpus:
         raise ConfigError("no target corpus given.", fix="pass --corpus DIR (repeatable).")
@@ -146,7 +155,7 @@ def plan_coco(config: CocoPipelineConfig) -> CocoPlan:
     if not config.test.test_data:
         raise ConfigError("no test data given.", fix="pass --test-data BEIR_DIR (repeatable).")
     root = Path(config.run.output_dir)
-    coco_cfg = coco_stage_config(config)
+    coco_cfg = pipeline_coco_stage(config)
     strat = "uniform" if config.mixture.strategy == "static" else config.mixture.strategy
     start_model = config.model.name_or_path
     finetunes = {}

@@ -297,12 +297,12 @@ def run_drama_pipeline(cfg: DramaConfig) -> dict[str, Any]:
     values = cfg.flat()
     stages = [Stage("augment", {k: values[k] for k in augment_fields()}, output_dir=aug, record=root / "drama.yaml",
                     outputs=[p for p in sorted(aug.glob("*")) if p.name != "llm-cache.jsonl"], kind=DramaConfig,
-                    part="recipe", run=lambda res: _augment(cfg, aug), done=lambda out: False,
+                    part="recipe", run=lambda res: _augment(cfg, aug), done=lambda out, res: False,
                     what="every enabled step on every corpus (each step's file reused when made)")]
     if r.prune_from is not None:
         stages.append(Stage("student-init", {k: values[k] for k in PRUNE_FIELDS}, output_dir=root / "student-init",
                             record=root / "drama.yaml", kind=DramaConfig, part="recipe",
-                            run=lambda res: _student_init(cfg, root), done=model_saved))
+                            run=lambda res: _student_init(cfg, root), done=lambda out, res: model_saved(out)))
     stages.append(Stage("student", train_cfg, part="optim", needs=tuple(s.name for s in stages),
                         run=lambda res: _train(train_cfg), work=training_work("student", train_cfg)))
     results = run_stages(stages, root=root, record=("drama.yaml", cfg), allow_changes=cfg.run.resume_with_changes,

@@ -1,8 +1,9 @@
 """The estimate and the progress lines of a recipe's stages, once for every recipe.
 
-A stage declares its work (:class:`StageWork`: training examples, passages encoded, LLM calls); the estimate is
-that work at a throughput, assumed (:data:`ASSUMED_RATES`) until the run has measured its own, and
-:class:`Progress` prints one line per stage: its place, what it does, its estimated time, then its measured time.
+A stage declares its work (:class:`StageWork`: training examples, passages encoded and by which encoder, LLM
+calls); the estimate is that work at a throughput (:mod:`drmix.recipes.throughput`: measured on this machine
+with the run's model and lengths, or assumed where it cannot be, and said which), and :class:`Progress` prints
+one line per stage: its place, what it does, its estimated time, then its measured time.
 """
 from __future__ import annotations
 
@@ -12,13 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger(__name__)
+from drmix.recipes.throughput import ASSUMED_RATES, MODEL, Rates, assumed
 
-#: assumed throughput before a stage of the run has been measured: (training examples/s, passages encoded/s).
-#: cuda: the assumption of benchmarks/_lease.py (one H100, pre-tokenised inputs, all-MiniLM-L6-v2); cpu: measured
-#: on two shared cores with a 2-layer MiniLM at 8/24 tokens (docs/adapt.md) -- slower models take longer, and the
-#: progress lines switch to the run's own measured rates after the first training and encoding stages.
-ASSUMED_RATES = {"cuda": (1000.0, 10000.0), "cpu": (60.0, 150.0)}
+__all__ = ["ASSUMED_RATES", "Progress", "StageWork", "estimate_device", "estimate_rows", "minutes",
+           "training_work"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -29,6 +29,8 @@ class StageWork:
     examples: float = 0.0          # training examples (a COCO span pair counts as one)
     passages: float = 0.0          # texts encoded without gradients (mining, filtering, evaluation)
     llm_calls: int = 0
+    unsharded: float = 0.0         # of the passages: those every rank of a torchrun launch encodes whole
+    encoder: str = MODEL           # which encoder's rate the passages go at (a recipe's "teacher", or the model)
 
     def seconds(self, rates: tuple[float, float]) -> float:
         return self.examples / rates[0] + self.passages / rates[1]
@@ -50,15 +52,16 @@ def estimate_device(device: str | None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def estimate_rows(work: Sequence[StageWork], device: str) -> list[str]:
-    """Markdown: the rates assumed on ``device``, then every stage's work and estimated minutes, and the total."""
-    rates = ASSUMED_RATES[device]
-    lines = [f"Estimated time on {device} at {rates[0]:,.0f} training examples/s and {rates[1]:,.0f} passages/s "
-             "(assumed; see docs/adapt.md):", "",
+def estimate_rows(work: Sequence[StageWork], rates: Rates | str) -> list[str]:
+    """Markdown: the rates (``rates``, or a device whose :data:`ASSUMED_RATES` are assumed), each said measured
+    or assumed, then every stage's work and estimated minutes, and the total."""
+    if isinstance(rates, str):
+        rates = assumed(rates)
+    lines = [f"Estimated time on {rates.device}, at these rates:", "", *rates.lines(), "",
              "| stage | training examples | passages encoded | minutes |", "|---|---:|---:|---:|"]
     total = 0.0
     for w in work:
-        sec = w.seconds(rates)
+        sec = rates.seconds(w)
         total += sec
         lines.append(f"| {w.name} | {w.examples:,.0f} | {w.passages:,.0f} | {sec / 60:.1f} |")
     lines.append(f"| total | {sum(w.examples for w in work):,.0f} | {sum(w.passages for w in work):,.0f} | "

@@ -75,8 +75,10 @@ class Stage:
 
     The declaration :func:`run_stages` executes: ``part``, the part of the recipe's config the stage reads (its
     settings); ``needs``, the stages that run before it (a stage re-run re-runs those that need it);
-    ``run(results)``, what makes it (``results``: what the stages before it returned, by name); ``done(folder)``,
-    whether a finished run is in its folder (default :func:`drmix.outputs.run_finished`); ``title`` and
+    ``run(results)``, what makes it (``results``: what the stages before it returned, by name);
+    ``done(folder, results)``, whether a finished run is in its folder (default: its model is saved,
+    :func:`drmix.outputs.run_finished`; ``results`` for a stage whose output depends on what an earlier stage
+    returned, such as the candidate a selection chose); ``title`` and
     ``what``, its progress line; ``work``, what the estimate counts (:class:`~drmix.recipes.progress.StageWork`).
     """
 
@@ -89,7 +91,7 @@ class Stage:
     part: str | None = None
     needs: Sequence[str] = ()
     run: Callable[[dict[str, Any]], Any] | None = None
-    done: Callable[[Path], bool] | None = None
+    done: Callable[[Path, dict[str, Any]], bool] | None = None
     title: str | None = None
     what: str = ""
     work: StageWork | None = None
@@ -116,11 +118,14 @@ class Stage:
         """Whether the stage has a record to compare (a step without a configuration is always run)."""
         return self.config is not None
 
-    def finished(self) -> bool:
-        """Whether a finished run of the stage is in its folder."""
+    def finished(self, results: dict[str, Any] | None = None) -> bool:
+        """Whether a finished run of the stage is in its folder (``results``: what the stages before it
+        returned)."""
         if not self.checked or self.output_dir is None:
             return False
-        return (self.done or run_finished)(self.output_dir)
+        if self.done is None:
+            return run_finished(self.output_dir)
+        return self.done(self.output_dir, results if results is not None else {})
 
     @property
     def config_cls(self) -> type[Config]:
@@ -361,7 +366,7 @@ def run_stage(name: str, config: Any, run: Callable[[], Any], *, record: str | P
     """
     out = Path(config.run.output_dir)
     stage = Stage(name, config, out, record=out / record if record is not None else None, run=lambda r: run(),
-                  done=finished)
+                  done=lambda folder, results: finished(folder))
     return run_stages([stage], root=out.parent, provenance=False, allow_changes=config.run.resume_with_changes,
                       recipe=name)[name]
 
@@ -463,7 +468,7 @@ def run_stages(stages: Sequence[Stage], *, root: str | Path, record: tuple[str, 
 
 
 def _execute(stage: Stage, results: dict[str, Any], bar: Progress) -> Any:
-    if stage.finished():
+    if stage.finished(results):
         log.info("%s: finished earlier in %s with the same settings, reused", stage.name, stage.output_dir)
         bar.reused(stage.label)
         return StageOutput(stage.name, Path(stage.output_dir), Path(stage.output_dir) / "model", True)

@@ -298,7 +298,7 @@ def run_tdro_pipeline(config: PipelineConfig) -> PipelineResult:
     stages.append(Stage("stage 1", s1_cfg, part="stages.stage1", needs=tuple(s.name for s in stages),
                         run=lambda r: optimize_weights(s1_cfg, fill_negatives=config.stages.stage1_fill_negatives,
                                                        miner=config.stages.stage1_miner),
-                        done=lambda out: run_finished(out) and (out / "weights.json").exists(),
+                        done=lambda out, r: run_finished(out) and (out / "weights.json").exists(),
                         work=training_work("stage 1", s1_cfg)))
     # how stage 1 completes missing hard negatives is a recipe field (pipeline.yaml), not a training field
     flat = config.flat()

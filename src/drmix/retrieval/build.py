@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drmix.data.corpus import corpus_file
 from drmix.errors import ConfigError, DrmixError
 from drmix.retrieval.backends.base import BACKENDS, BackendSpec, backend, collection_name, resolve_kind
 
@@ -49,12 +50,6 @@ class IndexBuilt:
         line = (f"indexed {self.count} documents ({self.target.spec.name} {self.kind}, dim {self.dim}) into "
                 f"{self.target.location}")
         return f"{line}; {self.shards}" if self.shards else line
-
-
-def corpus_file(path: Path) -> Path:
-    """A BEIR directory means its ``corpus.jsonl``; a file is used as it is."""
-    path = Path(path).expanduser()
-    return path / "corpus.jsonl" if path.is_dir() else path
 
 
 def stored_model_name(model: str | None) -> str:

@@ -60,14 +60,16 @@ def _duration(seconds: float) -> str:
 
 
 def estimate_lines(passages: int, *, gpus: Sequence[int] = (1, 8), rate: float | None = None, dim: int = 0,
-                   device: str = "gpu") -> list[str]:
-    """The lines ``drmix index --estimate`` prints: the assumption, then one line per device count."""
+                   device: str = "gpu", source: str | None = None) -> list[str]:
+    """The lines ``drmix index --estimate`` prints: the rate and where it comes from (``source``: measured, say;
+    default: assumed, or given with --passages-per-s), then one line per device count."""
     assumed = rate is None
     rate = rate if rate is not None else (GPU_PASSAGES_PER_S if device == "gpu" else CPU_PASSAGES_PER_S)
     unit = "GPU" if device == "gpu" else "CPU process"
-    source = ("assumed: drmix encode_texts on one H200, 256-token passages, bf16 (docs/benchmarks.md); "
-              "pass --passages-per-s with your own measured rate" if assumed and device == "gpu" else
-              "assumed: all-MiniLM-L6-v2 on two CPU threads, fp32 (docs/benchmarks.md)" if assumed else "given with --passages-per-s")
+    source = source or ("assumed: drmix encode_texts on one H200, 256-token passages, bf16 (docs/benchmarks.md); "
+                        "pass --passages-per-s with your own measured rate" if assumed and device == "gpu" else
+                        "assumed: all-MiniLM-L6-v2 on two CPU threads, fp32 (docs/benchmarks.md)" if assumed
+                        else "given with --passages-per-s")
     shown = f"{rate:,.0f}" if rate >= 10 else f"{rate:.3g}"
     lines = [f"{passages:,} passages at {shown} passages/s per {unit} ({source}), plus {START_S:.0f} s to start"
              + (f" and the merge of {passages * dim * 4 / 1e9:.1f} GB of vectors" if dim else "") + ":"]

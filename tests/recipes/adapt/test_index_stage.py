@@ -33,7 +33,7 @@ def test_one_index_per_corpus_that_drmix_search_answers_kept_on_rerun(tmp_path, 
     plan = plan_adapt(cfg)
     root = plan.root
     _queries(root, "pets", "about ferrets and 'quotes'")
-    record = build_indexes(cfg, plan, "size+synthetic", Path(tiny_model_path))
+    record = build_indexes(cfg, plan.root, plan.corpora, "size+synthetic", Path(tiny_model_path))
     assert set(record["corpora"]) == {"pets", "travel"} and record["backend"] == "memory"
     assert record["model"] == str((root / "model").resolve()) and record["candidate"] == "size+synthetic"
     for name in ("pets", "travel"):
@@ -56,7 +56,7 @@ def test_one_index_per_corpus_that_drmix_search_answers_kept_on_rerun(tmp_path, 
     assert len(hits) == 3 and all(h["doc_id"].startswith("pets") for h in hits)
     # a rerun keeps each index built by the same model from the same corpus (nothing encoded again)
     stamp = (root / "index" / "pets" / "meta.json").stat().st_mtime_ns
-    again = build_indexes(cfg, plan, "size+synthetic", Path(tiny_model_path))
+    again = build_indexes(cfg, plan.root, plan.corpora, "size+synthetic", Path(tiny_model_path))
     assert (root / "index" / "pets" / "meta.json").stat().st_mtime_ns == stamp
     assert again["corpora"]["pets"]["built"] is False and again["corpora"]["pets"]["documents"] == 8   # kept
 
@@ -68,13 +68,12 @@ def test_no_index_declares_no_stage_and_counts_no_work(tmp_path, tiny_model_path
     off = cfg.replace(index=False)
     plan = plan_adapt(off)
     assert "index" not in [s.name for s in adapt_stages(off, plan, labelled=lambda *a: None)]
-    assert "index" not in [s.name for s in plan.stages]
     assert "index of the adapted model" not in [w.name for w in plan_work(off)]
 
 
 def test_the_stage_is_made_with_its_backend_settings(tmp_path, tiny_model_path):
     cfg = make_config(tmp_path, tiny_model_path, candidates=["uniform"])
-    stage = next(s for s in plan_adapt(cfg).stages if s.name == "index")
+    stage = next(s for s in adapt_stages(cfg, plan_adapt(cfg)) if s.name == "index")
     assert stage.settings() == {"corpus": cfg.target.corpus, "index_backend": "memory", "index_uri": None}
     assert stage.record == Path(cfg.run.output_dir) / "index" / "index.yaml"
     # the record build_indexes writes: the same settings are no change, another backend is one the rerun names
@@ -85,7 +84,8 @@ def test_the_stage_is_made_with_its_backend_settings(tmp_path, tiny_model_path):
     stage.record.parent.mkdir(parents=True)
     stage.record.write_text(yaml.safe_dump(index_settings(cfg)))
     assert stage.changes() == {}
-    other = next(s for s in plan_adapt(cfg.replace(index_backend="faiss-disk")).stages if s.name == "index")
+    faiss = cfg.replace(index_backend="faiss-disk")
+    other = next(s for s in adapt_stages(faiss, plan_adapt(faiss)) if s.name == "index")
     assert other.changes() == {"index_backend": {"before": "memory", "after": "faiss-disk"}}
 
 
@@ -110,7 +110,7 @@ def test_a_milvus_collection_per_corpus(tmp_path, tiny_model_path):
     pytest.importorskip("milvus_lite")
     cfg = make_config(tmp_path, tiny_model_path, index_backend="milvus", index_uri=str(tmp_path / "idx.db"))
     plan = plan_adapt(cfg)
-    record = build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
+    record = build_indexes(cfg, plan.root, plan.corpora, "uniform", Path(tiny_model_path))
     assert record["corpora"]["pets"]["location"] == f"{tmp_path / 'idx.db'}#pets"
     assert record["backend"] == "milvus" and (plan.root / "index" / "index.json").is_file()
     from drmix.retrieval.backends import open_index
@@ -124,8 +124,7 @@ def test_a_milvus_collection_per_corpus(tmp_path, tiny_model_path):
     other = tmp_path / "other.db"
     build_index("milvus", f"{other}#pets", [(["d1", "d2"], np.eye(2, dtype="float32"))], metadata={"model": "m"})
     with pytest.raises(ConfigError, match="index of pets: collection pets already exists.*--index-uri"):
-        build_indexes(cfg.replace(index_uri=str(other)), plan_adapt(cfg.replace(index_uri=str(other))), "uniform",
-                      Path(tiny_model_path))
+        build_indexes(cfg.replace(index_uri=str(other)), plan.root, plan.corpora, "uniform", Path(tiny_model_path))
 
 
 def test_an_interrupted_index_stage_keeps_the_finished_corpora(tmp_path, tiny_model_path, monkeypatch):
@@ -145,11 +144,11 @@ def test_an_interrupted_index_stage_keeps_the_finished_corpora(tmp_path, tiny_mo
 
     monkeypatch.setattr(backends, "index_documents", killed_in_travel)
     with pytest.raises(RuntimeError, match="killed"):
-        build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
+        build_indexes(cfg, plan.root, plan.corpora, "uniform", Path(tiny_model_path))
     assert not index_finished(plan.root, "uniform") and not (plan.root / "index" / "travel").exists()
     stamp = (plan.root / "index" / "pets" / "meta.json").stat().st_mtime_ns
     monkeypatch.setattr(backends, "index_documents", original)
-    record = build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
+    record = build_indexes(cfg, plan.root, plan.corpora, "uniform", Path(tiny_model_path))
     assert (plan.root / "index" / "pets" / "meta.json").stat().st_mtime_ns == stamp     # kept
     assert record["corpora"]["travel"]["built"] and not record["corpora"]["pets"]["built"]
     assert record["corpora"]["travel"]["documents"] == 8 and index_finished(plan.root, "uniform")
@@ -175,6 +174,6 @@ def test_an_index_the_disk_has_no_room_for_is_refused_before_encoding(tmp_path, 
                                             r"bytes and the disk has 1000 bytes free; nothing was written\. Fix: free "
                                             r"space on that filesystem, choose another --output-dir, or pass "
                                             r"--no-index"):
-        build_indexes(cfg, plan, "uniform", Path(tiny_model_path))
+        build_indexes(cfg, plan.root, plan.corpora, "uniform", Path(tiny_model_path))
     assert encoded == [] and not (plan.root / "index" / "pets").exists()
     assert not index_finished(plan.root, "uniform")

@@ -4,6 +4,7 @@ and line."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from drmix.errors import ConfigError, DataError
 from drmix.recipes.adapt import AdaptConfig, AdaptResult, plan_adapt, plan_work, run_adapt, select_candidate
 from drmix.recipes.adapt.labels import LabelledSelection, choice_scores, match_sources
 from drmix.recipes.adapt.report import _dev_labels_md
-from drmix.recipes.adapt.selection import _choice_comparison
+from drmix.recipes.adapt.selection import choice_comparison
 
 TOPICS = {"pets": ["cats", "dogs", "parrots", "hamsters", "rabbits", "ferrets"],
           "travel": ["ships", "trains", "bicycles", "airports", "harbours", "tunnels"]}
@@ -136,7 +137,7 @@ def test_the_two_choices_paired_on_the_labelled_split_by_hand():
                          dev_labels=LabelledSelection({}, {"a": 0.1, "b": 0.2}, "b", {"pets": 2}),
                          labelled=SimpleNamespace(per_query=per_query))
     cfg = AdaptConfig()
-    c = _choice_comparison(result, cfg)
+    c = choice_comparison(result, cfg)
     assert c.baseline == "synthetic-dev choice (a)"
     row = c.rows["labelled-dev choice (b)"]
     assert [r.delta for r in row if r.dataset == "pets"] == [pytest.approx(0.2)]      # (0.3 + 0.1) / 2
@@ -152,7 +153,7 @@ def test_the_two_choices_paired_on_the_labelled_split_by_hand():
     assert "### Paired test on the labelled test split: labelled-dev choice against synthetic-dev choice" in md
     assert "labelled-dev choice (b)" in md and "Both devs chose the same candidate." not in md
     result.synthetic_choice = "b"                                                     # the same candidate: no test
-    assert _choice_comparison(result, cfg) is None
+    assert choice_comparison(result, cfg) is None
 
 
 # ---------------------------------------------------------------------------------------------- refused
@@ -166,6 +167,49 @@ def test_labelled_dev_queries_of_the_eval_split_are_refused(tmp_path, tiny_model
     msg = str(e.value)
     assert str(tmp_path / "labels" / "travel" / "qrels" / "dev.tsv") in msg
     assert str(tmp_path / "travel" / "qrels" / "test.tsv") in msg and "'q1'" in msg and "--dev-labels-split" in msg
+
+
+def test_the_test_set_as_labels_is_refused_whatever_the_folders_are_called(tmp_path, tiny_model_path):
+    """The eval split's own qrels given as --dev-labels, the corpora copies under other folder names: the labelled
+    queries are compared by content (text; id and judged document), not by the folders' names or paths."""
+    import shutil
+
+    cfg = make_config(tmp_path, tiny_model_path)
+    copies = []
+    for name in TOPICS:
+        (tmp_path / "copies" / f"my-{name}").mkdir(parents=True)
+        shutil.copy(tmp_path / name / "corpus.jsonl", tmp_path / "copies" / f"my-{name}" / "corpus.jsonl")
+        copies.append(str(tmp_path / "copies" / f"my-{name}"))
+    test_as_labels = cfg.replace(corpus=copies, dev_labels=[str(tmp_path / n) for n in TOPICS],
+                                 dev_labels_split="test")
+    with pytest.raises(ConfigError, match=r"share 3 of their 3 queries with the --eval-data test split") as e:
+        plan_adapt(test_as_labels)
+    assert str(tmp_path / "pets" / "qrels" / "test.tsv") in str(e.value)
+    # the same queries under new ids (their texts), or the same ids judging the same documents (other texts)
+    pets = tmp_path / "labels" / "pets"
+    (pets / "queries.jsonl").write_text(json.dumps({"_id": "x1", "text": "  Dogs "}) + "\n"
+                                        + json.dumps({"_id": "q2", "text": "about parrots"}) + "\n")
+    for qrels, shared in (("x1\tpets1\t1\n", "'x1'"), ("q2\tpets2\t1\n", "'q2'")):
+        (pets / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+        with pytest.raises(ConfigError, match=f"share 1 of their 1 queries .*e.g. {shared}"):
+            plan_adapt(cfg)
+    # an id the test split uses for another query (another text, another document) is not the test set
+    (pets / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq2\tpets4\t1\n")
+    assert plan_adapt(cfg).labels["pets"].qrels == {"q2": {"pets4": 1}}
+
+
+def test_labels_without_a_positive_judgement_are_refused(tmp_path, tiny_model_path, caplog):
+    cfg = make_config(tmp_path, tiny_model_path)
+    qrels = tmp_path / "labels" / "pets" / "qrels" / "dev.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nd3\tpets3\t0\nd4\tpets4\t-1\nd5\tpets5\t-1\n")
+    with pytest.raises(DataError, match="none of the 3 judged queries has a positive judgement") as e:
+        plan_adapt(cfg)
+    assert e.value.path == str(qrels)
+    # some without one: counted and said, not refused
+    qrels.write_text("query-id\tcorpus-id\tscore\nd3\tpets3\t0\nd4\tpets4\t1\nd5\tpets5\t2\n")
+    with caplog.at_level(logging.WARNING, logger="drmix.recipes.adapt"):
+        assert plan_adapt(cfg).labels["pets"].qrels["d4"] == {"pets4": 1}
+    assert "1 of 3 queries have no positive judgement" in caplog.text
 
 
 def test_a_changed_labels_file_is_named_by_the_stage_check(finished, tmp_path):

@@ -159,7 +159,6 @@ def test_a_launch_of_one_process_joins_nothing(monkeypatch, tmp_path):
 def test_a_follower_builds_the_synthetic_set_unwritten_without_the_llm(tmp_path, monkeypatch):
     """A rank other than 0 takes its part of the teacher's passes and writes nothing: no synthetic/, no LLM."""
     from drmix.recipes.adapt import synthetic
-    from drmix.recipes.adapt.plan import AdaptPlan
 
     calls: list = []
     monkeypatch.setattr(shards, "writes_here", lambda: False)
@@ -172,12 +171,11 @@ def test_a_follower_builds_the_synthetic_set_unwritten_without_the_llm(tmp_path,
                         or type("Made", (), {"stats": {"kept": 1}})())
     for name in ("a", "b"):
         (tmp_path / f"{name}.jsonl").write_text(json.dumps({"_id": "d1", "text": "t"}) + "\n")
-    plan = AdaptPlan.__new__(AdaptPlan)
-    plan.root, plan.corpora = tmp_path / "run", {"a": tmp_path / "a.jsonl", "b": tmp_path / "b.jsonl"}
     from drmix.recipes.adapt import AdaptConfig
 
     cfg = AdaptConfig(corpus=[str(tmp_path / "a.jsonl")], data=[str(tmp_path)], llm="smollm2")
-    assert synthetic.build_synthetic(cfg, plan) == {"a": {"kept": 1}, "b": {"kept": 1}}
+    corpora = {"a": tmp_path / "a.jsonl", "b": tmp_path / "b.jsonl"}
+    assert synthetic.build_synthetic(cfg, tmp_path / "run", corpora) == {"a": {"kept": 1}, "b": {"kept": 1}}
     assert calls == [("a", "rank", None), ("b", "rank", None)] and not (tmp_path / "run").exists()
 
 

@@ -212,11 +212,12 @@ def test_a_backend_plugged_in_by_its_entry_point_is_used_everywhere(toy_installe
 
     cfg = make_config(tmp_path / "adapt", tiny_model_path, candidates=["uniform"], index_backend="toy",
                       index_uri=f"toy://{tmp_path / 'adapted'}")
-    record = build_indexes(cfg, plan_adapt(cfg), "uniform", Path(tiny_model_path))
+    plan = plan_adapt(cfg)
+    record = build_indexes(cfg, plan.root, plan.corpora, "uniform", Path(tiny_model_path))
     assert record["backend"] == "toy" and record["kind"] == "exact"
     assert record["corpora"]["pets"]["location"] == f"toy://{tmp_path / 'adapted'}#pets"
     assert len(open_index(record["corpora"]["pets"]["location"])) == 8
-    again = build_indexes(cfg, plan_adapt(cfg), "uniform", Path(tiny_model_path))
+    again = build_indexes(cfg, plan.root, plan.corpora, "uniform", Path(tiny_model_path))
     assert again["corpora"]["pets"]["built"] is False                   # kept: read by the toy's own read_meta
 
 

@@ -39,41 +39,47 @@ the throughput measured by the earlier stages of the run, or an assumed one befo
 ``drmix adapt --estimate`` prints the plan without running it.
 
 The package, by concern: :mod:`~drmix.recipes.adapt.config` (the parts and presets), ``candidates`` (the
-candidate mixtures), ``plan`` (every stage's configuration), ``estimate`` (the work, the time estimate),
+candidate mixtures), ``plan`` (every stage's configuration), ``stages`` (every stage declared once: its record,
+part, needs, run, done and work), ``estimate`` (the work of each kind of stage, the time estimate),
 ``synthetic`` (stage 1), ``labels`` (``--dev-labels``: a few labelled dev queries the choice is made on,
-``--select-on``), ``stages`` (every stage declared, run by :func:`drmix.recipes.stages.run_stages`),
-``selection`` (the choice and the labelled evaluation), ``report`` (summary, model copy, card), ``runner``
-(the run) and ``launch`` (the run under torchrun / accelerate launch: rank 0 runs the recipe, the other ranks
-take their shard of every corpus pass and their part of the data-parallel training).
+``--select-on``), ``selection`` (the choice and the evaluations), ``index`` (the index of the adapted model),
+``report`` with ``headline`` and ``figure`` (summary, model copy, card), ``runner`` (the run and the estimate)
+and ``launch`` (the run under torchrun / accelerate launch: rank 0 runs the recipe, the other ranks take their
+shard of every corpus pass and their part of the data-parallel training).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from drmix.recipes.adapt.candidates import STATIC_SCHEMES, SYNTHETIC, Candidate, candidate_plan, parse_candidate
 from drmix.recipes.adapt.config import (PRESETS, SELECT_MAX_DOCS, AdaptConfig, AdaptEval, AdaptRun, AdaptStages,
-                                        AdaptTarget, SyntheticOptions, synthetic_fields)
-from drmix.recipes.adapt.estimate import (ASSUMED_RATES, Progress, StageWork, estimate_device, estimate_table,
-                                          gpu_hours, plan_work, select_max_docs, unsharded_passages)
-from drmix.recipes.adapt.plan import AdaptPlan, coco_config, plan_adapt
+                                        AdaptTarget, SyntheticOptions, select_max_docs, synthetic_fields)
+from drmix.recipes.adapt.estimate import estimate_device, gpu_hours
+from drmix.recipes.adapt.plan import AdaptPlan, plan_adapt
 from drmix.recipes.adapt.report import ADAPTED_MARKER
+from drmix.recipes.adapt.runner import estimate_table, plan_work
 from drmix.recipes.adapt.runner import run_adapt as _run
 from drmix.recipes.adapt.selection import (BASE, COCO_UNIFORM, LABELLED_SEED, UNIFORM, AdaptResult,
                                            final_labelled_evaluation, kendall_tau, select_candidate)
+from drmix.recipes.adapt.stages import adapt_stages
 from drmix.recipes.adapt.synthetic import build_synthetic, read_synthetic_stats, teacher_ranker
+from drmix.recipes.progress import ASSUMED_RATES, Progress, StageWork
+from drmix.recipes.stages import Stage
 
 __all__ = ["ADAPTED_MARKER", "ASSUMED_RATES", "BASE", "COCO_UNIFORM", "LABELLED_SEED", "PRESETS", "SELECT_MAX_DOCS",
            "STATIC_SCHEMES", "SYNTHETIC", "UNIFORM", "AdaptConfig", "AdaptEval", "AdaptPlan", "AdaptResult",
            "AdaptRun", "AdaptStages", "AdaptTarget", "Candidate", "Progress", "StageWork", "SyntheticOptions",
-           "build_synthetic", "candidate_plan", "coco_config", "estimate_device", "estimate_table",
+           "adapt_stages", "build_synthetic", "candidate_plan", "estimate_device", "estimate_table",
            "final_labelled_evaluation", "gpu_hours", "kendall_tau", "parse_candidate", "plan_adapt", "plan_work",
            "read_synthetic_stats", "run_adapt", "select_candidate", "select_max_docs", "synthetic_fields",
-           "teacher_ranker", "unsharded_passages"]
+           "teacher_ranker"]
 
 
-def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = None) -> AdaptResult | None:
+def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = None,
+              extra: Sequence[Stage] = ()) -> AdaptResult | None:
     """Run every stage (reusing the finished ones made with the same settings) and write the report; see the
-    module docstring. ``progress`` receives the progress lines (default: the log). The labelled directories are
-    read by this package's :func:`final_labelled_evaluation` only (:func:`drmix.recipes.adapt.runner.run_adapt`).
-    Under torchrun every rank calls it; the ranks other than 0 return None (:mod:`drmix.recipes.adapt.launch`)."""
-    return _run(config, progress=progress, labelled=final_labelled_evaluation)
+    module docstring. ``progress`` receives the progress lines (default: the log); ``extra``: stages run beside
+    the recipe's own (:mod:`drmix.recipes.adapt.stages`). The labelled directories are read by this package's
+    :func:`final_labelled_evaluation` only (:func:`drmix.recipes.adapt.runner.run_adapt`). Under torchrun every
+    rank calls it; the ranks other than 0 return None (:mod:`drmix.recipes.adapt.launch`)."""
+    return _run(config, progress=progress, labelled=final_labelled_evaluation, extra=extra)

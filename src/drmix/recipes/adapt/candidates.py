@@ -9,6 +9,10 @@ log = logging.getLogger(__name__)
 
 SYNTHETIC = "+synthetic"
 STATIC_SCHEMES = ("uniform", "size", "temperature")
+#: the candidate always trained (COCO -> uniform), and the one that separates the synthetic train set's part of
+#: the gain from the mixture's (the report's first sentence parts the gain by it)
+COCO_UNIFORM_CANDIDATE = "uniform"
+UNIFORM_SYNTHETIC = COCO_UNIFORM_CANDIDATE + SYNTHETIC
 
 
 @dataclass(frozen=True)

@@ -319,3 +319,9 @@ def synthetic_fields() -> list[str]:
     fields = AdaptConfig.flat_fields()
     return ["corpus"] + [k for k, f in fields.items() if f.group == "synthetic" and f.role != OPERATIONAL] + ["seed"]
 
+
+def select_max_docs(config: AdaptConfig) -> int | None:
+    """The corpus cap of the selection on the synthetic dev: ``--select-max-docs``, or ``--eval-max-docs`` when
+    that is smaller (it caps every evaluation)."""
+    caps = [c for c in (config.stages.select_max_docs, config.eval.eval_max_docs) if c is not None]
+    return min(caps) if caps else None

@@ -15,16 +15,11 @@ not a test (only the two gains carry a p).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from drmix.recipes.adapt.candidates import SYNTHETIC
-
-COCO_UNIFORM_CANDIDATE = "uniform"
-UNIFORM_SYNTHETIC = "uniform" + SYNTHETIC
+from drmix.recipes.adapt.candidates import COCO_UNIFORM_CANDIDATE, SYNTHETIC, UNIFORM_SYNTHETIC
 
 
 @dataclass(frozen=True)
@@ -109,43 +104,6 @@ def headline(scores: Mapping[str, float], selected: str, *, uniform: float, wher
     return text
 
 
-def report_headline(result: Any, eval_split: str) -> tuple[str, dict[str, Any]]:
-    """The sentence of a finished run (:class:`~drmix.recipes.adapt.selection.AdaptResult`) and what it was read
-    from: on the labelled split when ``--eval-data`` was given (every candidate is scored there), else on the
-    synthetic test (the report's models and uniform+synthetic)."""
-    from drmix.recipes.adapt.selection import COCO_UNIFORM, UNIFORM, _average
-
-    adapted = next(lb for lb in result.models if lb.startswith("adapted"))
-    selected = result.selected
-    if result.labelled is not None:
-        res = result.labelled.results
-        scores = {lb: _average(res[lb]) for lb in result.candidates if lb in res}
-        names = _and(list(res[UNIFORM]))
-        where, split, on = f"the labelled {eval_split} split of {names}", eval_split, "labelled"
-    else:
-        res = result.synthetic_test.results
-        scores = {COCO_UNIFORM_CANDIDATE: _average(res[COCO_UNIFORM]), selected: _average(res[adapted])}
-        if UNIFORM_SYNTHETIC in res:
-            scores[UNIFORM_SYNTHETIC] = _average(res[UNIFORM_SYNTHETIC])
-        where, split, on = "the synthetic test split (no labelled data was given)", "synthetic test", "synthetic test"
-    uniform = _average(res[UNIFORM])
-
-    def p(name: str) -> float | None:
-        comp = result.comparisons.get(name)
-        return None if comp is None or adapted not in comp.rows else float(comp.average(adapted).t_p)
-
-    p_uniform, p_coco = p(f"{split}: vs uniform fine-tuning"), p(f"{split}: adapted vs COCO → uniform")
-    text = headline(scores, selected, uniform=uniform, where=where, p_uniform=p_uniform, p_coco=p_coco)
-    parts = gain_parts(scores, selected, uniform=uniform)
-    return text, {"on": on, "scores": scores, "uniform_fine_tuning": uniform, "p_vs_uniform": p_uniform,
-                  "p_vs_coco_uniform": p_coco, "parts": dataclasses.asdict(parts),
-                  "test": "paired t-test over queries (drmix compare)"}
-
-
-def _and(names: list[str]) -> str:
+def names_and(names: list[str]) -> str:
     """"a", "a and b", "a, b and c"."""
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-
-
-def _join(names: list[str]) -> str:
-    return _and([n[0].upper() + n[1:] if i == 0 else n for i, n in enumerate(names)])

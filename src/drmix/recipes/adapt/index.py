@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ import yaml
 
 from drmix.errors import ConfigError, DiskFullError
 from drmix.recipes.adapt.config import AdaptConfig, index_fields
-from drmix.recipes.adapt.plan import AdaptPlan
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def index_settings(config: AdaptConfig) -> dict[str, Any]:
     return {k: values[k] for k in index_fields()}
 
 
-def index_location(config: AdaptConfig, plan: AdaptPlan, corpus: str) -> str:
+def index_location(config: AdaptConfig, root: Path, corpus: str) -> str:
     """Where ``corpus``'s index goes: ``output_dir/index/<corpus>``, or ``URI#<collection>`` for a backend that
     writes collections at a URI (``--index-uri``)."""
     from drmix.retrieval.backends import backend, collection_name
@@ -47,7 +47,7 @@ def index_location(config: AdaptConfig, plan: AdaptPlan, corpus: str) -> str:
     s = config.search
     if backend(s.index_backend).target == "uri":
         return f"{s.index_uri}#{collection_name(corpus)}"
-    return str(plan.root / INDEX_DIR / corpus)
+    return str(root / INDEX_DIR / corpus)
 
 
 def read_index_record(root: Path) -> dict[str, Any] | None:
@@ -85,63 +85,73 @@ def _kept(location: str, backend_name: str, fingerprint: str, corpus_fp: dict[st
     return bool(fingerprint) and meta.get("fingerprint") == fingerprint and meta.get("corpus_fingerprint") == corpus_fp
 
 
-def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir: Path) -> dict[str, Any]:
-    """Index every target corpus with the selected candidate's model (``model_dir``; the index names its copy
-    ``output_dir/model``), then write ``index/index.json``; returns that record."""
+def build_indexes(config: AdaptConfig, root: Path, corpora: Mapping[str, str], selected: str,
+                  model_dir: Path) -> dict[str, Any]:
+    """Index every target corpus (``corpora``: name -> path) with the selected candidate's model (``model_dir``;
+    the index names its copy ``root/model``), then write ``root/index/index.json``; returns that record."""
     from drmix.data.beir import read_corpus
+    from drmix.data.corpus import corpus_file
     from drmix.io.atomic import atomic_write_json, atomic_write_text
     from drmix.model.encoder import load_encoder
-    from drmix.pretrain.coco import corpus_file
     from drmix.provenance import corpus_fingerprint
-    from drmix.retrieval.backends import (backend, check_index_room, index_documents, model_fingerprint,
-                                          resolve_kind)
+    from drmix.retrieval.backends import backend, model_fingerprint, resolve_kind
 
-    s = config.search
-    spec = backend(s.index_backend)
+    spec = backend(config.search.index_backend)
     kind = resolve_kind(spec, None)
-    folder = plan.root / INDEX_DIR
+    folder = root / INDEX_DIR
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / SETTINGS, yaml.safe_dump(index_settings(config), sort_keys=False))
     encoder = load_encoder(str(model_dir), device=config.run.device)
     fingerprint = model_fingerprint(encoder)
-    adapted = str((plan.root / "model").resolve())
-    corpora: dict[str, Any] = {}
-    for name, path in plan.corpora.items():
+    adapted = str((root / "model").resolve())
+    entries: dict[str, Any] = {}
+    for name, path in corpora.items():
         file = corpus_file(path)
         fp = corpus_fingerprint(path)
-        location = index_location(config, plan, name)
+        location = index_location(config, root, name)
         if _kept(location, spec.name, fingerprint, fp):
             log.info("index of %s: kept (built earlier by the same model from the same corpus) at %s", name, location)
             docs, count = None, (_meta(location, spec.name) or {}).get("count")
         else:
             docs = read_corpus(file)
             meta: dict[str, Any] = {"model": adapted, "corpus": str(Path(file).resolve()), "corpus_fingerprint": fp,
-                                    "candidate": selected, "adapt_output_dir": str(plan.root.resolve())}
-            # a collection this run wrote earlier is replaced; any other is refused (spec.check)
-            ours = spec.target == "uri" and _ours(location, spec.name, plan.root)
-            try:
-                spec.check(location, meta, ours)
-            except ConfigError as e:     # a collection this run did not write
-                raise ConfigError(f"index of {name}: {e.message}", path=e.path,
-                                  fix="drop that collection, pass another --index-uri, or --no-index.") from None
-            room = Path(location) if spec.target != "uri" else spec.index.local_path(location)
-            if room is not None:  # a folder of this run, a Milvus Lite folder: refused before encoding if it cannot fit
-                try:
-                    check_index_room(room, docs, encoder, store_texts=True)
-                except DiskFullError as e:
-                    raise DiskFullError(f"index of {name}: {e.message}", path=e.path,
-                                        fix="free space on that filesystem, choose another --output-dir, or pass "
-                                            "--no-index (the adapted model is kept).") from None
-            location = index_documents(spec, location, encoder, docs, meta, kind=kind, params={}, overwrite=ours,
-                                       max_length=config.data.doc_max_length)
+                                    "candidate": selected, "adapt_output_dir": str(root.resolve())}
+            location = _index_one(config, root, spec, kind, name, location, encoder, docs, meta)
             count = len(docs)
             log.info("index of %s: %d documents (%s %s) at %s", name, count, spec.name, kind, location)
-        corpora[name] = {"location": location, "corpus": str(Path(file).resolve()), "corpus_fingerprint": fp,
+        entries[name] = {"location": location, "corpus": str(Path(file).resolve()), "corpus_fingerprint": fp,
                          "documents": count, "built": docs is not None}
     record = {"backend": spec.name, "kind": kind, "model": adapted, "candidate": selected,
-              "model_fingerprint": fingerprint, "corpora": corpora}
+              "model_fingerprint": fingerprint, "corpora": entries}
     atomic_write_json(folder / RECORD, record)
     return record
+
+
+def _index_one(config: AdaptConfig, root: Path, spec: Any, kind: str, name: str, location: str, encoder: Any,
+               docs: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The backend's part of the stage, in one place: its target checked (a collection this run wrote earlier is
+    replaced, any other refused), the room checked before encoding (a local folder or file), then ``drmix
+    index``'s build
+    (:func:`drmix.retrieval.backends.index_documents`); returns where the index is."""
+    from drmix.retrieval.backends import check_index_room, index_documents
+
+    at_uri = spec.target == "uri"
+    ours = at_uri and _ours(location, spec.name, root)
+    try:
+        spec.check(location, meta, ours)
+    except ConfigError as e:     # a collection this run did not write
+        raise ConfigError(f"index of {name}: {e.message}", path=e.path,
+                          fix="drop that collection, pass another --index-uri, or --no-index.") from None
+    room = spec.index.local_path(location) if at_uri else Path(location)
+    if room is not None:  # a folder of this run, a Milvus Lite folder: refused before encoding if it cannot fit
+        try:
+            check_index_room(room, docs, encoder, store_texts=True)
+        except DiskFullError as e:
+            raise DiskFullError(f"index of {name}: {e.message}", path=e.path,
+                                fix="free space on that filesystem, choose another --output-dir, or pass "
+                                    "--no-index (the adapted model is kept).") from None
+    return index_documents(spec, location, encoder, docs, meta, kind=kind, params={}, overwrite=ours,
+                           max_length=config.data.doc_max_length)
 
 
 def _ours(location: str, backend_name: str, root: Path) -> bool:

@@ -6,9 +6,11 @@ A ``--dev-labels`` source is a folder holding ``queries.jsonl`` and ``qrels/<--d
 folder; its corpus, if any, is not read: the labels name documents of the ``--corpus`` they belong to), or one
 qrels ``.tsv`` file with ``queries.jsonl`` in its folder or the folder above it (``FOLDER/qrels/mine.tsv``).
 Sources are matched to the corpora by name (the folder's name is a corpus name) when every one of them is,
-else in ``--corpus`` order. Only the labelled queries' ids, texts and judgements are read; the same query ids
-judged in the ``--eval-data`` split of the same corpus are refused (the final figure would score the choice on
-the queries that made it).
+else in ``--corpus`` order. Only the labelled queries' ids, texts and judgements are read. A label set with no
+positive judgement (every score 0 or below) is refused: every candidate would score 0 on it. Labelled queries
+that are queries of an ``--eval-data`` split are refused (the final figure would score the choice on the queries
+that made it), compared by content, whatever the folders are called: the same query text, or the same query id
+judging the same document (:func:`check_overlap`).
 """
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from typing import Any
 
 from drmix.errors import ConfigError, DataError
 
-#: the split name of the written ``dev-labels/<corpus>/`` folders
-SPLIT = "dev"
+#: the stage's folder of ``output_dir``, and the split name of its ``<corpus>/`` folders
+LABELS_DIR, SPLIT = "dev-labels", "dev"
 #: the file of ``dev-labels/`` that marks it finished (the counts and sources)
 DONE_FILE = "labels.json"
 
@@ -96,8 +98,8 @@ def match_sources(sources: Sequence[str], corpora: Mapping[str, str]) -> dict[st
 
 def _corpus_ids(corpus: str) -> set[str]:
     from drmix.data.beir import _record_id
+    from drmix.data.corpus import corpus_file
     from drmix.io.read import iter_jsonl
-    from drmix.pretrain.coco import corpus_file
 
     path = corpus_file(corpus)
     return {_record_id(path, line, obj) for line, obj in iter_jsonl(path)}
@@ -136,29 +138,69 @@ def read_label_set(corpus: str, corpus_path: str, source: str | Path, split: str
                         f"({corpus_path}; {len(bad)} judgements name unknown documents).", path=qrels_path,
                         line=line, fix="label documents of that corpus: pass one --dev-labels per --corpus in the "
                                        "same order, or name each labels folder as its corpus.")
+    unjudged = [q for q, docs in qrels.items() if not any(score > 0 for score in docs.values())]
+    if len(unjudged) == len(qrels):
+        raise DataError(f"dev labels: none of the {len(qrels)} judged queries has a positive judgement (every score "
+                        "is 0 or below), so every candidate would score 0 on them.", path=qrels_path,
+                        fix="judge at least one relevant document a query with a score of 1 or more.")
+    if unjudged:
+        import logging
+
+        logging.getLogger(__name__).warning("dev labels %s: %d of %d queries have no positive judgement (they score "
+                                            "0 for every candidate)", qrels_path, len(unjudged), len(qrels))
     return LabelSet(corpus, qrels_path, queries_path, qrels, {q: queries[q] for q in qrels})
 
 
-def check_overlap(sets: Mapping[str, LabelSet], corpora: Mapping[str, str], eval_data: Sequence[str],
-                  eval_split: str) -> None:
-    """Refuse labelled dev queries judged in the ``--eval-data`` split of the same corpus (same query ids): a
-    figure scored on the queries that made the choice would be inflated. Only the ids of those qrels are read."""
-    from drmix.data.beir import read_qrels
+def _text(text: str) -> str:
+    """A query's text as compared: case and runs of white space ignored."""
+    return " ".join(str(text).lower().split())
 
-    for name, s in sets.items():
-        corpus = Path(corpora[name]).expanduser().resolve()
-        for d in eval_data:
-            p = Path(d).expanduser()
-            if p.name != name and p.resolve() != corpus:
-                continue
-            test = p / "qrels" / f"{eval_split}.tsv"
-            if not test.is_file():
-                continue
-            judged = read_qrels(test)
-            shared = [q for q in s.qrels if q in judged]
+
+def _eval_queries(folder: Path, split: str) -> tuple[Path, dict[str, dict[str, int]], dict[str, str]] | None:
+    """``(qrels file, qrels, judged query texts)`` of an ``--eval-data`` split (None without its qrels)."""
+    from drmix.data.beir import read_qrels, read_queries
+
+    test = folder / "qrels" / f"{split}.tsv"
+    if not test.is_file():
+        return None
+    qrels = read_qrels(test)
+    texts = folder / "queries.jsonl"
+    queries = read_queries(texts) if texts.is_file() else {}
+    return test, qrels, {q: _text(queries[q]) for q in qrels if q in queries}
+
+
+def shared_queries(labels: LabelSet, qrels: Mapping[str, Mapping[str, int]], texts: Mapping[str, str]) -> list[str]:
+    """The labelled queries that are queries of an evaluation split (``qrels`` and the judged queries' ``texts``):
+    the same text, or the same id judging a document the evaluation judges for it -- by content, so a copy of
+    the test set under other folder names is found, and an unrelated set that reuses ids ("1", "2") is not."""
+    by_text = set(texts.values())
+    out = []
+    for q, docs in labels.qrels.items():
+        text = _text(labels.queries.get(q, ""))
+        same_text = bool(text) and text in by_text
+        same_judged = q in qrels and bool(set(docs) & set(qrels[q]))
+        if same_text or same_judged:
+            out.append(q)
+    return out
+
+
+def check_overlap(sets: Mapping[str, LabelSet], eval_data: Sequence[str], eval_split: str) -> None:
+    """Refuse labelled dev queries that are queries of the ``--eval-data`` split (:func:`shared_queries`), in any
+    of its directories whatever their names or paths: a figure scored on the queries that made the choice would
+    be inflated. Only that split's qrels and its judged queries' texts are read."""
+    if not sets:
+        return
+    for d in eval_data:
+        found = _eval_queries(Path(d).expanduser(), eval_split)
+        if found is None:
+            continue
+        test, qrels, texts = found
+        for s in sets.values():
+            shared = shared_queries(s, qrels, texts)
             if shared:
-                raise ConfigError(f"dev labels {s.qrels_path} share {len(shared)} query id(s) with the --eval-data "
-                                  f"{eval_split} split {test} (e.g. {shared[0]!r}): the final figure would score the "
+                raise ConfigError(f"dev labels {s.qrels_path} share {len(shared)} of their {len(s.qrels)} queries "
+                                  f"with the --eval-data {eval_split} split {test} (the same text, or the same id "
+                                  f"judging the same document; e.g. {shared[0]!r}): the final figure would score the "
                                   "choice on the queries that made it.", path=s.qrels_path,
                                   fix="label other queries (a dev or train split: --dev-labels-split), or evaluate "
                                       "on another split (--eval-split).")
@@ -171,7 +213,7 @@ def read_labels(config: Any, corpora: Mapping[str, str]) -> dict[str, LabelSet]:
         return {}
     matched = match_sources(lab.dev_labels, corpora)
     sets = {name: read_label_set(name, corpora[name], src, lab.dev_labels_split) for name, src in matched.items()}
-    check_overlap(sets, corpora, config.eval.eval_data, config.eval.eval_split)
+    check_overlap(sets, config.eval.eval_data, config.eval.eval_split)
     return sets
 
 
@@ -183,8 +225,8 @@ def write_label_dirs(sets: Mapping[str, LabelSet], corpora: Mapping[str, str], o
     import os
     import shutil
 
+    from drmix.data.corpus import corpus_file
     from drmix.io.atomic import atomic_dir, atomic_write_json
-    from drmix.pretrain.coco import corpus_file
 
     info: dict[str, Any] = {}
     with atomic_dir(out) as tmp:

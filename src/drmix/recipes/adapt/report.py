@@ -1,46 +1,35 @@
-"""The outputs of ``drmix adapt``: ``summary.md`` / ``summary.json``, ``output_dir/model`` (a copy of the selected
-candidate) and its model card."""
+"""The outputs of ``drmix adapt``, written once the stages ran (:func:`write_outputs`): ``summary.md`` /
+``summary.json`` (built once: the sentence on what won, the tables, the index, the figures), ``output_dir/model``
+(a copy of the selected candidate), its model card and ``report.html``."""
 from __future__ import annotations
 
-import html
-import json
+import dataclasses
 import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from drmix.errors import ConfigError
-from drmix.recipes.adapt.config import AdaptConfig
-from drmix.recipes.adapt.plan import AdaptPlan
-from drmix.recipes.adapt.selection import UNIFORM, AdaptResult, _average
+from drmix.markdown import md_cell, md_code
+from drmix.recipes.adapt.candidates import COCO_UNIFORM_CANDIDATE, UNIFORM_SYNTHETIC
+from drmix.recipes.adapt.selection import (COCO_UNIFORM, UNIFORM, AdaptResult, average, vs_coco_uniform,
+                                           vs_uniform)
 from drmix.recipes.stages import write_summary
 
-
-def _md(text: Any) -> str:
-    """A name as it may appear in the Markdown (and so the HTML) of the report: escaped, no table breaks."""
-    return html.escape(str(text), quote=False).replace("|", "\\|")
-
-
-def _escaped(results: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {_md(lb): {_md(d): v for d, v in by.items()} for lb, by in results.items()}
-
-
-def _weights_of(folder: Path) -> dict[str, float]:
-    try:
-        w = json.loads((folder / "weights.json").read_text(encoding="utf-8"))
-        return {str(n): float(v) for n, v in zip(w["collections"], w["weights"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+if TYPE_CHECKING:   # annotations only
+    from drmix.recipes.adapt.config import AdaptConfig
+    from drmix.recipes.adapt.plan import AdaptPlan
 
 
 #: the file that marks ``output_dir/model`` as the recipe's copy (and says which candidate it is)
 ADAPTED_MARKER = "drmix_adapt.json"
 
 
-def _check_model_target(dst: Path) -> None:
+def check_model_target(dst: Path) -> None:
+    """Refuse an ``output_dir/model`` that is not the recipe's copy (it is not the recipe's to replace)."""
     if (dst.exists() or dst.is_symlink()) and not (dst / ADAPTED_MARKER).is_file():
         raise ConfigError("output_dir/model exists and is not the adapted model drmix adapt wrote.", path=dst,
                           fix="move it away or choose another --output-dir.")
@@ -51,7 +40,7 @@ def _copy_model(src: Path, dst: Path, candidate: str) -> None:
     :data:`ADAPTED_MARKER`; a ``dst`` that is not such a copy is refused (it is not the recipe's to replace)."""
     from drmix.io.atomic import atomic_dir, atomic_write_json
 
-    _check_model_target(dst)
+    check_model_target(dst)
 
     def link(a: str, b: str) -> None:
         try:
@@ -74,7 +63,7 @@ def _synthetic_table(stats: Mapping[str, Any]) -> str:
 
     for name, s in stats.items():
         q = s["queries"]
-        lines.append(f"| {_md(name)} | {s['documents']:,} | {s['sampled']:,} | {kinds(s['generated'])} | "
+        lines.append(f"| {md_cell(name)} | {s['documents']:,} | {s['sampled']:,} | {kinds(s['generated'])} | "
                      f"{kinds(s['filtered'])} | {kinds(s['kept'])} | {q['train']:,} / {q['dev']:,} / {q['test']:,} |")
     return "\n".join(lines) + "\n"
 
@@ -82,91 +71,133 @@ def _synthetic_table(stats: Mapping[str, Any]) -> str:
 def _weights_md(weights: Mapping[str, Mapping[str, float]]) -> str:
     cols = list(weights)
     names = list(dict.fromkeys(n for w in weights.values() for n in w))
-    lines = ["| collection | " + " | ".join(_md(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
+    lines = ["| collection | " + " | ".join(md_cell(c) for c in cols) + " |", "|---|" + "---:|" * len(cols)]
     for n in names:
-        lines.append(f"| {_md(n)} | " + " | ".join(f"{weights[c][n]:.4f}" if n in weights[c] else ""
+        lines.append(f"| {md_cell(n)} | " + " | ".join(f"{weights[c][n]:.4f}" if n in weights[c] else ""
                                                    for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
-def _summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
+def write_outputs(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> str:
+    """Everything the run ends with, once its stages ran: ``summary.md`` / ``summary.json`` (:func:`summary`),
+    the figures beside them, ``output_dir/model`` (the selected candidate's copy) with its card, and
+    ``report.html``. Returns ``summary.md``'s text."""
+    from drmix.report.html import check_report_target, write_report
+
+    text, data = summary(config, plan, result)
+    write_summary(result.output_dir, text, data)
+    _copy_model(Path(result.candidates[result.selected]), plan.root / "model", result.selected)
+    _write_card(config, plan, result)
+    check_report_target(plan.root)
+    write_report(plan.root)
+    return text
+
+
+def summary(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> tuple[str, dict[str, Any]]:
+    """``summary.md`` and ``summary.json``, built once: the sentence on what won and where the gain came from
+    (:mod:`drmix.recipes.adapt.headline`) under the title, the synthetic set, every evaluation with its paired
+    tests, the two choices with ``--dev-labels``, the learned weights, the index the run ends with (``--index``)
+    and the models; the figures (``candidates.png`` with labels; ``report.html`` embeds what ``figures``
+    names) are drawn here."""
     from drmix.evaluation.suite import results_table
 
+    dev_avg = result.selection_average
+    head, head_data = report_headline(result, config.eval.eval_split)
     t = config.synthetic
-    parts = [f"# drmix adapt: {_md(', '.join(plan.corpora))}", "",
-             f"Adapted model: **{_md(result.selected)}** (chosen on {_chosen_on(result)}; `model/` holds it with "
-             "its card). Every choice was made on " + ("synthetic data built from the corpora alone"
-                                                       if result.dev_labels is None else "synthetic data built from the "
-                                                       "corpora and the --dev-labels queries")
-             + (f"; the labelled {_md(config.eval.eval_split)} split of "
-                f"{_md(', '.join(Path(d).name for d in config.eval.eval_data))} was read only for the tables below."
-                if config.eval.eval_data else "; no labelled data was given."), "",
+    made_on = ("synthetic data built from the corpora alone" if result.dev_labels is None
+               else "synthetic data built from the corpora and the --dev-labels queries")
+    labelled = (f"; the labelled {md_cell(config.eval.eval_split)} split of "
+                f"{md_cell(', '.join(Path(d).name for d in config.eval.eval_data))} was read only for the tables "
+                "below." if config.eval.eval_data else "; no labelled data was given.")
+    llm = f"; LLM-generated queries by {md_cell(t.llm)}" if t.llm else ""
+    parts = [f"# drmix adapt: {md_cell(', '.join(plan.corpora))}", "", f"**{md_cell(head)}**", "",
+             f"Adapted model: **{md_cell(result.selected)}** (chosen on {_chosen_on(result)}; `model/` holds it with "
+             f"its card). Every choice was made on {made_on}{labelled}", "",
              "## Synthetic set", "",
-             f"Pseudo-queries (cropped sentences{'; LLM-generated queries by ' + _md(t.llm) if t.llm else ''}) kept "
-             f"when the teacher ({_md(t.teacher or 'all-MiniLM-L6-v2')}) retrieves their source passage in its top "
+             f"Pseudo-queries (cropped sentences{llm}) kept when the teacher "
+             f"({md_cell(t.teacher or 'all-MiniLM-L6-v2')}) retrieves their source passage in its top "
              f"{t.filter_k}; split by passage, no passage in two splits.", "", _synthetic_table(result.synthetic),
              "## Selection on the synthetic dev split (nDCG@10)", "",
-             results_table(_escaped(result.selection)), ""]
+             results_table(result.selection), ""]
     st = result.synthetic_test
     parts += ["## Synthetic test split (nDCG@10, delta vs the base model)", "",
-              results_table(_escaped(st.results)), ""]
+              results_table(st.results), ""]
     for name, comp in result.comparisons.items():
         if name.startswith("synthetic test"):
-            parts += [f"### Paired tests, {_md(name)}", "", _escaped_comparison(comp), ""]
+            parts += [f"### Paired tests, {md_cell(name)}", "", comp.to_markdown(), ""]
     if result.labelled is not None:
-        lab = {lb: result.labelled.results[lb] for lb in result.models}
-        parts += [f"## Labelled {_md(config.eval.eval_split)} split (nDCG@10, delta vs the base model)", "",
-                  results_table(_escaped(lab)), ""]
-        for name, comp in result.comparisons.items():
-            if not name.startswith("synthetic test"):
-                parts += [f"### Paired tests, {_md(name)}", "", _escaped_comparison(comp), ""]
-        lab_avg = {lb: _average(result.labelled.results[lb]) for lb in result.candidates}
-        parts += ["## Candidates: synthetic dev against labelled", "",
-                  f"| candidate | synthetic dev nDCG@10 | labelled {_md(config.eval.eval_split)} nDCG@10 |",
-                  "|---|---:|---:|"]
-        parts += [f"| {_md(lb)} | {dev_avg[lb]:.4f} | {lab_avg[lb]:.4f} |" for lb in result.candidates]
-        if result.kendall is not None:
-            k = result.kendall
-            parts += ["", f"Kendall's tau between the two rankings of the {k['candidates']} candidates: "
-                          + (f"**{k['tau']:+.3f}** (p {k['p']:.3g}; scipy.stats.kendalltau)." if np.isfinite(k["tau"])
-                             else "undefined (one of the rankings is a tie of every candidate).")]
-        parts.append("")
+        parts += _labelled_md(config, result, dev_avg)
     parts += _dev_labels_md(config, result, dev_avg)
     if result.weights:
         parts += ["## Mixture weights (weights.json of each candidate)", "", _weights_md(result.weights), ""]
-    parts += ["Models: " + ", ".join(f"{_md(k)}: `{_md(v)}`" for k, v in result.models.items()), ""]
-    text = "\n".join(parts)
-    write_summary(result.output_dir, text, {
-        "selected": result.selected, "models": result.models,
-        "candidates": {k: str(v) for k, v in result.candidates.items()},
-        "synthetic": result.synthetic, "selection": result.selection, "selection_average": dev_avg,
-        "synthetic_test": st.results,
-        "labelled": None if result.labelled is None else result.labelled.results,
-        "eval_split": config.eval.eval_split,
-        "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
-        "kendall": result.kendall, "weights": result.weights, "dev_labels": _dev_labels_json(config, result)})
-    return text
-
-
-def _at_a_glance(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult, dev_avg: dict[str, float]) -> str:
-    """What ``summary.md`` / ``summary.json`` (written by :func:`_summary`) open and close with, added to both:
-    the sentence on what won and where the gain came from (:mod:`drmix.recipes.adapt.headline`) under the title,
-    the index the run ends with (``--index``) before the models' list, and the figures (``candidates.png`` with
-    labels; ``report.html`` embeds what ``figures`` names). Returns the new ``summary.md``."""
-    from drmix.recipes.adapt.headline import report_headline
-
-    head, head_data = report_headline(result, config.eval.eval_split)
-    text = (plan.root / "summary.md").read_text(encoding="utf-8")
-    title, _, rest = text.partition("\n\n")
-    index = "\n".join(_index_section(result.index, plan.root))
-    at = rest.rfind("\nModels: ")
-    rest = rest[:at + 1] + index + ("\n" if index else "") + rest[at + 1:] if at >= 0 else rest + "\n" + index
-    text = f"{title}\n\n**{_md(head)}**\n\n{rest}"
-    data = json.loads((plan.root / "summary.json").read_text(encoding="utf-8"))
-    data.update(headline=head, headline_from=head_data, index=result.index)
+    parts += _index_section(result.index, plan.root)
+    parts += ["Models: " + ", ".join(f"{md_cell(k)}: {md_code(v)}" for k, v in result.models.items()), ""]
+    data = {"selected": result.selected, "models": result.models,
+            "candidates": {k: str(v) for k, v in result.candidates.items()},
+            "synthetic": result.synthetic, "selection": result.selection, "selection_average": dev_avg,
+            "synthetic_test": st.results,
+            "labelled": None if result.labelled is None else result.labelled.results,
+            "eval_split": config.eval.eval_split,
+            "comparisons": {k: v.to_json() for k, v in result.comparisons.items()},
+            "kendall": result.kendall, "weights": result.weights, "dev_labels": _dev_labels_json(config, result),
+            "headline": head, "headline_from": head_data, "index": result.index}
     data["figures"] = _figures(plan.root, result, dev_avg, data, config.eval.eval_split)
-    write_summary(result.output_dir, text, data)
-    return text
+    return "\n".join(parts), data
+
+
+def report_headline(result: AdaptResult, eval_split: str) -> tuple[str, dict[str, Any]]:
+    """The sentence of a finished run (:func:`drmix.recipes.adapt.headline.headline`) and what it was read
+    from: on the labelled split when ``--eval-data`` was given (every candidate is scored there), else on the
+    synthetic test (the report's models and uniform+synthetic)."""
+    from drmix.recipes.adapt.headline import gain_parts, headline, names_and
+
+    adapted, selected = result.adapted, result.selected
+    if result.labelled is not None:
+        res = result.labelled.results
+        scores = {lb: average(res[lb]) for lb in result.candidates if lb in res}
+        where, split, on = f"the labelled {eval_split} split of {names_and(list(res[UNIFORM]))}", eval_split, "labelled"
+    else:
+        res = result.synthetic_test.results
+        scores = {COCO_UNIFORM_CANDIDATE: average(res[COCO_UNIFORM]), selected: average(res[adapted])}
+        if UNIFORM_SYNTHETIC in res:
+            scores[UNIFORM_SYNTHETIC] = average(res[UNIFORM_SYNTHETIC])
+        where, split, on = "the synthetic test split (no labelled data was given)", "synthetic test", "synthetic test"
+    uniform = average(res[UNIFORM])
+
+    def p(name: str) -> float | None:
+        comp = result.comparisons.get(name)
+        return None if comp is None or adapted not in comp.rows else float(comp.average(adapted).t_p)
+
+    p_uniform, p_coco = p(vs_uniform(split)), p(vs_coco_uniform(split))
+    text = headline(scores, selected, uniform=uniform, where=where, p_uniform=p_uniform, p_coco=p_coco)
+    parts = gain_parts(scores, selected, uniform=uniform)
+    return text, {"on": on, "scores": scores, "uniform_fine_tuning": uniform, "p_vs_uniform": p_uniform,
+                  "p_vs_coco_uniform": p_coco, "parts": dataclasses.asdict(parts),
+                  "test": "paired t-test over queries (drmix compare)"}
+
+
+def _labelled_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[str, float]) -> list[str]:
+    """The labelled split: the report's models, their paired tests, and every candidate's synthetic-dev score
+    against its labelled one with Kendall's tau."""
+    from drmix.evaluation.suite import results_table
+
+    lab = {lb: result.labelled.results[lb] for lb in result.models}
+    parts = [f"## Labelled {md_cell(config.eval.eval_split)} split (nDCG@10, delta vs the base model)", "",
+             results_table(lab), ""]
+    for name, comp in result.comparisons.items():
+        if not name.startswith("synthetic test"):
+            parts += [f"### Paired tests, {md_cell(name)}", "", comp.to_markdown(), ""]
+    lab_avg = {lb: average(result.labelled.results[lb]) for lb in result.candidates}
+    parts += ["## Candidates: synthetic dev against labelled", "",
+              f"| candidate | synthetic dev nDCG@10 | labelled {md_cell(config.eval.eval_split)} nDCG@10 |",
+              "|---|---:|---:|"]
+    parts += [f"| {md_cell(lb)} | {dev_avg[lb]:.4f} | {lab_avg[lb]:.4f} |" for lb in result.candidates]
+    if result.kendall is not None:
+        k = result.kendall
+        parts += ["", f"Kendall's tau between the two rankings of the {k['candidates']} candidates: "
+                      + (f"**{k['tau']:+.3f}** (p {k['p']:.3g}; scipy.stats.kendalltau)." if np.isfinite(k["tau"])
+                         else "undefined (one of the rankings is a tie of every candidate).")]
+    return parts + [""]
 
 
 def _index_section(record: dict[str, Any] | None, root: Path) -> list[str]:
@@ -177,7 +208,7 @@ def _index_section(record: dict[str, Any] | None, root: Path) -> list[str]:
         return []
     command = search_command(record, root)
     return ["## Index (drmix search)", "", *index_lines(record),
-            *([f"Search it: `{command}`", ""] if command else [])]
+            *([f"Search it: {md_code(command)}", ""] if command else [])]
 
 
 def _figures(root: Path, result: AdaptResult, dev_avg: Mapping[str, float], data: Mapping[str, Any],
@@ -190,7 +221,7 @@ def _figures(root: Path, result: AdaptResult, dev_avg: Mapping[str, float], data
     path = root / FIGURE
     made = None
     if result.labelled is not None:
-        lab = {lb: _average(result.labelled.results[lb]) for lb in result.candidates}
+        lab = {lb: average(result.labelled.results[lb]) for lb in result.candidates}
         made = plot_candidates(dev_avg, lab, result.selected, path, kendall=result.kendall,
                                labelled_dev=labelled_dev_scores(data), split=split)
     if made is None:
@@ -199,18 +230,6 @@ def _figures(root: Path, result: AdaptResult, dev_avg: Mapping[str, float], data
     return [{"file": FIGURE, "caption": f"Every candidate's synthetic-dev nDCG@10 against its labelled {split} "
                                         f"nDCG@10; the adapted model ({result.selected}) ringed; dashed: the "
                                         "least-squares line."}]
-
-
-def _escaped_comparison(comp: Any) -> str:
-    import copy as _copy
-
-    c = _copy.copy(comp)
-    c.baseline = _md(comp.baseline)
-    c.rows = {_md(lb): [_copy.copy(d) for d in rows] for lb, rows in comp.rows.items()}
-    for rows in c.rows.values():
-        for d in rows:
-            d.dataset = _md(d.dataset)
-    return c.to_markdown()
 
 
 def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> None:
@@ -224,17 +243,17 @@ def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> No
     except OSError:
         card = "# Adapted retriever\n"
     lines = ["### Adapted with drmix adapt", "",
-             f"Adapted to {', '.join(plan.corpora)} "
-             f"{'without labels' if result.dev_labels is None else 'with labels for the choice only'}: COCO continuous contrastive pretraining on the "
-             f"corpora (COCO-DR, arXiv:2210.15212), then fine-tuning on {len(config.data.collections)} training "
-             f"collection(s) under the mixture **{result.selected}**, chosen among "
-             f"{', '.join(result.candidates)} on {_chosen_on(result)}.", ""]
+             f"Adapted to {md_cell(', '.join(plan.corpora))} "
+             f"{'without labels' if result.dev_labels is None else 'with labels for the choice only'}: COCO "
+             f"continuous contrastive pretraining on the corpora (COCO-DR, arXiv:2210.15212), then fine-tuning on "
+             f"{len(config.data.collections)} training collection(s) under the mixture **{md_cell(result.selected)}**, "
+             f"chosen among {md_cell(', '.join(result.candidates))} on {_chosen_on(result)}.", ""]
     for name, suite in (("synthetic test", result.synthetic_test), (config.eval.eval_split, result.labelled)):
         if suite is None:
             continue
-        adapted = next(lb for lb in result.models if lb.startswith("adapted"))
+        adapted = result.adapted
         lines.append(f"nDCG@10 on the {name} split: " + ", ".join(
-            f"{d} {v['ndcg@10']:.4f} (uniform fine-tuning {suite.results[UNIFORM][d]['ndcg@10']:.4f})"
+            f"{md_cell(d)} {v['ndcg@10']:.4f} (uniform fine-tuning {suite.results[UNIFORM][d]['ndcg@10']:.4f})"
             for d, v in suite.results[adapted].items()) + ".")
     if result.index:
         from drmix.recipes.adapt.index import index_lines
@@ -250,11 +269,12 @@ _SYNTHETIC_DEV = ("a synthetic dev split built from the corpora (cropped-sentenc
 
 
 def _chosen_on(result: AdaptResult) -> str:
-    """Which dev the adapted model was chosen on, in words (the summary's first line and the model card)."""
+    """Which dev the adapted model was chosen on, in words, as Markdown (the summary's first line and the model
+    card; the corpus names escaped)."""
     lab = result.dev_labels
     if lab is None or result.select_on == "synthetic":
         return _SYNTHETIC_DEV if lab is None else "the synthetic dev split (--select-on synthetic)"
-    n = ", ".join(f"{k} {v}" for k, v in lab.queries.items())
+    n = ", ".join(f"{md_cell(k)} {v}" for k, v in lab.queries.items())
     if result.select_on == "labels":
         return f"the user's labelled dev queries (--dev-labels: {n})"
     return f"the mean of the synthetic dev and the user's labelled dev queries (--dev-labels: {n}) nDCG@10"
@@ -263,7 +283,7 @@ def _chosen_on(result: AdaptResult) -> str:
 def _test_average(result: AdaptResult, label: str) -> float | None:
     if result.labelled is None or label not in result.labelled.results:
         return None
-    return _average(result.labelled.results[label])
+    return average(result.labelled.results[label])
 
 
 def _dev_labels_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[str, float]) -> list[str]:
@@ -272,23 +292,23 @@ def _dev_labels_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[st
     lab = result.dev_labels
     if lab is None:
         return []
-    split = _md(config.eval.eval_split)
+    split = md_cell(config.eval.eval_split)
     test = result.labelled is not None
     parts = ["## The two choices: synthetic dev and labelled dev (nDCG@10)", "",
-             f"Labelled dev queries (--dev-labels, split {_md(config.labels.dev_labels_split)}): "
-             + ", ".join(f"{_md(k)} {v}" for k, v in lab.queries.items()) + f"; chosen on: "
-             f"**{_md(result.select_on)}** (--select-on).", "",
+             f"Labelled dev queries (--dev-labels, split {md_cell(config.labels.dev_labels_split)}): "
+             + ", ".join(f"{md_cell(k)} {v}" for k, v in lab.queries.items()) + f"; chosen on: "
+             f"**{md_cell(result.select_on)}** (--select-on).", "",
              "| candidate | synthetic dev | labelled dev |" + (f" labelled {split} |" if test else ""),
              "|---|---:|---:|" + ("---:|" if test else "")]
     for c in result.candidates:
         t = _test_average(result, c)
-        parts.append(f"| {_md(c)} | {dev_avg[c]:.4f} | {lab.average[c]:.4f} |" + (f" {t:.4f} |" if test else ""))
+        parts.append(f"| {md_cell(c)} | {dev_avg[c]:.4f} | {lab.average[c]:.4f} |" + (f" {t:.4f} |" if test else ""))
     parts += ["", "| choice | candidate |" + (f" labelled {split} nDCG@10 |" if test else ""),
               "|---|---|" + ("---:|" if test else "")]
     for name, c in (("synthetic dev", result.synthetic_choice), ("labelled dev", lab.selected),
                     (f"adapted model (--select-on {result.select_on})", result.selected)):
         t = _test_average(result, c)
-        parts.append(f"| {name} | {_md(c)} |" + (f" {t:.4f} |" if test else ""))
+        parts.append(f"| {name} | {md_cell(c)} |" + (f" {t:.4f} |" if test else ""))
     parts.append("")
     tau = _labelled_dev_tau(result)
     if tau is not None and np.isfinite(tau["tau"]):
@@ -298,7 +318,7 @@ def _dev_labels_md(config: AdaptConfig, result: AdaptResult, dev_avg: Mapping[st
         parts += ["Both devs chose the same candidate.", ""]
     if result.choice_test is not None:
         parts += [f"### Paired test on the labelled {split} split: labelled-dev choice against synthetic-dev choice",
-                  "", _escaped_comparison(result.choice_test), ""]
+                  "", result.choice_test.to_markdown(), ""]
     return parts
 
 

@@ -1,31 +1,47 @@
-"""The stages of ``drmix adapt``, declared (:class:`drmix.recipes.stages.Stage`): each with the part of the
-config it reads, what it needs, how it is made and its work; :func:`drmix.recipes.stages.run_stages` runs them.
+"""The stages of ``drmix adapt``, each declared once (:class:`drmix.recipes.stages.Stage`: its record, the part
+of the config it reads, what it needs, how it is made, when it is done, its work for the estimate), and run by
+:func:`drmix.recipes.stages.run_stages`.
 
-Adding a stage is one more :func:`_declare` in :func:`adapt_stages` (its record, when it has one, composed in
-:func:`drmix.recipes.adapt.plan.plan_adapt`; its work in :func:`drmix.recipes.adapt.estimate.plan_work`)."""
+Adding a stage is one more :class:`~drmix.recipes.stages.Stage` in the list :func:`adapt_stages` returns (or in
+the ``extra`` stages :func:`drmix.recipes.adapt.run_adapt` takes): its ``run`` reads what the stages before it
+returned by their names below, its ``work`` enters the estimate and the progress lines.
+"""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from drmix.config import TrainConfig
-from drmix.recipes.adapt.candidates import Candidate
-from drmix.recipes.adapt.config import AdaptConfig
-from drmix.recipes.adapt.estimate import plan_work, select_max_docs
+from drmix.recipes.adapt import estimate as work
+from drmix.recipes.adapt.candidates import UNIFORM_SYNTHETIC, Candidate
+from drmix.recipes.adapt.config import AdaptConfig, index_fields, synthetic_fields
 from drmix.recipes.adapt.launch import EVERY, SHARDED, announced
 from drmix.recipes.adapt.plan import AdaptPlan
-from drmix.recipes.adapt.selection import BASE, COCO_UNIFORM, UNIFORM, AdaptResult, _average, select_candidate
-from drmix.recipes.adapt.synthetic import build_synthetic
+from drmix.recipes.adapt.selection import final_evaluation, final_labelled_evaluation
+from drmix.recipes.progress import StageWork, training_work
 from drmix.recipes.stages import Stage
 
-log = logging.getLogger(__name__)
+# The stages' names: the keys of the runner's results, of provenance.json and of a changed stage's message.
+SYNTHETIC = "synthetic"
+COCO = "COCO"
+BASELINE = "uniform fine-tuning"
+DEV_LABELS = "dev labels"
+LABELLED_SELECTION = "selection on labelled dev"
+SELECTION = "selection"
+FINAL = "final evaluation"
+INDEX = "index"
 
-SELECTION, FINAL = "selection", "final evaluation"
-#: the labelled dev (``--dev-labels``): its folder's stage and the candidates' evaluation on it
-DEV_LABELS, LABELLED_SELECTION = "dev labels", "selection on labelled dev"
+
+def candidate_stage(label: str) -> str:
+    """The name of candidate ``label``'s fine-tuning."""
+    return f"candidate {label}"
+
+
+def stage1_stage(synthetic: bool) -> str:
+    """The name of tDRO's stage 1 (on the data with the synthetic train set or without)."""
+    return f"tDRO stage 1{' (+synthetic)' if synthetic else ''}"
 
 
 @dataclasses.dataclass
@@ -44,10 +60,9 @@ class LabelsStage(Stage):
         return {"dev_labels": {str(f): fingerprint(f) for f in dict.fromkeys(files)}}
 
 
-def _caps(config: AdaptConfig) -> dict[str, Any]:
-    """The caps of every evaluation (``--eval-max-docs``, the document length, the query instructions)."""
-    return dict(max_docs=config.eval.eval_max_docs, max_length=config.data.doc_max_length,
-                query_instructions=config.eval.query_instructions or None)
+def candidate_models(plan: AdaptPlan, results: dict[str, Any]) -> dict[str, Path]:
+    """Every candidate's model, by label, from the runner's results."""
+    return {label: results[candidate_stage(label)].model_dir for label in plan.candidates}
 
 
 def _train(cfg: TrainConfig, c: Candidate | None = None) -> Callable[[dict[str, Any]], Any]:
@@ -56,193 +71,128 @@ def _train(cfg: TrainConfig, c: Candidate | None = None) -> Callable[[dict[str, 
         from drmix import api
 
         if c is not None and c.scheme == "tdro":
-            return api.train(cfg, strategy=_transfer_strategy(cfg, c))
+            from drmix.data.collections import collections_for
+            from drmix.mixture.transfer import build_transfer_strategy
+
+            names = [x.name for x in collections_for(cfg)]
+            return api.train(cfg, strategy=build_transfer_strategy(cfg.mixture.weights_file, c.transfer, names))
         return api.train(cfg)
     return run
 
 
-def _transfer_strategy(cfg: TrainConfig, c: Candidate) -> Any:
-    from drmix.data.collections import collections_for
-    from drmix.mixture.transfer import build_transfer_strategy
+def _stage1(config: AdaptConfig, cfg: TrainConfig) -> Callable[[dict[str, Any]], Any]:
+    def run(results: dict[str, Any]) -> Any:
+        from drmix.recipes.optimize import optimize_weights
 
-    names = [x.name for x in collections_for(cfg)]
-    return build_transfer_strategy(cfg.mixture.weights_file, c.transfer, names)
-
-
-def stage1_name(synthetic: bool) -> str:
-    return f"tDRO stage 1{' (+synthetic)' if synthetic else ''}"
+        return optimize_weights(cfg, fill_negatives="mine", miner=config.synthetic.teacher)
+    return run
 
 
-def adapt_stages(config: AdaptConfig, plan: AdaptPlan, labelled: Callable[..., Any]) -> list[Stage]:
+def adapt_stages(config: AdaptConfig, plan: AdaptPlan,
+                 labelled: Callable[..., Any] = final_labelled_evaluation) -> list[Stage]:
     """Every stage of the run, in order: the synthetic set, COCO, the baseline, the candidates (tDRO's stage 1
-    before its first transfer), the selection on the synthetic dev and the final evaluation."""
+    before its first transfer), with ``--dev-labels`` the labelled dev and the candidates on it, the selection on
+    the synthetic dev, the final evaluation (``labelled``: its labelled part, the only reader of --eval-data) and
+    with ``--index`` the index of the adapted model."""
     from drmix.outputs import run_finished
     from drmix.pretrain.runner import pretrain_coco
-    from drmix.recipes.optimize import optimize_weights
+    from drmix.recipes.adapt.synthetic import SYNTHETIC_DIR, STATS, build_synthetic
 
-    works = {w.name: w for w in plan_work(config, plan)}
-    records = {s.name: s for s in plan.stages}
-
-    def _declare(name: str, title: str, run: Callable[[dict[str, Any]], Any], how: str | None = None,
-                 **kw: Any) -> Stage:
-        """``how``: which ranks of a torchrun launch run it (:mod:`drmix.recipes.adapt.launch`; None: rank 0)."""
-        base = records.get(name) or Stage(name)
-        return dataclasses.replace(base, title=title, run=announced(name, run, how), work=works.get(title), **kw)
-
+    root, sizes, values = plan.root, plan.sizes, config.flat()
     stages = [
-        _declare("synthetic", "synthetic set", lambda r: build_synthetic(config, plan), SHARDED, part="synthetic",
-                 what=f"pseudo-queries of {', '.join(plan.corpora)}, round-trip filter, splits",
-                 done=lambda out: (out / "stats.json").is_file()),
-        _declare("COCO", "COCO", lambda r: pretrain_coco(plan.coco), EVERY, part="stages.coco",
-                 what=f"{plan.coco.optim.max_steps} steps on the target corpora"),
-        _declare("uniform fine-tuning", "uniform fine-tuning", _train(plan.baseline), EVERY, part="optim",
-                 what="the base model, uniform over --data (the baseline)")]
+        Stage(SYNTHETIC, {k: values[k] for k in synthetic_fields()}, output_dir=root / SYNTHETIC_DIR,
+              record=root / "adapt.yaml", kind=AdaptConfig, part="synthetic", title="synthetic set",
+              run=announced(SYNTHETIC, lambda r: build_synthetic(config, root, plan.corpora), SHARDED),
+              done=lambda out, r: (out / STATS).is_file(),
+              what=f"pseudo-queries of {', '.join(plan.corpora)}, round-trip filter, splits",
+              work=work.synthetic_work("synthetic set", config, sizes)),
+        Stage(COCO, plan.coco, record=Path(plan.coco.run.output_dir) / "coco.yaml", part="stages.coco",
+              run=announced(COCO, lambda r: pretrain_coco(plan.coco), EVERY),
+              what=f"{plan.coco.optim.max_steps} steps on the target corpora", work=work.coco_work(COCO, plan.coco)),
+        Stage(BASELINE, plan.baseline, part="optim", run=announced(BASELINE, _train(plan.baseline), EVERY),
+              what="the base model, uniform over --data (the baseline)", work=training_work(BASELINE, plan.baseline))]
     for label, (c, cfg) in plan.candidates.items():
-        needs = ["COCO"] + (["synthetic"] if c.synthetic or c.scheme == "infdds" else [])
+        needs = [COCO] + ([SYNTHETIC] if c.synthetic or c.scheme == "infdds" else [])
         if c.scheme == "tdro":
-            s1 = stage1_name(c.synthetic)
+            s1 = stage1_stage(c.synthetic)
             if s1 not in {s.name for s in stages}:
                 s1_cfg = plan.stage1[c.synthetic]
-                stages.append(_declare(
-                    s1, s1, lambda r, s1_cfg=s1_cfg: optimize_weights(s1_cfg, fill_negatives="mine",
-                                                                      miner=config.synthetic.teacher),
-                    SHARDED, part="stages.stage1", needs=(f"candidate {c.reference.label}",),
-                    what=f"learned weights, reference {c.reference.label}",
-                    done=lambda out: run_finished(out) and (out / "weights.json").exists()))
+                stages.append(Stage(
+                    s1, s1_cfg, part="stages.stage1", needs=(candidate_stage(c.reference.label),),
+                    run=announced(s1, _stage1(config, s1_cfg), SHARDED),
+                    done=lambda out, r: run_finished(out) and (out / "weights.json").exists(),
+                    what=f"learned weights, reference {c.reference.label}", work=work.stage1_work(s1, config, s1_cfg)))
             needs.append(s1)
-        what = "COCO model, tDRO weights transferred" if c.scheme == "tdro" else f"COCO model, {c.scheme} mixture"
-        stages.append(_declare(f"candidate {label}", f"candidate {label}", _train(cfg, c), EVERY, part="optim",
-                               needs=tuple(needs), what=what))
-    candidates = tuple(f"candidate {label}" for label in plan.candidates)
+        name = candidate_stage(label)
+        stages.append(Stage(
+            name, cfg, part="optim", needs=tuple(needs), run=announced(name, _train(cfg, c), EVERY),
+            what="COCO model, tDRO weights transferred" if c.scheme == "tdro" else f"COCO model, {c.scheme} mixture",
+            work=work.candidate_work(name, config, c.scheme, cfg, len(plan.synthetic_dirs))))
+    candidates = tuple(candidate_stage(label) for label in plan.candidates)
     if plan.labels:
-        stages += [dataclasses.replace(s, work=works.get(s.label)) for s in _label_stages(config, plan, candidates)]
+        stages += _label_stages(config, plan, candidates)
     stages += [
-        _declare(SELECTION, "selection on synthetic dev", lambda r: _selection(config, plan, _models(plan, r), r),
-                 SHARDED, part="stages", needs=candidates + ((LABELLED_SELECTION,) if plan.labels else ()),
-                 what=f"{len(plan.candidates)} candidates"),
-        _declare(FINAL, "final evaluation", lambda r: _final_evaluation(config, plan, r, labelled), SHARDED,
-                 part="eval",
-                 needs=(SELECTION, "uniform fine-tuning"),
-                 what="synthetic test" + (" and the labelled --eval-data" if config.eval.eval_data else ""))]
+        Stage(SELECTION, part="stages", title="selection on synthetic dev",
+              needs=candidates + ((LABELLED_SELECTION,) if plan.labels else ()),
+              run=announced(SELECTION, lambda r: _select(config, plan, r), SHARDED),
+              what=f"{len(plan.candidates)} candidates",
+              work=work.selection_work("selection on synthetic dev", config, sizes, len(plan.candidates))),
+        Stage(FINAL, part="eval", needs=(SELECTION, BASELINE),
+              run=announced(FINAL, lambda r: final_evaluation(
+                  config, root, plan.synthetic_dirs, candidate_models(plan, r), r[BASELINE].model_dir, r[SELECTION],
+                  r.get(LABELLED_SELECTION), labelled), SHARDED),
+              what="synthetic test" + (" and the labelled --eval-data" if config.eval.eval_data else ""),
+              work=work.final_work(FINAL, config, sizes, len(plan.candidates), UNIFORM_SYNTHETIC in plan.candidates))]
     if config.search.index:
-        stages = _with_index(config, plan, stages, candidates, works)
+        stages.append(_index_stage(config, plan, candidates))
     return stages
 
 
-#: the index stage (``--index``)
-INDEX = "index"
-#: the candidate that separates the synthetic train set's part of the gain from the mixture's (also scored on the
-#: synthetic test, :func:`_final_evaluation`)
-PARTED = "uniform+synthetic"
+def _select(config: AdaptConfig, plan: AdaptPlan, results: dict[str, Any]) -> Any:
+    from drmix.recipes.adapt.selection import select_on_dev
 
-
-def _with_index(config: AdaptConfig, plan: AdaptPlan, stages: list[Stage], candidates: tuple[str, ...],
-                works: dict[str, Any]) -> list[Stage]:
-    """``stages`` and the index stage after them: finished when ``index/index.json`` names the candidate the
-    selection chose in this run (the selection's ``run`` remembers it), so another choice re-indexes."""
-    from drmix.recipes.adapt.index import INDEX_TITLE, build_indexes, index_finished
-
-    chosen: dict[str, str] = {}
-    at = next(i for i, s in enumerate(stages) if s.name == SELECTION)
-    select = stages[at].run
-
-    def remembered(r: dict[str, Any]) -> Any:
-        made = select(r)
-        chosen["selected"] = made[2]
-        return made
-
-    stages = [*stages[:at], dataclasses.replace(stages[at], run=remembered), *stages[at + 1:]]
-    base = next((s for s in plan.stages if s.name == INDEX), None) or Stage(INDEX)
-
-    def index(r: dict[str, Any]) -> Any:
-        selected = r[SELECTION][2]
-        return build_indexes(config, plan, selected, _models(plan, r)[selected])
-
-    return [*stages, dataclasses.replace(
-        base, title=INDEX_TITLE, run=index, part="search", needs=(SELECTION, *candidates), work=works.get(INDEX_TITLE),
-        what=f"{', '.join(plan.corpora)} by the adapted model ({config.search.index_backend})",
-        done=lambda out: index_finished(plan.root, chosen.get("selected")))]
-
-
-def _models(plan: AdaptPlan, results: dict[str, Any]) -> dict[str, Path]:
-    """Every candidate's model, by label."""
-    return {label: results[f"candidate {label}"].model_dir for label in plan.candidates}
-
-
-def _selection(config: AdaptConfig, plan: AdaptPlan, models: dict[str, Path],
-               results: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, float], str]:
-    """Every candidate on the synthetic dev (the choice is made before any --eval-data label is read: on the
-    synthetic dev, or with --dev-labels on the labelled dev or both, ``--select-on``); returns the synthetic-dev
-    results, their averages and the selected candidate."""
-    from drmix.evaluation.suite import evaluate_suite
-    from drmix.recipes.adapt.labels import choice_scores
-
-    dev = evaluate_suite(models, plan.synthetic_dirs, kind="select", split="dev", seed=config.optim.seed,
-                         metrics=("ndcg@10",), **{**_caps(config), "max_docs": select_max_docs(config)}).results
-    dev_avg = {lb: _average(r) for lb, r in dev.items()}
-    labelled = (results or {}).get(LABELLED_SELECTION)
-    scores = choice_scores({lb: dev_avg[lb] for lb in models}, labelled.average if labelled else None,
-                           config.labels.choice)
-    selected = select_candidate(scores)
-    log.info("adapted model: %s (chosen on %s: %.4f; uniform %.4f)", selected, config.labels.choice,
-             scores[selected], scores[next(iter(models))])
-    return dev, dev_avg, selected
+    return select_on_dev(config, plan.synthetic_dirs, candidate_models(plan, results), results.get(LABELLED_SELECTION))
 
 
 def _label_stages(config: AdaptConfig, plan: AdaptPlan, candidates: tuple[str, ...]) -> list[Stage]:
     """``--dev-labels``: the labelled dev folders (a stage with a record: its settings in ``adapt.yaml``, its
     files fingerprinted in ``provenance.json``) and the candidates' evaluation on them."""
-    from drmix.recipes.adapt.labels import DONE_FILE, write_label_dirs
+    from drmix.recipes.adapt.labels import DONE_FILE, LABELS_DIR, write_label_dirs
+    from drmix.recipes.adapt.selection import select_on_labels
 
     values = config.flat()
-    out = plan.root / "dev-labels"
-    n = sum(len(s.qrels) for s in plan.labels.values())
+    out = plan.root / LABELS_DIR
+    queries = {n: len(s.qrels) for n, s in plan.labels.items()}
+    n = sum(queries.values())
+    title = "labelled dev"
     return [LabelsStage(DEV_LABELS, {k: values[k] for k in ("dev_labels", "dev_labels_split")}, output_dir=out,
-                        record=plan.root / "adapt.yaml", kind=AdaptConfig, part="labels", title="labelled dev",
+                        record=plan.root / "adapt.yaml", kind=AdaptConfig, part="labels", title=title,
                         run=lambda r: write_label_dirs(plan.labels, plan.corpora, out),
-                        done=lambda o: (o / DONE_FILE).is_file(), split=config.labels.dev_labels_split,
-                        what=f"{n} labelled queries of {', '.join(plan.labels)}"),
-            Stage(LABELLED_SELECTION, title=LABELLED_SELECTION, part="labels", needs=candidates + (DEV_LABELS,),
-                  run=lambda r: _labelled_selection(config, plan, _models(plan, r)),
-                  what=f"{len(plan.candidates)} candidates on {n} labelled queries")]
+                        done=lambda o, r: (o / DONE_FILE).is_file(), split=config.labels.dev_labels_split,
+                        what=f"{n} labelled queries of {', '.join(plan.labels)}", work=StageWork(title)),
+            Stage(LABELLED_SELECTION, part="labels", needs=candidates + (DEV_LABELS,),
+                  run=lambda r: select_on_labels(config, {c: str(out / c) for c in plan.labels},
+                                                 candidate_models(plan, r), queries),
+                  what=f"{len(plan.candidates)} candidates on {n} labelled queries",
+                  work=work.labelled_selection_work(LABELLED_SELECTION, config, sizes=plan.sizes,
+                                                    candidates=len(plan.candidates), labelled=plan.labels))]
 
 
-def _labelled_selection(config: AdaptConfig, plan: AdaptPlan, models: dict[str, Path]) -> Any:
-    """Every candidate on the labelled dev folders (cached as ``select-labels-dev.json`` in its folder)."""
-    from drmix.evaluation.suite import evaluate_suite
-    from drmix.recipes.adapt.labels import SPLIT, LabelledSelection
+def _index_stage(config: AdaptConfig, plan: AdaptPlan, candidates: tuple[str, ...]) -> Stage:
+    """``--index``: every target corpus indexed by the model the selection chose; its record ``index/index.yaml``
+    holds the settings it was made with, and it is finished when ``index/index.json`` names the candidate the
+    selection chose in this run (another choice re-indexes)."""
+    from drmix.recipes.adapt.index import INDEX_DIR, INDEX_TITLE, SETTINGS, build_indexes, index_finished
 
-    dirs = [str(plan.root / "dev-labels" / n) for n in plan.labels]
-    res = evaluate_suite(models, dirs, kind="select-labels", split=SPLIT, seed=config.optim.seed,
-                         metrics=("ndcg@10",), **{**_caps(config), "max_docs": select_max_docs(config)}).results
-    avg = {lb: _average(r) for lb, r in res.items()}
-    selected = select_candidate({lb: avg[lb] for lb in models})
-    log.info("labelled dev: %s best (nDCG@10 %.4f; uniform %.4f)", selected, avg[selected], avg[next(iter(models))])
-    return LabelledSelection(res, avg, selected, {n: len(s.qrels) for n, s in plan.labels.items()})
+    values = config.flat()
 
+    def index(results: dict[str, Any]) -> Any:
+        selected = results[SELECTION].selected
+        return build_indexes(config, plan.root, plan.corpora, selected, candidate_models(plan, results)[selected])
 
-def _final_evaluation(config: AdaptConfig, plan: AdaptPlan, results: dict[str, Any],
-                      labelled: Callable[..., Any]) -> AdaptResult:
-    """The report's models on the synthetic test, then (first read of any label) on the labelled directories."""
-    from drmix.evaluation.suite import evaluate_suite
-
-    models = _models(plan, results)
-    selected = results[SELECTION][2]
-    report_models: dict[str, Any] = {BASE: config.model.name_or_path or "default",
-                                     UNIFORM: results["uniform fine-tuning"].model_dir,
-                                     COCO_UNIFORM: models["uniform"], f"adapted ({selected})": models[selected]}
-    cache_dirs = {BASE: plan.root / "eval" / "base"}
-    result = AdaptResult(plan.root, selected, {k: str(v) for k, v in report_models.items()}, models)
-    result.select_on, result.dev_labels = config.labels.choice, results.get(LABELLED_SELECTION)
-    result.synthetic_choice = select_candidate({lb: results[SELECTION][1][lb] for lb in models})
-    result.synthetic_test = evaluate_suite(report_models, plan.synthetic_dirs, kind="synthetic", split="test",
-                                           cache_dirs=cache_dirs, seed=config.optim.seed, **_caps(config))
-    if config.eval.eval_data:
-        result.labelled = labelled(config, report_models, models, cache_dirs, _caps(config))
-
-    if PARTED in models:   # scored on the synthetic test too: the report's first sentence parts the gain by it
-        parted = evaluate_suite({PARTED: models[PARTED]}, plan.synthetic_dirs, kind="synthetic", split="test",
-                                seed=config.optim.seed, **_caps(config))
-        result.synthetic_test.results.update(parted.results)
-        result.synthetic_test.per_query.update(parted.per_query)
-    return result
+    return Stage(INDEX, {k: values[k] for k in index_fields()}, output_dir=plan.root / INDEX_DIR,
+                 record=plan.root / INDEX_DIR / SETTINGS, kind=AdaptConfig, part="search", title=INDEX_TITLE,
+                 needs=(SELECTION, *candidates), run=announced(INDEX, index, None),
+                 done=lambda out, r: index_finished(plan.root, r[SELECTION].selected if SELECTION in r else None),
+                 what=f"{', '.join(plan.corpora)} by the adapted model ({config.search.index_backend})",
+                 work=work.index_work(INDEX_TITLE, plan.sizes))

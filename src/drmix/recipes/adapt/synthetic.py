@@ -5,15 +5,24 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from drmix.errors import ConfigError
-from drmix.recipes.adapt.config import AdaptConfig
-from drmix.recipes.adapt.plan import AdaptPlan
+
+if TYPE_CHECKING:   # annotations only
+    from drmix.recipes.adapt.config import AdaptConfig
+
+#: the stage's folder of ``output_dir``, and its file written last (the stage is finished when it is there)
+SYNTHETIC_DIR, STATS = "synthetic", "stats.json"
+
+
+def synthetic_paths(folder: Path, corpus: str) -> tuple[Path, Path]:
+    """``(BEIR folder, train collection)`` of ``corpus`` in the synthetic set's ``folder``."""
+    return folder / corpus, folder / "train" / f"synthetic-{corpus}.jsonl"
 
 
 def _llm_backend(config: AdaptConfig, cache: Path):
@@ -59,27 +68,27 @@ def teacher_ranker(teacher: Any, teacher_name: str | None) -> Callable[..., list
     return ranker
 
 
-def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
-    """Write ``synthetic/`` (BEIR folders, train collections, ``stats.json``) in one atomic step; returns the
-    stats. Reads each target's corpus only."""
+def build_synthetic(config: AdaptConfig, root: Path, corpora: Mapping[str, str]) -> dict[str, Any]:
+    """Write ``root/synthetic/`` (BEIR folders, train collections, ``stats.json``) in one atomic step; returns the
+    stats. Reads each target's corpus only (``corpora``: name -> path)."""
     from drmix.augment.synthetic import build_corpus_synthetic, write_corpus_synthetic
     from drmix.data.beir import read_corpus
+    from drmix.data.corpus import corpus_file
     from drmix.io.atomic import atomic_dir, atomic_write_json
     from drmix.model.encoder import load_encoder
-    from drmix.pretrain.coco import corpus_file
     from drmix.retrieval.shards import writes_here
 
     s = config.synthetic
     teacher = load_encoder(s.teacher, device=config.run.device)
     here = writes_here()  # under torchrun the other ranks take their part of the teacher's passes, write nothing
-    backend = _llm_backend(config, plan.root / "llm-cache.jsonl") if here else None
+    backend = _llm_backend(config, root / "llm-cache.jsonl") if here else None
     rank = teacher_ranker(teacher, s.teacher)
 
     stats: dict[str, Any] = {}
-    with atomic_dir(plan.root / "synthetic") if here else contextlib.nullcontext() as tmp:
+    with atomic_dir(root / SYNTHETIC_DIR) if here else contextlib.nullcontext() as tmp:
         if tmp is not None:
             (tmp / "train").mkdir()
-        for name, path in plan.corpora.items():
+        for name, path in corpora.items():
             corpus = read_corpus(corpus_file(path))
             made = build_corpus_synthetic(name, corpus, rank, max_docs=s.max_docs, min_words=s.min_words,
                                           max_per_doc=s.max_per_doc, filter_k=s.filter_k,
@@ -87,14 +96,15 @@ def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
                                           test_queries=s.test_queries, seed=config.optim.seed, backend=backend,
                                           generate_docs=s.generate_max_docs if backend is not None else 0)
             if tmp is not None:
-                write_corpus_synthetic(made, corpus, tmp / name, tmp / "train" / f"synthetic-{name}.jsonl")
+                write_corpus_synthetic(made, corpus, *synthetic_paths(tmp, name))
             stats[name] = made.stats
         if tmp is not None:
-            atomic_write_json(tmp / "stats.json", {"teacher": s.teacher or "default", "corpora": stats})
+            atomic_write_json(tmp / STATS, {"teacher": s.teacher or "default", "corpora": stats})
     if backend is not None:
         backend.close()
     return stats
 
 
 def read_synthetic_stats(root: Path) -> dict[str, Any]:
-    return json.loads((root / "synthetic" / "stats.json").read_text(encoding="utf-8"))["corpora"]
+    """Per corpus, the counts ``root/synthetic/stats.json`` holds."""
+    return json.loads((root / SYNTHETIC_DIR / STATS).read_text(encoding="utf-8"))["corpora"]
