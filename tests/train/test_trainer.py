@@ -42,8 +42,10 @@ def test_homogeneous_batches_hold_one_collection(tiny_model_path, data, tmp_path
         assert sorted(m["collection_counts"].values()) == [0, 8]
 
 
-def test_resume_gives_identical_weights(tiny_model_path, data, tmp_path):
-    full = Trainer(config(tiny_model_path, data, tmp_path / "full", max_steps=6, save_every=3))
+def test_resume_gives_identical_weights_and_log_records(tiny_model_path, data, tmp_path):
+    """Killed at step 4 and resumed from the checkpoint of step 3, which lies inside the log window of steps 3-4
+    (log_every 2): the weights, and every log record but its timings, are the uninterrupted run's."""
+    full = Trainer(config(tiny_model_path, data, tmp_path / "full", max_steps=6, save_every=3, log_every=2))
     full.train()
     # what the resume check compares: the collections and their sizes (40 rows each)
     state = json.loads((tmp_path / "full" / "checkpoints" / "step-6" / "trainer_state.json").read_text())
@@ -57,16 +59,23 @@ def test_resume_gives_identical_weights(tiny_model_path, data, tmp_path):
             raise Killed
 
     with pytest.raises(Killed):
-        Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3), callbacks=[kill_at_4]).train()
+        Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3, log_every=2),
+                callbacks=[kill_at_4]).train()
     assert not (tmp_path / "cut" / "model").exists()
     with pytest.raises(ConfigError, match="already holds a run"):
-        Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3)).train()
-    resumed = Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3, resume=True))
+        Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3, log_every=2)).train()
+    resumed = Trainer(config(tiny_model_path, data, tmp_path / "cut", max_steps=6, save_every=3, log_every=2,
+                             resume=True))
     assert resumed.train().steps == 6
     assert torch.equal(params(full.model), params(resumed.model))
-    # the log holds each step once: the killed step 4 was dropped and redone
-    assert [m["step"] for m in read_metrics(tmp_path / "cut")] == [1, 2, 3, 4, 5, 6]
-    assert [m["loss"] for m in read_metrics(tmp_path / "cut")] == [m["loss"] for m in read_metrics(tmp_path / "full")]
+    # the log holds each record once (the killed step 4's was dropped and redone), and the record of step 4
+    # averages steps 3 and 4 as the uninterrupted run's does, though step 3 ran before the resume
+    timings = ("samples_per_s", "train_seconds", "strategy_seconds")
+    cut, whole = ([{k: v for k, v in m.items() if k not in timings} for m in read_metrics(tmp_path / run)]
+                  for run in ("cut", "full"))
+    assert [m["step"] for m in cut] == [2, 4, 6]
+    assert cut == whole
+    assert sum(cut[1]["collection_counts"].values()) == 16  # two steps of 8 in the window
 
 
 def test_gradient_accumulation_matches_the_big_batch_without_in_batch_negatives(tiny_model_path, data, tmp_path):

@@ -344,6 +344,7 @@ class Trainer:
         self.lookahead_seconds = state.get("lookahead_seconds", 0.0)
         self.guard.load_state_dict(state.get("nonfinite"))
         self.precision.load_state_dict(state.get("precision"))
+        self.window.load_state_dict(state.get("window"), main=self.is_main)  # the log record in progress
         self.strategy.load_state_dict(strategy_state)
         self.step = int(state["step"])
         self.output.truncate_after(self.step)
@@ -354,9 +355,11 @@ class Trainer:
     def _save(self) -> None:
         if self.sharding is not None:  # sharded optimiser state: no resumable checkpoint (drmix.train.sharding)
             return
+        window = self.window.state_dict(self._sum_across, self.world)  # every process: a collective
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                            trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
+                            trainer_state={**self._trainer_state(), "window": window},
+                            strategy_state=self.strategy.state_dict(),
                             keep=self.config.run.keep_checkpoints, naming=self.config.run.checkpoint_naming)
             for lst in self.listeners:
                 lst.on_save(self)
