@@ -93,6 +93,9 @@ class Trainer:
         from drmix.mixture.registry import check_config
 
         check_config(config)  # the strategy and its options, before any model or data loads
+        #: what was given as objects in place of the config's fields (the model card says so)
+        self.given = frozenset(name for name, obj in (("model", model), ("collections", collections),
+                                                      ("objective", objective)) if obj is not None)
         # the loss (a registered objective), before any model or data loads too
         objective = objective if objective is not None else objective_from_config(config)
         if model is None:  # a Hub id that cannot load here fails now, not after the data (drmix.model.encoder)
@@ -134,6 +137,29 @@ class Trainer:
         self.lookahead_seconds = 0.0
         self.guard = NonFiniteGuard(self.device, max_consecutive=config.optim.max_nonfinite_steps,
                                     world_size=self.world)
+
+    def given_objects(self) -> dict[str, Any]:
+        """What was given as objects in place of configuration fields (:attr:`given`, and the evaluator objects of
+        the listeners), each described: ``{"model": str, "train_dataset": [str], "loss": str, "evaluator": [str]}``
+        (config.yaml's header and the model card say what ran)."""
+        out: dict[str, Any] = {}
+        if "model" in self.given:
+            where = self.config.model.name_or_path
+            out["model"] = f"{type(self.model).__name__} object" + (f" loaded from {where}" if where else "")
+        if "collections" in self.given:
+            out["train_dataset"] = [f"{c.name} ({c.source or 'in memory'}): {len(c):,} rows"
+                                    + (f", columns {', '.join(c.columns)}" if c.columns else "")
+                                    for c in self.collections]
+        if "objective" in self.given:
+            loss = getattr(self.objective, "loss", None)
+            out["loss"] = (f"{type(loss).__name__} (a sentence-transformers loss object)" if loss is not None
+                           else f"{type(self.objective).__name__} (an objective object)")
+        evaluators = [ev for lst in self.listeners for ev in getattr(lst, "evaluators", ())
+                      if not hasattr(ev, "drmix_spec")]  # --evaluator NAME: in the config already
+        if evaluators:
+            out["evaluator"] = [f"{type(ev).__name__} {getattr(ev, 'name', '') or ''} (an evaluator object)".replace(
+                "  ", " ") for ev in evaluators]
+        return out
 
     # -- setting up ------------------------------------------------------------------------------------------
     def _start_processes(self, config: TrainConfig) -> None:
@@ -381,7 +407,7 @@ class Trainer:
 
     def _train(self) -> TrainResult:
         cfg = self.config
-        ckpt = self.output.prepare(cfg, self.names, self.sizes)
+        ckpt = self.output.prepare(cfg, self.names, self.sizes, given=self.given_objects())
         # a finished run (the final checkpoint kept or not) is complete before a restore truncates its logs
         done = self.output.finished_step(resumed_at=(checkpoint_step(ckpt) or 0) if ckpt else 0,
                                          explicit=bool(cfg.run.resume_from))
