@@ -1,4 +1,4 @@
-"""Output folders: commands never delete or rename a user's files (drmix.outputs, drmix.io.atomic_dir)."""
+"""Output folders: commands never delete or rename a user's files (drmix.outputs, drmix.io.atomic.atomic_dir)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from drmix.cli import app
 from drmix.data.beir import write_beir
 from drmix.errors import ConfigError
-from drmix.io import atomic_dir, atomic_write_text
+from drmix.io.atomic import atomic_dir, atomic_write_text
 from drmix.outputs import check_output_dir, is_output_of
 
 CORPUS = {"a": {"title": "A", "text": "alpha text"}, "b": {"title": "B", "text": "beta text"}}
@@ -208,6 +208,26 @@ def test_a_new_or_empty_output_is_created_and_an_own_one_follows_the_kinds_polic
     assert claim_output(run, "train", resume=True) == run and claim_output(run, "train", overwrite=True) == run
 
 
+def test_an_interrupted_output_of_the_kinds_own_names_and_a_lock_are_taken_up_again(tmp_path):
+    """A sharded drmix eval killed before eval.json leaves OUT/shards only (its own names, no marker): the same
+    command continues it, with or without --overwrite; drmix's lock file (a run holding the folder) is no content
+    either. A file of the user's beside them is still refused by name."""
+    out = tmp_path / "ev"
+    (out / "shards" / "0123456789abcdef").mkdir(parents=True)
+    (out / "shards" / "0123456789abcdef" / "shards.json").write_text('{"corpus_fingerprint": "0a"}')
+    assert claim_output(out, "eval") == out and claim_output(out, "eval", overwrite=True) == out
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / ".drmix.lock").write_text('{"pid": 1}')
+    assert claim_output(locked, "shards") == locked and claim_output(locked, "index") == locked
+    (out / "notes.txt").write_text("mine")
+    assert _claim_error(out, "eval").message.startswith("the output folder holds files drmix did not write: notes.txt;")
+    run = tmp_path / "run"                                        # a kind writing any name: still refused
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    assert _claim_error(run, "train").message.startswith("the output folder holds files drmix did not write")
+
+
 def test_foreign_content_is_refused_with_what_is_there(tmp_path):
     user = tmp_path / "user"
     user.mkdir()
@@ -382,7 +402,8 @@ def test_nested_names_own_files_below_a_folder_only(tmp_path):
     assert _claim_error(f, "localdocs").message.endswith(": beir/, train.")
 
 
-KEY = "0123456789abcdef" * 4
+KEY = "0123456789abcdef" * 2 + "01234567"                                # a 40-digit digest (BLAKE2b-160)
+EARLIER = "0123456789abcdef" * 4                                          # SHA-256: a cache of an earlier version
 
 
 @pytest.mark.parametrize("content, is_cache", [
@@ -391,8 +412,10 @@ KEY = "0123456789abcdef" * 4
     (json.dumps({"key": KEY, "text": "a"}) + "\n", True),
     (json.dumps({"key": KEY, "text": "a"}) + '\n{"key": "torn', True),   # a killed write's last line
     ("\n" + json.dumps({"key": KEY, "text": "a"}) + "\n", True),
-    (json.dumps({"key": KEY.upper(), "text": "a"}) + "\n", False),        # not a SHA-256 hex digest
+    (json.dumps({"key": EARLIER, "text": "a"}) + "\n" + json.dumps({"key": KEY, "text": "b"}) + "\n", True),
+    (json.dumps({"key": KEY.upper(), "text": "a"}) + "\n", False),        # not a hex digest
     (json.dumps({"key": KEY[:-1], "text": "a"}) + "\n", False),
+    (json.dumps({"key": EARLIER[:-1], "text": "a"}) + "\n", False),
     (json.dumps({"key": KEY, "text": 3}) + "\n", False),
     (json.dumps({"key": KEY}) + "\n", False),
     (json.dumps([KEY, "a"]) + "\n", False),

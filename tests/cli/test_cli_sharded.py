@@ -164,12 +164,14 @@ def test_estimate_names_a_missing_corpus(tmp_path, capsys):
     assert code == 2 and "nope.jsonl: corpus file not found" in " ".join(err.split())
 
 
-def _torchrun(tmp_path, args: list[str]) -> subprocess.CompletedProcess:
-    """``torchrun --nproc-per-node 2 -m drmix ARGS`` (the sort chunk as in use: 16,384 texts)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "drmix",
+def _torchrun(tmp_path, args: list[str], *, setup: str = "") -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2`` of drmix ARGS (the sort chunk as in use: 16,384 texts), ``setup`` run first."""
+    launcher = tmp_path / "launch.py"
+    launcher.write_text("import sys\n" + setup + "from drmix.cli import main\nmain(sys.argv[1:])\n")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(launcher),
            *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          timeout=600)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DRMIX_CACHE": str(tmp_path / "cache")}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
 def _same_search(one: str, two: str) -> None:
@@ -205,13 +207,132 @@ def test_two_gloo_processes_stream_their_shards_into_a_faiss_disk_index(corpus, 
     _same_search(str(tmp_path / "one"), str(tmp_path / "two"))
 
 
-def test_two_gloo_processes_stream_their_shards_into_a_milvus_lite_collection(corpus, tiny_model_path, tmp_path,
-                                                                               capsys, one_thread):
-    pytest.importorskip("milvus_lite")
-    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "milvus", "--collection", "toy"]
-    code, _, err = run([*base, "--uri", str(tmp_path / "one.db")], capsys)
+def test_two_gloo_processes_build_the_one_process_milvus_collection(corpus, tiny_model_path, tmp_path, capsys,
+                                                                     one_thread, milvus_target, monkeypatch):
+    """Milvus Lite (a folder one process opens): rank 0 streams both shards into it. A Milvus server: each rank
+    inserts its own shard (6 and 5 rows: whole batches of 2 of the one sort chunk's length order, so their rows
+    interleave in corpus order) into the build collection rank 0 made and swapped in. Either way the collection
+    is the one process's: ids, scores."""
+    from drmix.retrieval.backends.milvus import is_uri
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "milvus", "--batch-size", "2"]
+    server = is_uri(milvus_target)
+    one, two = (f"{milvus_target}#one", f"{milvus_target}#two") if server else (
+        f"{tmp_path / 'one.db'}#toy", f"{tmp_path / 'two.db'}#toy")
+    code, _, err = run([*base, "--uri", one.split("#")[0], "--collection", one.split("#")[1]], capsys)
     assert code == 0, err
-    done = _torchrun(tmp_path, [*base, "--chunk-size", "3", "--uri", str(tmp_path / "two.db")])
+    done = _torchrun(tmp_path, [*base, "--chunk-size", "3", "--uri", two.split("#")[0], "--collection", "two" if
+                                server else "toy"])
     assert done.returncode == 0, done.stderr[-2000:]
-    assert f"2 shards in {tmp_path / 'two.db.shards'}" in " ".join(done.stdout.split())
-    _same_search(f"{tmp_path / 'one.db'}#toy", f"{tmp_path / 'two.db'}#toy")
+    said = " ".join(done.stdout.split())
+    if server:
+        assert "2 shards in" in said and "each rank inserting its own" in said
+    else:
+        assert f"2 shards in {tmp_path / 'two.db.shards'}" in said and "inserting its own" not in said
+    _same_search(one, two)
+    from drmix.retrieval.backends import open_index
+
+    rows = []
+    for where in (one, two):  # the row numbers (pk) are the corpus's, whichever rank inserted them
+        index = open_index(where)
+        rows.append(sorted((r["pk"], r["doc_id"]) for r in index.client.query(index.name, filter="pk >= 0",
+                                                                              output_fields=["pk", "doc_id"])))
+    assert rows[0] == rows[1] == sorted(enumerate(DOCS))
+
+
+def test_a_rank_that_dies_midway_leaves_the_server_collection_as_it_was(corpus, tiny_model_path, tmp_path, capsys,
+                                                                         chunk4, milvus_target, monkeypatch):
+    from drmix.retrieval.backends import open_index
+    from drmix.retrieval.backends.milvus import BUILD_SUFFIX, client, is_uri, split_location
+
+    if not is_uri(milvus_target):
+        pytest.skip("Milvus Lite is built by rank 0 alone (test_two_gloo_processes_build_the_one_process_...)")
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps({"_id": k, **v}) + "\n" for k, v in list(DOCS.items())[:5]))
+    base = ["index", "--model", tiny_model_path, "--backend", "milvus", "--uri", milvus_target, "--collection", "c"]
+    code, _, err = run([*base, "--corpus", str(small)], capsys)
+    assert code == 0, err
+    # rank 1 dies (no cleanup, no handler) after its first insert; the launcher stops rank 0
+    dies = ("import os\nimport drmix.retrieval.backends.milvus as m\n_add = m.Inserter.add\n"
+            "def add(self, *a):\n    _add(self, *a)\n    self.flush()\n"
+            "    if os.environ['RANK'] == '1':\n        os._exit(9)\nm.Inserter.add = add\n")
+    done = _torchrun(tmp_path, [*base, "--corpus", str(corpus), "--chunk-size", "2", "--overwrite"], setup=dies)
+    assert done.returncode != 0
+    assert len(open_index(f"{milvus_target}#c")) == 5  # the old collection, as it was
+    c = client(split_location(milvus_target)[0])
+    assert c.has_collection("c" + BUILD_SUFFIX)  # the unfinished build, under its own name
+    code, _, err = run([*base, "--corpus", str(corpus), "--overwrite"], capsys)  # the next build drops it
+    assert code == 0, err
+    assert len(open_index(f"{milvus_target}#c")) == len(DOCS) and not c.has_collection("c" + BUILD_SUFFIX)
+
+
+PAUSED = """
+import os, sys, time
+from pathlib import Path
+import drmix.retrieval.shards as shards
+
+started, go = Path(sys.argv[1]), Path(sys.argv[2])
+encode = shards._encode_share
+
+
+def paused(*args, **kwargs):  # holds the run in the middle of its encoding until the test says go
+    started.write_text(str(os.getpid()))
+    while not go.exists():
+        time.sleep(0.05)
+    return encode(*args, **kwargs)
+
+
+shards._encode_share = paused
+from drmix.cli import main
+main(sys.argv[3:])
+"""
+
+
+@pytest.mark.parametrize("command", ["index", "eval"])
+def test_a_second_sharded_run_into_the_same_output_is_refused_while_the_first_runs(command, corpus, tiny_model_path,
+                                                                                  tmp_path, capsys, monkeypatch):
+    """Two processes at once: the first holds the output (drmix.lock) in the middle of its encoding; the second is
+    refused with one line naming it and writes nothing; the first then finishes with the index / scores of one
+    plain process."""
+    from drmix.data.beir import write_beir
+
+    data = write_beir(tmp_path / "toy", DOCS, {"q1": "word3 word6"}, {"test": {"q1": {"d3": 1}}})
+    out = tmp_path / "out"
+    base = (["index", "--corpus", str(corpus)] if command == "index" else
+            ["eval", "--data", str(data), "--metric", "ndcg@10"]) + ["--model", tiny_model_path]
+    args = [*base, "--output", str(out)]
+    code, _, err = run([*base, "--output", str(tmp_path / "plain")], capsys)   # one plain process
+    assert code == 0, err
+    started, go = tmp_path / "started", tmp_path / "go"
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-c", PAUSED, str(started), str(go), *args], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        from loopback_llm import wait_until
+
+        assert wait_until(lambda: started.exists() or first.poll() is not None, 300), "the first run never started"
+        assert first.poll() is None, first.communicate()[1][-2000:]
+        shard_root = tmp_path / "out.shards" if command == "index" else out / "shards"
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        _launched(monkeypatch)
+        code, _, err = run(args, capsys)
+        assert code == 2, err
+        line = " ".join(err.split())
+        assert f"{shard_root}: another run is writing to this output directory: process {first.pid}" in line
+        assert "Traceback" not in err and err.count("error:") == 1
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+        go.write_text("")
+        _, first_err = first.communicate(timeout=300)
+    finally:
+        go.write_text("")
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, first_err[-2000:]
+    assert not (shard_root / ".drmix.lock").exists()  # released
+    if command == "index":
+        assert (out / "vectors.npy").read_bytes() == (tmp_path / "plain" / "vectors.npy").read_bytes()
+    else:
+        results = [json.loads((d / "eval.json").read_text())["results"] for d in (out, tmp_path / "plain")]
+        assert results[0] == results[1]

@@ -14,6 +14,7 @@ import pytest
 
 import drmix.retrieval.encode as encode_mod
 from drmix.errors import ConfigError, DataError, DiskFullError
+from drmix.fingerprint import tensors_digest, texts_digest
 from drmix.retrieval import shards
 from drmix.retrieval.encode import encode_texts
 from drmix.retrieval.ranks import Ranks
@@ -190,7 +191,7 @@ def test_another_world_size_or_model_is_refused_naming_both(tiny, tmp_path, chun
     other = copy.deepcopy(tiny)
     with torch.no_grad():
         next(other.parameters()).add_(1.0)
-    with pytest.raises(ConfigError, match="encoded with model_fingerprint [0-9a-f]{32}, this run has [0-9a-f]{32}"):
+    with pytest.raises(ConfigError, match="encoded with model_fingerprint [0-9a-f]{40}, this run has [0-9a-f]{40}"):
         encode_sharded(other, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=3, normalize=True, show_progress=False)
     with pytest.raises(ConfigError, match="batch_size 3, this run has 4"):
         encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=4, normalize=True, show_progress=False)
@@ -242,7 +243,6 @@ def test_an_unreadable_shard_manifest_is_refused(tmp_path):
 def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path):
     """drmix adapt encodes one corpus with several models: each model's shards in a folder of its own."""
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.onnx import fingerprint
 
     model = load_encoder(tiny_model_path)
     texts = ["one passage", "another passage"]
@@ -251,7 +251,7 @@ def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path
         got = shards.encode_corpus(model, texts, batch_size=4, show_progress=False)
     assert shards.active() is None
     assert [p.name for p in (tmp_path / "s").iterdir()] == [
-        f"{fingerprint(model)[:16]}-{shards.corpus_fingerprint(texts)[:16]}"]
+        f"{tensors_digest(model)[:16]}-{texts_digest(texts)[:16]}"]
     assert got.tobytes() == encode_texts(model, texts, batch_size=4).tobytes()
 
 
@@ -298,6 +298,35 @@ def test_shard_chunks_check_every_shard_before_the_first_row(tmp_path):
     (tmp_path / "b" / "rank-00001-of-00003.rows.npy").write_bytes(b"broken")
     with pytest.raises(DataError, match=r"shard 1 of 3 cannot be merged: rank-00001-of-00003\.rows\.npy is truncated"):
         next(shards.shard_chunks(tmp_path / "b", settings, 4))
+
+
+def test_rank_chunks_read_one_rank_s_own_rows_with_their_row_numbers(tmp_path):
+    settings, x = _written_shards(tmp_path, 23, 3, 3, 5)  # rows 0-8, 8-15, 15-23
+    got = list(shards.rank_chunks(tmp_path, settings, 1, 4))
+    assert [(row, len(part)) for row, part in got] == [(8, 4), (12, 3)]
+    np.testing.assert_array_equal(np.concatenate([p for _, p in got]), x[8:15])
+    (tmp_path / "rank-00002-of-00003.npy").write_bytes(b"broken")  # another rank's shard: not this rank's to read
+    assert len(list(shards.rank_chunks(tmp_path, settings, 0, 10))) == 1
+    with pytest.raises(DataError, match="shard 2 of 3 cannot be read: .*truncated or damaged"):
+        next(shards.rank_chunks(tmp_path, settings, 2, 4))
+
+
+def test_rank_chunks_of_rows_that_interleave_are_runs_of_consecutive_rows(tmp_path):
+    """Two shards cut inside one sort chunk whose length order alternates: each rank's rows come as runs of
+    consecutive rows, each with its first row's number (what a Milvus server insert takes as pk)."""
+    x = np.random.default_rng(3).standard_normal((9, 2)).astype(np.float32)
+    settings = {"world_size": 2, "model_fingerprint": "m", "corpus_fingerprint": "c", "count": 9, "prompt": "",
+                "max_length": None, "normalize": False, "precision": "auto", "batch_size": 1, "align": 16,
+                "split": "batches"}
+    shares = shard_parts(9, 2, 16, 1)
+    assert shares == [[(0, 9, 0, 4)], [(0, 9, 4, 9)]]
+    for rank, rows in enumerate((np.array([1, 3, 5, 6]), np.array([0, 2, 4, 7, 8]))):
+        shards.write_shard(tmp_path, rank, settings, shares[rank], rows, x[rows])
+    assert [(row, len(p)) for row, p in shards.rank_chunks(tmp_path, settings, 0, 4)] == [(1, 1), (3, 1), (5, 2)]
+    got = list(shards.rank_chunks(tmp_path, settings, 1, 1))
+    assert [row for row, _ in got] == [0, 2, 4, 7, 8]
+    np.testing.assert_array_equal(np.concatenate([p for _, p in got]), x[[0, 2, 4, 7, 8]])
+    np.testing.assert_array_equal(np.concatenate([p for _, p in shards.shard_chunks(tmp_path, settings, 4)]), x)
 
 
 def test_npy_chunks_refuse_an_array_that_is_not_rows(tmp_path):

@@ -135,7 +135,7 @@ def caches() -> list[dict[str, Any]]:
     """drmix's cache and each folder in it, then the Hugging Face Hub and datasets caches: path, size, files."""
     from huggingface_hub import constants
 
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     root = cache_root()
     rows = [{"name": "drmix cache ($DRMIX_CACHE)", **folder_size(root)}]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -45,7 +46,9 @@ from drmix.data.formats import sources as src
 from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
-from drmix.io import cache_writes, iter_jsonl, read_yaml
+from drmix.fingerprint import config_digest
+from drmix.io.checks import cache_writes
+from drmix.io.read import iter_jsonl, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +95,13 @@ class Collection:
 # -- the conversion cache -------------------------------------------------------------------------------------
 
 def _cache_dir() -> Path:
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     return cache_root() / "collections"
 
 
 def _conversion_key(content: str, plan: Plan, extra: Mapping[str, Any] | None = None) -> str:
-    payload = {"content": content, "plan": plan.key(), **(extra or {})}
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return config_digest({"content": content, "plan": plan.key(), **(extra or {})})
 
 
 def _table_key(content: str, format: str | None, columns: Mapping[str, str] | None) -> str:
@@ -111,12 +113,12 @@ def _table_key(content: str, format: str | None, columns: Mapping[str, str] | No
                "version": CONVERTER_VERSION}
     if scored_pairs_on():
         payload["scored_pairs"] = True
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return config_digest(payload)
 
 
 @cache_writes()
 def _write_meta(key: str, conv: Converter, rows: int, source: str) -> None:
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     d = _cache_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -163,12 +165,13 @@ def _file_fingerprint(path: Path) -> str:
     """Cache key of a collection file: its path and a hash of its *content*.
 
     Size and modification time are not enough: ``cp -p``, ``rsync -a`` and ``touch -r`` give a changed
-    file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once
-    (BLAKE2b, one streaming pass), far cheaper than parsing it on a cache miss.
+    file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once per
+    version (:func:`drmix.fingerprint.file_digest`, remembered by path, size, times and inode -- the change time
+    among them, which no copy can set back), far cheaper than parsing it on a cache miss.
     """
-    from drmix.io import file_digest
+    from drmix.fingerprint import file_digest
 
-    return hashlib.sha1(f"{path.resolve()}:{file_digest(path)}".encode()).hexdigest()
+    return config_digest({"path": str(path.resolve()), "content": file_digest(path)})
 
 
 def _unwrap(e: BaseException) -> BaseException | None:
@@ -403,7 +406,7 @@ def load_table_collection(ds: Any, *, source: str, content: str | Callable[[], s
 @cache_writes()
 def load_file_collection(path: Path, kind: str, *, name: str | None = None, **kw: Any) -> Collection:
     """A parquet / CSV / TSV / JSON-array / Arrow file (read with ``datasets``, converted once, cached)."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     content = _file_fingerprint(path)
     hit = _cached(_table_key(content, kw.get("format"), kw.get("columns")))
@@ -575,8 +578,13 @@ def load_collection_spec(spec: str | CollectionSpec, *, split: str | None = None
     ``format`` and ``columns`` apply where the spec sets none (``--format`` / ``--columns``). The spec's
     ``document_prompt`` goes to each collection that a YAML list it names gives none.
     """
-    if isinstance(spec, str):
-        spec = CollectionSpec(path=spec)
+    if isinstance(spec, (str, os.PathLike)):
+        spec = CollectionSpec(path=str(spec))
+    elif not isinstance(spec, CollectionSpec):
+        from drmix.errors import wrong_argument
+
+        raise wrong_argument("load_collection_spec", "spec", spec, "a path or a CollectionSpec",
+                             fix="pass paths (str or Path), Hub ids or CollectionSpec(path=..., name=...).")
     out = _load_spec(spec, split=split, format=format, columns=columns, _yaml_stack=_yaml_stack)
     for c in out:
         if c.document_prompt is None:
@@ -674,9 +682,20 @@ def load_collections(specs: list[str | CollectionSpec], *, split: str | None = N
 
     ``format`` (``--format``) and ``columns`` (``--columns``) apply to the specs that set none.
     """
+    from drmix.errors import wrong_argument
+
+    if isinstance(specs, (str, os.PathLike, CollectionSpec)):   # one collection, not its path's characters
+        specs = [specs]
+    elif not isinstance(specs, (list, tuple)):
+        raise wrong_argument("load_collections", "specs", specs, "a list of paths or CollectionSpecs",
+                             fix="pass load_collections(['data/a.jsonl', CollectionSpec(path=..., name=...)]).")
     if not specs:
         raise DataError("no training data given.",
                         fix="pass --data PATH (a collection file, folder, saved dataset, BEIR dir, YAML list or Hub id).")
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, (str, os.PathLike, CollectionSpec)):
+            raise wrong_argument("load_collections", f"specs[{i}]", spec, "a path or a CollectionSpec",
+                                 fix="pass paths (str or Path), Hub ids or CollectionSpec(path=..., name=...).")
     out: list[Collection] = []
     for spec in specs:
         out.extend(load_collection_spec(spec, split=split, format=format, columns=columns))

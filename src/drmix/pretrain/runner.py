@@ -30,7 +30,7 @@ from pydantic import Field
 from drmix.config import INPUT, OPERATIONAL, EvalConfig, OptimConfig, Part, RunConfig, TrainConfig, setting
 from drmix.config.train import TrainingParts
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text
+from drmix.io.atomic import atomic_write_json, atomic_write_text
 from drmix.train.listeners import Listener
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,8 @@ class CocoOptions(Part):
 class CocoConfig(TrainingParts):
     """Options of ``drmix pretrain coco``: the training parts that apply (model, batches, optimisation,
     evaluation, output) and the COCO part (corpora, spans)."""
+
+    command: ClassVar[str] = "drmix pretrain coco"
 
     optim: CocoOptim = Field(default_factory=CocoOptim)  # type: ignore[valid-type]
     eval: EvalConfig = Field(default_factory=EvalConfig)

@@ -8,16 +8,16 @@ and writes them to its shard folder:
 * ``rank-RRRRR-of-WWWWW.npy``: the float32 embeddings of those rows, in that order; each array written to a
   temporary file, fsynced and renamed (never half-written; a full disk leaves nothing behind and stops every rank
   with one line);
-* ``rank-RRRRR-of-WWWWW.json``: its manifest, written after the arrays: the share, shape, SHA-256 of both
-  ``.npy`` files and the run's settings;
-* ``shards.json`` (rank 0, before any encoding): the run's settings -- corpus content fingerprint (SHA-256 of
-  every text, in order), model fingerprint (BLAKE2b of its weights), prompt, max length, normalisation,
-  precision, batch size, world size and the sort chunk.
+* ``rank-RRRRR-of-WWWWW.json``: its manifest, written after the arrays: the share, shape, the digest of both
+  ``.npy`` files (:func:`drmix.fingerprint.read_file_digest`) and the run's settings;
+* ``shards.json`` (rank 0, before any encoding): the run's settings -- corpus content fingerprint (the digest
+  of every text, in order), model fingerprint (the digest of its weights; both :mod:`drmix.fingerprint`),
+  prompt, max length, normalisation, precision, batch size, world size and the sort chunk.
 
 A barrier, then rank 0 checks every shard against its manifest and merges them into one array in corpus order --
 or, for a build that takes vectors in chunks (``drmix index --backend faiss-disk|milvus``), reads them in corpus
 order a chunk of rows at a time (:func:`shard_chunks`), so N vectors are never in RAM at once.
-The same command again reuses each shard whose manifest and SHA-256 match (a killed run re-encodes only the
+The same command again reuses each shard whose manifest and digest match (a killed run re-encodes only the
 missing shards); a shard that is missing its manifest, truncated, damaged or written for other settings is
 named in one line and encoded again. A folder made with another world size, model, corpus or encoding
 setting is refused with both values, unless ``overwrite`` (the shards are deleted first).
@@ -33,7 +33,6 @@ process's; the sort chunk is not the shard.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -47,6 +46,7 @@ import numpy as np
 
 from drmix import errors
 from drmix.errors import ConfigError, DataError, DrmixError
+from drmix.fingerprint import read_file_digest, tensors_digest, texts_digest
 from drmix.retrieval.ranks import Ranks
 
 log = logging.getLogger(__name__)
@@ -124,25 +124,8 @@ def describe_shares(shares: Sequence[Sequence[Part]], n: int, batch_size: int) -
     return line
 
 
-def corpus_fingerprint(texts: Sequence[str]) -> str:
-    """SHA-256 of the texts in order (each UTF-8, NUL-terminated)."""
-    h = hashlib.sha256()
-    for t in texts:
-        h.update(t.encode("utf-8", "surrogatepass"))
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 def shard_name(rank: int, world_size: int) -> str:
     return f"rank-{rank:05d}-of-{world_size:05d}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass
@@ -168,7 +151,7 @@ def _describe(value: Any) -> str:
 def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = False) -> None:
     """Rank 0, before encoding: refuse a folder of other settings (unless ``overwrite``: its shards are
     deleted), then record ``settings`` in ``shards.json``."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     path = folder / MANIFEST
     if path.exists() and not overwrite:
@@ -219,14 +202,14 @@ def check_shard(folder: Path, rank: int, settings: dict[str, Any], parts: Sequen
     for path, key in ((npy, ""), (rows, "rows_")):
         if not path.exists():
             return f"{path.name} is missing"
-        if path.stat().st_size != meta.get(f"{key}bytes") or _sha256(path) != meta.get(f"{key}sha256"):
-            return f"{path.name} is truncated or damaged (its size or SHA-256 differs from {man.name})"
+        if path.stat().st_size != meta.get(f"{key}bytes") or read_file_digest(path) != meta.get(f"{key}digest"):
+            return f"{path.name} is truncated or damaged (its size or digest differs from {man.name})"
     return None
 
 
 def _write_npy(path: Path, array: np.ndarray, dtype: Any = np.float32) -> None:
     """``array`` as ``.npy`` at ``path``: a temporary sibling, fsynced, renamed (a full disk: one line)."""
-    from drmix.io import disk_full_error, is_disk_full
+    from drmix.io.checks import disk_full_error, is_disk_full
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -247,7 +230,7 @@ def write_shard(folder: Path, rank: int, settings: dict[str, Any], parts: Sequen
                 embeddings: np.ndarray) -> None:
     """The embeddings and their rows (ascending), then the manifest (so a manifest always describes complete
     arrays)."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     npy, rows_npy, man = _files(folder, rank, settings["world_size"])
     folder.mkdir(parents=True, exist_ok=True)
@@ -256,8 +239,9 @@ def write_shard(folder: Path, rank: int, settings: dict[str, Any], parts: Sequen
     _write_npy(rows_npy, rows, np.int64)
     atomic_write_json(man, {
         "format": FORMAT, **settings, "rank": rank, "parts": [list(p) for p in parts], "rows": len(rows),
-        "shape": list(embeddings.shape), "dtype": "float32", "bytes": npy.stat().st_size, "sha256": _sha256(npy),
-        "rows_bytes": rows_npy.stat().st_size, "rows_sha256": _sha256(rows_npy)})
+        "shape": list(embeddings.shape), "dtype": "float32", "bytes": npy.stat().st_size,
+        "digest": read_file_digest(npy), "rows_bytes": rows_npy.stat().st_size,
+        "rows_digest": read_file_digest(rows_npy)})
 
 
 def _checked_shares(folder: Path, settings: dict[str, Any]) -> list[list[Part]]:
@@ -325,6 +309,35 @@ def shard_chunks(folder: str | Path, settings: dict[str, Any], chunk_size: int) 
             yield start, out
 
 
+def rank_chunks(folder: str | Path, settings: dict[str, Any], rank: int,
+                chunk_size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """One rank, after the barrier: its own shard checked against its manifest, then its rows as ``(first row,
+    float32 [m, dim] array)`` chunks of at most ``chunk_size`` consecutive rows (a build into which every rank
+    inserts its own rows: ``drmix index --backend milvus`` against a server). A share cut inside a sort chunk
+    holds rows that are not consecutive there: each run of consecutive rows is its own chunk."""
+    folder = Path(folder)
+    world = settings["world_size"]
+    parts = shard_parts(settings["count"], world, settings["align"], settings["batch_size"])[rank]
+    why = check_shard(folder, rank, settings, parts)
+    if why is not None:
+        raise DataError(f"shard {rank} of {world} cannot be read: {why}.", path=folder,
+                        fix="run the same command again: it encodes only the shards that are not complete.")
+    npy, rows_npy, _ = _files(folder, rank, world)
+    rows = np.load(rows_npy, allow_pickle=False)
+    if not len(rows):
+        return
+    cuts = np.flatnonzero(np.diff(rows) != 1) + 1
+    head = np.load(npy, mmap_mode="r", allow_pickle=False)
+    offset, width = int(head.offset), head.shape[1]
+    del head
+    step = max(1, int(chunk_size))
+    with open(npy, "rb") as f:
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rows)]):
+            for start in range(a, b, step):
+                stop = min(b, start + step)
+                yield int(rows[start]), _read_rows(f, offset, width, start, stop - start)
+
+
 def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
     """Rank 0, after the barrier: every shard checked against its manifest, its rows put in their places."""
     world, n = settings["world_size"], settings["count"]
@@ -342,10 +355,8 @@ def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
 
 def _settings(model: Any, texts: Sequence[str], world_size: int, *, prompt: str, max_length: int | None,
               normalize: bool, precision: str | None, batch_size: int, model_name: str) -> dict[str, Any]:
-    from drmix.retrieval.onnx import fingerprint
-
-    return {"world_size": world_size, "model": model_name, "model_fingerprint": fingerprint(model),
-            "corpus_fingerprint": corpus_fingerprint(texts), "count": len(texts), "prompt": prompt,
+    return {"world_size": world_size, "model": model_name, "model_fingerprint": tensors_digest(model),
+            "corpus_fingerprint": texts_digest(texts), "count": len(texts), "prompt": prompt,
             "max_length": max_length or getattr(model, "max_seq_length", None), "normalize": bool(normalize),
             "precision": precision or "auto", "batch_size": batch_size, "align": shard_align(),
             "split": SPLIT}
@@ -511,11 +522,9 @@ def encode_corpus(model: Any, texts: Sequence[str], **kwargs: Any) -> np.ndarray
     if plan is None:
         return encode.encode_texts(model, texts, **kwargs)
     texts = list(texts)
-    folder = plan.root / corpus_fingerprint(texts)[:16]
+    folder = plan.root / texts_digest(texts)[:16]
     if plan.by_model:
-        from drmix.retrieval.onnx import fingerprint
-
-        folder = plan.root / f"{fingerprint(model)[:16]}-{folder.name}"
+        folder = plan.root / f"{tensors_digest(model)[:16]}-{folder.name}"
     keep = {k: kwargs[k] for k in ("batch_size", "prompt", "max_length", "normalize", "precision", "show_progress")
             if k in kwargs}
     run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True, **keep)

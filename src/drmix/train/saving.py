@@ -15,7 +15,7 @@ from typing import Any
 
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text, dumps_json
+from drmix.io.atomic import atomic_write_json, atomic_write_text, dumps_json
 from drmix.outputs import run_finished
 from drmix.train.checkpoint import checkpoints, latest_checkpoint
 from drmix.lock import clean_stale_temporaries
@@ -135,7 +135,9 @@ class RunOutput:
         if (p / "trainer_state.json").is_file() and (p / "optimizer.pt").is_file():
             return p
         found = [str(c) for c in checkpoints(self.dir)]
-        raise ConfigError("is not a drmix checkpoint folder (no trainer_state.json and optimizer.pt).", path=p,
+        what = ("is not a drmix checkpoint folder (no trainer_state.json and optimizer.pt)." if p.exists() else
+                "does not exist.")
+        raise ConfigError(what, path=p,
                           fix=(f"pass one of {', '.join(found)}" if found else
                                f"{self.dir} has no checkpoint; drop --resume-from") + ", or --resume for the latest.")
 
