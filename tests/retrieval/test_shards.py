@@ -301,12 +301,14 @@ def test_shard_chunks_check_every_shard_before_the_first_row(tmp_path):
 
 
 def test_rank_chunks_read_one_rank_s_own_rows_with_their_row_numbers(tmp_path):
-    settings, x = _written_shards(tmp_path, 23, 3, 3, 5)  # rows 0-8, 8-15, 15-23
+    # sorted positions 0-8, 8-15, 15-23; rank 1: places 3-5 of chunk [5, 10) in its (reversed) order, rows 6 and 5,
+    # and the whole chunk [10, 15)
+    settings, x = _written_shards(tmp_path, 23, 3, 3, 5)
     got = list(shards.rank_chunks(tmp_path, settings, 1, 4))
-    assert [(row, len(part)) for row, part in got] == [(8, 4), (12, 3)]
-    np.testing.assert_array_equal(np.concatenate([p for _, p in got]), x[8:15])
+    assert [(row, len(part)) for row, part in got] == [(5, 2), (10, 4), (14, 1)]
+    np.testing.assert_array_equal(np.concatenate([p for _, p in got]), x[[5, 6, 10, 11, 12, 13, 14]])
     (tmp_path / "rank-00002-of-00003.npy").write_bytes(b"broken")  # another rank's shard: not this rank's to read
-    assert len(list(shards.rank_chunks(tmp_path, settings, 0, 10))) == 1
+    assert [(row, len(p)) for row, p in shards.rank_chunks(tmp_path, settings, 0, 10)] == [(0, 5), (7, 3)]
     with pytest.raises(DataError, match="shard 2 of 3 cannot be read: .*truncated or damaged"):
         next(shards.rank_chunks(tmp_path, settings, 2, 4))
 

@@ -23,7 +23,7 @@ from drmix.cli.areas import CommandArea, register_area
 ENV_HELP = """Print what an issue report needs: drmix's, Python's and the libraries' versions, the devices and
 the precisions they support (CUDA GPUs; bf16 units on the CPU), the bundled default model's folder, drmix's cache
 folders ($DRMIX_CACHE and the folders in it) and the Hugging Face caches with their sizes, the optional extras
-installed (onnx, mteb, milvus, wandb) and the environment variables that change what drmix does (tokens hidden).
+installed (onnx, mteb, milvus, milvus-server, wandb) and the environment variables that change what drmix does (tokens hidden).
 Markdown to paste into an issue, or JSON with --json. Creates nothing."""
 
 #: the libraries drmix runs on, in the order shown (the optional ones only when installed)
@@ -36,7 +36,7 @@ REQUIRED = ("torch", "transformers", "sentence-transformers", "tokenizers", "dat
             "huggingface_hub", "safetensors", "numpy", "scipy", "pytrec_eval-terrier")
 #: pyproject.toml's extras (tests/cli/test_env.py holds them to it) and the packages each installs
 EXTRAS = {"onnx": ("onnx", "onnxruntime"), "wandb": ("wandb",), "mteb": ("mteb",),
-          "milvus": ("pymilvus", "milvus-lite")}
+          "milvus": ("pymilvus", "milvus-lite"), "milvus-server": ("pymilvus", "milvus")}
 #: what each folder of drmix's cache holds (the folders are listed as found; these get a description)
 CACHE_PARTS = {"collections": "training collections converted to drmix's layout",
                "sources": "datasets read from the Hub or from files", "tokenized": "pre-tokenised ids",
