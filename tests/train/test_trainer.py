@@ -22,16 +22,17 @@ def data(tmp_path_factory):
 
 def test_loss_goes_down_and_outputs_are_written(tiny_model_path, data, tmp_path):
     out = tmp_path / "run"
-    result = train(config(tiny_model_path, data, out, max_steps=40, scheduler="constant"))
+    # 16 steps: the loss of the first 8 averages about 1.5 here, of the next 8 about 0.35
+    result = train(config(tiny_model_path, data, out, max_steps=16, scheduler="constant"))
     losses = [m["raw_loss"] for m in read_metrics(out)]
-    assert len(losses) == 40
+    assert len(losses) == 16
     assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8
     assert (result.model_dir / "modules.json").exists()  # a standard SentenceTransformer folder
     from sentence_transformers import SentenceTransformer
 
     assert SentenceTransformer(str(result.model_dir), device="cpu").encode(["alpha"]).shape == (1, 32)
     saved = TrainConfig.model_validate(__import__("yaml").safe_load((out / "config.yaml").read_text()))
-    assert saved.optim.max_steps == 40 and saved.optim.scheduler == "constant"
+    assert saved.optim.max_steps == 16 and saved.optim.scheduler == "constant"
     weights = json.loads((out / "weights.json").read_text())
     assert weights["collections"] == ["greek", "letters"] and weights["weights"] == [0.5, 0.5]
 
@@ -104,13 +105,15 @@ def test_gradient_accumulation_matches_the_big_batch_without_in_batch_negatives(
     assert [m["raw_loss"] for m in mb] == pytest.approx([m["raw_loss"] for m in ma], rel=1e-4)
 
 
-def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
+def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path, monkeypatch):
     """gloo DDP with cross-device negatives: same losses and same weights as one process on the global batch."""
+    import runpy
+
     helper = Path(__file__).parent.parent / "helpers" / "ddp_train.py"
     data_file = str(data / "greek.jsonl")
-    one = subprocess.run([sys.executable, str(helper), tiny_model_path, data_file, str(tmp_path / "one"), "2"],
-                         capture_output=True, text=True)
-    assert one.returncode == 0, one.stderr[-2000:]
+    # the one process here (the helper patches nothing), the two under torchrun
+    monkeypatch.setattr(sys, "argv", [str(helper), tiny_model_path, data_file, str(tmp_path / "one"), "2"])
+    runpy.run_path(str(helper), run_name="__main__")
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           str(helper), tiny_model_path, data_file, str(tmp_path / "two"), "2"],
                          capture_output=True, text=True)
