@@ -469,3 +469,17 @@ def test_claim_cache_refuses_inputs_outputs_folders_and_a_users_file(tmp_path):
     assert claim_cache(cache, inputs=[data], outputs=[out]) == cache
     cache.write_text(json.dumps({"key": KEY, "text": "a"}) + "\n")
     assert claim_cache(cache) == cache and notes.read_text() == "my notes\n"
+
+
+def test_a_shared_folder_marker_of_the_moment_is_not_an_entry(tmp_path):
+    """Rank 0 writes a marker in a folder every node must share while another rank may still be claiming it as its
+    output (drmix.retrieval.ranks.Ranks.check_shared): the claim sees an empty folder, not a foreign file."""
+    from drmix.outputs import SHARED_MARKER, claim_output
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / SHARED_MARKER.format("0123456789abcdef")).write_text("0123456789abcdef")
+    assert claim_output(out, "train") == out
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds files drmix did not write"):
+        claim_output(out, "train")

@@ -205,6 +205,18 @@ def _resolved(path: str | Path) -> Path:
     return resolved_path(path)
 
 
+#: the marker :meth:`drmix.retrieval.ranks.Ranks.check_shared` writes in a folder every node must share, for the
+#: moment the other ranks take to read it: not an entry of the folder (another rank may claim it meanwhile)
+SHARED_MARKER = ".drmix-shared.{}.tmp"
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The entries of ``folder`` that are content: drmix's lock (and its temporary: a run holding the folder,
+    drmix.lock) and a shared-folder marker of the moment are not."""
+    return [p for p in folder.iterdir()
+            if not p.name.startswith(LOCK_NAME) and not fnmatch.fnmatchcase(p.name, SHARED_MARKER.format("*"))]
+
+
 def _matches(rel: tuple[str, ...], pattern: str) -> bool:
     parts = pattern.split("/")
     return len(parts) == len(rel) and all(fnmatch.fnmatchcase(r, p) for r, p in zip(rel, parts))
@@ -216,9 +228,9 @@ def _foreign(folder: Path, kind: OutputKind) -> list[str]:
     whole = [p for p in patterns if "/" not in p]
     nested = [p for p in patterns if "/" in p]
     out: list[str] = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(LOCK_NAME) or any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
-            continue  # drmix's lock (and its temporary) is no content: a run holding the folder (drmix.lock)
+    for entry in sorted(_entries(folder)):
+        if any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
+            continue
         inner = [p for p in nested if fnmatch.fnmatchcase(entry.name, p.split("/", 1)[0])]
         if not inner or entry.is_symlink() or not entry.is_dir():
             out.append(entry.name + ("/" if entry.is_dir() else ""))
@@ -281,7 +293,7 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
     if not path.exists():
         return path
     try:
-        entries = [p for p in path.iterdir() if not p.name.startswith(LOCK_NAME)]  # a lock is no content
+        entries = _entries(path)  # a lock or a shared-folder marker is no content
     except PermissionError:
         raise ConfigError("the output folder cannot be read.", path=path,
                           fix="check its permissions or choose another folder.") from None

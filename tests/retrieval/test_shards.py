@@ -32,6 +32,9 @@ class SeqRanks(Ranks):
     def barrier(self) -> None:
         pass
 
+    def check_shared(self, folder, *, what, fix) -> None:
+        pass  # the ranks run one after the other in this process: one folder (tests/retrieval/test_ranks.py)
+
 
 @pytest.fixture(scope="module")
 def tiny(tiny_model_path):
@@ -335,3 +338,19 @@ def test_npy_chunks_refuse_an_array_that_is_not_rows(tmp_path):
     np.save(tmp_path / "v.npy", np.zeros(5, dtype=np.float32))
     with pytest.raises(DataError, match=r"v.npy: holds an array of shape \(5,\), not \[n, dim\] vectors"):
         next(shards.npy_chunks(tmp_path / "v.npy", 2))
+
+
+def test_the_fix_of_a_shard_folder_names_the_option_or_the_cache(tmp_path, monkeypatch):
+    """Where the shards of a command go decides what a user moves to a shared disk: the option that places them,
+    or DRMIX_CACHE for a folder in the drmix cache (drmix eval without --output, a Milvus server build)."""
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    assert shards.shared_fix(tmp_path / "idx.shards", "--output") == (
+        f"put --output on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go to "
+        f"{tmp_path / 'idx.shards'}")
+    cached = tmp_path / "cache" / "shards" / "eval"
+    assert shards.shared_fix(cached, "--output") == (
+        "pass --output on a filesystem every node mounts, or point DRMIX_CACHE on every node at one folder they all "
+        "mount at the same path (the shards go to $DRMIX_CACHE/shards/)")
+    assert shards.shared_fix(cached / "c1", None) == (
+        "point DRMIX_CACHE on every node at one folder they all mount at the same path (the shards go to "
+        "$DRMIX_CACHE/shards/)")

@@ -183,10 +183,14 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
     from drmix.retrieval.backends import build_encoded, encoding_chunk
     from drmix.retrieval.encode import embedding_dim, model_normalizes
     from drmix.retrieval.ranks import Ranks
-    from drmix.retrieval.shards import agree, encode_sharded, shard_chunks
+    from drmix.retrieval.shards import agree, encode_sharded, shard_chunks, shared_fix
 
     ranks = Ranks.from_env()
     folder = _shards_of(target)
+    # what moves the shards to a disk every node shares: the option naming the local target, else DRMIX_CACHE; none
+    # when every rank inserts its own shard into a server (no rank reads another's: a node's own disk will do)
+    fix = None if _from_every_rank(target) else shared_fix(
+        folder, None if target.local is None else "--output" if target.spec.target == "folder" else "--uri")
     held = contextlib.ExitStack()
     try:
         error = None
@@ -212,7 +216,8 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
         result = encode_sharded(encoder, [doc_text(docs[i]) for i in docs], folder, ranks=ranks,
                                 batch_size=batch_size, prompt=document_prompt(encoder), max_length=max_length,
                                 normalize=model_normalizes(encoder), precision=precision,
-                                model_name=str(meta.get("model")), overwrite=overwrite, merge=False)
+                                model_name=str(meta.get("model")), overwrite=overwrite, merge=False,
+                                shared_fix=fix)
         step = encoding_chunk(target.spec, params) or SHARD_CHUNK
         reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
         if _from_every_rank(target):

@@ -14,6 +14,9 @@ and writes them to its shard folder:
   of every text, in order), model fingerprint (the digest of its weights; both :mod:`drmix.fingerprint`),
   prompt, max length, normalisation, precision, batch size, world size and the sort chunk.
 
+With several processes every rank first checks that the folder is one folder on every node
+(:meth:`~drmix.retrieval.ranks.Ranks.check_shared`: rank 0 merges what the others wrote there, so it must be on a
+filesystem every node mounts); a folder a node sees on its own disk is refused in one line before any encoding.
 A barrier, then rank 0 checks every shard against its manifest and merges them into one array in corpus order --
 or, for a build that takes vectors in chunks (``drmix index --backend faiss-disk|milvus``), reads them in corpus
 order a chunk of rows at a time (:func:`shard_chunks`), so N vectors are never in RAM at once.
@@ -55,6 +58,8 @@ FORMAT = 2
 SPLIT = "batches"  # how the rows are shared out (format 1 cut contiguous ranges at sort chunks: "chunks")
 MANIFEST = "shards.json"
 BLOCK_CHUNKS = 4  # sort chunks per encode_texts call (the progress bar moves once per call)
+#: what a refused shard folder's fix says when the caller names no option (drmix.cli.sharded names its own)
+SHARED_FIX = "put the shard folder on a filesystem every node mounts at the same path (NFS, Lustre, ...)"
 #: settings that must match for a shard folder to be continued (the world size is checked first)
 SETTINGS = ("world_size", "model_fingerprint", "corpus_fingerprint", "count", "prompt", "max_length", "normalize",
             "precision", "batch_size", "align", "split")
@@ -148,6 +153,20 @@ def _describe(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+def shared_fix(folder: Path, option: str | None) -> str:
+    """The fix of a shard folder that is not one folder on every node (:meth:`drmix.retrieval.ranks.Ranks.check_shared`):
+    the option that places it (``--output``, ``--uri``), or ``DRMIX_CACHE`` for a folder in the drmix cache."""
+    from drmix.io.checks import cache_root
+
+    folder = Path(folder).expanduser().absolute()
+    if cache_root().expanduser().absolute() in folder.parents:
+        cache = ("point DRMIX_CACHE on every node at one folder they all mount at the same path (the shards go to "
+                 "$DRMIX_CACHE/shards/)")
+        return f"pass {option} on a filesystem every node mounts, or {cache}" if option else cache
+    return (f"put {option} on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go to "
+            f"{folder}")
+
+
 def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = False) -> None:
     """Rank 0, before encoding: refuse a folder of other settings (unless ``overwrite``: its shards are
     deleted), then record ``settings`` in ``shards.json``."""
@@ -167,8 +186,9 @@ def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = Fal
                 raise ConfigError(f"the shards there were encoded with {key} {_describe(old.get(key))}, this run "
                                   f"has {_describe(settings.get(key))}.", path=folder,
                                   fix=f"{hint}, or pass --overwrite to encode again (the shards there are deleted).")
-    for p in folder.glob(".rank-*-of-*.*.tmp"):  # left by a killed write
-        p.unlink()
+    for pattern in (".rank-*-of-*.*.tmp", ".drmix-shared.*.tmp"):  # left by a killed write or shared-folder check
+        for p in folder.glob(pattern):
+            p.unlink()
     if overwrite:
         for p in folder.glob("rank-*-of-*.*"):
             p.unlink()
@@ -419,13 +439,15 @@ def _encode_share(model: Any, texts: Sequence[str], parts: Sequence[Part], *, sh
 def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, ranks: Ranks | None = None,
                    batch_size: int = 64, prompt: str = "", max_length: int | None = None, normalize: bool = False,
                    precision: str | None = "auto", model_name: str = "", overwrite: bool = False,
-                   show_progress: bool = True, everywhere: bool = False, merge: bool = True) -> ShardedEncoding:
+                   show_progress: bool = True, everywhere: bool = False, merge: bool = True,
+                   shared_fix: str | None = SHARED_FIX) -> ShardedEncoding:
     """Encode ``texts`` split over the launched ranks into shards in ``folder``; every rank calls it.
 
     Returns the merged embeddings on rank 0 (on every rank with ``everywhere``, ``None`` elsewhere),
     byte-identical to ``encode_texts(model, texts, ...)`` in one process with the same settings; with
     ``merge=False`` none (read the shards with ``shard_chunks(folder, result.settings, chunk_size)``). See the
-    module docstring for the files, the resume and the refusals."""
+    module docstring for the files, the resume and the refusals (``shared_fix``: the fix of a folder that is not one
+    folder on every node; None: no rank reads another's shard, the folder need not be shared)."""
     ranks = ranks or Ranks()
     folder = Path(folder).expanduser()
     texts = list(texts)
@@ -441,6 +463,8 @@ def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, rank
         except DrmixError as e:
             error = e
     agree(ranks, error)
+    if shared_fix is not None:
+        ranks.check_shared(folder, what="the shard folder", fix=shared_fix)
     shares = shard_parts(len(texts), ranks.world_size, settings["align"], batch_size)
     parts = shares[ranks.rank]
     if ranks.main and ranks.world_size > 1:
@@ -485,17 +509,20 @@ class ShardedCorpora:
     overwrite: bool = False
     runs: list[ShardedEncoding] = field(default_factory=list)
     by_model: bool = False
+    shared_fix: str = SHARED_FIX   # the fix when root is not one folder on every node (names the command's option)
 
 
 _active: ShardedCorpora | None = None
 
 
 @contextlib.contextmanager
-def sharded_corpora(ranks: Ranks, root: str | Path, *, overwrite: bool = False, by_model: bool = False):
+def sharded_corpora(ranks: Ranks, root: str | Path, *, overwrite: bool = False, by_model: bool = False,
+                    shared_fix: str = SHARED_FIX):
     """Route the corpus encodings of a command (``drmix eval``, ``drmix mine``, ``drmix adapt``'s corpus passes)
     through sharded encoding."""
     global _active
-    previous, _active = _active, ShardedCorpora(ranks, Path(root).expanduser(), overwrite, by_model=by_model)
+    previous, _active = _active, ShardedCorpora(ranks, Path(root).expanduser(), overwrite, by_model=by_model,
+                                                shared_fix=shared_fix)
     try:
         yield _active
     finally:
@@ -527,7 +554,8 @@ def encode_corpus(model: Any, texts: Sequence[str], **kwargs: Any) -> np.ndarray
         folder = plan.root / f"{tensors_digest(model)[:16]}-{folder.name}"
     keep = {k: kwargs[k] for k in ("batch_size", "prompt", "max_length", "normalize", "precision", "show_progress")
             if k in kwargs}
-    run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True, **keep)
+    run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True,
+                         shared_fix=plan.shared_fix, **keep)
     plan.runs.append(run)
     assert run.embeddings is not None
     return run.embeddings
