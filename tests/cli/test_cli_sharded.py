@@ -370,7 +370,7 @@ def test_two_nodes_index_into_a_shared_folder_and_refuse_a_node_local_one(corpus
     for name in ("vectors.npy", "ids.json"):
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
     shards = sorted(p.name for p in (tmp_path / "two.shards").glob("rank-*.npy"))
-    assert shards == ["rank-00000-of-00002.npy", "rank-00001-of-00002.npy"]  # rank 1 (node 1) wrote its own
+    assert shards == [f"rank-0000{r}-of-00002{a}.npy" for r in (0, 1) for a in ("", ".rows")]  # rank 1 (node 1) too
     assert not list((tmp_path / "two.shards").glob(".drmix-shared.*"))
     assert f"into {tmp_path / 'two'}; 2 shards in {tmp_path / 'two.shards'}" in one_line(first.stdout)
 
