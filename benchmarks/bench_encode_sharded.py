@@ -6,10 +6,10 @@ reading the corpus, encoding, the merge, writing the index). The check: the two 
 ``ids.json`` are byte-identical (their SHA-256 printed). Each process runs ``--threads`` torch threads, so two
 processes use twice the cores of one -- the comparison is one worker vs two, as one GPU vs two.
 
-``encode_texts`` sorts and batches each chunk of 16,384 texts on its own and ranks split the corpus at those
-chunks, so a corpus smaller than two chunks gives rank 1 nothing; ``--align`` sets that chunk for both commands
-(a launcher sets ``drmix.retrieval.encode._SORT_CHUNK``), so a CPU-sized corpus splits. Both sides use it, and
-the outputs are still compared byte for byte.
+``encode_texts`` sorts and batches each chunk of 16,384 texts on its own; the ranks share out its batches
+(about half the rows each, whatever the corpus size). ``--align`` sets that chunk for both commands (a launcher
+sets ``drmix.retrieval.encode._SORT_CHUNK``): the stored cpu run used 256, from when ranks split at whole chunks
+only. Both sides use it, and the outputs are still compared byte for byte.
 
     nice -n 5 python benchmarks/bench_encode_sharded.py --data ../shared/data --preset cpu --work /tmp/bench-shards
     python benchmarks/bench_encode_sharded.py --preset gpu --estimate

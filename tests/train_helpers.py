@@ -38,3 +38,17 @@ def read_metrics(out):
 
 def params(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def stopped_copy(run: Path, copy: Path) -> Path:
+    """A copy of a finished run without what only its end writes (``model/``, ``adapter/``, ``weights.json``,
+    ``weights.png`` and the root ``modules.json`` / ``config_sentence_transformers.json``), as a run killed before
+    its last step leaves it: a run resumed in the copy must write them again, never find the finished run's."""
+    import shutil
+
+    shutil.copytree(run, copy)
+    for name in ("model", "adapter"):
+        shutil.rmtree(copy / name, ignore_errors=True)
+    for name in ("weights.json", "weights.png", "modules.json", "config_sentence_transformers.json"):
+        (copy / name).unlink(missing_ok=True)
+    return copy

@@ -8,6 +8,8 @@ one ``accelerate`` initialised; NCCL groups reduce CUDA tensors, so host tensors
 from __future__ import annotations
 
 import contextlib
+import logging
+import platform
 import re
 from typing import Any, Literal
 
@@ -15,6 +17,8 @@ import numpy as np
 import torch
 
 from drmix.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # -- devices -----------------------------------------------------------------------------------------------
 
@@ -79,6 +83,64 @@ def resolve_precision(requested: str | None, device: torch.device | str) -> str:
     if dev.type == "cuda" and torch.cuda.is_available():
         return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
     return "no"
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (``flags`` on x86, ``Features`` on Arm); empty elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_bf16() -> dict[str, bool]:
+    """What this CPU has for bf16: ``avx512_bf16`` (x86 bf16 dot products), ``amx`` (x86 AMX bf16 matrix tiles),
+    ``arm_bf16`` (Arm's BFMMLA/BFDOT), and ``fast``: whether bf16 autocast can beat fp32 here -- AMX on x86,
+    the bf16 instructions on Arm (what oneDNN / Arm Compute Library run bf16 matrix products on). Without them
+    (AVX512-BF16 alone included) autocast converts every operand and usually runs slower than fp32.
+    From torch's own CPU probe (``torch.cpu._is_amx_tile_supported``) where it has one, else ``/proc/cpuinfo``."""
+    flags = cpu_flags()
+
+    def probe(name: str, flag: str) -> bool:
+        fn = getattr(torch.cpu, name, None)
+        try:
+            return bool(fn()) if callable(fn) else flag in flags
+        except Exception:  # noqa: BLE001 -- a probe that fails says nothing; the flags decide
+            return flag in flags
+
+    amx = probe("_is_amx_tile_supported", "amx_tile") and ("amx_bf16" in flags or not flags)
+    avx = probe("_is_avx512_bf16_supported", "avx512_bf16")
+    arm = platform.machine().lower() in ("aarch64", "arm64") and "bf16" in flags
+    return {"avx512_bf16": avx, "amx": amx, "arm_bf16": arm, "fast": amx or arm}
+
+
+_warned: set[str] = set()
+
+
+def slow_bf16_line(name: str, device: torch.device | str, option: str) -> str | None:
+    """The line to say when ``name`` (a resolved precision) is bf16 on a CPU without bf16 matrix units, or None."""
+    if name != "bf16" or torch.device(device).type != "cpu":
+        return None
+    bf16 = cpu_bf16()
+    if bf16["fast"]:
+        return None
+    has = "AVX512-BF16 but no AMX" if bf16["avx512_bf16"] else "no AMX, no AVX512-BF16"
+    return (f"bf16 on a CPU without bf16 matrix units ({has}): autocast converts every operand and is usually "
+            f"slower than fp32 here (several times, for small models); {option} for fp32, or run on a GPU.")
+
+
+def warn_slow_bf16(name: str, device: torch.device | str, option: str) -> bool:
+    """Log :func:`slow_bf16_line` once per process and option; whether it applied."""
+    line = slow_bf16_line(name, device, option)
+    if line is not None and option not in _warned:
+        _warned.add(option)
+        log.warning("%s", line)
+    return line is not None
 
 
 def enable_tf32(device: torch.device | str) -> None:

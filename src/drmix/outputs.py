@@ -151,7 +151,7 @@ def run_finished(run_dir: str | Path) -> bool:
 
 
 KINDS: dict[str, OutputKind] = {k.name: k for k in (
-    OutputKind("shards", "the shards of a sharded encoding (shards.json, rank-*-of-*.npy/.json)", "files", "continue",
+    OutputKind("shards", "the shards of a sharded encoding (shards.json, rank-*-of-*.npy/.rows.npy/.json)", "files", "continue",
                _json_has("shards.json", "corpus_fingerprint"),
                ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp")),
     OutputKind("index", "an index written by drmix index (vectors.npy or index.faiss, meta.json)", "folder", "replace",

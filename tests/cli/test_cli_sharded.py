@@ -1,5 +1,5 @@
-"""drmix index under torchrun: shards beside the index, byte-identical to one process, a rerun that reuses them,
-the refusals; and drmix index --estimate."""
+"""drmix index under torchrun: each rank encodes about half of even a small corpus, shards beside the index,
+byte-identical to one process, a rerun that reuses them, the refusals; and drmix index --estimate."""
 from __future__ import annotations
 
 import json
@@ -29,6 +29,18 @@ def chunk4(monkeypatch):
     monkeypatch.setattr(encode_mod, "_SORT_CHUNK", 4)
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread here, as each launched process has (OMP_NUM_THREADS=1): CPU matrix products may sum in
+    another order with another thread count, and the comparisons are byte for byte."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _launched(monkeypatch, rank: int = 0, world: int = 1) -> None:
     for name, value in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", rank)):
         monkeypatch.setenv(name, str(value))
@@ -46,7 +58,7 @@ def test_index_under_a_launcher_writes_shards_and_the_same_index(corpus, tiny_mo
     assert f"into {tmp_path / 'idx'}; 1 shards in {tmp_path / 'idx.shards'}" in " ".join(out.split())
     assert (tmp_path / "idx" / "vectors.npy").read_bytes() == (tmp_path / "plain" / "vectors.npy").read_bytes()
     assert sorted(p.name for p in (tmp_path / "idx.shards").iterdir()) == [
-        "rank-00000-of-00001.json", "rank-00000-of-00001.npy", "shards.json"]
+        "rank-00000-of-00001.json", "rank-00000-of-00001.npy", "rank-00000-of-00001.rows.npy", "shards.json"]
     # the same command again reuses the shard
     code, out, err = run([*base, "--output", str(tmp_path / "idx")], capsys)
     assert code == 0 and "1 reused from an earlier run" in " ".join(out.split())
@@ -79,26 +91,20 @@ def test_estimate_counts_the_passages_and_prints_hours(corpus, capsys):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_give_the_bytes_of_one(corpus, tiny_model_path, tmp_path, capsys, monkeypatch, chunk4):
+def test_two_gloo_processes_give_the_bytes_of_one(corpus, tiny_model_path, tmp_path, capsys, one_thread):
     """Two real processes (torchrun, gloo on CPU), then rank 1's shard deleted and the command run again."""
-    code, _, err = run(["index", "--corpus", str(corpus), "--model", tiny_model_path, "--output",
-                        str(tmp_path / "one")], capsys)
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--batch-size", "2"]
+    code, _, err = run([*base, "--output", str(tmp_path / "one")], capsys)
     assert code == 0, err
-    launcher = tmp_path / "launch.py"
-    launcher.write_text("import sys\nimport drmix.retrieval.encode as e\ne._SORT_CHUNK = 4\n"
-                        "from drmix.cli import main\nmain(sys.argv[1:])\n")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(launcher),
-           "index", "--corpus", str(corpus), "--model", tiny_model_path, "--output", str(tmp_path / "two")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    done = _torchrun(tmp_path, [*base, "--output", str(tmp_path / "two")])
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "two" / "vectors.npy").read_bytes() == (tmp_path / "one" / "vectors.npy").read_bytes()
     assert (tmp_path / "two" / "ids.json").read_text() == (tmp_path / "one" / "ids.json").read_text()
     shards = tmp_path / "two.shards"
-    assert json.loads((shards / "rank-00001-of-00002.json").read_text())["start"] == 4
+    assert json.loads((shards / "rank-00001-of-00002.json").read_text())["rows"] == 5
     first = (shards / "rank-00000-of-00002.npy").stat().st_mtime_ns
     (shards / "rank-00001-of-00002.npy").unlink()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    done = _torchrun(tmp_path, [*base, "--output", str(tmp_path / "two")])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "1 reused from an earlier run" in " ".join(done.stdout.split())
     assert (shards / "rank-00000-of-00002.npy").stat().st_mtime_ns == first  # only rank 1 encoded again
@@ -159,9 +165,9 @@ def test_estimate_names_a_missing_corpus(tmp_path, capsys):
 
 
 def _torchrun(tmp_path, args: list[str], *, setup: str = "") -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node 2`` of drmix ARGS (the sort chunk as in use: 16,384 texts), ``setup`` run first."""
     launcher = tmp_path / "launch.py"
-    launcher.write_text("import sys\nimport drmix.retrieval.encode as e\ne._SORT_CHUNK = 4\n" + setup
-                        + "from drmix.cli import main\nmain(sys.argv[1:])\n")
+    launcher.write_text("import sys\n" + setup + "from drmix.cli import main\nmain(sys.argv[1:])\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(launcher),
            *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DRMIX_CACHE": str(tmp_path / "cache")}
@@ -182,29 +188,35 @@ def _same_search(one: str, two: str) -> None:
 
 
 def test_two_gloo_processes_stream_their_shards_into_a_faiss_disk_index(corpus, tiny_model_path, tmp_path, capsys,
-                                                                         chunk4):
-    """Rank 0 reads the shards 3 rows at a time (rows 0-4 and 4-11 of two shards) into the on-disk build: the
-    index is the one process's, vector for vector."""
-    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "faiss-disk"]
-    code, _, err = run([*base, "--output", str(tmp_path / "one")], capsys)  # one chunk: encoded as the shards are
+                                                                         one_thread):
+    """11 passages, one sort chunk, batches of 2: each rank encodes about half (6 and 5 rows, whole batches of the
+    chunk's length order, so the rows of the two shards interleave), and rank 0 reads them back 3 rows at a time,
+    in corpus order, into the on-disk build: the index is the one process's, vector for vector."""
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "faiss-disk",
+            "--batch-size", "2"]
+    code, _, err = run([*base, "--output", str(tmp_path / "one")], capsys)
     assert code == 0, err
     done = _torchrun(tmp_path, [*base, "--chunk-size", "3", "--output", str(tmp_path / "two")])
     assert done.returncode == 0, done.stderr[-2000:]
-    assert f"2 shards in {tmp_path / 'two.shards'}" in " ".join(done.stdout.split())
+    assert "11 passages over 2 ranks: rank 0 6, rank 1 5" in " ".join(done.stderr.split())
+    shards = tmp_path / "two.shards"
+    assert [json.loads((shards / f"rank-0000{r}-of-00002.json").read_text())["rows"] for r in (0, 1)] == [6, 5]
+    assert f"2 shards in {shards}" in " ".join(done.stdout.split())
     for name in ("ids.json", "vectors.f32", "lists.ivfdata"):
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
     _same_search(str(tmp_path / "one"), str(tmp_path / "two"))
 
 
 def test_two_gloo_processes_build_the_one_process_milvus_collection(corpus, tiny_model_path, tmp_path, capsys,
-                                                                     chunk4, milvus_target, monkeypatch):
+                                                                     one_thread, milvus_target, monkeypatch):
     """Milvus Lite (a folder one process opens): rank 0 streams both shards into it. A Milvus server: each rank
-    inserts its own shard (rows 0-4 and 4-11) into the build collection rank 0 made and swapped in. Either way the
-    collection is the one process's: ids, scores."""
+    inserts its own shard (6 and 5 rows: whole batches of 2 of the one sort chunk's length order, so their rows
+    interleave in corpus order) into the build collection rank 0 made and swapped in. Either way the collection
+    is the one process's: ids, scores."""
     from drmix.retrieval.backends.milvus import is_uri
 
     monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
-    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "milvus"]
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "milvus", "--batch-size", "2"]
     server = is_uri(milvus_target)
     one, two = (f"{milvus_target}#one", f"{milvus_target}#two") if server else (
         f"{tmp_path / 'one.db'}#toy", f"{tmp_path / 'two.db'}#toy")
@@ -262,7 +274,7 @@ from pathlib import Path
 import drmix.retrieval.shards as shards
 
 started, go = Path(sys.argv[1]), Path(sys.argv[2])
-encode = shards._encode_range
+encode = shards._encode_share
 
 
 def paused(*args, **kwargs):  # holds the run in the middle of its encoding until the test says go
@@ -272,7 +284,7 @@ def paused(*args, **kwargs):  # holds the run in the middle of its encoding unti
     return encode(*args, **kwargs)
 
 
-shards._encode_range = paused
+shards._encode_share = paused
 from drmix.cli import main
 main(sys.argv[3:])
 """
@@ -358,7 +370,7 @@ def test_two_nodes_index_into_a_shared_folder_and_refuse_a_node_local_one(corpus
     for name in ("vectors.npy", "ids.json"):
         assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
     shards = sorted(p.name for p in (tmp_path / "two.shards").glob("rank-*.npy"))
-    assert shards == ["rank-00000-of-00002.npy", "rank-00001-of-00002.npy"]  # rank 1 (node 1) wrote its own
+    assert shards == [f"rank-0000{r}-of-00002{a}.npy" for r in (0, 1) for a in ("", ".rows")]  # rank 1 (node 1) too
     assert not list((tmp_path / "two.shards").glob(".drmix-shared.*"))
     assert f"into {tmp_path / 'two'}; 2 shards in {tmp_path / 'two.shards'}" in one_line(first.stdout)
 

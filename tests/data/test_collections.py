@@ -23,6 +23,17 @@ def test_jsonl_positive_string_or_list_and_optional_negatives(tmp_path):
     assert c.name == "qa" and len(c) == 2
     assert c.dataset["positives"] == [["p1"], ["p2a", "p2b"]]
     assert c.dataset["negatives"] == [[], ["n1", "n2"]]
+    assert c.columns == ("query", "positive", "negatives")  # what the rows hold, for the model card
+    assert load_collections([str(f)])[0].columns == ("query", "positive", "negatives")  # from the cached conversion
+
+
+def test_a_collection_names_the_columns_it_was_read_from_converted_or_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    f = tmp_path / "st.csv"
+    f.write_text("anchor,positive,negative\nq1,p1,n1\nq2,p2,n2\n", encoding="utf-8")
+    for _ in range(2):  # converted, then from the conversion cache
+        [c] = load_collections([str(f)])
+        assert c.columns == ("anchor", "positive", "negative") and c.dataset["negatives"] == [["n1"], ["n2"]]
 
 
 def test_directory_gives_one_collection_per_file_sorted(tmp_path):

@@ -68,6 +68,20 @@ def test_evaluate_model_perfect_retrieval(minilm, toy, caplog):
     assert report.info["toy"]["queries"] == 6 and report.info["toy"]["documents"] == 8
 
 
+def test_the_bundled_model_is_labelled_by_its_name_not_default(minilm, toy):
+    """drmix eval without --model (model_name "default") and the bundled folder itself are named all-MiniLM-L6-v2
+    in the table, eval.md and eval.json; another model keeps the name it was given."""
+    from drmix.model.paths import default_model_path
+
+    report = evaluate_model(minilm, [toy], split="test", k=5, show_progress=False, model_name="default")
+    assert report.model == "all-MiniLM-L6-v2 (bundled)"
+    assert report.to_markdown().startswith("Model: `all-MiniLM-L6-v2 (bundled)` — split: `test`")
+    assert report.to_json()["model"] == "all-MiniLM-L6-v2 (bundled)"
+    assert evaluate_model(minilm, [toy], split="test", k=5, show_progress=False).model == "all-MiniLM-L6-v2 (bundled)"
+    assert EvalReport(model=default_model_path(), split="test", results={}).model == "all-MiniLM-L6-v2 (bundled)"
+    assert EvalReport(model="runs/mix/model", split="test", results={}).model == "runs/mix/model"
+
+
 def test_evaluate_model_two_datasets_and_errors(minilm, toy, tmp_path):
     other = write_beir(tmp_path / "x" / "toy", CORPUS, QUERIES, {"test": {"q0": {"d1": 1}}})
     report = evaluate_model(minilm, [toy, other], metrics=["recall@100"], show_progress=False)

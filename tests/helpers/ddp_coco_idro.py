@@ -36,7 +36,7 @@ else:
     def loss(self, losses, batch, ctx):
         h_before = self.h.tolist()
         out = real_loss(self, losses, batch, ctx)
-        record[-1].update(h_before=h_before, h_after=self.h.tolist(), loss=float(out))
+        record[-1].update(h_before=h_before, h_after=self.h.tolist(), loss=float(out.detach()))
         return out
 
     def update(self, flats, reached, idx, cl_loss, present, ctx):

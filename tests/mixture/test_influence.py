@@ -585,18 +585,18 @@ def test_trainer_run_writes_trajectory_and_resumes_exactly(tmp_path, tiny_model_
     cost = [m for m in metrics if "lookahead_s" in m]
     assert [m["step"] for m in cost] == [2, 4, 6] and cost[-1]["lookahead_total_s"] > 0
 
-    class Stop(Exception):
-        pass
+    # a copy of the run without its final outputs, resumed from its step-4 checkpoint, replays steps 5-6 (policy,
+    # scorer and lookahead state restored) into the same weights and trajectory (the resume after a kill is the
+    # trainer's own test)
+    from train_helpers import stopped_copy
 
-    def stop_at_5(ctx):
-        if ctx.step == 5:
-            raise Stop
-
-    cfg_b = _train_config(tmp_path, tiny_model_path, "resumed")
-    with pytest.raises(Stop):
-        train(cfg_b, strategy=strategy(cfg_b), callbacks=[stop_at_5])
-    cfg_b = cfg_b.replace(resume=True)
-    train(cfg_b, strategy=strategy(cfg_b))
+    stopped_copy(result.output_dir, tmp_path / "resumed")
+    cfg_b = _train_config(tmp_path, tiny_model_path, "resumed", resume=True,
+                          resume_from=str(tmp_path / "resumed" / "checkpoints" / "step-4"))
+    assert train(cfg_b, strategy=strategy(cfg_b)).steps == 6
+    starts = [r["step"] for r in map(json.loads, (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines())
+              if r.get("event") == "start"]
+    assert starts == [0, 4]
     resumed = json.loads((tmp_path / "resumed" / "weights.json").read_text())
     assert resumed["weights"] == final["weights"]
     assert resumed["mean_weights"] == final["mean_weights"]

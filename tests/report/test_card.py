@@ -177,3 +177,52 @@ def test_made_from_lists_each_input_by_content(tiny, tmp_path, monkeypatch):
     assert f"| data | {data} | blake2b-160 {fp['digest'][:16]}, 640 bytes, 20 rows |" in section
     assert "gone.jsonl" not in section                       # a path with nothing at it is no input
     assert CardInfo.from_json(json.loads(json.dumps(info.to_json()))).made_from == info.made_from
+
+
+def test_dataset_columns_are_the_rows_columns(tiny, tmp_path):
+    """A collection of drmix rows with a negatives list says so (not "query, positive, and negative")."""
+    info = CardInfo(collections=[CollectionInfo("docs", 12, 1.0, "docs.jsonl", ["query", "positive", "negatives"]),
+                                 CollectionInfo("old", 3)], loss="InfoNCE")
+    text = " ".join(render_model_card(tiny, info).split())
+    assert "* Columns: query, positive, and negatives" in text  # what docs.jsonl's rows hold
+    assert "* Columns: query, positives, and negatives" in text  # unknown source: the rows drmix trained on
+    assert "* Columns: query, positive, and negative " not in text
+
+
+def test_evaluated_with_names_what_made_the_scores_and_refresh_hands_it_to_drmix_eval(tiny, tmp_path):
+    from drmix.report.card import CARD_FACTS, refresh_card
+
+    source = {"module": "sentence_transformers.sentence_transformer.evaluation.information_retrieval",
+              "name": "InformationRetrievalEvaluator", "description": "Information Retrieval"}
+    info = CardInfo(eval_results={"toy": {"cosine_ndcg@10": 0.5}, "scifact": {"ndcg@10": 0.25}},
+                    evaluated_with={"toy": source})
+    text = render_model_card(tiny, info)
+    toy, scifact = (text.split(f"* Dataset: `{d}`")[1].split("|")[0] for d in ("toy", "scifact"))
+    assert "Evaluated with [<code>InformationRetrievalEvaluator</code>]" in toy and "drmix.eval" not in toy
+    assert "Evaluated with <code>drmix.eval</code>" in scifact
+    tiny.save(str(tmp_path / "model"))
+    (tmp_path / CARD_FACTS).write_text(json.dumps(info.to_json()))
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "eval.json").write_text(json.dumps({"split": "test", "results": {"toy": {"ndcg@10": 0.75}}}))
+    text = refresh_card(tmp_path, model=tiny).read_text(encoding="utf-8")  # toy's scores are drmix eval's now
+    assert "Evaluated with <code>drmix.eval</code>" in text and "InformationRetrievalEvaluator" not in text
+
+
+def test_usage_snippet_encodes_queries_and_documents_apart(tiny, tmp_path):
+    """A retriever's card shows encode_query / encode_document, which apply the prompts it was trained with."""
+    text = render_model_card(tiny, CardInfo(model_path=str(tmp_path / "model")))
+    assert "model.encode_query(queries)" in text and "model.encode_document(documents)" in text
+
+
+def test_record_given_puts_the_objects_in_place_of_the_fields_they_replaced(tmp_path):
+    from drmix.report.card import record_given
+
+    cfg = TrainConfig(evaluator=["nanobeir"], output_dir=str(tmp_path))
+    info = info_from_train_config(cfg, names=["train"], sizes=[8])
+    record_given(info, {"loss": "MNRL (object)", "evaluator": ["IR dev (object)"], "train_dataset": ["train: 8"]})
+    assert info.config["loss"] == "MNRL (object)" and "temperature" not in info.config
+    assert info.config["evaluator"] == ["nanobeir", "IR dev (object)"] and info.config["data"] == ["train: 8"]
+    assert info.config_file["contrastive"]["loss"] == "MNRL (object)"
+    assert not {"temperature", "mask_duplicates", "in_batch_negatives"} & set(info.config_file["contrastive"])
+    assert info.config_file["data"]["collections"] == ["train: 8"]
+    assert info.config_file["optim"] == cfg.model_dump(mode="json")["optim"]  # the rest as config.yaml holds it

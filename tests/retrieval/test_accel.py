@@ -40,6 +40,24 @@ def test_int8_and_bf16_stay_close_to_fp32_and_leave_the_model_alone(tiny):
         encode_texts(tiny, TEXTS, precision="fp8")
 
 
+def test_bf16_encoding_on_a_cpu_without_bf16_units_says_so_once(tiny, monkeypatch, caplog):
+    import logging
+
+    from drmix import device
+
+    monkeypatch.setattr(device, "_warned", set())
+    monkeypatch.setattr(device, "cpu_bf16", lambda: {"avx512_bf16": False, "amx": False, "arm_bf16": False,
+                                                     "fast": False})
+    with caplog.at_level(logging.WARNING, logger="drmix.device"):
+        encode_texts(tiny, TEXTS, precision="fp32")
+        assert caplog.text == ""
+        b = encode_texts(tiny, TEXTS, precision="bf16")
+        encode_texts(tiny, TEXTS, precision="bf16")
+    assert caplog.text.count("without bf16 matrix units (no AMX, no AVX512-BF16)") == 1
+    assert "pass --precision fp32 for fp32" in caplog.text
+    assert b.shape == (len(TEXTS), 32)  # encoded as asked, in bf16
+
+
 def test_prefetched_chunks_keep_the_input_order(tiny, monkeypatch):
     import drmix.retrieval.encode as index
 

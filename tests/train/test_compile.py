@@ -17,7 +17,7 @@ from drmix.errors import ConfigError
 from drmix.train.compile import compile_model, compile_targets
 from drmix.train.trainer import Trainer
 
-from train_helpers import config, make_collections, params, read_metrics
+from train_helpers import config, make_collections, params, read_metrics, stopped_copy
 
 
 @pytest.fixture(scope="module")
@@ -94,27 +94,23 @@ def _with_dropout(path: str, p: float = 0.1):
 
 
 def _check_resume_exact(tiny_model_path, data, tmp_path, backend: str) -> None:
+    """An uninterrupted compiled run, then a copy of it resumed from its step-3 checkpoint in a process state that
+    compiles afresh (``torch._dynamo.reset()``, as a new process would): the replayed steps 4-6 give the same
+    weights and log records (the resume after a kill is the trainer's own test)."""
     import torch._dynamo
 
     opts = dict(max_steps=6, save_every=3, compile=True, compile_backend=backend)
     full = Trainer(config(tiny_model_path, data, tmp_path / "full", **opts), model=_with_dropout(tiny_model_path))
     full.train()
-
-    class Killed(Exception):
-        pass
-
-    def kill_at_4(ctx):
-        if ctx.step == 4:
-            raise Killed
-
-    torch._dynamo.reset()  # the resumed run compiles afresh, as a new process would
-    with pytest.raises(Killed):
-        Trainer(config(tiny_model_path, data, tmp_path / "cut", **opts), model=_with_dropout(tiny_model_path),
-                callbacks=[kill_at_4]).train()
+    stopped_copy(tmp_path / "full", tmp_path / "cut")  # no final model or weights.json left to find
     torch._dynamo.reset()
-    resumed = Trainer(config(tiny_model_path, data, tmp_path / "cut", resume=True, **opts),
+    resumed = Trainer(config(tiny_model_path, data, tmp_path / "cut", resume=True, **opts,
+                             resume_from=str(tmp_path / "cut" / "checkpoints" / "step-3")),
                       model=_with_dropout(tiny_model_path))
     assert resumed.train().steps == 6
+    starts = [r["step"] for r in map(json.loads, (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines())
+              if r.get("event") == "start"]
+    assert starts == [0, 3]  # the copy's first start, then the replay from step 3
     assert torch.equal(params(full.model), params(resumed.model))
     assert [m["loss"] for m in read_metrics(tmp_path / "cut")] == [m["loss"] for m in read_metrics(tmp_path / "full")]
     state = json.loads((tmp_path / "cut" / "checkpoints" / "step-6" / "trainer_state.json").read_text())

@@ -13,10 +13,23 @@ HELPER = Path(__file__).parent.parent / "helpers" / "ddp_coco_idro.py"
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
 
 
-def _run(args, tmp_path, name, ddp=False):
+def _run(args, tmp_path, name, ddp=False, monkeypatch=None):
+    """The helper under torchrun (``ddp``), or as one process here: the classes it patches (the trainer's
+    ``train``, iDRO's ``loss`` and ``_update``) are given back afterwards by ``monkeypatch``."""
     cmd = [sys.executable, str(HELPER), *args[:2], args[2], str(tmp_path / name), "2"]
-    if ddp:  # --standalone: torchrun picks a free port (a fixed one collides with any other run)
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *cmd[1:]]
+    if not ddp:
+        import runpy
+
+        from drmix.mixture.idro import IDROStrategy
+        from drmix.train.trainer import Trainer
+
+        for cls, attr in ((Trainer, "train"), (IDROStrategy, "loss"), (IDROStrategy, "_update")):
+            monkeypatch.setattr(cls, attr, getattr(cls, attr))  # restored, whatever the helper sets
+        monkeypatch.setattr(sys, "argv", cmd[1:])
+        runpy.run_path(str(HELPER), run_name="__main__")
+        return json.loads((tmp_path / name / "result.json").read_text())
+    # --standalone: torchrun picks a free port (a fixed one collides with any other run)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *cmd[1:]]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((tmp_path / name / "result.json").read_text())
@@ -33,7 +46,7 @@ def _idro_data(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["coco", "idro-global"])
-def test_two_processes_match_one(tiny_model_path, tmp_path, mode):
+def test_two_processes_match_one(tiny_model_path, tmp_path, mode, monkeypatch):
     import random
 
     rng = random.Random(0)
@@ -44,7 +57,7 @@ def test_two_processes_match_one(tiny_model_path, tmp_path, mode):
             for i in range(16)))
     else:
         data = _idro_data(tmp_path)
-    one = _run([tiny_model_path, mode, str(data)], tmp_path, "one")
+    one = _run([tiny_model_path, mode, str(data)], tmp_path, "one", monkeypatch=monkeypatch)
     two = _run([tiny_model_path, mode, str(data)], tmp_path, "two", ddp=True)
     assert (one["world"], two["world"]) == (1, 2)
     assert two["losses"] == pytest.approx(one["losses"], abs=1e-5)

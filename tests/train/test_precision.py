@@ -141,3 +141,30 @@ def test_release_leaves_a_distributed_or_deepspeed_state_alone(fresh_accelerate_
     AcceleratorState._shared_state.update(_mixed_precision="bf16", distributed_type=DistributedType.DEEPSPEED)
     assert release_foreign_state(cpu=False) is False
     assert AcceleratorState._shared_state["_mixed_precision"] == "bf16"
+
+
+def test_bf16_asked_for_on_a_cpu_without_bf16_units_runs_and_says_so(monkeypatch, caplog):
+    """--bf16 on a CPU without AMX is what was asked for (autocast to bf16) and one warning line names the fp32
+    option; with AMX (mocked) nothing is said."""
+    import logging
+
+    from drmix import device
+
+    monkeypatch.setattr(device, "_warned", set())
+    monkeypatch.setattr(device, "cpu_bf16", lambda: {"avx512_bf16": True, "amx": False, "arm_bf16": False,
+                                                     "fast": False})
+    with caplog.at_level(logging.WARNING, logger="drmix.device"):
+        p = Precision("bf16", "cpu")
+    assert p.name == "bf16" and p.dtype == torch.bfloat16
+    assert "without bf16 matrix units" in caplog.text and "--mixed-precision no" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="drmix.device"):
+        Precision("auto", "cpu")
+        Precision("no", "cpu")
+    assert caplog.text == ""
+    monkeypatch.setattr(device, "_warned", set())
+    monkeypatch.setattr(device, "cpu_bf16", lambda: {"avx512_bf16": True, "amx": True, "arm_bf16": False,
+                                                     "fast": True})
+    with caplog.at_level(logging.WARNING, logger="drmix.device"):
+        Precision("bf16", "cpu")
+    assert caplog.text == ""

@@ -23,7 +23,7 @@ from drmix.registry import Registry
 #: the built-in areas, in the order of ``drmix --help``
 BUILTIN = tuple(f"drmix.cli.{name}" for name in (
     "train", "retrieval", "demo", "localdocs", "mixture", "pipeline", "adapt", "multicorpus", "mine", "pretrain", "analyze",
-    "augment", "prune", "compare", "report"))
+    "augment", "prune", "compare", "report", "env"))
 
 
 @dataclass(frozen=True)

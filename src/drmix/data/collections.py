@@ -71,6 +71,7 @@ class Collection:
     source: str = ""
     layout: str = "drmix"
     document_prompt: str | None = None   # prepended to every positive and negative (E5's "passage: ")
+    columns: tuple[str, ...] = ()        # the source's columns the rows were read from (the model card names them)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -122,7 +123,8 @@ def _write_meta(key: str, conv: Converter, rows: int, source: str) -> None:
     d = _cache_dir()
     d.mkdir(parents=True, exist_ok=True)
     atomic_write_text(d / f"{key}.json", json.dumps({"source": source, "layout": conv.plan.layout,
-                                                     "plan": conv.plan.describe(), "rows": rows,
+                                                     "plan": conv.plan.describe(), "columns": list(conv.columns),
+                                                     "rows": rows,
                                                      "warnings": conv.warnings}, ensure_ascii=False))
 
 
@@ -146,16 +148,17 @@ def _cached(key: str) -> tuple[Any, dict[str, Any]] | None:
     return out, meta
 
 
-def _replay_warnings(key: str, conv: Converter) -> None:
-    """Repeat the warnings of the run that built a cached conversion (the rows were not read again)."""
+def _replay_warnings(key: str, conv: Converter) -> dict[str, Any]:
+    """Repeat the warnings of the run that built a cached conversion (the rows were not read again); its record."""
     try:
         meta = json.loads((_cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return
+        return {}
     for w in meta.get("warnings", []):
         if w not in conv.warnings:
             conv.warnings.append(w)
             log.warning("%s", w)
+    return meta if isinstance(meta, dict) else {}
 
 
 def _file_fingerprint(path: Path) -> str:
@@ -244,15 +247,16 @@ def load_jsonl_collection(path: str | Path, *, name: str | None = None, instruct
         if "corresponds to no data" in str(e):  # the generator yielded nothing
             raise DataError("collection is empty.", path=path, fix="add at least one example line.") from None
         raise
+    read = conv.columns
     if conv.rows:
         conv.finish()
         _write_meta(key, conv, len(ds), str(path))
     else:
-        _replay_warnings(key, conv)
+        read = tuple(_replay_warnings(key, conv).get("columns") or read)
     if len(ds) == 0:
         raise DataError("collection is empty.", path=path, fix="add at least one example line.")
     return Collection(name=name or path.stem, dataset=ds, instruction=instruction, weight=weight, source=str(path),
-                      layout=plan.layout)
+                      layout=plan.layout, columns=read)
 
 
 # -- tables: parquet, CSV/TSV, JSON arrays, Arrow, saved datasets, the Hub ---------------------------------------
@@ -384,18 +388,19 @@ def load_table_collection(ds: Any, *, source: str, content: str | Callable[[], s
         if as_is and _is_canonical(ds, plan):
             _log_plan(plan, source)
             return Collection(name=name, dataset=ds, instruction=instruction, weight=weight, source=source,
-                              layout=plan.layout)
+                              layout=plan.layout, columns=plan.columns)
         key = _table_key(content() if callable(content) else content, format, columns)
         hit = _cached(key)
         if hit is not None:
             return Collection(name=name, dataset=hit[0], instruction=instruction, weight=weight, source=source,
-                              layout=hit[1].get("layout", plan.layout))
+                              layout=hit[1].get("layout", plan.layout), columns=plan.columns)
         _check_features(ds.features, plan, conv)
     except PlanError as e:
         raise describe_error(e, source) from None
     _log_plan(plan, source)
     ds = _canonical(ds, plan, conv, key, source)
-    return Collection(name=name, dataset=ds, instruction=instruction, weight=weight, source=source, layout=plan.layout)
+    return Collection(name=name, dataset=ds, instruction=instruction, weight=weight, source=source, layout=plan.layout,
+                      columns=plan.columns)
 
 
 @cache_writes()
@@ -407,7 +412,8 @@ def load_file_collection(path: Path, kind: str, *, name: str | None = None, **kw
     hit = _cached(_table_key(content, kw.get("format"), kw.get("columns")))
     if hit is not None:  # converted before: datasets need not read the file again
         return Collection(name=name or path.stem, dataset=hit[0], instruction=kw.get("instruction"),
-                          weight=kw.get("weight"), source=str(path), layout=hit[1].get("layout", "drmix"))
+                          weight=kw.get("weight"), source=str(path), layout=hit[1].get("layout", "drmix"),
+                          columns=tuple(hit[1].get("columns") or ()))
     root = cache_root() / "sources"
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".read-", dir=root))

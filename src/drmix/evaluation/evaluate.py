@@ -36,6 +36,11 @@ class EvalReport:
     info: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset -> queries, documents, seconds
     per_query: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # dataset -> qid -> metric
 
+    def __post_init__(self) -> None:
+        from drmix.model.paths import model_label
+
+        self.model = model_label(self.model)  # the bundled model by its name, never "default"
+
     @property
     def metrics(self) -> list[str]:
         names: list[str] = []

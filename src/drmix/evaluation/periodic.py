@@ -37,7 +37,7 @@ def build_evaluator(spec: str) -> Any:
         raise ConfigError(f"evaluator {spec!r}: NanoBEIR has no dataset {', '.join(map(repr, unknown))}.",
                           fix=f"name some of: {', '.join(DATASET_NAME_TO_HUMAN_READABLE)}.")
     try:
-        return NanoBEIREvaluator(dataset_names=names)
+        evaluator = NanoBEIREvaluator(dataset_names=names)
     except Exception as e:  # noqa: BLE001 - whatever datasets / huggingface_hub raise when the Hub cannot be read
         from huggingface_hub import constants
 
@@ -47,6 +47,11 @@ def build_evaluator(spec: str) -> Any:
                           f"Hugging Face Hub) could not be loaded ({why}).",
                           fix="run once with network access to cache them, or evaluate local BEIR folders with "
                               "--eval-data instead of --evaluator.") from None
+    try:
+        evaluator.drmix_spec = spec  # named in the config (--evaluator), not given as an object
+    except AttributeError:  # pragma: no cover - an evaluator class with __slots__
+        pass
+    return evaluator
 
 
 def evaluator_name(evaluator: Any) -> str:
@@ -85,6 +90,8 @@ class PeriodicEvaluation(Listener):
                                        seed=config.optim.seed, query_instructions=e.query_instructions)
                           if e.eval_data else None)
         self.evaluators = list(evaluators)
+        #: ``{dataset: evaluator}`` of the scores a sentence-transformers evaluator made (the card names it)
+        self.sources: dict[str, Any] = {}
 
     def on_step_end(self, trainer: Any, ctx: Any) -> bool:
         if self.every and trainer.step % self.every == 0:
@@ -99,7 +106,9 @@ class PeriodicEvaluation(Listener):
         if trainer.is_main:
             scores = self.evaluator(trainer.model) if self.evaluator is not None else {}
             for ev in self.evaluators:
-                scores.update(evaluator_scores(ev, trainer.model, trainer.step))
+                made = evaluator_scores(ev, trainer.model, trainer.step)
+                self.sources.update((key.rpartition("/")[0], ev) for key in made)
+                scores.update(made)
             trainer.metrics.append({"step": trainer.step, "eval": scores})
             log.info("step %d eval: %s", trainer.step, scores)
         trainer.barrier()

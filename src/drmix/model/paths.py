@@ -36,6 +36,16 @@ def is_default_model(name_or_path: str | None) -> bool:
         return False
 
 
+#: how tables and reports name the bundled default model ("default" says nothing about which model ran)
+DEFAULT_LABEL = f"{DEFAULT_MODEL} (bundled)"
+
+
+def model_label(name_or_path: str | None) -> str:
+    """A model's name in tables and reports: :data:`DEFAULT_LABEL` for the bundled default (``None``, an alias,
+    its folder), else the name or path as given."""
+    return DEFAULT_LABEL if is_default_model(name_or_path) else str(name_or_path)
+
+
 def resolve_model_path(name_or_path: str | None) -> str:
     """Map ``None``/aliases to the bundled default and a drmix run directory to its ``model/`` folder."""
     if name_or_path is None or name_or_path in DEFAULT_ALIASES:

@@ -16,7 +16,13 @@ What the card claims is what happened: the usage snippet loads the folder the mo
 repository it is pushed to, ``--push-to-hub`` / ``drmix push``), never a placeholder; ``datasets:`` lists only
 collections read from the Hub (local collections are listed in the body by name); the ``mixture:`` tag says what
 the weights were (``static-<scheme>``, ``learned-<strategy>``, ``transferred``); the evaluation table holds the
-run's evaluations (the periodic one, and ``RUN/eval/eval.json`` once ``drmix eval`` wrote it: :func:`refresh_card`).
+run's evaluations (the periodic one, and ``RUN/eval/eval.json`` once ``drmix eval`` wrote it: :func:`refresh_card`),
+each named with what made its scores (``drmix.eval``, or the sentence-transformers evaluator given to
+``drmix.train``); a run made from objects (``drmix.train(config, model=, train_dataset=, loss=, evaluator=)``) is
+described by those objects, in place of the configuration fields they replaced (:func:`record_given`): the
+loss's class and parameters, not ``infonce`` and its temperature; the datasets' collections and columns; the
+evaluators. The usage snippet encodes with ``encode_query`` / ``encode_document``, which apply the query and
+document prompts the model was trained with.
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ class CollectionInfo:
     size: int | None = None
     weight: float | None = None
     source: str | None = None   # where it was read from: a local path, or a Hub dataset id (``owner/name[:split]``)
+    columns: list[str] | None = None  # the columns its rows were read from (query, positive, negatives; anchor, ...)
 
     @property
     def hub_id(self) -> str | None:
@@ -99,6 +106,9 @@ class CardInfo:
     model_path: str | None = None  # the folder the model is written to (the snippet loads it when no model_id)
     loss_tag: str | None = None    # the ``loss:`` tag (InfoNCE, MarginMSE, ...)
     made_from: dict[str, dict[str, Any]] = field(default_factory=dict)  # "field path" -> content fingerprint
+    loss_fullname: str | None = None   # the loss's class or function, as the dataset section names it
+    given: dict[str, Any] = field(default_factory=dict)  # objects drmix.train was given: argument -> description
+    evaluated_with: dict[str, dict[str, str]] = field(default_factory=dict)  # dataset -> the evaluator's class
 
     def to_json(self) -> dict[str, Any]:
         """JSON of the card's facts (papers by key where they have one), for :func:`refresh_card`."""
@@ -175,11 +185,13 @@ def _learned_file(path: str | None) -> bool:
 def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence[int],
                            weights: Mapping[str, Any] | None = None, command: str | None = None,
                            eval_results: Mapping[str, Mapping[str, float]] | None = None,
-                           eval_split: str | None = None, sources: Sequence[str | None] | None = None) -> CardInfo:
+                           eval_split: str | None = None, sources: Sequence[str | None] | None = None,
+                           columns: Sequence[Sequence[str] | None] | None = None) -> CardInfo:
     """A :class:`CardInfo` for a model trained by :class:`~drmix.train.trainer.Trainer` with ``config``.
 
     ``weights`` is what the strategy wrote to ``weights.json`` (``collections`` + ``weights`` lists);
-    ``sources`` the collections' sources (paths or Hub ids), in the order of ``names``.
+    ``sources`` the collections' sources (paths or Hub ids), ``columns`` the columns their rows were read from, in
+    the order of ``names``.
     """
     cfg = config.flat()
     defaults = type(config)().flat() if _constructible(type(config)) else None
@@ -208,11 +220,13 @@ def info_from_train_config(config: Any, *, names: Sequence[str], sizes: Sequence
     if cfg.get("lora_r"):
         tags.append("lora")
     sources = list(sources) if sources is not None else [None] * len(names)
+    columns = [list(c) if c else None for c in columns] if columns is not None else [None] * len(names)
     push = cfg.get("push_to_hub")
     return CardInfo(
         base_model=cfg.get("model"), kind="LoRA-merged" if cfg.get("lora_r") else "fine-tuned",
         model_id=push or None, model_path=str(Path(cfg["output_dir"]) / "model") if cfg.get("output_dir") else None,
-        collections=[CollectionInfo(n, s, final.get(n), src) for n, s, src in zip(names, sizes, sources)],
+        collections=[CollectionInfo(n, s, final.get(n), src, col)
+                     for n, s, src, col in zip(names, sizes, sources, columns)],
         weights_how=how,
         loss="InfoNCE (contrastive, in-batch and hard negatives)", loss_config=loss_config, config=cfg,
         defaults=defaults, roles=type(config).roles(), config_file=config.model_dump(mode="json"), command=command if command is not None else current_command(),
@@ -247,6 +261,40 @@ def made_from(config: Any) -> dict[str, dict[str, Any]]:
             if fp is not None:
                 out[f"{key} {path}"] = {"field": key, "path": path, **fp}
     return out
+
+
+#: the contrastive fields only drmix's own losses read: a loss object given in Python has its own parameters
+LOSS_FIELDS = ("loss", "temperature", "in_batch_negatives", "cross_device_negatives", "mask_duplicates",
+               "matryoshka_dims", "teacher_temperature")
+
+
+def record_given(info: CardInfo, given: Mapping[str, Any]) -> None:
+    """Describe the objects ``drmix.train`` was given in Python (``model``, ``train_dataset``, ``loss``,
+    ``evaluator``: each a description) in place of the configuration fields they replaced, in the hyperparameters
+    and the embedded configuration alike: ``loss`` names the loss object and the fields only drmix's own losses
+    read (:data:`LOSS_FIELDS`) are left out; ``evaluator`` lists the evaluator objects; ``collections`` the
+    datasets' collections."""
+    import copy
+
+    info.given = {k: v for k, v in given.items() if v}
+    flat, grouped = dict(info.config or {}), copy.deepcopy(info.config_file or {})
+
+    def put(part: str, key: str, value: Any, flat_key: str | None = None) -> None:
+        flat[flat_key or key] = value
+        if isinstance(grouped.get(part), dict):
+            grouped[part][key] = value
+
+    if info.given.get("loss"):
+        for key in LOSS_FIELDS:
+            flat.pop(key, None)
+            if isinstance(grouped.get("contrastive"), dict):
+                grouped["contrastive"].pop(key, None)
+        put("contrastive", "loss", info.given["loss"])
+    if info.given.get("evaluator"):
+        put("eval", "evaluator", [*(flat.get("evaluator") or []), *info.given["evaluator"]])
+    if info.given.get("train_dataset"):
+        put("data", "collections", list(info.given["train_dataset"]), flat_key="data")
+    info.config, info.config_file = (flat or None), (grouped or None)
 
 
 def _constructible(cls: type) -> bool:
@@ -315,6 +363,26 @@ _ReportedEvaluation.__module__ = "drmix"
 _ReportedEvaluation.__name__ = _ReportedEvaluation.__qualname__ = "eval"
 
 
+def _reported(dataset: str, split: str | None, primary: str | None,
+              source: Mapping[str, str] | None) -> _ReportedEvaluation:
+    """The stand-in of one dataset's results: ``drmix.eval``'s, or (``source``: the ``module``, ``name`` and
+    ``description`` of a sentence-transformers evaluator's class) that evaluator's, so the card names what made
+    the scores."""
+    if not source or not source.get("name"):
+        return _ReportedEvaluation(dataset, split, primary)
+    cls = type(source["name"], (_ReportedEvaluation,), {
+        "__module__": source.get("module") or "", "__qualname__": source["name"],
+        "description": source.get("description") or _ReportedEvaluation.description})
+    return cls(dataset, split, primary)
+
+
+def evaluator_source(evaluator: Any) -> dict[str, str]:
+    """What :func:`_reported` needs of an evaluator object: its class's module, name and description."""
+    cls = type(evaluator)
+    return {"module": cls.__module__, "name": cls.__name__,
+            "description": str(getattr(evaluator, "description", "") or _ReportedEvaluation.description)}
+
+
 def _fmt_weight(w: float | None) -> str:
     return "" if w is None else f"{w:.4f}"
 
@@ -349,12 +417,22 @@ def drmix_sections(info: CardInfo) -> str:
         for fp in info.made_from.values():
             out.append(f"| {md_cell(fp.get('field', ''))} | {md_cell(fp.get('path', ''))} | {md_cell(short(fp))} |")
         out.append("")
-    if info.command or info.config:
+    if info.command or info.config or info.given:
         out += ["### Reproduce", ""]
         if info.command:
             out += ["This model was produced by:", "", md_fence(info.command, "bash"), ""]
+        if info.given:
+            args = ", ".join(f"{k}=..." for k in info.given)
+            out += [f"This model was trained from Python objects, {md_code(f'drmix.train(config, {args})')}, in "
+                    "place of the configuration fields they replaced:", ""]
+            for key, value in info.given.items():
+                shown = "; ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+                out.append(f"- {md_code(key)}: {md_cell(shown)}")
+            out.append("")
         if info.config:
-            out += ["<details><summary>Resolved configuration (config.yaml)</summary>", "",
+            title = ("Resolved configuration (config.yaml; the objects above in place of the fields they replaced)"
+                     if info.given else "Resolved configuration (config.yaml)")
+            out += [f"<details><summary>{title}</summary>", "",
                     md_fence(_yaml(info.config_file or info.config).rstrip(), "yaml"), "", "</details>", ""]
     return "\n".join(out)
 
@@ -374,6 +452,12 @@ def _hyperparameters(info: CardInfo) -> tuple[dict[str, Any], dict[str, Any]]:
     return allp, nondefault
 
 
+#: the loss the dataset section names when the objective names none (drmix's InfoNCE)
+DRMIX_LOSS = "drmix.model.losses.contrastive_losses"
+#: the columns of the rows drmix trains on, when a collection does not say which it was read from
+DRMIX_COLUMNS = ("query", "positives", "negatives")
+
+
 def card_data(model: Any, info: CardInfo, *, body: bool = False) -> Any:
     """A filled :class:`SentenceTransformerModelCardData` (registered with ``model``).
 
@@ -383,12 +467,14 @@ def card_data(model: Any, info: CardInfo, *, body: bool = False) -> Any:
     from sentence_transformers import SentenceTransformerModelCardData
 
     name = md_entities if body else str
-    datasets = [{"name": name(c.name), "size": c.size, "columns": ["query", "positive", "negative"],
-                 "loss": {"fullname": "drmix.model.losses.contrastive_losses"},
+    datasets = [{"name": name(c.name), "size": c.size, "columns": [name(x) for x in c.columns or DRMIX_COLUMNS],
+                 "loss": {"fullname": info.loss_fullname or DRMIX_LOSS},
                  **({"id": c.hub_id} if c.hub_id else {})}
                 for c in info.collections]
     data = SentenceTransformerModelCardData(local_files_only=True, train_datasets=datasets,
                                             generate_widget_examples=False, task_name="retrieval")
+    if hasattr(data, "ir_model"):  # a retriever: the snippet's encode_query / encode_document apply its prompts
+        data.ir_model = True
     data.register_model(model)
     if info.model_id:
         data.set_model_id(info.model_id)
@@ -408,8 +494,8 @@ def card_data(model: Any, info: CardInfo, *, body: bool = False) -> Any:
     data.all_hyperparameters = allp
     data.non_default_hyperparameters = nondefault
     data.eval_results_dict = {
-        _ReportedEvaluation(name(dataset), name(info.eval_split) if info.eval_split else None,
-                            "ndcg@10" if "ndcg@10" in metrics else None):
+        _reported(name(dataset), name(info.eval_split) if info.eval_split else None,
+                  "ndcg@10" if "ndcg@10" in metrics else None, info.evaluated_with.get(dataset)):
             {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         for dataset, metrics in info.eval_results.items()}
     citations = {"Sentence Transformers": _ST_CITATION}
@@ -540,6 +626,7 @@ def refresh_card(run_dir: str | Path, *, model: Any = None) -> Path | None:
     if not results:
         return None
     info.eval_results = {**info.eval_results, **results}
+    info.evaluated_with = {k: v for k, v in info.evaluated_with.items() if k not in results}  # drmix eval's now
     info.eval_split = split or info.eval_split
     if model is None:
         from sentence_transformers import SentenceTransformer

@@ -64,7 +64,8 @@ class RunReport(Listener):
         """``model/README.md``, and the card's facts in ``card.json`` (re-rendered with later evaluations by
         :func:`drmix.report.card.refresh_card`)."""
         from drmix.io.atomic import atomic_write_json
-        from drmix.report.card import CARD_FACTS, eval_results_from, info_from_train_config, write_model_card
+        from drmix.report.card import (CARD_FACTS, eval_results_from, evaluator_source, info_from_train_config,
+                                       record_given, write_model_card)
 
         config, out = trainer.config, Path(trainer.out)
         periodic = eval_results_of(out / "metrics.jsonl")
@@ -74,12 +75,36 @@ class RunReport(Listener):
         info = info_from_train_config(config, names=trainer.names, sizes=trainer.sizes, weights=weights,
                                       eval_results=periodic,
                                       eval_split=config.eval.eval_split if config.eval.eval_data else None,
-                                      sources=[getattr(c, "source", None) for c in trainer.collections])
+                                      sources=[getattr(c, "source", None) for c in trainer.collections],
+                                      columns=[_columns(c) for c in trainer.collections])
         for key, value in trainer.objective.card().items():
             setattr(info, key, value)
+        info.evaluated_with = {d: evaluator_source(ev) for d, ev in _evaluator_sources(trainer).items()
+                               if not config.eval.eval_max_queries}
+        given = trainer.given_objects() if hasattr(trainer, "given_objects") else {}
+        if given:
+            record_given(info, given)
         atomic_write_json(out / CARD_FACTS, info.to_json())
         later, split = eval_results_from(out)   # a resumed run's folder may hold drmix eval's results already
         if later:
             info.eval_results = {**info.eval_results, **later}
+            info.evaluated_with = {k: v for k, v in info.evaluated_with.items() if k not in later}
             info.eval_split = split or info.eval_split
         return write_model_card(model, out / "model", info)
+
+
+def _columns(collection: Any) -> list[str] | None:
+    """The columns a collection's rows were read from, else the columns it holds."""
+    cols = getattr(collection, "columns", None)
+    if cols:
+        return list(cols)
+    names = getattr(getattr(collection, "dataset", None), "column_names", None)
+    return list(names) if names else None
+
+
+def _evaluator_sources(trainer: Any) -> dict[str, Any]:
+    """``{dataset: sentence-transformers evaluator}`` of the periodic evaluation's scores that an evaluator made."""
+    out: dict[str, Any] = {}
+    for lst in getattr(trainer, "listeners", ()):
+        out.update(getattr(lst, "sources", None) or {})
+    return out

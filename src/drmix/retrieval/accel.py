@@ -59,7 +59,7 @@ def quantize_int8(model: Any) -> Any:
 def inference_setup(model: Any, precision: str | None) -> tuple[Any, Callable[[], contextlib.AbstractContextManager]]:
     """The model to run and an autocast factory for ``precision`` (see the module docstring)."""
     from drmix.errors import ConfigError
-    from drmix.device import inference_autocast
+    from drmix.device import inference_autocast, resolve_precision, warn_slow_bf16
 
     precision = (precision or "auto").lower()
     if precision not in PRECISIONS:
@@ -73,6 +73,7 @@ def inference_setup(model: Any, precision: str | None) -> tuple[Any, Callable[[]
         from drmix.retrieval.onnx import onnx_model
 
         return onnx_model(model, precision), contextlib.nullcontext
+    warn_slow_bf16(resolve_precision(precision, device), device, "pass --precision fp32")
     return model, lambda: inference_autocast(precision, device)
 
 

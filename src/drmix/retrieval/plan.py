@@ -11,7 +11,7 @@ Assumptions (see docs/benchmarks.md, "Plans"):
   per passage, bf16, before the tokenisation pipeline was overlapped with encoding;
 * ``CPU_PASSAGES_PER_S`` = 23: all-MiniLM-L6-v2 on two CPU threads, fp32, batch 64, max length 256
   (docs/benchmarks.md, "Corpus encoding: encode_texts vs SentenceTransformer.encode");
-* ranks scale linearly: each encodes its own contiguous part and no data moves between them until the merge,
+* ranks scale linearly: each encodes its own share (about 1/N of the rows) and no data moves between them until the merge,
   whose cost (reading the shards back) is ``MERGE_GB_PER_S`` of float32 vectors.
 """
 from __future__ import annotations

@@ -172,6 +172,7 @@ class Distillation(Objective):
 
     def card(self) -> dict[str, Any]:
         return {"loss": self.paper_loss, "loss_tag": self.tag,
+                "loss_fullname": f"{type(self).__module__}.{type(self).__name__}",
                 "loss_config": {"temperature": self.temperature, "teacher_temperature": self.teacher_temperature,
                                 "hard_negatives_per_query": self.num_negatives}}
 

@@ -4,7 +4,8 @@ The resolution of a requested precision on a device (and inference autocast) liv
 
 ``auto`` (the default) resolves per device: bf16 on a GPU that supports it (Ampere and newer:
 ``torch.cuda.is_bf16_supported()``), fp16 with a dynamic loss scaler on older GPUs, fp32 on CPU
-(CPU autocast to bf16 is slower than fp32 on most CPUs without AMX). TF32 matmuls are switched on
+(CPU autocast to bf16 is slower than fp32 on most CPUs without AMX; asked for there, it runs as asked and a
+warning line says so: :func:`drmix.device.cpu_bf16`). TF32 matmuls are switched on
 for CUDA (fp32 weights and optimiser, tensor-core matmuls; what PyTorch recommends for training).
 
 Precision is handled here rather than by ``accelerate``'s ``mixed_precision``: accelerate keeps it in
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from drmix.device import AUTOCAST_DTYPES, enable_tf32, resolve_precision
+from drmix.device import AUTOCAST_DTYPES, enable_tf32, resolve_precision, warn_slow_bf16
 
 
 class Precision:
@@ -36,6 +37,7 @@ class Precision:
     def __init__(self, requested: str | None, device: torch.device | str) -> None:
         self.device = torch.device(device)
         self.name = resolve_precision(requested, self.device)
+        warn_slow_bf16(self.name, self.device, "pass --mixed-precision no (not --bf16)")
         enable_tf32(self.device)
         self.dtype = AUTOCAST_DTYPES.get(self.name)
         self.scaler = None

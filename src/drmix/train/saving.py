@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,20 @@ class JsonlLog:
         atomic_write_text(self.path, "".join(keep))
 
 
+def given_header(given: Mapping[str, Any] | None) -> str:
+    """YAML comment lines naming the objects a run was given in place of configuration fields (empty: none)."""
+    if not given:
+        return ""
+    lines = ["# trained from Python objects given to drmix.train, in place of these fields:"]
+    for key, value in given.items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            lines.append(f"#   {key}: {' '.join(str(item).split())}")
+    if "loss" in given:
+        lines += ["# the loss object has its own parameters: contrastive.loss, temperature, in_batch_negatives,",
+                  "# cross_device_negatives, mask_duplicates, matryoshka_dims and teacher_temperature did not apply"]
+    return "\n".join(lines) + "\n"
+
+
 class RunOutput:
     """The output directory of one training run and its two logs (``metrics.jsonl``, ``weights.jsonl``)."""
 
@@ -95,8 +110,10 @@ class RunOutput:
         """True when the run saved its final model."""
         return run_finished(self.dir)
 
-    def prepare(self, config: TrainConfig, names: list[str], sizes: list[int]) -> Path | None:
-        """Refuse a directory holding a run unless resuming (and check the resume); write ``config.yaml``;
+    def prepare(self, config: TrainConfig, names: list[str], sizes: list[int],
+                given: Mapping[str, Any] | None = None) -> Path | None:
+        """Refuse a directory holding a run unless resuming (and check the resume); write ``config.yaml`` (led by
+        comment lines naming the objects ``given`` in place of its fields: ``drmix.train(config, loss=...)``);
         return the checkpoint to resume from, if any (``resume_from``, else the latest)."""
         ckpt = self.chosen_checkpoint(config.run.resume_from) if config.run.resume_from else latest_checkpoint(self.dir)
         if (ckpt or self.finished) and not config.run.resume:
@@ -108,7 +125,7 @@ class RunOutput:
         if self.is_main:
             self.dir.mkdir(parents=True, exist_ok=True)
             clean_stale_temporaries(self.dir)
-            atomic_write_text(self.dir / "config.yaml", config.dump_yaml())
+            atomic_write_text(self.dir / "config.yaml", given_header(given) + config.dump_yaml())
         return ckpt
 
     def chosen_checkpoint(self, path: str) -> Path:

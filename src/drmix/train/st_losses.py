@@ -116,6 +116,7 @@ class SentenceTransformersLoss(Objective):
         cfg = self.loss.get_config_dict() if hasattr(self.loss, "get_config_dict") else {}
         return {"loss": f"sentence-transformers' {type(self.loss).__name__}" + ("" if cfg else "."),
                 "loss_tag": type(self.loss).__name__,
+                "loss_fullname": f"{type(self.loss).__module__}.{type(self.loss).__name__}",
                 "loss_config": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool))}}
 
     def details(self) -> dict[str, Any]:

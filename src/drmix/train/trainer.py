@@ -99,6 +99,9 @@ class Trainer:
         callbacks, listeners = args.callback_list(callbacks, "Trainer"), args.listener_list(listeners, "Trainer")
         args.check_parts("Trainer", strategy=strategy, objective=objective, collections=collections)
         check_config(config)  # the strategy and its options, before any model or data loads
+        #: what was given as objects in place of the config's fields (the model card says so)
+        self.given = frozenset(name for name, obj in (("model", model), ("collections", collections),
+                                                      ("objective", objective)) if obj is not None)
         # the loss (a registered objective), before any model or data loads too
         objective = objective if objective is not None else objective_from_config(config)
         if model is None:  # a Hub id that cannot load here fails now, not after the data (drmix.model.encoder)
@@ -141,6 +144,29 @@ class Trainer:
         self.lookahead_seconds = 0.0
         self.guard = NonFiniteGuard(self.device, max_consecutive=config.optim.max_nonfinite_steps,
                                     world_size=self.world)
+
+    def given_objects(self) -> dict[str, Any]:
+        """What was given as objects in place of configuration fields (:attr:`given`, and the evaluator objects of
+        the listeners), each described: ``{"model": str, "train_dataset": [str], "loss": str, "evaluator": [str]}``
+        (config.yaml's header and the model card say what ran)."""
+        out: dict[str, Any] = {}
+        if "model" in self.given:
+            where = self.config.model.name_or_path
+            out["model"] = f"{type(self.model).__name__} object" + (f" loaded from {where}" if where else "")
+        if "collections" in self.given:
+            out["train_dataset"] = [f"{c.name} ({c.source or 'in memory'}): {len(c):,} rows"
+                                    + (f", columns {', '.join(c.columns)}" if c.columns else "")
+                                    for c in self.collections]
+        if "objective" in self.given:
+            loss = getattr(self.objective, "loss", None)
+            out["loss"] = (f"{type(loss).__name__} (a sentence-transformers loss object)" if loss is not None
+                           else f"{type(self.objective).__name__} (an objective object)")
+        evaluators = [ev for lst in self.listeners for ev in getattr(lst, "evaluators", ())
+                      if not hasattr(ev, "drmix_spec")]  # --evaluator NAME: in the config already
+        if evaluators:
+            out["evaluator"] = [f"{type(ev).__name__} {getattr(ev, 'name', '') or ''} (an evaluator object)".replace(
+                "  ", " ") for ev in evaluators]
+        return out
 
     # -- setting up ------------------------------------------------------------------------------------------
     def _start_processes(self, config: TrainConfig) -> None:
@@ -373,6 +399,7 @@ class Trainer:
         self.lookahead_seconds = state.get("lookahead_seconds", 0.0)
         self.guard.load_state_dict(state.get("nonfinite"))
         self.precision.load_state_dict(state.get("precision"))
+        self.window.load_state_dict(state.get("window"), main=self.is_main)  # the log record in progress
         self.strategy.load_state_dict(strategy_state)
         self.step = int(state["step"])
         self.output.truncate_after(self.step)
@@ -383,9 +410,11 @@ class Trainer:
     def _save(self) -> None:
         if self.sharding is not None:  # sharded optimiser state: no resumable checkpoint (drmix.train.sharding)
             return
+        window = self.window.state_dict(self._sum_across, self.world)  # every process: a collective
         if self.is_main:
             save_checkpoint(self.out, self.step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                            trainer_state=self._trainer_state(), strategy_state=self.strategy.state_dict(),
+                            trainer_state={**self._trainer_state(), "window": window},
+                            strategy_state=self.strategy.state_dict(),
                             keep=self.config.run.keep_checkpoints, naming=self.config.run.checkpoint_naming)
             for lst in self.listeners:
                 lst.on_save(self)
@@ -407,7 +436,7 @@ class Trainer:
 
     def _train(self) -> TrainResult:
         cfg = self.config
-        ckpt = self.output.prepare(cfg, self.names, self.sizes)
+        ckpt = self.output.prepare(cfg, self.names, self.sizes, given=self.given_objects())
         # a finished run (the final checkpoint kept or not) is complete before a restore truncates its logs
         done = self.output.finished_step(resumed_at=(checkpoint_step(ckpt) or 0) if ckpt else 0,
                                          explicit=bool(cfg.run.resume_from))

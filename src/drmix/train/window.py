@@ -6,6 +6,10 @@ Every loss of a record is a mean over the window (the optimiser steps since the 
 ``raw_loss`` average the steps' losses, ``collection_losses`` the examples' losses of each collection -- as
 transformers' ``Trainer`` logs the mean of the losses since its last log. With one collection per batch, the
 last step's loss alone would show the loss of whichever collection that batch came from.
+
+A checkpoint saved between two log records keeps the open window (:meth:`StepWindow.state_dict`), so a run
+resumed from it logs the record the uninterrupted run logs: the same means over the same steps (the losses bit
+for bit on one process), not the mean of the steps since the resume.
 """
 from __future__ import annotations
 
@@ -91,6 +95,40 @@ class StepWindow:
         fn()
         self.seconds += t - self._started
         return time.perf_counter() - t
+
+    def state_dict(self, sum_across: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                   world_size: int = 1) -> dict[str, Any]:
+        """The open window, for a checkpoint (a collective when several processes train: every process calls
+        it). The loss sums are the processes' mean (each process adds its own steps' losses to them after a
+        resume, and a record averages the processes), the per-collection sums their total."""
+        device = self.collection_losses.sums.device
+        both = torch.stack([self.collection_losses.sums, self.collection_losses.counts])
+        scalars = torch.tensor([float(self.loss_sum), float(self.raw_sum), float(self.steps)], dtype=torch.float64,
+                               device=device)
+        if sum_across is not None and world_size > 1:
+            both, scalars = sum_across(both), sum_across(scalars) / world_size
+        loss_sum, raw_sum, steps = scalars.cpu().tolist()
+        sums, counts = both.cpu().tolist()
+        return {"loss_sum": loss_sum, "raw_sum": raw_sum, "steps": steps, "collection_loss_sums": sums,
+                "collection_loss_counts": counts, "counts": self.counts.tolist(), "samples": self.samples,
+                "seconds": self.seconds, "last_loss": self.last_loss}
+
+    def load_state_dict(self, state: dict[str, Any] | None, *, main: bool = True) -> None:
+        """Reopen a checkpoint's window (nothing for a checkpoint written before windows were kept). The
+        per-collection totals go to the main process only (a record sums them over the processes)."""
+        if not state:
+            return
+        device = self.collection_losses.sums.device
+        if state["steps"] or state["loss_sum"] or state["raw_sum"]:  # float32 values kept exactly in JSON
+            self.loss_sum, self.raw_sum, self.steps = (torch.tensor(state[k], dtype=torch.float32, device=device)
+                                                        for k in ("loss_sum", "raw_sum", "steps"))
+        if main:
+            self.collection_losses.sums = torch.tensor(state["collection_loss_sums"], dtype=torch.float64,
+                                                       device=device)
+            self.collection_losses.counts = torch.tensor(state["collection_loss_counts"], dtype=torch.float64,
+                                                         device=device)
+        self.counts[:] = state["counts"]
+        self.samples, self.seconds, self.last_loss = state["samples"], state["seconds"], state.get("last_loss")
 
     def read(self, mean_across: Callable[[float], float], sum_across: Callable[[torch.Tensor], torch.Tensor], *,
              lr: float, strategy_seconds: float) -> dict[str, Any]:

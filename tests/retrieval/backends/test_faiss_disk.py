@@ -219,9 +219,11 @@ def test_a_build_from_shards_holds_a_chunk_not_the_corpus(tmp_path):
     n, dim = 20_000, 384
     x = np.random.default_rng(3).standard_normal((n, dim)).astype(np.float32)
     settings = {"world_size": 2, "model_fingerprint": "m", "corpus_fingerprint": "c", "count": n, "prompt": "",
-                "max_length": None, "normalize": False, "precision": "auto", "batch_size": 1, "align": 4096}
-    for rank, (start, stop) in enumerate(shards.shard_ranges(n, 2, 4096)):
-        shards.write_shard(tmp_path / "s", rank, settings, start, stop, x[start:stop])
+                "max_length": None, "normalize": False, "precision": "auto", "batch_size": 1, "align": 4096,
+                "split": "batches"}
+    for rank, parts in enumerate(shards.shard_parts(n, 2, 4096, 1)):
+        rows = np.concatenate([np.arange(start + first, start + last) for start, _, first, last in parts])
+        shards.write_shard(tmp_path / "s", rank, settings, parts, rows, x[rows])
     del x
     doc_ids = [str(i) for i in range(n)]
     seen = []

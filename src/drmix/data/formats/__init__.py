@@ -385,6 +385,11 @@ class Converter:
         self.rows = 0  # rows converted (0 after a conversion served from the cache)
         self.surrogates = 0  # lone surrogates replaced by U+FFFD
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The source's columns the conversion reads."""
+        return self.plan.columns
+
     def clean(self, text: str) -> str:
         text, n = clean_text(text)
         self.surrogates += n
@@ -555,15 +560,20 @@ class RecordConverter(Converter):
 
     def __init__(self, plan: Plan, source: str, columns: Mapping[str, str] | None = None) -> None:
         super().__init__(plan, source)
-        self.columns = dict(columns or {})
+        self.mapping = dict(columns or {})
         self._plans: dict[tuple[str, ...], Plan] = {}
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column the records held that the conversion read, in the order first met."""
+        return tuple(dict.fromkeys(c for p in (self.plan, *self._plans.values()) for c in p.columns))
 
     def row(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         keys = tuple(obj)
         plan = self._plans.get(keys)
         if plan is None:
             try:
-                plan = plan_for(keys, format=self.plan.layout, columns=self.columns)
+                plan = plan_for(keys, format=self.plan.layout, columns=self.mapping)
             except PlanError as e:
                 raise RowError(e.message, e.fix) from None
             self._plans[keys] = plan
