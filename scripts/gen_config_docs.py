@@ -74,6 +74,7 @@ def render() -> str:
     from drmix.config import RecipeConfig, TrainConfig
     from drmix.pretrain.runner import CocoConfig
     from drmix.recipes.adapt import AdaptConfig
+    from drmix.recipes.audit import AuditConfig
     from drmix.recipes.coco import CocoPipelineConfig
     from drmix.recipes.drama import DramaConfig
     from drmix.recipes.tdro import PipelineConfig
@@ -94,6 +95,10 @@ def render() -> str:
              table(AdaptConfig, "`drmix adapt`: its own parts (its training parts are TrainConfig's, without "
                                 "`mixture`: the candidates set it)",
                    only={"eval", "run", "target", "synthetic", "stages", "search", "labels", "dro", "influence"}),
+             table(AuditConfig, "`drmix mixture audit`: its own parts (its training parts are TrainConfig's; "
+                                "`--max-steps`, `--mixture`, `--strategy`, `--weights-file`, `--transfer`, "
+                                "`--reference-model` and `--batching` are set by the audit)",
+                   fields=changed_fields(AuditConfig, TrainConfig)),
              table(CocoConfig, "`drmix pretrain coco` (CocoConfig): its own parts", only={"optim", "run", "coco"})]
     return "\n".join(parts)
 

@@ -136,10 +136,12 @@ def resolve_sources(config: AuditConfig) -> list[Source]:
 def run_config(config: AuditConfig, output_dir: Path, data: list, seed: int, *, dev: bool = False,
                **flat: Any) -> TrainConfig:
     """A short run: the training parts of ``config``, ``data``, ``--budget-steps`` steps with ``seed``, uniform,
-    never an evaluation during training; the dev sets only for the probed run."""
+    never an evaluation during training, no final checkpoint (a short run is never continued: a finished one is
+    reused, a changed one re-run); the dev sets only for the probed run."""
     values = {"data": data, "output_dir": str(output_dir), "max_steps": config.audit.budget_steps, "seed": seed,
               "mixture": "uniform", "strategy": "static", "transfer": None, "weights_file": None,
               "reference_model": None, "eval_data": [], "eval_every": 0, "resume": True,
+              "save_final_checkpoint": False,
               **({} if dev else {"dev": []}), **flat}
     try:
         return TrainConfig.from_parts(config, **values)

@@ -37,9 +37,21 @@ class Loaded:
 
 
 def _train(cfg: Any, collections: list, strategy: Any = None) -> Any:
+    """One short run: no model card or report.html of its own (the audit's page is the report); once finished,
+    its checkpoints are removed (a finished short run is reused, never continued: it keeps its model)."""
     from drmix import api
 
-    return api.train(cfg, strategy=strategy, collections=collections)
+    result = api.train(cfg, strategy=strategy, collections=collections, report=False)
+    drop_checkpoints(Path(cfg.run.output_dir))
+    return result
+
+
+def drop_checkpoints(run: Path) -> None:
+    """Remove ``run/checkpoints`` of a finished run (renamed aside first, as the stage runner clears a folder)."""
+    if run_finished(run) and (run / "checkpoints").is_dir():
+        from drmix.recipes.stages import clear_stages
+
+        clear_stages([Stage("checkpoints", outputs=[run / "checkpoints"])])
 
 
 def _probe(config: AuditConfig, plan: AuditPlan):
