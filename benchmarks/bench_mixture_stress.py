@@ -304,6 +304,7 @@ def run_cell(args, scenario: str, seed: int, paths: dict[str, str], dev: list[st
     test["dev-selected"] = test[chosen]
     return {"test": test, "dev": dev_avg, "chosen": chosen, "audit": audit_record(result, scenario),
             "weights": arm_weights(cell_dir(args, scenario, seed), names, data),
+            "trajectories": trajectories(cell_dir(args, scenario, seed), seed),
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -315,6 +316,42 @@ def audit_record(result, scenario: str) -> dict:
             "agreement": {s: {"tau": r4(t["tau"]), "p": r4(t["p"])} for s, t in a.agreement.items()},
             "voters": a.votes.get("", []), "learned": {m: {n: r4(w) for n, w in ws.items()} for m, ws in a.learned.items()},
             "refused": a.refused, "harmful": BAD.get(scenario)}
+
+
+def trajectories(cell: Path, seed: int) -> dict:
+    """What each learned method saw of every collection over its run (from ``weights.jsonl``), to say why it
+    weighted a collection as it did: for tDRO, DoReMi and GroupDRO's stage 1 the mean proxy loss, reference loss
+    and measurement over the steps and the weight at the first and last step; for the Inf-DDS arm the mean reward
+    over its updates and its policy at the first and last record."""
+    from drmix.io import iter_jsonl
+
+    def mean(xs: list) -> float | None:
+        xs = [x for x in xs if isinstance(x, (int, float))]
+        return round(float(np.mean(xs)), 6) if xs else None
+
+    out: dict = {}
+    for method, path, keys in [*((m, cell / "audit" / "stage1" / f"{m}-seed{seed}" / "weights.jsonl",
+                                  ("proxy_loss", "reference_loss", "measurement")) for m in ("tdro", "doremi", "groupdro")),
+                               ("infdds", cell / "arms" / "infdds" / "weights.jsonl", ("rewards",))]:
+        if not path.is_file():
+            continue
+        recs = [r for _, r in iter_jsonl(path)]
+        if not recs:
+            continue
+        names = list(recs[0]["weights"])
+        out[method] = {n: {**{k: mean([(r.get(k) or {}).get(n) for r in recs]) for k in keys},
+                           "first": round(float(recs[0]["weights"][n]), 6),
+                           "last": round(float(recs[-1]["weights"][n]), 6)} for n in names}
+    return out
+
+
+def backfill(args, stored: dict) -> None:
+    """Cells stored before a field of theirs existed get it from their run folders (when these are here)."""
+    for key, cell in stored["cells"].items():
+        scenario, seed = key.split("/")
+        folder = cell_dir(args, scenario, int(seed))
+        if "trajectories" not in cell and folder.is_dir():
+            cell["trajectories"] = trajectories(folder, int(seed))
 
 
 def arm_weights(cell: Path, names: list[str], data: list[str]) -> dict:
@@ -447,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         paths, dev = build_data(args), dev_sets(args)
         stored.update(preset=args.preset, settings={k: PRESETS[args.preset][k] for k in PRESETS[args.preset]
                                                     if k != "seeds"})
+        backfill(args, stored)
         for seed in args.seeds:                     # seed-major: a run cut short still has every scenario
             for scenario in args.scenarios:
                 key = f"{scenario}/{seed}"

@@ -112,3 +112,25 @@ def test_the_docs_table_is_what_report_only_prints_from_its_stored_results(tmp_p
     printed = capsys.readouterr().out
     docs = (Path(__file__).resolve().parents[2] / "docs" / "mixture.md").read_text(encoding="utf-8")
     assert printed.startswith("Preset `") and printed.rstrip("\n") in docs
+
+
+def test_the_trajectories_say_what_each_method_measured_of_the_harmful_set(tmp_path):
+    stage1 = tmp_path / "audit" / "stage1" / "groupdro-seed0"
+    stage1.mkdir(parents=True)
+    recs = [{"step": s, "weights": {"a": wa, "noisy_xquad": 1 - wa}, "proxy_loss": {"a": pa, "noisy_xquad": pn},
+             "reference_loss": {"a": None, "noisy_xquad": None}, "measurement": {"a": pa, "noisy_xquad": pn}}
+            for s, wa, pa, pn in ((1, 0.5, 1.0, 3.0), (2, 0.4, 0.5, 2.0))]
+    (stage1 / "weights.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    arm = tmp_path / "arms" / "infdds"
+    arm.mkdir(parents=True)
+    (arm / "weights.jsonl").write_text(json.dumps({"step": 1, "weights": {"a": 0.5, "noisy_xquad": 0.5}, "rewards": {}})
+                                       + "\n" + json.dumps({"step": 20, "weights": {"a": 0.6, "noisy_xquad": 0.4},
+                                                            "rewards": {"a": 0.02, "noisy_xquad": -0.01}}) + "\n")
+    t = bs.trajectories(tmp_path, 0)
+    assert t["groupdro"]["noisy_xquad"] == {"proxy_loss": 2.5, "reference_loss": None, "measurement": 2.5,
+                                            "first": 0.5, "last": 0.6}
+    assert t["infdds"]["noisy_xquad"] == {"rewards": -0.01, "first": 0.5, "last": 0.4}
+    cell = {**_cell({"uniform": 0.0, "audit": 0.01, "dev-selected": 0.01, "oracle": 0.02}), "trajectories": t}
+    text = sr.report({"preset": "cpu", "settings": {}, "cells": {"noisy/0": cell}})
+    assert "| noisy | groupdro | 2.5 / 0.75 | – | 2.5 / 0.75 | 0.5000 → 0.6000 |" in text
+    assert "| noisy | infdds | – | – | -0.01 / 0.02 | 0.5000 → 0.4000 |" in text
