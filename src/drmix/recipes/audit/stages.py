@@ -3,6 +3,7 @@ short run, the stage-1 runs and the dev evaluation. Reuse, resume, refusal of ch
 (``provenance.json``) are the stage runner's, the same as every recipe's."""
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -62,8 +63,6 @@ def _probe(config: AuditConfig, plan: AuditPlan):
 
 def probed(folder: Path) -> bool:
     """Whether the whole-mixture run in ``folder`` finished with its probe's measurements."""
-    import json
-
     if not run_finished(folder):
         return False
     try:
@@ -80,22 +79,58 @@ def probe_work(config: AuditConfig, plan: AuditPlan) -> float:
     return len(plan.probe_points) * per_point
 
 
+def mined_key(spec: Any, miner: str | None, fmt: str, columns: Any) -> str | None:
+    """The cache key of a collection's mined copy: the collection file's content, the miner's (a local folder's
+    content; its name otherwise), the number of negatives and the mining rule; None when the collection is not one
+    local file (nothing to fingerprint)."""
+    import hashlib
+    import json
+
+    from drmix.config import CollectionSpec
+    from drmix.evaluation.suite import model_stamp
+    from drmix.provenance import file_fingerprint
+    from drmix.recipes.optimize import STAGE1_NEGATIVES
+
+    path = Path(spec.path if isinstance(spec, CollectionSpec) else str(spec)).expanduser()
+    if not path.is_file():
+        return None
+    record = {"data": file_fingerprint(path)["digest"], "spec": spec.model_dump() if isinstance(spec, CollectionSpec)
+              else None, "format": fmt, "columns": columns, "miner": model_stamp(miner) or miner,
+              "negatives": STAGE1_NEGATIVES, "window": "1:30", "max_score_ratio": 0.95, "version": 1}
+    return hashlib.blake2b(json.dumps(record, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+
+
 def mine_negatives(config: AuditConfig, plan: AuditPlan) -> dict[str, Any]:
     """Top every collection that has fewer than seven hard negatives up to seven (drmix's miner, as stage 1 does
-    it) and write it to ``negatives/<slug>.jsonl`` (same name, same rows); ``negatives.json`` records the counts."""
+    it) and write it to ``negatives/<slug>.jsonl`` (same name, same rows); ``negatives.json`` records the counts.
+    A collection mined before from the same file by the same miner is taken from drmix's cache
+    (``DRMIX_CACHE/mined/``, keyed by :func:`mined_key`), so audits of the same collections mine them once."""
+    import shutil
+
     from drmix.data.collections import load_collections
-    from drmix.io import atomic_write_json, write_jsonl_atomic
+    from drmix.io import atomic_write_json, cache_root, cache_writes, write_jsonl_atomic
     from drmix.recipes.optimize import STAGE1_NEGATIVES, mine_missing_negatives
 
-    short = [s for s in plan.sources if s.short]
-    d = config.data
-    cols = load_collections([s.spec for s in short], format=d.format, columns=d.columns) if short else []
-    report = mine_missing_negatives(cols, STAGE1_NEGATIVES, model=config.audit.stage1_miner)
-    paths = mined_paths(plan)
+    d, paths, report = config.data, mined_paths(plan), {}
     plan.negatives_dir.mkdir(parents=True, exist_ok=True)
-    for c in cols:
-        write_jsonl_atomic(paths[c.name], [{"query": q, "positives": p, "negatives": n} for q, p, n in
-                                           zip(c.dataset["query"], c.dataset["positives"], c.dataset["negatives"])])
+    cache = cache_root() / "mined"
+    for s in (x for x in plan.sources if x.short):
+        key = mined_key(s.spec, config.audit.stage1_miner, d.format, d.columns)
+        hit = cache / f"{key}.jsonl" if key else None
+        if hit is not None and hit.is_file() and (cache / f"{key}.json").is_file():
+            shutil.copyfile(hit, paths[s.name])
+            report[s.name] = json.loads((cache / f"{key}.json").read_text(encoding="utf-8"))
+            continue
+        (c,) = load_collections([s.spec], format=d.format, columns=d.columns)
+        report.update(mine_missing_negatives([c], STAGE1_NEGATIVES, model=config.audit.stage1_miner))
+        rows = [{"query": q, "positives": p, "negatives": n} for q, p, n in
+                zip(c.dataset["query"], c.dataset["positives"], c.dataset["negatives"])]
+        write_jsonl_atomic(paths[s.name], rows)
+        if key is not None:
+            with cache_writes(also="or pass --stage1-fill-negatives random"):
+                cache.mkdir(parents=True, exist_ok=True)
+                write_jsonl_atomic(hit, rows)
+                atomic_write_json(cache / f"{key}.json", report[s.name])
     atomic_write_json(plan.negatives_dir / "negatives.json", {"num_negatives": STAGE1_NEGATIVES, "rule": "mine",
                                                               "collections": report})
     return report
