@@ -17,7 +17,7 @@ import numpy as np
 TARGETS = ("scifact", "nfcorpus")
 SCENARIOS = ("clean", "noisy", "offtask", "flood")
 BAD = {"noisy": "noisy_xquad", "offtask": "xquad_answers", "flood": "flood_walmart_amazon"}
-ABOUT = {"clean": "the six sources alone (the control)",
+ABOUT = {"clean": "the six sources alone, the control",
          "noisy": "noisy_xquad, a copy of XQuAD with half its positives shuffled",
          "offtask": "xquad_answers, XQuAD's questions paired with their answer strings",
          "flood": "flood_walmart_amazon, Walmart-Amazon repeated to 10x the largest other collection"}
@@ -130,6 +130,8 @@ def audit_table(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
 
 
 def weights_table(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
+    if not any(s in BAD for s in by_scenario):
+        return []
     lines = ["Weight on the harmful set (mean over seeds; the uniform share is 1/7 = 0.1429; Inf-DDS: its mean "
              "policy over the run; ↑ above uniform).", "",
              "| scenario | " + " | ".join(WEIGHT_ARMS) + " |", "|---|" + "---:|" * len(WEIGHT_ARMS)]
@@ -206,16 +208,17 @@ def goals(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
     named = sum(1 for a in harmful if a["verdicts"][a["harmful"]] != "keep")
     dropped = sum(1 for a in harmful if a["verdicts"][a["harmful"]] == "drop")
     runs = [c["audit"] for cells in by_scenario.values() for c in cells.values()]
-    lines += ["", f"The audit's verdict named the harmful set (drop or down-weight) in {named} of {len(harmful)} harmful "
-                  f"runs ({dropped} drop), against the goal of at least {NAMED:.0%} "
-                  f"({'met' if harmful and named / len(harmful) >= NAMED - 1e-9 else 'missed'})."]
+    if harmful:
+        lines += ["", f"The audit's verdict named the harmful set (drop or down-weight) in {named} of {len(harmful)} "
+                      f"harmful runs ({dropped} drop), against the goal of at least {NAMED:.0%} "
+                      f"({'met' if named / len(harmful) >= NAMED - 1e-9 else 'missed'})."]
     taus = {s: [a["agreement"][s]["tau"] for a in runs if s in a["agreement"] and math.isfinite(a["agreement"][s]["tau"])]
             for s in SIGNAL_NAMES}
     parts = [f"{SIGNAL_NAMES[s]} {np.mean(t):+.2f} (at least 0.5 in {sum(x >= TAU for x in t)} of {len(t)})"
              for s, t in taus.items() if t]
     if parts:
         best = max((s for s in taus if taus[s]), key=lambda s: np.mean(taus[s]))
-        lines.append(f"Kendall's tau against leave-one-out, mean over the {len(runs)} runs: " + "; ".join(parts)
+        lines.append(("" if harmful else "\n") + f"Kendall's tau against leave-one-out, mean over the {len(runs)} runs: " + "; ".join(parts)
                      + f". The goal, tau ≥ 0.5, is {'met' if np.mean(taus[best]) >= TAU else 'missed'} on average by "
                        f"the best signal ({SIGNAL_NAMES[best]}).")
     return lines
@@ -231,7 +234,8 @@ def report(stored: dict) -> str:
              "and NFCorpus test splits (never trained on, read only by this evaluation).", ""]
     for scenario, cells in by_scenario.items():
         lines += scenario_table(scenario, cells) + [""]
-    lines += audit_table(by_scenario) + [""] + weights_table(by_scenario) + [""]
+    weights = weights_table(by_scenario)
+    lines += audit_table(by_scenario) + [""] + (weights + [""] if weights else [])
     trajectory = trajectory_table(by_scenario)
     lines += (trajectory + [""] if len(trajectory) > 4 else []) + goals(by_scenario)
     return "\n".join(lines) + "\n"
