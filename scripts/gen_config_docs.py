@@ -16,7 +16,9 @@ Generated from the config classes by `scripts/gen_config_docs.py`.
 
 A configuration is made of **parts**: typed groups of fields (`model`, `data`, `contrastive`, `mixture`,
 `optim`, `eval`, `run`, and a recipe's own parts), plus the option mappings of the strategies (`dro`,
-`influence`, `idro`, `strategy_options`). A YAML file writes the parts as mappings:
+`influence`, `idro`, `strategy_options`), each checked by the options model its strategy registers. A recipe's
+config carries only the training fields and option mappings its stages read: the others are listed under each
+recipe below, with why, and given a value they are refused in one line. A YAML file writes the parts as mappings:
 
 ```yaml
 # train.yaml
@@ -62,6 +64,16 @@ def table(cls, title: str, *, only: set[str] | None = None, fields: set[str] | N
     return "\n".join(lines) + "\n"
 
 
+def left_out_table(cls) -> str:
+    """The rows of the TrainConfig fields ``cls`` leaves out: why its stages never read them, and what to do."""
+    lines = [f"Training fields `{cls.command}` does not take (its stages never read them; given a value, each is "
+             "refused in one line):", "", "| flag | field | why | instead |", "|---|---|---|---|"]
+    for flat in cls.left_out_fields():
+        why, fix = (" ".join(t.split()).replace("|", "\\|") for t in cls.left_out[flat])
+        lines.append(f"| `--{flat.replace('_', '-')}` | `{flat}` | {why} | {fix} |")
+    return "\n".join(lines) + "\n"
+
+
 def changed_fields(cls, base) -> set[str]:
     """The flat names of the fields ``cls`` adds to ``base`` or declares with another default or description (a
     recipe's own parts, and what its variants of the shared parts change)."""
@@ -82,23 +94,27 @@ def render() -> str:
     parts = [HEADER,
              table(TrainConfig, "`drmix train`, `drmix mixture optimize` (TrainConfig)"),
              "A recipe's config (`RecipeConfig`) is composed of the fine-tuning parts of `TrainConfig` (every training "
-             "stage's config is composed from them), the recipe's output folder and the final evaluation below, and "
-             "the recipe's own parts; the tables after it list each recipe's own fields and every default it "
-             "changes.\n",
+             "stage's config is composed from them) less the fields its stages never read, the option mappings of the "
+             "strategies its stages run, the recipe's output folder and the final evaluation below, and the recipe's "
+             "own parts; the tables after it list each recipe's own fields, every default it changes and the "
+             "training fields it does not take. A stage's overrides (`--stage1 KEY=VALUE`, `--coco KEY=VALUE`) and the "
+             "strategies' options are checked by their typed models when the config is read.\n",
              table(RecipeConfig, "Every recipe (`drmix pipeline tdro`, `coco`, `drama`): output folder and final "
                                  "evaluation", fields=changed_fields(RecipeConfig, TrainConfig)),
              table(PipelineConfig, "`drmix pipeline tdro`: its own parts",
-                   fields=changed_fields(PipelineConfig, RecipeConfig)),
+                   fields=changed_fields(PipelineConfig, RecipeConfig)), left_out_table(PipelineConfig),
              table(CocoPipelineConfig, "`drmix pipeline coco`: its own parts",
-                   fields=changed_fields(CocoPipelineConfig, RecipeConfig)),
+                   fields=changed_fields(CocoPipelineConfig, RecipeConfig)), left_out_table(CocoPipelineConfig),
              table(DramaConfig, "`drmix pipeline drama`: its own parts", fields=changed_fields(DramaConfig, RecipeConfig)),
+             left_out_table(DramaConfig),
              table(AdaptConfig, "`drmix adapt`: its own parts (its training parts are TrainConfig's, without "
                                 "`mixture`: the candidates set it)",
                    only={"eval", "run", "target", "synthetic", "stages", "search", "labels", "dro", "influence"}),
-             table(AuditConfig, "`drmix mixture audit`: its own parts (its training parts are TrainConfig's; "
-                                "`--max-steps`, `--mixture`, `--strategy`, `--weights-file`, `--transfer`, "
-                                "`--reference-model` and `--batching` are set by the audit)",
+             left_out_table(AdaptConfig),
+             table(AuditConfig, "`drmix mixture audit`: its own parts (its training parts are TrainConfig's less the "
+                                "fields below, which the audit sets itself)",
                    fields=changed_fields(AuditConfig, TrainConfig)),
+             left_out_table(AuditConfig),
              table(CocoConfig, "`drmix pretrain coco` (CocoConfig): its own parts", only={"optim", "run", "coco"})]
     return "\n".join(parts)
 

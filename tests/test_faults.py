@@ -500,6 +500,60 @@ def test_sigterm_during_training_names_the_checkpoint_and_exits_143(tmp_path, ti
     assert "terminated (SIGTERM): the last checkpoint is" in err and "--resume" in err and "Traceback" not in err
 
 
+SHUTDOWN = textwrap.dedent("""
+    import atexit, pathlib, sys, time
+    exiting = pathlib.Path(sys.argv[1])
+    def slow_exit_hook():   # a library's exit hook that takes its time (Milvus Lite stopping its server)
+        exiting.write_text("exiting")
+        time.sleep(120)
+    atexit.register(slow_exit_hook)
+    sys.argv = ["drmix", "--version"]
+    from drmix.cli import main
+    main()
+    """)
+
+
+def test_sigterm_while_the_process_shuts_down_ends_it_without_a_traceback(tmp_path):
+    """The command is over and the interpreter runs its exit hooks: a SIGTERM then (a scheduler's, or the launcher
+    stopping the other ranks) ends the process with 143 and what it printed, not a KeyboardInterrupt traceback
+    from inside a hook."""
+    from loopback_llm import wait_until
+
+    exiting = tmp_path / "exiting"
+    proc = subprocess.Popen([sys.executable, "-c", SHUTDOWN, str(exiting)], env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: exiting.exists() or proc.poll() is not None, 120)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert out.startswith("drmix ")   # what the command printed is kept
+
+
+def test_a_failing_command_under_torchrun_shows_drmixs_line_and_the_launcher_quotes_it(tmp_path):
+    """Two gloo processes of a command that fails: each prints drmix's one line; torchrun's own ChildFailedError
+    report (printed by the launcher, which drmix does not run) names the root cause with that line, not a link
+    to "enable traceback", and no traceback of drmix's code appears."""
+    corpus = tmp_path / "absent.jsonl"
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "drmix", "index", "--corpus", str(corpus), "--output", str(tmp_path / "ix")],
+                       env={**_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert r.returncode != 0
+    err = r.stderr
+    lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert lines and all(f"{corpus}: corpus file not found" in ln for ln in lines), err[-3000:]
+    root_cause = err.split("Root Cause", 1)[1]
+    assert f"DataError: {corpus}: corpus file not found" in " ".join(root_cause.split()), err[-3000:]
+    assert "To enable traceback" not in err
+    package = str(Path(__import__("drmix").__file__).resolve().parent)
+    assert f'File "{package}' not in err, err[-3000:]    # the only traceback is torchrun's own
+    assert not (tmp_path / "ix").exists() and not (tmp_path / "ix.shards").exists()
+
+
 # -- TensorBoard after a resume -------------------------------------------------------------------------------
 @pytest.mark.parametrize("save_every,kill_after", [(2, 3), (3, 5)])
 def test_tensorboard_after_resume_shows_each_step_once(tmp_path, tiny_model_path, save_every, kill_after):

@@ -208,6 +208,26 @@ def test_a_new_or_empty_output_is_created_and_an_own_one_follows_the_kinds_polic
     assert claim_output(run, "train", resume=True) == run and claim_output(run, "train", overwrite=True) == run
 
 
+def test_an_interrupted_output_of_the_kinds_own_names_and_a_lock_are_taken_up_again(tmp_path):
+    """A sharded drmix eval killed before eval.json leaves OUT/shards only (its own names, no marker): the same
+    command continues it, with or without --overwrite; drmix's lock file (a run holding the folder) is no content
+    either. A file of the user's beside them is still refused by name."""
+    out = tmp_path / "ev"
+    (out / "shards" / "0123456789abcdef").mkdir(parents=True)
+    (out / "shards" / "0123456789abcdef" / "shards.json").write_text('{"corpus_fingerprint": "0a"}')
+    assert claim_output(out, "eval") == out and claim_output(out, "eval", overwrite=True) == out
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / ".drmix.lock").write_text('{"pid": 1}')
+    assert claim_output(locked, "shards") == locked and claim_output(locked, "index") == locked
+    (out / "notes.txt").write_text("mine")
+    assert _claim_error(out, "eval").message.startswith("the output folder holds files drmix did not write: notes.txt;")
+    run = tmp_path / "run"                                        # a kind writing any name: still refused
+    run.mkdir()
+    (run / "notes.txt").write_text("mine")
+    assert _claim_error(run, "train").message.startswith("the output folder holds files drmix did not write")
+
+
 def test_foreign_content_is_refused_with_what_is_there(tmp_path):
     user = tmp_path / "user"
     user.mkdir()

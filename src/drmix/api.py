@@ -8,7 +8,7 @@ sentence-transformers evaluators (``evaluator=``) and a sentence-transformers lo
 neither."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,36 +45,79 @@ def _model_record(config: TrainConfig, model: Any) -> TrainConfig:
     return config.replace(model=str(path)) if path and Path(str(path)).is_dir() else config
 
 
-def train(config: TrainConfig, *, strategy: Any = None, objective: Any = None,
+def _evaluators(config: TrainConfig, evaluator: Any) -> tuple[TrainConfig, list[Any]]:
+    """``evaluator=``: objects (sentence-transformers evaluators: callables), and names as ``--evaluator`` takes
+    them (``"nanobeir"``, ``"nanobeir:nfcorpus"``), which go to the config's ``evaluator`` and are checked with it."""
+    from drmix.errors import wrong_argument
+    from drmix.train.arguments import as_list
+
+    names, objects = [], []
+    for i, e in enumerate(as_list(evaluator, lambda v: isinstance(v, str) or callable(v))):
+        if isinstance(e, str):
+            names.append(e)
+        elif callable(e) and not isinstance(e, type):
+            objects.append(e)
+        else:
+            raise wrong_argument("drmix.train", "evaluator" if evaluator is e else f"evaluator[{i}]", e,
+                                "a sentence-transformers evaluator instance or an evaluator name ('nanobeir')",
+                                fix="pass InformationRetrievalEvaluator(...) (an instance, not the class), a list of "
+                                    "them, or 'nanobeir[:NAME,NAME]'; BEIR folders go to the config's eval_data.")
+    return (config.replace(evaluator=[*config.eval.evaluator, *names]) if names else config), objects
+
+
+def _loss_objective(config: TrainConfig, loss: Any, objective: Any, strategy: Any) -> tuple[TrainConfig, Any]:
+    """``loss=``: a registered loss's name (the config's ``loss``) or a sentence-transformers loss module."""
+    import torch
+
+    from drmix.errors import ConfigError, wrong_argument
+
+    if loss is None:
+        return config, objective
+    if isinstance(loss, str):
+        return config.replace(loss=loss), objective
+    if not isinstance(loss, torch.nn.Module):
+        raise wrong_argument("drmix.train", "loss", loss, "a sentence-transformers loss module or a loss name",
+                            fix="pass MultipleNegativesRankingLoss(model) or a name such as 'mnrl' or 'infonce'.")
+    if objective is not None:
+        raise ConfigError("both loss= and objective= were given.", fix="pass one of them.")
+    from drmix.train.st_losses import objective_from_loss
+
+    return config, objective_from_loss(loss, config, strategy)
+
+
+def train(config: TrainConfig | Mapping[str, Any] | str | Path, *, strategy: Any = None, objective: Any = None,
           callbacks: Sequence[Callable[..., None]] = (), listeners: Sequence[Listener] = (),
           model: Any = None, train_dataset: Any = None, evaluator: Any = None, loss: Any = None,
           report: bool = True, **kwargs: Any) -> TrainResult:
-    """Train a model as ``config`` says (see :class:`~drmix.train.trainer.Trainer`).
+    """Train a model as ``config`` says (see :class:`~drmix.train.trainer.Trainer`). Every argument's type is
+    checked before anything loads (:mod:`drmix.train.arguments`): a wrong one is an
+    :class:`~drmix.errors.ArgumentError` (a ``TypeError`` too) naming it and the fix.
 
     Args:
-        model: a loaded ``SentenceTransformer`` to train (instead of ``config.model``).
+        config: a :class:`~drmix.config.TrainConfig`, a mapping of its fields (validated into one) or the path of
+            a YAML config file.
+        model: a loaded ``SentenceTransformer`` to train, or a model folder / Hub id (instead of ``config.model``).
         train_dataset: a ``datasets.Dataset``, ``DatasetDict`` or ``{name: Dataset}`` in any row layout drmix
             reads -- one training collection per dataset (instead of ``config.data``).
-        evaluator: a sentence-transformers evaluator (e.g. ``InformationRetrievalEvaluator``) or a list of them,
-            run every ``eval_every`` steps and at the end; scores in ``metrics.jsonl``, the report and the card.
+        evaluator: a sentence-transformers evaluator (e.g. ``InformationRetrievalEvaluator``), an evaluator name
+            as ``--evaluator`` takes it (``"nanobeir"``) or a list of them, run every ``eval_every`` steps and at
+            the end; scores in ``metrics.jsonl``, the report and the card.
         loss: a sentence-transformers loss module (``MultipleNegativesRankingLoss(model)``, ...) or the name of
             a registered loss (``"mnrl"``), instead of ``config.contrastive.loss``.
         listeners: added after the default ones; ``callbacks`` (callables or ``transformers.TrainerCallback``
             objects) after those.
         report: write the model card and ``report.html`` at the end (a recipe's many short runs skip them).
     """
+    from drmix.train import arguments as args
     from drmix.train.trainer import Trainer
 
-    if isinstance(loss, str):
-        config = config.replace(loss=loss)
-    elif loss is not None:
-        if objective is not None:
-            from drmix.errors import ConfigError
-
-            raise ConfigError("both loss= and objective= were given.", fix="pass one of them.")
-        from drmix.train.st_losses import objective_from_loss
-
-        objective = objective_from_loss(loss, config, strategy)
+    config = args.train_config(config, "drmix.train")
+    config, model = args.model_argument(config, model, "drmix.train")
+    callbacks = args.callback_list(callbacks, "drmix.train")
+    listeners = args.listener_list(listeners, "drmix.train")
+    args.check_parts("drmix.train", strategy=strategy, objective=objective, collections=kwargs.get("collections"))
+    config, evaluators = _evaluators(config, evaluator)
+    config, objective = _loss_objective(config, loss, objective, strategy)
     config = _model_record(config, model)
     if train_dataset is not None:
         from drmix.data.formats import reading_scored_pairs
@@ -86,6 +129,5 @@ def train(config: TrainConfig, *, strategy: Any = None, objective: Any = None,
                                                               columns=config.data.columns)
     if model is not None:
         kwargs["model"] = model
-    evaluators = [] if evaluator is None else list(evaluator) if isinstance(evaluator, (list, tuple)) else [evaluator]
     return Trainer(config, strategy=strategy, objective=objective, callbacks=callbacks,
                    listeners=[*default_listeners(config, evaluators, report=report), *listeners], **kwargs).train()

@@ -50,3 +50,47 @@ class CheckpointError(DrmixError):
 
 class DiskFullError(DrmixError):
     """The filesystem (or the file size limit, ``ulimit -f``) had no room for an output; nothing was replaced."""
+
+
+class ArgumentError(ConfigError, TypeError):
+    """A Python API argument of a type the function cannot use (``drmix.train(config, model=123)``), refused
+    before anything loads (made by :func:`wrong_argument`). Also a ``TypeError``, what Python code catches for a
+    wrong type."""
+
+
+def wrong_argument(where: str, argument: str, value: object, expected: str, *, fix: str) -> ArgumentError:
+    """The error for ``where(argument=value)``: the function, the argument, what it got and the fix."""
+    return ArgumentError(f"{where}({argument}=...) must be {expected}, not {describe(value)}.", fix=fix)
+
+
+def describe(value: object) -> str:
+    """A value as an error shows it: its type and a shortened repr (``int 123``, ``str 'model'``)."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring, short.maxother, short.maxlist, short.maxdict = 40, 40, 4, 3
+    return f"{type(value).__name__} {short.repr(value)}"
+
+
+def path_argument(where: str, argument: str, value: object, *, fix: str) -> Path:
+    """``value`` as a :class:`~pathlib.Path` when it is a ``str`` or ``os.PathLike``, else :func:`wrong_argument`."""
+    import os
+
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    raise wrong_argument(where, argument, value, "a path (str or os.PathLike)", fix=fix)
+
+
+def path_list(where: str, argument: str, value: object, *, fix: str) -> list:
+    """One path or an iterable of them as a list of the paths as given (a single ``str`` is one path, never its
+    characters); anything else is :func:`wrong_argument`."""
+    import os
+
+    if isinstance(value, (str, os.PathLike)):
+        return [value]
+    if isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
+        raise wrong_argument(where, argument, value, "a path or a list of paths", fix=fix)
+    items = list(value)
+    for i, v in enumerate(items):
+        path_argument(where, f"{argument}[{i}]", v, fix=fix)
+    return items

@@ -124,11 +124,12 @@ def try_lock(lock: str | Path) -> dict[str, Any] | None:
                          fix="retry; if no run is active, delete the lock file.")
 
 
-def acquire(out_dir: str | Path) -> Path:
-    """Create ``out_dir/.drmix.lock`` for this process, taking over a stale one; return its path."""
+def acquire(out_dir: str | Path, *, flag: str = "--output-dir") -> Path:
+    """Create ``out_dir/.drmix.lock`` for this process, taking over a stale one; return its path. ``flag``: the
+    option that names the output, in the errors' fixes."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError("--output-dir is a file.", path=out, fix="choose a folder for --output-dir.")
+        raise ConfigError(f"{flag} is a file.", path=out, fix=f"choose a folder for {flag}.")
     with writable(out):
         out.mkdir(parents=True, exist_ok=True)
     lock = out / LOCK_NAME
@@ -137,7 +138,7 @@ def acquire(out_dir: str | Path) -> Path:
         return lock
     who = f"process {owner.get('pid', '?')} on host {owner.get('host', '?')} (since {owner.get('started', '?')})"
     raise RunLockedError(f"another run is writing to this output directory: {who}.", path=out,
-                         fix=f"wait for it to end or choose another --output-dir; if it is known to have "
+                         fix=f"wait for it to end or choose another {flag}; if it is known to have "
                              f"ended, delete {lock}.")
 
 
@@ -150,16 +151,23 @@ def release(lock: Path) -> None:
 
 
 @contextlib.contextmanager
-def run_lock(out_dir: str | Path, *, enabled: bool = True) -> Iterator[Path | None]:
-    """Hold the output directory's lock for the block (no-op when ``enabled`` is false: non-main ranks)."""
+def run_lock(out_dir: str | Path, *, enabled: bool = True, flag: str = "--output-dir") -> Iterator[Path | None]:
+    """Hold the output directory's lock for the block (no-op when ``enabled`` is false: non-main ranks); a folder
+    the lock created is removed again when the block leaves it empty (a refused run creates nothing). ``flag``:
+    the option naming the output, in the errors' fixes. Also the lock of a sharded run's shard folder (one run at
+    a time into an output: :mod:`drmix.retrieval.build`, :mod:`drmix.cli.sharded`)."""
     if not enabled:
         yield None
         return
-    lock = acquire(out_dir)
+    made = not Path(out_dir).exists()
+    lock = acquire(out_dir, flag=flag)
     try:
         yield lock
     finally:
         release(lock)
+        if made:
+            with contextlib.suppress(OSError):
+                Path(out_dir).rmdir()  # only when empty
 
 
 @contextlib.contextmanager

@@ -8,7 +8,9 @@ starts. The contract, in one place (docs/outputs.md has it per command):
   as the kind's ``existing`` policy says and the command documents: ``replace`` (replaced without a flag:
   an index, a benchmark build), ``continue`` (continued without a flag: the recipes skip finished stages),
   ``resume`` (continued only with ``--resume``; the trainer's own checks apply), ``overwrite`` (replaced
-  only with ``--overwrite``);
+  only with ``--overwrite``); a folder holding only the command's own working folders, before its marker is
+  written (``shards/`` of a sharded ``drmix eval`` that was killed), is its interrupted output and is continued;
+  drmix's lock file (:mod:`drmix.lock`: a run holding the folder) is never content;
 * anything else is **refused with the reason and the flag**, before any work starts: a user's file where
   a folder is written (or a folder where a file is written), a folder with content the command did not
   write (a whole-folder output may replace it with ``--overwrite``: the user asked), an existing file
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Literal
 
 from drmix.errors import ConfigError
+from drmix.lock import LOCK_NAME
 
 
 def _json_has(name: str, key: str, value_prefix: str | None = None) -> Callable[[Path], bool]:
@@ -49,6 +52,33 @@ def _json_has(name: str, key: str, value_prefix: str | None = None) -> Callable[
             return False
         return value_prefix is None or str(obj[key]).startswith(value_prefix)
     return check
+
+
+#: the files of an index folder written before its meta.json recorded them (memory and faiss-disk)
+INDEX_FILES = ("index.faiss", "vectors.npy", "ids.json", "meta.json", "docs.jsonl", "docs.offsets.npy",
+               "lists.ivfdata", "vectors.f32")
+
+
+def _recorded_index_files(folder: Path) -> tuple[str, ...]:
+    """The files an index's ``meta.json`` records (``files``: every folder backend's build writes the record,
+    drmix.retrieval.backends.folder); empty for an index written before that record."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    files = meta.get("files") if isinstance(meta, dict) else None
+    return tuple(n for n in files if isinstance(n, str) and "/" not in n) if isinstance(files, dict) else ()
+
+
+def _index_files(folder: Path) -> tuple[str, ...]:
+    recorded = _recorded_index_files(folder)
+    return ("meta.json", *recorded) if recorded else INDEX_FILES
+
+
+def _is_index(folder: Path) -> bool:
+    return _json_has("meta.json", "format_version")(folder) and (
+        (folder / "index.faiss").is_file() or (folder / "vectors.npy").is_file()
+        or bool(_recorded_index_files(folder)))
 
 
 def _multicorpus_files(folder: Path) -> tuple[str, ...]:
@@ -125,10 +155,7 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
                _json_has("shards.json", "corpus_fingerprint"),
                ("shards.json", "rank-*-of-*.npy", "rank-*-of-*.json", ".rank-*-of-*.*.tmp", ".shards.json.*.tmp")),
     OutputKind("index", "an index written by drmix index (vectors.npy or index.faiss, meta.json)", "folder", "replace",
-               lambda d: ((d / "index.faiss").is_file() or (d / "vectors.npy").is_file())
-               and _json_has("meta.json", "format_version")(d),
-               ("index.faiss", "vectors.npy", "ids.json", "meta.json", "docs.jsonl", "docs.offsets.npy",
-                "lists.ivfdata", "vectors.f32")),  # the last two: faiss-disk (drmix.retrieval.backends.faiss_disk)
+               _is_index, INDEX_FILES, own=_index_files),
     OutputKind("multicorpus", "a benchmark written by drmix multicorpus build (manifest.json)", "folder", "replace",
                _json_has("manifest.json", "format", "drmix-multicorpus"), own=_multicorpus_files),
     OutputKind("localdocs", "collections written by drmix localdocs build (train/, stats.json)", "folder", "replace",
@@ -191,8 +218,8 @@ def _foreign(folder: Path, kind: OutputKind) -> list[str]:
     nested = [p for p in patterns if "/" in p]
     out: list[str] = []
     for entry in sorted(folder.iterdir()):
-        if any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
-            continue
+        if entry.name.startswith(LOCK_NAME) or any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
+            continue  # drmix's lock (and its temporary) is no content: a run holding the folder (drmix.lock)
         inner = [p for p in nested if fnmatch.fnmatchcase(entry.name, p.split("/", 1)[0])]
         if not inner or entry.is_symlink() or not entry.is_dir():
             out.append(entry.name + ("/" if entry.is_dir() else ""))
@@ -254,11 +281,11 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
     if not path.exists():
         return path
     try:
-        empty = not any(path.iterdir())
+        entries = [p for p in path.iterdir() if not p.name.startswith(LOCK_NAME)]  # a lock is no content
     except PermissionError:
         raise ConfigError("the output folder cannot be read.", path=path,
                           fix="check its permissions or choose another folder.") from None
-    if empty:
+    if not entries:
         return path
     foreign = _foreign(path, k)
     if k.marker(path) and not foreign:
@@ -272,6 +299,8 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
                           fix=f"pass {flag} to replace it, or choose another folder.")
     if k.layout == "folder" and overwrite:
         return path
+    if k.layout == "files" and not foreign and k.names != ("*",) and all(p.is_dir() for p in entries):
+        return path  # only the command's own working folders (eval's shards/), no marker yet: an interrupted run
     shown = (": " + ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")) if foreign else ""
     if k.layout == "folder":
         raise ConfigError(f"the output folder is not empty and does not hold {k.what}{shown}.", path=path,

@@ -13,7 +13,8 @@ def test_every_command_module_is_a_listed_area_in_help_order():
     modules = {f"drmix.cli.{m.name}" for m in pkgutil.iter_modules(cli.__path__)}
     helpers = {"drmix.cli.areas", "drmix.cli.options", "drmix.cli.__main__",
                "drmix.cli.train_flags",   # shared helpers, and drmix train's flag aliases and argv checks
-               "drmix.cli.encoding", "drmix.cli.sharded"}   # the retrieval area's shared options and torchrun side
+               "drmix.cli.encoding", "drmix.cli.sharded",   # the retrieval area's shared options and torchrun side
+               "drmix.cli.backend_flags"}                  # and the index backends' choices and flags
     assert set(BUILTIN) == modules - helpers
     assert [a.register.__module__ for a in AREAS] == list(BUILTIN)  # cli.train imports cli.report first: order kept
     assert [a.name for a in AREAS][:3] == ["train", "retrieval", "demo"]

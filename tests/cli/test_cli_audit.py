@@ -39,7 +39,9 @@ def test_estimate_prints_every_run_and_writes_nothing(inputs, tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-steps", "50"], "--max-steps is set by drmix mixture audit itself"),
+    (["--max-steps", "50"], "--max-steps (max_steps) is not used by drmix mixture audit"),
+    (["--eval-data", "x"], "--eval-data (eval_data) is not used by drmix mixture audit"),
+    (["--dro", "lrr=1"], "invalid dro option"),
     (["--signals", "loudness"], "unknown signal 'loudness'"),
     (["--dev-split", "test"], "no qrels/test.tsv"),
     (["--budget-steps", "0"], "budget_steps"),

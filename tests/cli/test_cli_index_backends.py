@@ -59,6 +59,7 @@ def test_milvus_flat_index_searches_and_scores_as_exact_search(app, toy, tiny_mo
     exact = _eval(app, ["--model", tiny_model_path, "--data", str(data)], tmp_path / "b")
     assert via_index["results"]["toy"] == pytest.approx(exact["results"]["toy"], abs=1e-6)
     assert via_index["info"]["toy"]["backend"] == "milvus" and via_index["info"]["toy"]["kind"] == "flat"
+    assert via_index["info"]["toy"]["judged_not_indexed"] == 0              # every judged passage found there
 
 
 def test_faiss_disk_ivf_probing_every_list_scores_as_exact_search(app, toy, tiny_model_path, tmp_path):
@@ -112,6 +113,7 @@ def test_an_existing_collection_is_refused_before_encoding(app, toy, tiny_model_
         encoder.load_encoder = real
     assert isinstance(result.exception, ConfigError)
     assert "collection toy already exists" in str(result.exception) and "121 passages" in str(result.exception)
+    assert f"this build is model {tiny_model_path}." in str(result.exception)    # no dimension yet: none shown
     _ok(app, [*args, "--overwrite", "--kind", "hnsw"])
     out = _eval(app, ["--index", db, "--data", str(data)], tmp_path / "e")
     assert out["info"]["toy"]["kind"] == "hnsw"
@@ -120,8 +122,8 @@ def test_an_existing_collection_is_refused_before_encoding(app, toy, tiny_model_
 @pytest.mark.parametrize("args,message", [
     (["--backend", "milvus"], "give --uri"),
     (["--backend", "faiss-disk", "--uri", "x.db"], "give --output DIR"),
-    (["--uri", "x.db"], "the memory backend writes a folder"),
-    (["--output", "OUT", "--kind", "ivf-pq"], "--kind ivf-pq is not a memory index type"),
+    (["--uri", "x.db"], "--backend memory writes a folder: give --output DIR"),
+    (["--output", "OUT", "--kind", "ivf-pq"], "the memory backend has no index kind 'ivf-pq'"),
     (["--backend", "faiss-disk", "--output", "OUT", "--kind", "hnsw"], "no index kind 'hnsw'"),
     (["--backend", "milvus", "--uri", "x.db", "--collection", "9lives"], "not a usable Milvus collection name"),
 ])

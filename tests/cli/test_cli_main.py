@@ -62,3 +62,61 @@ def test_library_settings_wait_for_the_import_without_causing_it():
             "from transformers.utils import logging\nassert not logging.is_progress_bar_enabled()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+# -- what the command writes on stderr around progress bars, and for torchrun's launcher ---------------------------
+def test_the_error_line_starts_on_a_line_of_its_own_after_a_bar_left_open(tmp_path, capsys):
+    """A library's loop that raised (NanoBEIR's loading offline) leaves its bar open; drmix's line follows it on a
+    line of its own, the bar kept as it stopped."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    from cli_helpers import run
+
+    bar = tqdm(total=3, desc="loading datasets", file=sys.stderr)
+    bar.update(1)
+    code, _, err = run(["report", str(tmp_path / "missing")], capsys)
+    assert code == 2
+    before, sep, _ = err.partition("error:")
+    assert sep and before.endswith("\n") and "1/3" in before.rsplit("\r", 1)[-1], repr(err)
+    del bar
+
+
+def test_a_log_record_is_written_between_the_bars_not_after_one(capsys):
+    import logging
+    import sys
+
+    from tqdm.auto import tqdm
+
+    from drmix.cli import _between_bars
+
+    handler = _between_bars(logging.StreamHandler(sys.stderr))
+    bar = tqdm(total=3, desc="encoding", file=sys.stderr)
+    bar.update(1)
+    capsys.readouterr()
+    handler.emit(logging.LogRecord("drmix", logging.WARNING, __file__, 1, "a warning mid-bar", None, None))
+    err = capsys.readouterr().err
+    line = next(seg for seg in err.replace("\r", "\n").split("\n") if "a warning mid-bar" in seg)
+    assert line == "a warning mid-bar", repr(err)          # not after the bar's text
+    assert "encoding" in err.rsplit("a warning mid-bar", 1)[1]   # the bar drawn again below it
+    bar.close()
+
+
+def test_under_torchrun_the_error_file_makes_the_launchers_summary_quote_the_line(tmp_path, capsys, monkeypatch):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from cli_helpers import run
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    code, _, err = run(["report", str(tmp_path / "missing")], capsys)
+    assert code == 2
+    line = " ".join(err.split()).removeprefix("error: ")
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=2, error_file=str(error_file))   # as the agent reads it
+    summary = ChildFailedError("drmix", {0: failure}).format_msg()
+    assert f"ConfigError: {line}" in " ".join(summary.split())
+    assert "To enable traceback" not in summary and "Traceback" not in summary
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE")
+    error_file.unlink()
+    assert run(["report", str(tmp_path / "missing")], capsys)[0] == 2 and not error_file.exists()

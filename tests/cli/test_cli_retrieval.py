@@ -164,3 +164,48 @@ def test_index_and_eval_share_cached_embeddings_and_pass_their_encoding_options(
     result = CliRunner().invoke(app, ["eval", "--data", str(data), "--cache-embeddings", "--tokenize-num-proc", "2"])
     assert result.exit_code == 0, result.output
     assert calls[1:] == [(2, 2)]                                    # only the queries: the corpus came from the cache
+
+
+def test_search_with_output_writes_the_run_and_prints_one_line(app, indexed, tmp_path):
+    """A run of every query goes to the file, and the terminal gets one line saying so (a table of every query was
+    printed as well: 24.9 MB for SciFact's 1,109 queries)."""
+    root, data = indexed
+    for run_format, name in (("trec", "run.trec"), ("jsonl", "run.jsonl")):
+        run = tmp_path / name
+        result = CliRunner().invoke(app, ["search", "--index", str(root / "idx"), "--queries",
+                                          str(data / "queries.jsonl"), "--k", "2", "--format", run_format,
+                                          "--output", str(run)])
+        assert result.exit_code == 0, result.output
+        assert " ".join(result.stdout.split()) == f"wrote 4 hits of 2 queries to {run} ({run_format})"
+        assert len(run.read_text().splitlines()) == (4 if run_format == "trec" else 2)
+
+
+def test_search_a_splits_judged_queries(app, indexed, tmp_path):
+    """--data DIR [--split NAME] searches exactly the queries that split judges, --qrels FILE those a file judges:
+    the run's query ids are the qrels' (what ranx and pytrec_eval require)."""
+    root, _ = indexed
+    queries = {**QUERIES, "q3": "what makes sourdough rise", "q4": "an unjudged query"}
+    data = write_beir(tmp_path / "beir", CORPUS, queries, {"test": QRELS["test"], "dev": {"q3": {"bread": 1}}})
+    runner = CliRunner()
+
+    def searched(*args):
+        run = tmp_path / "run.trec"
+        result = runner.invoke(app, ["search", "--index", str(root / "idx"), *args, "--k", "1", "--format", "trec",
+                                     "--output", str(run), "--overwrite"])
+        assert result.exit_code == 0, result.output
+        return [line.split()[0] for line in run.read_text().splitlines()]
+
+    assert searched("--data", str(data)) == ["q1", "q2"]                         # the test split by default
+    assert searched("--data", str(data), "--split", "dev") == ["q3"]
+    assert searched("--queries", str(data / "queries.jsonl"), "--qrels", str(data / "qrels" / "dev.tsv")) == ["q3"]
+    assert searched("--queries", str(data / "queries.jsonl")) == ["q1", "q2", "q3", "q4"]
+    for args, error, message in (
+            (["--queries", str(data / "queries.jsonl"), "--split", "dev"], ConfigError, "--split names a split"),
+            (["-q", "x", "--qrels", str(data / "qrels" / "dev.tsv")], ConfigError, "--query texts have no ids"),
+            (["--data", str(data), "-q", "x"], ConfigError, "give the queries one way; got --query, --data"),
+            (["--data", str(data), "--split", "train"], DataError, "split 'train' has no qrels file"),
+            (["--queries", str(tmp_path / "q.txt"), "--qrels", str(data / "qrels" / "dev.tsv")], DataError,
+             "the qrels judge 1 queries that are not among the 1 queries given (first: 'q3')")):
+        (tmp_path / "q.txt").write_text("only one\n")
+        result = runner.invoke(app, ["search", "--index", str(root / "idx"), *args])
+        assert isinstance(result.exception, error) and message in str(result.exception), result.output

@@ -206,3 +206,73 @@ def test_two_gloo_processes_stream_their_shards_into_a_milvus_lite_collection(co
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"2 shards in {tmp_path / 'two.db.shards'}" in " ".join(done.stdout.split())
     _same_search(f"{tmp_path / 'one.db'}#toy", f"{tmp_path / 'two.db'}#toy")
+
+
+PAUSED = """
+import os, sys, time
+from pathlib import Path
+import drmix.retrieval.shards as shards
+
+started, go = Path(sys.argv[1]), Path(sys.argv[2])
+encode = shards._encode_range
+
+
+def paused(*args, **kwargs):  # holds the run in the middle of its encoding until the test says go
+    started.write_text(str(os.getpid()))
+    while not go.exists():
+        time.sleep(0.05)
+    return encode(*args, **kwargs)
+
+
+shards._encode_range = paused
+from drmix.cli import main
+main(sys.argv[3:])
+"""
+
+
+@pytest.mark.parametrize("command", ["index", "eval"])
+def test_a_second_sharded_run_into_the_same_output_is_refused_while_the_first_runs(command, corpus, tiny_model_path,
+                                                                                  tmp_path, capsys, monkeypatch):
+    """Two processes at once: the first holds the output (drmix.lock) in the middle of its encoding; the second is
+    refused with one line naming it and writes nothing; the first then finishes with the index / scores of one
+    plain process."""
+    from drmix.data.beir import write_beir
+
+    data = write_beir(tmp_path / "toy", DOCS, {"q1": "word3 word6"}, {"test": {"q1": {"d3": 1}}})
+    out = tmp_path / "out"
+    base = (["index", "--corpus", str(corpus)] if command == "index" else
+            ["eval", "--data", str(data), "--metric", "ndcg@10"]) + ["--model", tiny_model_path]
+    args = [*base, "--output", str(out)]
+    code, _, err = run([*base, "--output", str(tmp_path / "plain")], capsys)   # one plain process
+    assert code == 0, err
+    started, go = tmp_path / "started", tmp_path / "go"
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-c", PAUSED, str(started), str(go), *args], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        from loopback_llm import wait_until
+
+        assert wait_until(lambda: started.exists() or first.poll() is not None, 300), "the first run never started"
+        assert first.poll() is None, first.communicate()[1][-2000:]
+        shard_root = tmp_path / "out.shards" if command == "index" else out / "shards"
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        _launched(monkeypatch)
+        code, _, err = run(args, capsys)
+        assert code == 2, err
+        line = " ".join(err.split())
+        assert f"{shard_root}: another run is writing to this output directory: process {first.pid}" in line
+        assert "Traceback" not in err and err.count("error:") == 1
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+        go.write_text("")
+        _, first_err = first.communicate(timeout=300)
+    finally:
+        go.write_text("")
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, first_err[-2000:]
+    assert not (shard_root / ".drmix.lock").exists()  # released
+    if command == "index":
+        assert (out / "vectors.npy").read_bytes() == (tmp_path / "plain" / "vectors.npy").read_bytes()
+    else:
+        results = [json.loads((d / "eval.json").read_text())["results"] for d in (out, tmp_path / "plain")]
+        assert results[0] == results[1]

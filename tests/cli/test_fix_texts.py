@@ -11,7 +11,8 @@ import typer
 from drmix.cli import app
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "drmix"
-FIX_NAME = re.compile(r"(?:^|_)fix(?:es)?(?:$|_)")  # fix, _SCORES_FIX, STAGE_SET_FIXES; not prefix / suffix
+# fix, _SCORES_FIX, a config's left_out and TDRO_LEFT_OUT ({field: (why, fix)}); not prefix / suffix
+FIX_NAME = re.compile(r"(?:^|_)(?:fix(?:es)?|left_out)(?:$|_)")
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # flags of other tools that fix texts tell users to pass to those tools
 OTHER_TOOLS = {
@@ -63,7 +64,8 @@ def test_the_walk_finds_fix_texts_and_options():
     assert len(texts) > 300
     assert any("--resume" in t for _, _, t in texts)
     assert any("--loss infonce" in t for f, _, t in texts if f == "train/distill.py")    # _SCORES_FIX = ...
-    assert any("--transfers" in t for f, _, t in texts if f == "recipes/tdro.py")        # STAGE_SET_FIXES
+    assert any("--transfers" in t for f, _, t in texts if f == "recipes/tdro.py")        # TDRO_LEFT_OUT
+    assert any("--candidates" in t for f, _, t in texts if f == "recipes/adapt/config.py")  # ADAPT_LEFT_OUT
     opts = _all_options()
     assert {"--output-dir", "--resume", "--max-docs", "--overwrite"} <= opts
     assert "--synthetic-docs" not in opts

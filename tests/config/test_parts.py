@@ -122,8 +122,9 @@ def test_a_part_variant_changes_defaults_and_keeps_bounds_roles_and_validators()
     Run = PipelineRun.variant("Run", output_dir=("runs/x", "Root."))
     assert (Run().output_dir, Run.model_fields["output_dir"].description) == ("runs/x", "Root.")
     assert role_of_field(Run, "output_dir") == OPERATIONAL and Run().overwrite is False
-    with pytest.raises(ValueError, match="resumes each of its stages"):   # PipelineRun's validator is kept
-        Run(resume_from="runs/x/checkpoints/step-2")
+    assert Run(report_to="tensorboard,none").report_to == ["tensorboard"]    # the base's validator is kept
+    with pytest.raises(ValueError, match="unknown tracker"):
+        Run(report_to="nope")
     Optim = OptimConfig.variant("Optim", learning_rate=(1e-4, "Peak."))
     assert Optim().learning_rate == 1e-4 and OptimConfig().learning_rate == 2e-5     # the base is untouched
     with pytest.raises(ValueError):
@@ -139,3 +140,26 @@ def role_of_field(part, name):
     from drmix.config import role_of
 
     return role_of(part.model_fields[name])
+
+
+def test_a_part_without_fields_keeps_the_others_with_their_bounds_roles_and_validators():
+    from drmix.config import ContrastiveConfig, RunConfig
+
+    C = ContrastiveConfig.without("C", "batching")
+    assert list(C.model_fields) == [n for n in ContrastiveConfig.model_fields if n != "batching"]   # in order
+    assert (C.title, C.__doc__, C.__module__) == (ContrastiveConfig.title, ContrastiveConfig.__doc__, __name__)
+    with pytest.raises(ValueError, match="batching"):
+        C(batching="mixed")                                                   # gone: an unknown field
+    with pytest.raises(ValueError):
+        C(batch_size=0)                                                       # ge=1 kept
+    assert C(loss="Cached-MNRL").grad_cache_chunk == 32                       # a field and a model validator kept
+    with pytest.raises(ValueError, match="dimensions must be positive"):
+        C(matryoshka_dims=[0])
+    assert C.model_fields["batch_size"].json_schema_extra == ContrastiveConfig.model_fields["batch_size"].json_schema_extra
+    assert "batching" in ContrastiveConfig.model_fields                       # the base is untouched
+    R = RunConfig.without("R", "report_to")                                   # its only field's validator goes
+    assert "_trackers" not in R.__pydantic_decorators__.field_validators
+    assert R(resume="runs/x/checkpoints/step-2").resume_from == "runs/x/checkpoints/step-2"   # a model validator stays
+    assert C.variant("V", temperature=(0.1, "T.")).model_fields["temperature"].default == 0.1  # and it is a part
+    with pytest.raises(TypeError, match="no field 'bogus'"):
+        ContrastiveConfig.without("X", "bogus")

@@ -37,6 +37,36 @@ def test_scores_the_index_run_against_the_qrels(tmp_path, monkeypatch):
     assert report.model == "m" and info["index"] == str(tmp_path / "idx")
 
 
+def test_qrels_of_documents_the_index_does_not_hold_are_named(tmp_path, monkeypatch, caplog):
+    """An index of another corpus scores 0 without a fault of its own: the judged documents it lacks are counted
+    and named in a warning (every one missing: the wrong index or the wrong --data)."""
+    import logging
+
+    data = write_beir(tmp_path / "toy", {"d1": {"text": "a"}, "d2": {"text": "b"}, "d3": {"text": "c"}},
+                      {"q1": "x", "q2": "y"}, {"test": {"q1": {"d1": 1}, "q2": {"d2": 1, "d3": 0}}})
+    import drmix.retrieval.index as idx_mod
+
+    monkeypatch.setattr(idx_mod, "encode_texts", lambda model, texts, **kw: np.ones((len(texts), 3), np.float32))
+    monkeypatch.setattr("drmix.model.instructions.query_prompt_for", lambda *a, **k: "")
+    monkeypatch.setattr("drmix.model.encoder.query_prompt", lambda *a, **k: "")
+    other = DenseIndex.build(np.eye(3, dtype=np.float32), ["e1", "e2", "e3"], metadata={"model": "m"})
+    with caplog.at_level(logging.WARNING):
+        report = evaluate_index(_Model(), other, "runs/other", data, k=3, metrics=("ndcg@10",))
+    assert report.results["toy"] == {"ndcg@10": 0.0} and report.info["toy"]["judged_not_indexed"] == 2
+    assert f"none of the 2 documents judged relevant in {data / 'qrels' / 'test.tsv'} is in the index at " \
+           "runs/other" in caplog.text
+    caplog.clear()
+    half = DenseIndex.build(np.eye(3, dtype=np.float32), ["d1", "e2", "d3"], metadata={"model": "m"})
+    with caplog.at_level(logging.WARNING):
+        report = evaluate_index(_Model(), half, "runs/half", data, k=3, metrics=("ndcg@10",))
+    assert report.info["toy"]["judged_not_indexed"] == 1 and "1 of the 2 documents judged relevant" in caplog.text
+    caplog.clear()
+    full = DenseIndex.build(np.eye(3, dtype=np.float32), ["d1", "d2", "d3"], metadata={"model": "m"})
+    with caplog.at_level(logging.WARNING):
+        report = evaluate_index(_Model(), full, "runs/full", data, k=3, metrics=("ndcg@10",))
+    assert report.info["toy"]["judged_not_indexed"] == 0 and "judged relevant" not in caplog.text
+
+
 @pytest.mark.slow
 def test_scifact_through_milvus_and_faiss_on_disk(shared_data, tmp_path):
     """SciFact with all-MiniLM-L6-v2: a flat Milvus Lite collection scores as exact search (nDCG@10 0.6451);

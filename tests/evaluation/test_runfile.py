@@ -60,3 +60,36 @@ def test_max_queries_scores_the_seeded_sample_a_model_evaluation_keeps(beir, tmp
         assert "a seeded sample of the queries" in report.to_markdown()
     full = evaluate_run_files([run], [beir], metrics=("mrr@10",), max_queries=2)
     assert "subsample" not in full.info["toy"] and full.results["toy"]["mrr@10"] == 0.5
+
+
+def test_document_ids_the_corpus_does_not_hold_are_named_with_a_count(beir, tmp_path, caplog):
+    """A run of another corpus (or ids written another way) scores low without a word: the ids are counted and
+    the first ones named; the scores are the same as without the warning."""
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 doc-a 1 0.9 t\nq1 Q0 a 2 0.5 t\nq2 Q0 doc-b 1 0.3 t\nq3 Q0 doc-z 1 0.1 t\n")
+    with caplog.at_level("WARNING", logger="drmix.evaluation.runfile"):
+        report = evaluate_run_files([run], [beir], metrics=("mrr@10",))
+    assert report.results["toy"]["mrr@10"] == pytest.approx(0.25)   # q1: a at rank 2; q2: nothing relevant
+    lines = [r.getMessage() for r in caplog.records if "document ids the run ranks" in r.getMessage()]
+    assert len(lines) == 1
+    assert "3 of the 4 document ids the run ranks are not in" in lines[0]
+    assert "'doc-a', 'doc-b', 'doc-z'" in lines[0] and str(beir / "corpus.jsonl") in lines[0]
+    caplog.clear()
+    run.write_text("q1 Q0 a 1 0.9 t\nq2 Q0 x 1 0.3 t\n")   # every id in the corpus: no warning
+    with caplog.at_level("WARNING", logger="drmix.evaluation.runfile"):
+        evaluate_run_files([run], [beir], metrics=("mrr@10",))
+    assert not [r for r in caplog.records if "document ids" in r.getMessage()]
+
+
+def test_the_corpus_ids_are_read_without_the_texts_and_escaped_or_numeric_ids_parsed_whole(tmp_path):
+    from drmix.data.beir import read_corpus, read_corpus_ids
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "plain", "text": "x"}\n'
+                      '{ "_id" : "spaced", "title": "", "text": "y"}\n'
+                      '{"_id": "quote\\"d", "text": "z"}\n'
+                      '{"text": "w", "_id": "last"}\n'
+                      '{"_id": 42, "text": "v"}\n'
+                      '{"_id": "caf\\u00e9", "text": "u"}\n\n')
+    assert read_corpus_ids(corpus) == set(read_corpus(corpus)) == {"plain", "spaced", 'quote"d', "last", "42",
+                                                                   "café"}

@@ -288,16 +288,8 @@ def test_stage1_killed_and_resumed_matches_an_uninterrupted_run(tmp_path, tiny_m
 @pytest.mark.parametrize("change, message", [
     ({"transfers": ["bogus"]}, "unknown transfer 'bogus'"),
     ({"transfers": ["top:1.5"]}, "neither a fraction"),
-    ({"stage1": {"max_stepz": 5}}, "invalid stage1 override max_stepz"),
-    ({"stage2": {"max_steps": -5}}, "max_steps"),
     ({"test_data": ["/missing/beir"]}, "test_data: BEIR directory not found"),
     ({"select_on": ["/missing/dev"]}, "select_on: BEIR directory not found"),
-    # the mixture fields every stage sets itself: given for the whole pipeline they would be ignored
-    ({"weights_file": "/some/weights.json"}, "--weights-file is not used by drmix pipeline tdro"),
-    ({"transfer": "reweight"}, "--transfer is not used by drmix pipeline tdro.*--transfers"),
-    ({"mixture": "size"}, "--mixture is not used by drmix pipeline tdro"),
-    ({"mixture_temperature": 3.0}, "--mixture-temperature is not used"),
-    ({"batching": "mixed"}, "--batching is not used by drmix pipeline tdro.*--stage2 batching=mixed"),
 ])
 def test_pipeline_validates_everything_before_stage0(pipeline_config, change, message):
     from drmix.errors import ConfigError
@@ -306,6 +298,30 @@ def test_pipeline_validates_everything_before_stage0(pipeline_config, change, me
     with pytest.raises(ConfigError, match=message):
         run_tdro_pipeline(cfg)
     assert not (Path(cfg.run.output_dir) / "stage0-reference").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    # a stage's overrides, typed by TrainConfig: checked when the config is made, not when the stage runs
+    ({"stage1": {"max_stepz": 5}}, "invalid --stage1 override max_stepz: not a drmix field; did you mean max_steps"),
+    ({"stage2": {"max_steps": -5}}, "invalid --stage2 override max_steps"),
+    ({"stage0": {"learning_rate": 0}}, "invalid --stage0 override learning_rate"),
+    ({"stage1": {"normalize": False}}, "--stage1: tDRO stage 1's temperature"),
+    # stage 1's strategy options, typed by the DRO strategies' registered model
+    ({"dro": {"lr": -1}}, "invalid dro option for strategy 'tdro': lr"),
+    ({"tdro": {"measurment": "raw"}}, "invalid dro option .* measurment"),
+    # the training fields every stage sets itself: given for the whole pipeline they would be ignored
+    ({"weights_file": "/some/weights.json"}, "--weights-file .* is not used by drmix pipeline tdro"),
+    ({"transfer": "reweight"}, "--transfer .* is not used by drmix pipeline tdro.*--transfers reweight"),
+    ({"mixture": "size"}, "--mixture .* is not used by drmix pipeline tdro.*--stage0 mixture=size"),
+    ({"mixture_temperature": 3.0}, "--mixture-temperature .* is not used"),
+    ({"batching": "mixed"}, "--batching .* is not used by drmix pipeline tdro.*--stage2 batching=mixed"),
+])
+def test_settings_are_checked_when_the_config_is_made(pipeline_config, change, message):
+    from drmix.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        pipeline_config.replace(**change)
+    assert not Path(pipeline_config.run.output_dir).exists()
 
 
 def test_cli_pipeline_bad_override_is_one_line_before_training(pipeline_config, capsys):
@@ -332,7 +348,7 @@ def test_cli_pipeline_weights_file_is_refused_not_ignored(pipeline_config, tmp_p
               c.run.output_dir, "--weights-file", str(w), "--device", "cpu"])
     assert e.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "--weights-file is not used by drmix pipeline tdro" in err and "Traceback" not in err
+    assert "--weights-file (weights_file) is not used by drmix pipeline tdro" in err and "Traceback" not in err
     assert not Path(c.run.output_dir).exists()
 
 

@@ -1,6 +1,7 @@
 """drmix.train.checkpoint: a checkpoint is written whole and only the ``keep`` most recent stay."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from drmix.train import checkpoint as ck
@@ -86,3 +87,71 @@ def test_a_sentence_transformer_checkpoint_is_its_folder_only(tmp_path):
 
     ck.save_model_folder(Saved(2, 2), tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["modules.json"]
+
+
+def _two_checkpoints(tmp_path):
+    model = _weights(0)
+    opt = torch.optim.AdamW(model.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    for step in (1, 2):
+        ck.save_checkpoint(tmp_path, step, model=model, optimizer=opt, scheduler=sched, trainer_state={},
+                           strategy_state={})
+    return tmp_path / "checkpoints" / "step-2", model, opt, sched
+
+
+@pytest.mark.parametrize("damage", ["cut", "zeroed", "not a checkpoint"])
+def test_a_damaged_checkpoint_file_is_named_with_the_earlier_checkpoint_as_the_fix(tmp_path, damage):
+    from drmix.errors import CheckpointError
+
+    path, model, opt, sched = _two_checkpoints(tmp_path)
+    target = path / "optimizer.pt"
+    data = target.read_bytes()
+    if damage == "cut":
+        target.write_bytes(data[: len(data) // 2])
+    elif damage == "zeroed":
+        target.write_bytes(bytes(len(data)))
+    else:
+        torch.save({"weights": torch.zeros(2)}, target)   # a tensor file of something else
+    with pytest.raises(CheckpointError) as e:
+        ck.load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)
+    assert e.value.path == str(target) and "damaged" in e.value.message
+    assert f"--resume-from {tmp_path / 'checkpoints' / 'step-1'}" in e.value.fix
+    assert "changed" not in e.value.message + e.value.fix
+    assert ck.load_checkpoint(tmp_path / "checkpoints" / "step-1", model=model, optimizer=opt, scheduler=sched)
+
+
+def test_damaged_weights_of_the_only_checkpoint_name_the_weights_file(tmp_path):
+    from drmix.errors import CheckpointError
+
+    import shutil
+
+    path, model, opt, sched = _two_checkpoints(tmp_path)
+    shutil.rmtree(tmp_path / "checkpoints" / "step-1")
+    weights = path / ck.TRAINING_MODEL
+    weights.write_bytes(weights.read_bytes()[:40])
+    with pytest.raises(CheckpointError) as e:
+        ck.load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)
+    assert e.value.path == str(weights) and "damaged" in e.value.message
+    assert e.value.fix.startswith("start a new --output-dir (the run has no other checkpoint)")
+
+
+def test_a_checkpoint_of_another_model_is_named_as_not_fitting(tmp_path):
+    from drmix.errors import CheckpointError
+
+    path, _, _, _ = _two_checkpoints(tmp_path)
+    other = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))     # other shapes
+    opt = torch.optim.AdamW(other.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    with pytest.raises(CheckpointError) as e:
+        ck.load_checkpoint(path, model=other, optimizer=opt, scheduler=sched)
+    assert e.value.path == str(path / ck.TRAINING_MODEL) and "does not fit the run's model" in e.value.message
+    assert "--model" in e.value.fix
+    bigger = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1), torch.nn.Linear(1, 1))
+    ck.load_model_folder(bigger[:2], path)   # the weights fit the first two layers; the optimiser state does not
+    opt = torch.optim.AdamW(bigger.parameters())
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    with pytest.raises(CheckpointError) as e:
+        ck.load_checkpoint(path, model=bigger[:2], optimizer=opt, scheduler=sched)
+    assert e.value.path == str(path / "optimizer.pt") and "does not fit" in e.value.message

@@ -102,6 +102,19 @@ def test_resume_from_a_folder_that_is_no_checkpoint_lists_the_runs_checkpoints(t
     assert "step-2" in e.value.fix and "step-1" in e.value.fix
 
 
+def test_resume_from_a_path_that_does_not_exist_says_so(tmp_path):
+    from drmix.train.saving import RunOutput
+
+    missing = tmp_path / "run" / "checkpoints" / "step-9"
+    with pytest.raises(ConfigError) as e:
+        RunOutput(tmp_path / "run", is_main=True).chosen_checkpoint(str(missing))
+    assert (e.value.path, e.value.message) == (str(missing), "does not exist.")
+    assert "drop --resume-from" in e.value.fix
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(ConfigError, match="is not a drmix checkpoint folder"):
+        RunOutput(tmp_path / "run", is_main=True).chosen_checkpoint(str(tmp_path / "folder"))
+
+
 def test_no_final_checkpoint_keeps_only_periodic_ones_and_a_rerun_is_complete(tiny_model_path, data, tmp_path):
     out = tmp_path / "run"
     train(config(tiny_model_path, data, out, max_steps=3, save_every=2, save_final_checkpoint=False))

@@ -8,6 +8,7 @@ the exit code is 128 + the signal (130 for SIGINT, 143 for SIGTERM).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -114,7 +115,7 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
-    logging.basicConfig(level=level, handlers=[_log_handler()], force=True)
+    logging.basicConfig(level=level, handlers=[_between_bars(_log_handler())], force=True)
     if verbose < 2:  # model-loading bars of the libraries underneath; drmix shows its own progress
         when_imported("transformers", _transformers_bars_off)
     # datasets' "Map" / "Saving the dataset" bars of every conversion and cache write: only with -v
@@ -288,21 +289,97 @@ def _disk_full_line(e: BaseException) -> str | None:
     return disk_full_error(e, filename or os.getcwd(), unchanged=False).format()
 
 
+def _close_bars() -> None:
+    """End the progress bars still drawn (a library's loop that raised leaves its bar open, its line unfinished):
+    each is left as it stopped, on its own line, so that what follows starts on a line of its own."""
+    std = sys.modules.get("tqdm.std")
+    for bar in list(getattr(getattr(std, "tqdm", None), "_instances", ())):
+        with contextlib.suppress(Exception):
+            bar.leave = True
+            bar.close()
+
+
+def _between_bars(handler: logging.Handler) -> logging.Handler:
+    """``handler`` writing each record on a line of its own while progress bars are drawn: the bars are cleared
+    for the record and drawn again below it (tqdm's ``external_write_mode``)."""
+    emit = handler.emit
+
+    def emit_between_bars(record: logging.LogRecord) -> None:
+        std = sys.modules.get("tqdm.std")
+        if std is None or not len(getattr(std.tqdm, "_instances", ())):
+            emit(record)
+            return
+        with std.tqdm.external_write_mode(file=sys.stderr):
+            emit(record)
+
+    handler.emit = emit_between_bars  # type: ignore[method-assign]
+    return handler
+
+
+def _error_line(line: str) -> None:
+    """drmix's one error line, on a line of its own."""
+    _close_bars()
+    err_console.print(f"[bold red]error:[/bold red] {line}", highlight=False, soft_wrap=True)
+
+
+def _record_for_launcher(error: BaseException, line: str) -> None:
+    """Under torchrun / accelerate launch: the error file its elastic agent reads (``TORCHELASTIC_ERROR_FILE``,
+    torch.distributed.elastic's record format), so that the launcher's failure summary quotes drmix's line where it
+    would say "To enable traceback see ...". Hand-written: torch's ``ErrorHandler.record_exception`` records a
+    traceback, which an error the user can fix never shows. The launcher still prints its own ``ChildFailedError``
+    report after the line (docs/evaluation.md)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    import json
+    import time
+
+    record = {"message": {"message": f"{type(error).__name__}: {line}",
+                          "extraInfo": {"timestamp": str(int(time.time()))}}}
+    with contextlib.suppress(OSError):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(record, f)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def _signals_end_the_process() -> None:
+    """Once the command is over, SIGTERM or Ctrl-C ends the process at once, with exit code 128 + the signal:
+    while the interpreter shuts down (joining threads, running the libraries' exit hooks) a KeyboardInterrupt
+    could only print a traceback from inside a hook. A handler someone else set, and an ignored SIGINT, stay."""
+    for name in ("SIGTERM", "SIGINT"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            if signal.getsignal(sig) in (_on_sigterm, signal.default_int_handler, signal.SIG_DFL):
+                signal.signal(sig, _exit_on_signal)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``drmix`` console script."""
+    """Entry point of the ``drmix`` console script (``argv`` None: the process's own command line, and the
+    process ends with the command)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _install_signal_handlers()
     try:
         app(args=argv, prog_name="drmix", standalone_mode=True)
     except DrmixError as e:
-        err_console.print(f"[bold red]error:[/bold red] {e.format()}", highlight=False, soft_wrap=True)
+        _error_line(e.format())
+        _record_for_launcher(e, e.format())
         sys.exit(2)
     except KeyboardInterrupt:
+        _close_bars()
         err_console.print(f"{interrupt_name()}; run the same command again to continue where it can "
                           "(training: with --resume; LLM runs reuse their cache).")
         sys.exit(interrupt_exit_code())
     except SystemExit as e:
         if e.code in (1, 130) and _interrupted(e):  # typer/click turned the interrupt into an exit
+            _close_bars()
             err_console.print(f"{interrupt_name()}; run the same command again to continue where it can "
                               "(training: with --resume; LLM runs reuse their cache).")
             sys.exit(interrupt_exit_code())
@@ -313,5 +390,9 @@ def main(argv: list[str] | None = None) -> None:
         line = _disk_full_line(e)
         if line is None:
             raise
-        err_console.print(f"[bold red]error:[/bold red] {line}", highlight=False, soft_wrap=True)
+        _error_line(line)
+        _record_for_launcher(e, line)
         sys.exit(2)
+    finally:
+        if argv is None:
+            _signals_end_the_process()

@@ -30,6 +30,11 @@ def _console():
     return make_console()
 
 
+def _index_help(where: str) -> str:
+    return (f"NAME=LOCATION: search corpus NAME through this built index instead of encoding it: {where}. Its "
+            "queries and qrels still come from the corpus's BEIR directory. Repeatable.")
+
+
 def _csv_list(value: Optional[str]) -> list[str] | None:
     if value is None:
         return None
@@ -123,11 +128,7 @@ def sweep_command(
                                                              "earlier sweep in --output."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Texts per encoding batch."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show encoding progress bars."),
-    index: Optional[list[str]] = typer.Option(None, "--index", help="NAME=LOCATION: search corpus NAME through "
-                                              "this built index (an index folder of any backend, or a Milvus "
-                                              "collection PATH.db#COLLECTION / http://HOST:19530#COLLECTION) "
-                                              "instead of encoding it; its queries and qrels still come from the "
-                                              "corpus's BEIR directory. Repeatable."),
+    index: Optional[list[str]] = typer.Option(None, "--index", help=_index_help("an index of any backend")),
 ) -> None:
     """Evaluate allocation policies (Recall@k with per-corpus credit, MRR) and write Table 3."""
     from drmix.evaluation.multi import (
@@ -194,7 +195,14 @@ def _indexed(dirs: dict, index: Optional[list[str]]) -> dict:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the ``multicorpus`` command group (``build``, ``sweep``) to the main app."""
+    """Add the ``multicorpus`` command group (``build``, ``sweep``) to the main app; ``sweep --index`` names the
+    locations of the registered index backends."""
+    import inspect
+
+    from drmix.cli.backend_flags import location_help
+
+    where = location_help().removeprefix("An index: ").rstrip(".")
+    inspect.signature(sweep_command).parameters["index"].default.help = _index_help(where)
     app.add_typer(multicorpus_app, name="multicorpus")
 
 

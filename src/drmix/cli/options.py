@@ -12,6 +12,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Optional
 
@@ -81,10 +82,15 @@ def config_params(model_cls: type[BaseModel], *, skip: set[str] = frozenset(),
     help panel titled after the part, and a field's older names (``aliases``) are accepted as flags too."""
     from drmix.config import Config
 
+    hidden: set[str] = set()
     if isinstance(model_cls, type) and issubclass(model_cls, Config):
         groups = model_cls.groups()
         fields = [(flat, f.info, (groups[f.group].title or f.group.title()) if f.group else help_panel, f.aliases)
                   for flat, f in model_cls.flat_fields().items()]
+        # the fields of a larger config this one leaves out: not listed, refused in one line when given
+        left = model_cls.left_out_fields()
+        fields += [(flat, f.info, None, f.aliases) for flat, f in left.items()]
+        hidden = set(left)
     else:
         fields = [(name, info, help_panel, ()) for name, info in model_cls.model_fields.items()]
     params, kinds = [], {}
@@ -102,18 +108,31 @@ def config_params(model_cls: type[BaseModel], *, skip: set[str] = frozenset(),
         names = [name, *aliases]
         decls = ([_flag(n) for n in names] if kind != "bool" else
                  [f"{_flag(n)}/--no-{n.replace('_', '-')}" for n in names])
-        opt = typer.Option(None, *decls, help=help_text, show_default=False, rich_help_panel=panel)
+        opt = typer.Option(None, *decls, help=help_text, show_default=False, rich_help_panel=panel,
+                           hidden=name in hidden)
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=ann))
     return params, kinds
 
 
+#: the command line being run (``drmix pipeline coco``), set by :func:`config_command`: the command a config
+#: error's fix names (``see `drmix pipeline coco --help```)
+RUNNING: ContextVar[str | None] = ContextVar("drmix_command", default=None)
+
+
 def load_checked(model_cls: type[BaseModel], path: Path | None, overrides: dict[str, Any]) -> Any:
     """The config a command runs with (:func:`drmix.config.load_config`), its strategy and the strategy's options
-    checked by the registry before anything loads; errors name the config file."""
+    checked by the registry before anything loads; errors name the config file, and their fixes the command that
+    is running (:data:`RUNNING`)."""
     from drmix.config import load_config
 
-    config = load_config(model_cls, path, overrides)
-    if "mixture" in getattr(model_cls, "groups", dict)():
+    try:
+        config = load_config(model_cls, path, overrides, command=RUNNING.get())
+    except ConfigError as e:   # raised while the config was made (a recipe's checks): the file it came from
+        if e.path is None and path is not None:
+            raise ConfigError(e.message, path=path, fix=e.fix) from None
+        raise
+    mixture = getattr(model_cls, "groups", dict)().get("mixture")
+    if mixture is not None and "strategy" in mixture.model_fields:      # a config that names a strategy
         from drmix.mixture.registry import check_config
 
         try:
@@ -149,15 +168,31 @@ def config_command(model_cls: type[BaseModel], run: Callable[..., Any], *, extra
     cfg_param = inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                   default=typer.Argument(None, help=config_help, show_default=False),
                                   annotation=Optional[Path])
+    ctx_param = inspect.Parameter("drmix_ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
     extra_names = [p.name for p in (*extra, *trailing)]
 
     def command(**kwargs: Any) -> Any:
+        ctx = kwargs.pop("drmix_ctx", None)
         config_path = kwargs.pop("config", None)
         extra_values = {n: kwargs.pop(n) for n in extra_names}
-        return run(config_path, overrides_from_kwargs(kwargs, kinds), **extra_values)
+        token = RUNNING.set(_command_line(ctx))
+        try:
+            return run(config_path, overrides_from_kwargs(kwargs, kinds), **extra_values)
+        finally:
+            RUNNING.reset(token)
 
-    command.__signature__ = inspect.Signature([cfg_param, *extra, *params, *trailing])  # type: ignore[attr-defined]
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [cfg_param, *extra, *params, *trailing, ctx_param])
     return command
+
+
+def _command_line(ctx: Any) -> str | None:
+    """``drmix pipeline coco`` for the running command (its name path under the ``drmix`` program)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["drmix", *reversed(names)]) if names else None
 
 
 # -- options every encoding command shares (drmix.model.backbone / drmix.model.instructions; docs/llm.md) --------

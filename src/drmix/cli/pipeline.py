@@ -19,8 +19,10 @@ TDRO_HELP = """Run the tDRO recipe end to end: stage 0 (uniform reference, unles
 stage 1 (learned weights), stage 2 (fine-tuning with each --transfers entry) and evaluation of the uniform
 baseline and every transfer on --test-data (BEIR directories), ending with one table.
 
-Every training field applies to all stages; --stage0/--stage1/--stage2 KEY=VALUE override a field for one
-stage (e.g. --stage1 max_steps=200). Each stage writes a subdirectory of --output-dir; rerunning the command
+Every training field listed applies to all stages; --stage0/--stage1/--stage2 KEY=VALUE override a field of
+`drmix train` for one stage (e.g. --stage1 max_steps=200, --stage0 mixture=size). Each stage sets its own
+weights and batches (uniform; stage 1 mixed batches, stage 2 each transfer), so the recipe takes no --mixture,
+--weights-file, --transfer or --batching of its own. Each stage writes a subdirectory of --output-dir; rerunning the command
 reuses the stages made with the same settings from the same inputs and resumes an interrupted one; a stage
 made with other settings, or from an input changed at the same path (a collection, corpus or model folder,
 compared by content: provenance.json), is refused naming the change, unless --resume-with-changes (re-run it
@@ -36,7 +38,8 @@ COCO_PIPELINE_HELP = """Run the COCO-DR recipe: COCO on --corpus, fine-tuning on
 idro) from the COCO model and, for comparison, the same fine-tuning from --model without COCO; then
 nDCG@10 of both on --test-data with a paired t-test over queries, as one table (summary.md / summary.json).
 
-Training fields apply to the fine-tuning; --coco KEY=VALUE overrides a field of the COCO stage (e.g. --coco
+Training fields apply to the fine-tuning (--mixture, --weights-file and --transfer to static weights only:
+iDRO samples the collections uniformly); --coco KEY=VALUE overrides a field of the COCO stage (e.g. --coco
 max_steps=2000 --coco batch_size=256). Rerunning reuses the stages made with the same settings from the same
 inputs (compared by content) and resumes an interrupted one; a stage whose settings or inputs changed is refused
 unless --resume-with-changes or --overwrite re-runs it.

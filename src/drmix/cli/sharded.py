@@ -1,20 +1,12 @@
-"""``drmix index``, ``drmix eval`` and ``drmix mine`` under ``torchrun`` / ``accelerate launch``: each corpus
-encoded in shards, one per rank; and ``drmix index --estimate``. The library side is
-:mod:`drmix.retrieval.shards` and :mod:`drmix.retrieval.plan`."""
+"""``drmix eval`` and ``drmix mine`` under ``torchrun`` / ``accelerate launch``: each corpus encoded in shards,
+one per rank; and ``drmix index --estimate``. The library side is :mod:`drmix.retrieval.shards` and
+:mod:`drmix.retrieval.plan`; ``drmix index`` under a launcher is :func:`drmix.retrieval.build.index_corpus_file`."""
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
-
-from drmix.errors import DrmixError
-
-
-def shard_folder(output: Path) -> Path:
-    """Where the shards of ``output`` go: ``OUTPUT.shards`` beside it."""
-    output = output.expanduser()
-    return output.with_name(output.name + ".shards")
 
 
 def count_passages(corpus_file: Path) -> int:
@@ -39,75 +31,6 @@ def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Ca
          "docs/evaluation.md, \"Sharded encoding over processes and GPUs\").")
 
 
-def index_sharded(*, output: Path | None, corpus: Path, corpus_file: Path, load: Callable[[], Any],
-                  check_room: Callable[[Any, dict], None], overwrite: bool, index_kwargs: dict[str, Any],
-                  metadata: dict[str, Any], echo: Callable[[str], None], folder: Path | None = None,
-                  claim: Callable[[], None] | None = None,
-                  build: Callable[[Any, dict, Any], str] | None = None, chunk_size: int = 100_000) -> None:
-    """Every rank: claim (rank 0), read the corpus, load the model, encode its shard; rank 0 merges and
-    writes the index, then says where the shards and the index are.
-
-    With ``build(encoder, docs, chunks) -> "indexed ... into WHERE"`` (a backend that builds from chunks),
-    rank 0 does not merge: it streams the shards' rows, ``chunk_size`` at a time
-    (:func:`drmix.retrieval.shards.shard_chunks`), into ``build``; ``claim()`` then checks the target (rank 0,
-    before encoding) and ``folder`` is where the shards go (default ``OUTPUT.shards``)."""
-    from drmix.data.beir import doc_text, read_corpus
-    from drmix.io import check_free_space
-    from drmix.model.encoder import document_prompt
-    from drmix.outputs import check_output_dir, claim_output
-    from drmix.retrieval.encode import embedding_dim, model_normalizes
-    from drmix.retrieval.index import index_embeddings
-    from drmix.retrieval.ranks import Ranks
-    from drmix.retrieval.shards import agree, encode_sharded, shard_chunks
-
-    ranks = Ranks.from_env()
-    folder = folder or shard_folder(output)
-    try:
-        error = None
-        if ranks.main:
-            try:
-                if claim is None:
-                    check_output_dir(output, "index", overwrite=overwrite, inputs=[corpus])
-                else:
-                    claim()
-                claim_output(folder, "shards", overwrite=overwrite, inputs=[corpus])
-            except DrmixError as e:
-                error = e
-        agree(ranks, error)
-        docs = read_corpus(corpus_file)
-        encoder = load()
-        error = None
-        if ranks.main:
-            try:
-                check_room(encoder, docs)
-                dim = embedding_dim(encoder)
-                check_free_space(folder, len(docs) * dim * 4, what=f"the shards of {len(docs)} documents")
-            except DrmixError as e:
-                error = e
-        agree(ranks, error)
-        result = encode_sharded(encoder, [doc_text(docs[i]) for i in docs], folder, ranks=ranks,
-                                batch_size=index_kwargs.pop("batch_size"), prompt=document_prompt(encoder),
-                                max_length=index_kwargs.get("max_length"), normalize=model_normalizes(encoder),
-                                precision=index_kwargs.get("precision"), model_name=str(metadata.get("model")),
-                                overwrite=overwrite, merge=build is None)
-        if not ranks.main:
-            return
-        reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
-        if build is not None:
-            ids = list(docs)
-            chunks = ((ids[row:row + len(part)], part) for row, part in shard_chunks(folder, result.settings,
-                                                                                      chunk_size))
-            done = build(encoder, docs, chunks)
-            echo(f"{done}; {ranks.world_size} shards{reused} in {folder}")
-            return
-        index = index_embeddings(encoder, docs, result.embeddings, metadata=metadata, **index_kwargs)
-        index.save(output)
-        echo(f"indexed {len(index)} documents ({index.kind}, dim {index.dim}) into {output}; "
-             f"{ranks.world_size} shards{reused} in {folder}")
-    finally:
-        ranks.close()
-
-
 def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:
     """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
     ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
@@ -129,9 +52,23 @@ def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: 
     if not launched():
         yield None
         return
+    from drmix.errors import DrmixError
+    from drmix.lock import run_lock
+    from drmix.retrieval.shards import agree
+
     ranks = Ranks.from_env()
+    root = shards_root(output, name, folder=folder)
+    held = contextlib.ExitStack()
     try:
-        with sharded_corpora(ranks, shards_root(output, name, folder=folder), overwrite=overwrite):
+        error = None
+        if ranks.main and output is not None:  # the drmix cache's shard folders are keyed by content
+            try:  # one sharded run at a time into an output (drmix.lock), before anything is written
+                held.enter_context(run_lock(root, flag="--output"))
+            except DrmixError as e:
+                error = e
+        agree(ranks, error)
+        with sharded_corpora(ranks, root, overwrite=overwrite):
             yield ranks
     finally:
+        held.close()
         ranks.close()

@@ -29,9 +29,10 @@ from drmix.config.train import (
     RunConfig,
     TestConfig,
     TrainConfig,
+    options_setting,
 )
 
 __all__ = ["HYPERPARAMETER", "INPUT", "OPERATIONAL", "TRACKERS", "CollectionSpec", "Config", "ContrastiveConfig",
            "DataConfig", "EvalConfig", "FineTuningParts", "FlatField", "MixtureConfig", "ModelConfig", "OptimConfig", "Part",
-           "PipelineRun", "RecipeConfig", "RunConfig", "TestConfig", "TrainConfig", "setting", "format_validation", "load_config", "read_yaml",
+           "PipelineRun", "RecipeConfig", "RunConfig", "TestConfig", "TrainConfig", "options_setting", "setting", "format_validation", "load_config", "read_yaml",
            "role_of"]

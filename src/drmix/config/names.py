@@ -58,9 +58,9 @@ ELSEWHERE: dict[str, str] = {
 }
 
 
-def explain_unknown(key: str, flat_names: Iterable[str]) -> str:
+def explain_unknown(key: str, flat_names: Iterable[str], command: str = "drmix train") -> str:
     """What to write instead of the unknown config key ``key`` (a drmix field, with its flag, or the closest
-    names); ``flat_names`` are the config's fields."""
+    names); ``flat_names`` are the config's fields, listed by ``command --help``."""
     names = list(flat_names)
     if key in FOREIGN and FOREIGN[key][0] in names:
         field, note = FOREIGN[key]
@@ -70,4 +70,4 @@ def explain_unknown(key: str, flat_names: Iterable[str]) -> str:
         return f"not a drmix field; {ELSEWHERE[key]}"
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
     return ("not a drmix field" + (f"; did you mean {' or '.join(close)}" if close else
-                                   "; see `drmix train --help` or docs/configuration.md for the fields"))
+                                   f"; see `{command} --help` or docs/configuration.md for the fields"))

@@ -23,6 +23,8 @@ hand-written because pydantic has no flat aliases across nested models.
 """
 from __future__ import annotations
 
+import copy
+import inspect
 import logging
 import sys
 from collections.abc import Mapping
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from drmix.errors import ConfigError
@@ -94,6 +96,38 @@ class Part(BaseModel):
         module = sys._getframe(1).f_globals.get("__name__", cls.__module__)
         return create_model(name, __base__=cls, __module__=module, **fields)
 
+    @classmethod
+    def without(cls, name: str, *dropped: str) -> type[Part]:
+        """This part without the fields ``dropped``: the part a recipe carries when its stages never read those
+        fields (``MixtureConfig.without("TdroMixtureParts", "weights_file", ...)``).
+
+        The kept fields are the base's (type, bounds, role, flat name, description, default) in its order, with
+        its field validators of kept fields and its model validators; its ``title`` and docstring stay. The new
+        part is no subclass of this one (pydantic cannot take a field away from a subclass): other methods are
+        not carried."""
+        unknown = [f for f in dropped if f not in cls.model_fields]
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
+        fields = {n: (info.annotation, copy.copy(info)) for n, info in cls.model_fields.items() if n not in dropped}
+        decorators = cls.__pydantic_decorators__
+        validators: dict[str, Any] = {}
+        for vname, dec in decorators.field_validators.items():
+            kept = [f for f in dec.info.fields if f not in dropped]
+            if kept:
+                validators[vname] = field_validator(*kept, mode=dec.info.mode)(_function(dec.func))
+        for vname, dec in decorators.model_validators.items():
+            validators[vname] = model_validator(mode=dec.info.mode)(_function(dec.func))
+        module = sys._getframe(1).f_globals.get("__name__", cls.__module__)
+        part = create_model(name, __base__=Part, __module__=module, __doc__=cls.__doc__, __validators__=validators,
+                            **fields)
+        part.title = cls.title
+        return part
+
+
+def _function(func: Any) -> Any:
+    """The plain function of a validator pydantic recorded (a classmethod's is bound to its class)."""
+    return func.__func__ if inspect.ismethod(func) else func
+
 
 @dataclass(frozen=True)
 class FlatField:
@@ -119,9 +153,20 @@ def _part_type(annotation: Any) -> type[Part] | None:
 
 
 class Config(BaseModel):
-    """A config made of parts (see the module docstring)."""
+    """A config made of parts (see the module docstring).
+
+    ``command`` is the command whose ``--help`` lists the config's fields (what a config error's fix names).
+    A config that carries only some of a larger config's fields (a recipe: the fine-tuning fields its stages
+    read, of ``TrainConfig``'s) names that config ``narrows`` and says in ``left_out`` why each field it leaves
+    out is not read and what to do instead, ``{flat name: (why, fix)}``: such a field given with a value other
+    than its default is refused in one line naming the command and the option (:meth:`refuse_left_out`), not
+    taken as an unknown key; given with its default (a record an earlier version wrote) it is dropped.
+    """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    command: ClassVar[str] = "drmix train"
+    narrows: ClassVar[type[Config] | None] = None
+    left_out: ClassVar[dict[str, tuple[str, str]]] = {}
 
     # -- the layout -------------------------------------------------------------------------------------------
     @classmethod
@@ -176,7 +221,42 @@ class Config(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _nest_values(cls, data: Any) -> Any:
-        return cls.nest(data) if isinstance(data, Mapping) else data
+        return cls.nest(cls.refuse_left_out(data)) if isinstance(data, Mapping) else data
+
+    # -- the fields of a larger config this one leaves out ---------------------------------------------------
+    @classmethod
+    def left_out_fields(cls) -> dict[str, FlatField]:
+        """The fields of :attr:`narrows` this config does not carry, by flat name (the larger config's own)."""
+        return _left_out(cls)
+
+    @classmethod
+    def refuse_left_out(cls, values: Mapping[str, Any], path: str | Path | None = None) -> dict[str, Any]:
+        """``values`` (flat or grouped keys) without the left-out fields given at their defaults; a left-out field
+        given another value is a :class:`ConfigError` naming :attr:`command`, the option and the fix (``path``:
+        the file the values came from)."""
+        left = cls.left_out_fields()
+        if not left:
+            return dict(values)
+        ref = cls.narrows
+        ref_groups, ref_aliases = ref.groups(), _aliases(ref)
+        by_place = {(f.group, f.name): k for k, f in ref.flat_fields().items()}
+        out: dict[str, Any] = {}
+        for key, value in values.items():
+            name = ref_aliases.get(key, key)
+            if name in ref_groups and isinstance(value, Mapping):    # a part's values: its left-out fields
+                inner = {}
+                for field, v in value.items():
+                    flat = by_place.get((name, field))
+                    if flat in left:
+                        _refuse(cls, left[flat], v, path)
+                    else:
+                        inner[field] = v
+                out[key] = inner
+            elif name in left and not (name in cls.groups() and isinstance(value, Part)):
+                _refuse(cls, left[name], value, path)
+            else:
+                out[key] = value
+        return out
 
     # -- writing ---------------------------------------------------------------------------------------------
     def flat(self, mode: str = "json") -> dict[str, Any]:
@@ -269,9 +349,32 @@ def _aliases(cls: type[Config]) -> dict[str, str]:
     return {a: k for k, f in cls.flat_fields().items() for a in f.aliases}
 
 
+@cache
+def _left_out(cls: type[Config]) -> dict[str, FlatField]:
+    if cls.narrows is None:
+        return {}
+    ours = cls.flat_fields()
+    left = {k: f for k, f in cls.narrows.flat_fields().items() if k not in ours}
+    missing = sorted(set(left) - set(cls.left_out))
+    if missing:
+        raise TypeError(f"{cls.__name__} leaves out {missing} of {cls.narrows.__name__} without saying why (left_out)")
+    return left
+
+
+def _refuse(cls: type[Config], field: FlatField, value: Any, path: str | Path | None) -> None:
+    """Nothing for a left-out field given at its default; else the one-line refusal."""
+    if value == field.info.get_default(call_default_factory=True):
+        return
+    why, fix = cls.left_out[field.flat]
+    flag = "--" + field.flat.replace("_", "-")
+    raise ConfigError(f"{flag} ({field.flat}) is not used by {cls.command}: {why}.", path=path,
+                      fix=fix.replace("{value}", str(value)))
+
+
 # -- reading files ----------------------------------------------------------------------------------------------
-def format_validation(e: ValidationError, cls: type[Config] | None = None) -> str:
-    """One line per error, fields named by their flat names (``learning_rate: ...``)."""
+def format_validation(e: ValidationError, cls: type[Config] | None = None, command: str | None = None) -> str:
+    """One line per error, fields named by their flat names (``learning_rate: ...``); an unknown key is answered
+    with the fields of ``cls`` (and ``command``'s ``--help``: default ``cls.command``)."""
     places = {(f.group, f.name): k for k, f in cls.flat_fields().items()} if cls is not None else {}
     parts = []
     for err in e.errors():
@@ -284,7 +387,7 @@ def format_validation(e: ValidationError, cls: type[Config] | None = None) -> st
         if err.get("type") == "extra_forbidden" and cls is not None and loc:  # another library's name, a typo
             from drmix.config.names import explain_unknown
 
-            msg = explain_unknown(loc[-1], cls.flat_fields())
+            msg = explain_unknown(loc[-1], cls.flat_fields(), command or cls.command)
         parts.append(f"{'.'.join(loc) or 'config'}: {msg}")
     return "; ".join(parts)
 
@@ -303,9 +406,12 @@ def read_yaml(path: str | Path) -> Any:
     return read_yaml_file(path, what="config file")
 
 
-def load_config(model_cls: type[C], path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> C:
+def load_config(model_cls: type[C], path: str | Path | None = None, overrides: dict[str, Any] | None = None, *,
+                command: str | None = None) -> C:
     """A config from an optional YAML file (grouped or flat layout) and flat overrides (the CLI's flags, which
-    win); paths stay as given."""
+    win); paths stay as given. ``command``: the command run (its ``--help`` is the fix of an invalid field;
+    default the config's own :attr:`Config.command`)."""
+    command = command or getattr(model_cls, "command", None) or "drmix train"
     values: dict[str, Any] = {}
     if path is not None:
         raw = read_yaml(path)
@@ -314,6 +420,8 @@ def load_config(model_cls: type[C], path: str | Path | None = None, overrides: d
         if not isinstance(raw, dict):
             raise ConfigError("config must be a mapping of field: value.", path=path,
                               fix=f"write fields of {model_cls.__name__} at the top level.")
+        if issubclass(model_cls, Config):   # a field the config leaves out: refused before anything else is said
+            raw = model_cls.refuse_left_out(raw, path)
         old = model_cls.flat_keys(raw) if issubclass(model_cls, Config) else []
         if old:
             log.warning("%s: %s written in drmix 0.1's flat layout; read into their groups. The grouped layout "
@@ -322,11 +430,11 @@ def load_config(model_cls: type[C], path: str | Path | None = None, overrides: d
         values = model_cls.nest(raw) if issubclass(model_cls, Config) else dict(raw)
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     if issubclass(model_cls, Config):
-        values = merge(values, model_cls.nest(given), model_cls.groups())
+        values = merge(values, model_cls.nest(model_cls.refuse_left_out(given)), model_cls.groups())
     else:
         values.update(given)
     try:
         return model_cls.model_validate(values)
     except ValidationError as e:
-        raise ConfigError(f"invalid configuration: {format_validation(e, model_cls)}.", path=path,
-                          fix="see `drmix train --help` or docs/training.md for the fields.") from None
+        raise ConfigError(f"invalid configuration: {format_validation(e, model_cls, command)}.", path=path,
+                          fix=f"see `{command} --help` or docs/configuration.md for the fields.") from None

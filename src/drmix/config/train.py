@@ -283,30 +283,51 @@ class TrainingParts(Config):
     contrastive: ContrastiveConfig = Field(default_factory=ContrastiveConfig)
 
 
+#: the strategy-options mappings: field -> (older flat names, description); a config declares those it reads
+#: with :func:`options_setting`
+STRATEGY_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "dro": (("tdro",), "Options of the DRO strategies tdro, doremi, groupdro (see docs/mixture.md)."),
+    "influence": (("infdds",), "Options of Inf-DDS / MultiDDS (see docs/influence.md)."),
+    "idro": ((), "Options of iDRO (see docs/coco.md)."),
+    "strategy_options": ((), "Options of a registered strategy that has no field of its own (docs/mixture.md)."),
+}
+
+
+def options_setting(field: str, description: str | None = None) -> Any:
+    """The setting of the strategy-options mapping ``field`` (``dro``, ``influence``, ``idro``,
+    ``strategy_options``), as :class:`TrainConfig` declares it (``description``: another text for a recipe).
+
+    A mapping, kept as given so ``config.yaml`` and the resume checks see what the user wrote; the options model
+    each strategy registers (:mod:`drmix.mixture.registry`) checks it when the config is loaded (a recipe's
+    config: when it is made, :mod:`drmix.recipes.options`)."""
+    aliases, text = STRATEGY_OPTIONS[field]
+    return setting(default_factory=dict, aliases=aliases, description=description or text)
+
+
 class FineTuningParts(TrainingParts):
     """The parts a fine-tuning reads: ``drmix train``'s config (:class:`TrainConfig`), and the parts of a recipe's
     config (:class:`RecipeConfig`) every one of its training stages is composed from (``TrainConfig.from_parts``).
+    The strategy-options mappings are declared by each config that reads them (:func:`options_setting`)."""
+
+    mixture: MixtureConfig = Field(default_factory=MixtureConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+
+class TrainConfig(FineTuningParts):
+    """Everything ``drmix train`` needs: the fine-tuning parts and every strategy's options. Field descriptions
+    double as CLI help.
 
     Strategy options are mappings checked by the options model each strategy registers
     (:mod:`drmix.mixture.registry`) before any model or data loads; they are kept as given, so ``config.yaml``
     and resume checks see what the user wrote.
     """
 
-    mixture: MixtureConfig = Field(default_factory=MixtureConfig)
-    optim: OptimConfig = Field(default_factory=OptimConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    run: RunConfig = Field(default_factory=RunConfig)
-    dro: dict[str, Any] = setting(default_factory=dict, aliases=("tdro",),
-                                description="Options of the DRO strategies tdro, doremi, groupdro (see docs/mixture.md).")
-    influence: dict[str, Any] = setting(default_factory=dict, aliases=("infdds",),
-                                      description="Options of Inf-DDS / MultiDDS (see docs/influence.md).")
-    idro: dict[str, Any] = setting(default_factory=dict, description="Options of iDRO (see docs/coco.md).")
-    strategy_options: dict[str, Any] = setting(
-        default_factory=dict, description="Options of a registered strategy that has no field of its own (docs/mixture.md).")
-
-
-class TrainConfig(FineTuningParts):
-    """Everything ``drmix train`` needs: the fine-tuning parts. Field descriptions double as CLI help."""
+    dro: dict[str, Any] = options_setting("dro")
+    influence: dict[str, Any] = options_setting("influence")
+    idro: dict[str, Any] = options_setting("idro")
+    strategy_options: dict[str, Any] = options_setting("strategy_options")
 
 
 class TestConfig(Part):
@@ -320,27 +341,43 @@ class TestConfig(Part):
     test_max_docs: int | None = setting(None, ge=1, description="Cap on corpus size per dataset (judged documents kept).")
 
 
-class PipelineRun(RunConfig):
-    """A recipe's output folder: its stages' subfolders, reused or re-run."""
+class PipelineRun(RunConfig.without("PipelineRunParts", "resume", "resume_from")):
+    """A recipe's output folder: its stages' subfolders, reused or re-run. No ``resume`` / ``resume_from``: a rerun
+    of the recipe continues it by itself, each stage from its own latest checkpoint."""
 
     overwrite: bool = setting(False, role=OPERATIONAL, description="Re-run every stage, replacing the earlier run's "
                               "outputs in output_dir (without it a rerun reuses the stages made with the same settings "
                               "from the same inputs and refuses changed ones unless --resume-with-changes re-runs them).")
 
-    @field_validator("resume_from")
-    @classmethod
-    def _one_run_only(cls, v: str | None) -> str | None:
-        if v:   # every stage would resume from the same folder
-            raise ValueError("picks a checkpoint of one training run; a pipeline resumes each of its stages from "
-                             "that stage's latest checkpoint by itself: drop --resume-from")
-        return v
+
+#: why a recipe leaves out fields of TrainConfig every recipe leaves out: ``{flat name: (why, fix)}``
+#: (:attr:`drmix.config.parts.Config.left_out`)
+RECIPE_LEFT_OUT: dict[str, tuple[str, str]] = {
+    "resume": ("a rerun of the same command continues the recipe by itself: each finished stage is reused and an "
+               "interrupted one resumes from its latest checkpoint",
+               "drop --resume and run the same command again (--resume-with-changes re-runs the stages whose "
+               "settings changed, --overwrite every stage)."),
+    "resume_from": ("it picks a checkpoint of one training run, and a recipe resumes each of its stages from that "
+                    "stage's latest checkpoint by itself", "drop --resume-from and run the same command again."),
+    # a recipe declares the strategy-options mappings its stages read (options_setting); the others are left out
+    **dict.fromkeys(STRATEGY_OPTIONS, ("no stage of the recipe trains with a strategy that reads these options",
+                                       "drop it.")),
+}
 
 
 class RecipeConfig(FineTuningParts):
     """What every multi-stage recipe's config is made of (``drmix pipeline tdro|coco|drama``): the fine-tuning parts
     its training stages are composed from, its output folder (:class:`PipelineRun`) and the final evaluation; each
-    recipe replaces the parts whose defaults it changes and adds its own. Not a :class:`TrainConfig`: a stage's
-    TrainConfig is composed from these parts by the recipe's plan."""
+    recipe replaces the parts whose defaults it changes, leaves out the fields its stages never read (parts
+    without them, ``Part.without``; the strategy-options mappings it does not declare) and adds its own. Not a
+    :class:`TrainConfig`: a stage's TrainConfig is composed from these parts by the recipe's plan.
+
+    The fields of TrainConfig a recipe leaves out are refused in one line when given (``left_out``, with why and
+    the fix; :meth:`~drmix.config.parts.Config.refuse_left_out`), never accepted and carried into its stages."""
+
+    command: ClassVar[str] = "drmix pipeline"
+    narrows: ClassVar[type[Config] | None] = TrainConfig
+    left_out: ClassVar[dict[str, tuple[str, str]]] = RECIPE_LEFT_OUT
 
     run: PipelineRun = Field(default_factory=PipelineRun)
     test: TestConfig = Field(default_factory=TestConfig)

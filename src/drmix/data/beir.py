@@ -16,7 +16,9 @@ metrics handle).
 """
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +70,12 @@ def load_beir(root: str | Path, split: str | None = "test", *, load_corpus: bool
     corpus is not read (and qrels document ids are not checked against it).
     Raises :class:`DataError` naming the file and line for any malformed or inconsistent record.
     """
-    root = Path(root).expanduser()
+    from drmix.errors import path_argument, wrong_argument
+
+    root = path_argument("load_beir", "root", root, fix="pass a BEIR folder: load_beir('beir/scifact').").expanduser()
+    if split is not None and not isinstance(split, str):
+        raise wrong_argument("load_beir", "split", split, "a split name or None",
+                             fix="pass split='test' (a qrels/{split}.tsv file), or None for every query.")
     if not root.is_dir():
         raise DataError("BEIR directory not found.", path=root,
                         fix="pass a directory holding corpus.jsonl, queries.jsonl and qrels/{split}.tsv.")
@@ -142,6 +149,31 @@ def read_corpus(path: str | Path) -> dict[str, dict[str, str]]:
     if not corpus:
         raise DataError("corpus is empty.", path=path, fix="add at least one document.")
     return corpus
+
+
+#: the id that opens a BEIR record as BEIR writes it (``{"_id": "42", ...``): plain, without escapes
+_LEADING_ID = re.compile(rb'\s*\{\s*"_id"\s*:\s*"([^"\\]*)"')
+
+
+def read_corpus_ids(path: str | Path) -> set[str]:
+    """The document ids of ``corpus.jsonl`` without parsing its texts: the id that opens a line is read by a
+    pattern, any other line is parsed whole (:func:`_record_id`'s errors)."""
+    path = Path(path)
+    ids: set[str] = set()
+    with open(path, "rb") as f:
+        for line, raw in enumerate(f, start=1):
+            m = _LEADING_ID.match(raw)
+            if m is not None:
+                ids.add(m.group(1).decode("utf-8", "replace"))
+            elif raw.strip():
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    raise DataError("line is not valid JSON.", path=path, line=line,
+                                    fix="write one JSON object per line.") from None
+                if isinstance(obj, dict):
+                    ids.add(_record_id(path, line, obj))
+    return ids
 
 
 def read_queries(path: str | Path) -> dict[str, str]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -569,8 +570,13 @@ def load_collection_spec(spec: str | CollectionSpec, *, split: str | None = None
     ``format`` and ``columns`` apply where the spec sets none (``--format`` / ``--columns``). The spec's
     ``document_prompt`` goes to each collection that a YAML list it names gives none.
     """
-    if isinstance(spec, str):
-        spec = CollectionSpec(path=spec)
+    if isinstance(spec, (str, os.PathLike)):
+        spec = CollectionSpec(path=str(spec))
+    elif not isinstance(spec, CollectionSpec):
+        from drmix.errors import wrong_argument
+
+        raise wrong_argument("load_collection_spec", "spec", spec, "a path or a CollectionSpec",
+                             fix="pass paths (str or Path), Hub ids or CollectionSpec(path=..., name=...).")
     out = _load_spec(spec, split=split, format=format, columns=columns, _yaml_stack=_yaml_stack)
     for c in out:
         if c.document_prompt is None:
@@ -668,9 +674,20 @@ def load_collections(specs: list[str | CollectionSpec], *, split: str | None = N
 
     ``format`` (``--format``) and ``columns`` (``--columns``) apply to the specs that set none.
     """
+    from drmix.errors import wrong_argument
+
+    if isinstance(specs, (str, os.PathLike, CollectionSpec)):   # one collection, not its path's characters
+        specs = [specs]
+    elif not isinstance(specs, (list, tuple)):
+        raise wrong_argument("load_collections", "specs", specs, "a list of paths or CollectionSpecs",
+                             fix="pass load_collections(['data/a.jsonl', CollectionSpec(path=..., name=...)]).")
     if not specs:
         raise DataError("no training data given.",
                         fix="pass --data PATH (a collection file, folder, saved dataset, BEIR dir, YAML list or Hub id).")
+    for i, spec in enumerate(specs):
+        if not isinstance(spec, (str, os.PathLike, CollectionSpec)):
+            raise wrong_argument("load_collections", f"specs[{i}]", spec, "a path or a CollectionSpec",
+                                 fix="pass paths (str or Path), Hub ids or CollectionSpec(path=..., name=...).")
     out: list[Collection] = []
     for spec in specs:
         out.extend(load_collection_spec(spec, split=split, format=format, columns=columns))

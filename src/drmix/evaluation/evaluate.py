@@ -122,12 +122,20 @@ def dataset_names(data_dirs: Sequence[str | Path]) -> list[str]:
 
 
 def _resolve_model(model: Any, max_length: int | None, model_kwargs: dict | None = None) -> tuple[Any, str]:
-    if model is None or isinstance(model, (str, Path)):
+    import os
+
+    if model is None or isinstance(model, (str, os.PathLike)):
         from drmix.model.encoder import load_encoder
 
         name = "default" if model is None else str(model)
         return load_encoder(None if model is None else str(model), max_seq_length=max_length,
                             model_kwargs=model_kwargs), name
+    if not callable(getattr(model, "encode", None)):
+        from drmix.errors import wrong_argument
+
+        raise wrong_argument("evaluate_model", "model", model, "a SentenceTransformer (a model with encode), a model "
+                             "folder, a Hub id or None (the default model)",
+                             fix="pass SentenceTransformer(PATH) or the path itself.")
     return model, model_name(model)
 
 
@@ -189,11 +197,13 @@ def evaluate_model(model: Any, data_dirs: Sequence[str | Path], *, split: str = 
     """Evaluate ``model`` (a loaded SentenceTransformer, a path/hub id, or ``None`` for the default) on
     each BEIR directory; returns an :class:`EvalReport`. ``max_queries`` / ``max_docs`` evaluate a seeded
     subsample (judged documents of the kept queries always stay; see :func:`subsample`)."""
-    from drmix.errors import ConfigError
+    from drmix.errors import ConfigError, path_list
 
+    data_dirs = path_list("evaluate_model", "data_dirs", data_dirs, fix="pass BEIR folders: evaluate_model(model, "
+                          "['beir/scifact', ...]).")
     if not data_dirs:
         raise ConfigError("no dataset given.", fix="pass at least one --data DIR (a BEIR directory).")
-    metrics = tuple(metrics)
+    metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     _check_k(k, metrics)
     model, resolved_name = _resolve_model(model, max_length, model_kwargs)
     results: dict[str, dict[str, float]] = {}

@@ -4,6 +4,10 @@ The queries are encoded with the model the index records (or ``--model``, checke
 fingerprint), searched through the index's backend, and the run is scored with the same metrics as ``drmix
 eval`` (:func:`drmix.evaluation.metrics.evaluate_run`). Comparing an approximate index (IVF-PQ, HNSW, a Milvus
 collection) with ``drmix eval`` of the same model (exact search) measures the recall the approximation costs.
+
+An index built from another corpus than the qrels judge scores 0 without being wrong about anything: the judged
+documents it does not hold are counted (``info["judged_not_indexed"]``) and named in a warning -- every one of
+them missing almost always means the wrong ``--data`` or the wrong index.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ def evaluate_index(model: Any, index: Any, location: str, data_dir: str | Path, 
     name = dataset_names([data_dir])[0]
     data = load_beir(data_dir, split)
     prompt = query_prompt_for(model, data.name, instructions=query_instructions)
+    missing = judged_not_indexed(index, data.qrels, location, data.root / "qrels" / f"{split}.tsv")
     run = search_queries(model, index, data.queries, k=k, batch_size=batch_size, prompt=prompt,
                          precision=precision)
     values = evaluate_run(data.qrels, run, metrics, per_query=True)
@@ -41,8 +46,24 @@ def evaluate_index(model: Any, index: Any, location: str, data_dir: str | Path, 
     means = {m: sum(v[m] for v in values.values()) / n for m in next(iter(values.values()))} if n else {}
     meta = getattr(index, "metadata", {}) or {}
     info = {"queries": len(data.queries), "documents": len(index), "seconds": round(time.perf_counter() - t0, 2),
-            "path": str(data_dir), "index": location, "backend": meta.get("backend", "memory"),
-            "kind": meta.get("kind"), "params": meta.get("params", {})}
+            "path": str(data_dir), "index": location, "backend": getattr(index, "backend", None) or meta.get("backend"),
+            "kind": meta.get("kind"), "params": meta.get("params", {}), "judged_not_indexed": missing}
     log.info("%s via %s: %s", name, location, ", ".join(f"{m}={v:.4f}" for m, v in means.items()))
     return EvalReport(model=model_name or str(meta.get("model", "?")), split=split, results={name: means},
                       info={name: info}, per_query={name: values})
+
+
+def judged_not_indexed(index: Any, qrels: Mapping[str, Mapping[str, int]], location: str, qrels_file: Path) -> int:
+    """How many of the documents ``qrels`` judge relevant the index does not hold; a warning when any is missing
+    (every one: the index and the qrels are of different corpora, and every score is 0)."""
+    judged = {d for docs in qrels.values() for d, rel in docs.items() if rel > 0}
+    if not judged:
+        return 0
+    missing = len(judged) - len(index.holds(judged))
+    if missing == len(judged):
+        log.warning("none of the %d documents judged relevant in %s is in the index at %s: every score is 0 (is the "
+                    "index built from this dataset's corpus?)", len(judged), qrels_file, location)
+    elif missing:
+        log.warning("%d of the %d documents judged relevant in %s are not in the index at %s: they count as not "
+                    "retrieved", missing, len(judged), qrels_file, location)
+    return missing

@@ -29,7 +29,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from drmix.errors import ConfigError, DataError
+from drmix.errors import ConfigError, DataError, wrong_argument
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,26 @@ def truncate_run(run: Run, k: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def _mapping_of_mappings(name: str, value: object, scores: str) -> None:
+    """``qrels`` / ``run`` as :func:`evaluate_run` takes them: ``{query id: {doc id: score}}``."""
+    fix = (f"pass {{query id: {{doc id: {scores}}}}}, e.g. {{'q1': {{'d3': 1}}}}; drmix.load_beir(DIR).qrels and "
+           "drmix.retrieval.trec.read_run(FILE) give them.")
+    if not isinstance(value, Mapping):
+        raise wrong_argument("evaluate_run", name, value, "a mapping of query ids to {doc id: score}", fix=fix)
+    for qid, docs in value.items():
+        if not isinstance(docs, Mapping):
+            raise wrong_argument("evaluate_run", f"{name}[{qid!r}]", docs, "a mapping of doc ids to scores", fix=fix)
+
+
+def _number(value: object, what: str) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise DataError(f"{what} is not a number ({value!r}).", fix="use numeric scores.") from None
+
+
 def _clean_qrels(qrels: Qrels) -> dict[str, dict[str, int]]:
+    _mapping_of_mappings("qrels", qrels, "relevance")
     if not qrels:
         raise DataError("qrels are empty: there is nothing to evaluate.",
                         fix="pass qrels with at least one judged query.")
@@ -110,7 +129,7 @@ def _clean_qrels(qrels: Qrels) -> dict[str, dict[str, int]]:
     for qid, docs in qrels.items():
         row: dict[str, int] = {}
         for did, rel in docs.items():
-            if isinstance(rel, bool) or not float(rel).is_integer():
+            if isinstance(rel, bool) or not _number(rel, f"qrels score for query {qid!r}, doc {did!r}").is_integer():
                 raise DataError(f"qrels score for query {qid!r}, doc {did!r} is not an integer ({rel!r}).",
                                 fix="use integer relevance scores.")
             row[str(did)] = int(rel)
@@ -119,6 +138,7 @@ def _clean_qrels(qrels: Qrels) -> dict[str, dict[str, int]]:
 
 
 def _clean_run(run: Run, qrels: Mapping[str, object]) -> dict[str, dict[str, float]]:
+    _mapping_of_mappings("run", run, "score")
     clean: dict[str, dict[str, float]] = {}
     for qid, docs in run.items():
         qid = str(qid)
@@ -126,7 +146,7 @@ def _clean_run(run: Run, qrels: Mapping[str, object]) -> dict[str, dict[str, flo
             continue
         row: dict[str, float] = {}
         for did, score in docs.items():
-            s = float(score)
+            s = _number(score, f"run score for query {qid!r}, doc {did!r}")
             if math.isnan(s):
                 raise DataError(f"run score for query {qid!r}, doc {did!r} is NaN.",
                                 fix="check the model's embeddings for NaNs.")
@@ -164,7 +184,7 @@ def evaluate_run(qrels: Qrels, run: Run, metrics: Iterable[str] = DEFAULT_METRIC
     Returns ``{metric: mean}`` over every query in ``qrels`` (see the module docstring for the
     conventions), or with ``per_query=True`` ``{query_id: {metric: value}}``.
     """
-    specs = [parse_metric(m) for m in metrics]
+    specs = [parse_metric(m) for m in ((metrics,) if isinstance(metrics, str) else metrics)]
     if not specs:
         raise ConfigError("no metrics requested.", fix=f"ask for at least one metric, e.g. {DEFAULT_METRICS[0]}.")
     clean_qrels = _clean_qrels(qrels)

@@ -12,13 +12,30 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from drmix.data.beir import load_beir
+from drmix.data.beir import CORPUS_FILE, load_beir, read_corpus_ids
 from drmix.errors import ConfigError
 from drmix.evaluation.evaluate import EvalReport, _check_k, dataset_names, subsample
 from drmix.evaluation.metrics import DEFAULT_METRICS, evaluate_run, truncate_run
 from drmix.retrieval.trec import read_run
 
 log = logging.getLogger(__name__)
+
+
+def warn_unknown_documents(path: str | Path, run: dict[str, dict[str, float]], corpus_file: Path) -> list[str]:
+    """Warn when the run ranks document ids the qrels' corpus does not hold (a run of another corpus or version,
+    or ids written another way: ``doc12`` for ``12``): they can never be relevant, so the scores are silently
+    low. Names how many and the first few; returns them (sorted). Nothing when the folder has no corpus file."""
+    if not corpus_file.is_file():
+        return []
+    known = read_corpus_ids(corpus_file)
+    ranked = {d for docs in run.values() for d in docs}
+    missing = sorted(ranked - known)
+    if missing:
+        shown = ", ".join(repr(d) for d in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        log.warning("%s: %d of the %d document ids the run ranks are not in %s (%s); they can never be relevant. "
+                    "Was the run made from another corpus, or are its ids written another way?", path, len(missing),
+                    len(ranked), corpus_file, shown)
+    return missing
 
 
 def evaluate_run_files(runs: Sequence[str | Path], data_dirs: Sequence[str | Path], *, split: str = "test",
@@ -42,6 +59,7 @@ def evaluate_run_files(runs: Sequence[str | Path], data_dirs: Sequence[str | Pat
         if unknown:
             log.warning("%s: %d of the run's %d queries are not judged in %s (split %s); they are ignored",
                         path, unknown, len(run), root, split)
+        warn_unknown_documents(path, run, Path(root) / CORPUS_FILE)
         judged = len(data.qrels)
         if max_queries is not None:
             data = subsample(data, max_queries=max_queries, seed=seed)

@@ -148,15 +148,16 @@ def parse_options(spec: StrategySpec, values: dict[str, Any] | BaseModel | None)
 
 
 def strategy_of(config: "TrainConfig") -> tuple[StrategySpec, BaseModel | None]:
-    """The spec ``config.mixture.strategy`` names and its validated options."""
+    """The spec ``config.mixture.strategy`` names and its validated options (none given where the config does
+    not carry the strategy's options field: a recipe's config carries only those its stages read)."""
     spec = get_strategy(config.mixture.strategy)
-    return spec, parse_options(spec, getattr(config, spec.field))
+    return spec, parse_options(spec, getattr(config, spec.field, None))
 
 
 def check_config(config: "TrainConfig") -> None:
     """Check the strategy name and its options (called when a TrainConfig is built)."""
     spec = get_strategy(config.mixture.strategy)
-    parse_options(spec, getattr(config, spec.field))
+    parse_options(spec, getattr(config, spec.field, None))
     for other in option_fields() - {spec.field}:  # options given to a strategy family not selected: still checked
         values = getattr(config, other, None)
         owners = [s for s in registered_strategies().values() if s.field == other and s.options is not None]

@@ -33,6 +33,11 @@ def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
     (a folder without ``modules.json``, or a ``.gguf`` file) is built by
     :func:`drmix.model.backbone.load_retriever` with its defaults (last-token pooling, EOS, normalised), as
     the LLM-retrieval papers pool; a SentenceTransformer folder is loaded exactly as saved."""
+    if name_or_path is not None and not isinstance(name_or_path, str):
+        from drmix.errors import path_argument
+
+        name_or_path = str(path_argument("load_encoder", "name_or_path", name_or_path,
+                                         fix="pass a model folder or Hub id (str or Path), or None for the default."))
     path = resolve_model_path(name_or_path)
     local = Path(path).expanduser()
     if path.endswith(".gguf") or (local.is_dir() and not (local / "modules.json").exists()

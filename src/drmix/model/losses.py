@@ -53,6 +53,16 @@ def _keep_target(exclude: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _check_tensors(**given: object) -> None:
+    for name, value in given.items():
+        if value is not None and not isinstance(value, torch.Tensor):
+            from drmix.errors import wrong_argument
+
+            raise wrong_argument("info_nce", name, value, "a torch.Tensor" + ("" if name in ("q", "p") else " or None"),
+                                 fix="pass embeddings as tensors: torch.as_tensor(...) or model.encode(..., "
+                                     "convert_to_tensor=True).")
+
+
 def info_nce(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None = None, neg_mask: torch.Tensor | None = None,
              *, temperature: float = 0.05, in_batch: bool = True, gather: bool = False,
              exclude: torch.Tensor | None = None) -> torch.Tensor:
@@ -69,6 +79,7 @@ def info_nce(q: torch.Tensor, p: torch.Tensor, negs: torch.Tensor | None = None,
     Returns:
         ``[B]`` losses.
     """
+    _check_tensors(q=q, p=p, negs=negs, neg_mask=neg_mask, exclude=exclude)
     B = q.size(0)
     if negs is not None and negs.size(1) == 0:
         negs, neg_mask = None, None

@@ -67,6 +67,8 @@ class CocoConfig(TrainingParts):
     """Options of ``drmix pretrain coco``: the training parts that apply (model, batches, optimisation,
     evaluation, output) and the COCO part (corpora, spans)."""
 
+    command: ClassVar[str] = "drmix pretrain coco"
+
     optim: CocoOptim = Field(default_factory=CocoOptim)  # type: ignore[valid-type]
     eval: EvalConfig = Field(default_factory=EvalConfig)
     run: CocoRun = Field(default_factory=CocoRun)  # type: ignore[valid-type]

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, model_validator
 
-from drmix.config import (INPUT, MixtureConfig, Part, PipelineRun, RecipeConfig, TrainConfig, format_validation,
-                          setting)
+from drmix.config import INPUT, MixtureConfig, Part, PipelineRun, RecipeConfig, TrainConfig, options_setting, setting
 from drmix.errors import ConfigError
 from drmix.evaluation.compare import paired_test
 from drmix.evaluation.suite import evaluate_suite
@@ -38,10 +37,24 @@ from drmix.recipes.stages import Stage, run_stages, write_summary
 log = logging.getLogger(__name__)
 
 
-CocoMixture = MixtureConfig.variant(
+CocoMixture = MixtureConfig.without("CocoMixtureParts", "reference_model", "dev", "dev_split").variant(
     "CocoMixture", strategy=("static", "Fine-tuning strategy: static (uniform) or idro.", Literal["static", "idro"]))
 CocoPipelineRun = PipelineRun.variant(
     "CocoPipelineRun", output_dir=("runs/coco-pipeline", "Root directory; each stage writes a subdirectory."))
+
+#: the training fields drmix pipeline coco does not carry: why, and what to do instead
+COCO_LEFT_OUT: dict[str, tuple[str, str]] = {
+    "reference_model": ("its fine-tunings train with static weights or iDRO, and neither measures losses against a "
+                        "reference model", "drop it; a reference model is for `drmix train --strategy tdro` (or "
+                        "doremi) and `drmix pipeline tdro`."),
+    **dict.fromkeys(("dev", "dev_split"), ("its fine-tunings train with static weights or iDRO; dev sets are "
+                                           "Inf-DDS's", "drop it; the final table is on --test-data.")),
+    **dict.fromkeys(("dro", "influence", "strategy_options"), (
+        "its fine-tunings train with static weights or iDRO (its options: --idro): the options of other strategies "
+        "are never read", "drop it; iDRO's options are --idro KEY=VALUE.")),
+}
+#: the mixture fields only static weights read (iDRO samples the collections uniformly)
+STATIC_ONLY = ("mixture", "mixture_temperature", "weights_file", "transfer")
 
 
 class CocoRecipe(Part):
@@ -56,13 +69,37 @@ class CocoRecipe(Part):
 
 
 class CocoPipelineConfig(RecipeConfig):
-    """``drmix pipeline coco``: the fine-tuning parts (its strategy static or idro), the recipe's output folder,
-    the test sets and the recipe's part (target corpora, COCO overrides). The COCO stage's config and both
-    fine-tunings are composed from these parts by :func:`plan_coco`."""
+    """``drmix pipeline coco``: the fine-tuning parts (its strategy static or idro: no reference model, no dev
+    sets), iDRO's options, the recipe's output folder, the test sets and the recipe's part (target corpora, COCO
+    overrides). The COCO stage's config and both fine-tunings are composed from these parts by :func:`plan_coco`;
+    iDRO's options, the static weights' settings and the ``coco`` overrides are checked when the config is made."""
+
+    command: ClassVar[str] = "drmix pipeline coco"
+    left_out: ClassVar[dict[str, tuple[str, str]]] = {**RecipeConfig.left_out, **COCO_LEFT_OUT}
 
     mixture: CocoMixture = Field(default_factory=CocoMixture)  # type: ignore[valid-type]
     run: CocoPipelineRun = Field(default_factory=CocoPipelineRun)  # type: ignore[valid-type]
+    idro: dict[str, Any] = options_setting("idro", "Options of iDRO, with --strategy idro (see docs/coco.md).")
     recipe: CocoRecipe = Field(default_factory=CocoRecipe)
+
+    @model_validator(mode="after")
+    def _typed(self) -> "CocoPipelineConfig":
+        from drmix.recipes.options import check_options, check_override, refuse_unread
+
+        check_options(self, self.mixture.strategy)
+        m, defaults = self.mixture, MixtureConfig.model_fields
+        if m.strategy == "idro":
+            refuse_unread(self, {flat: (getattr(m, name), defaults[name].default) for flat, name in
+                                 zip(STATIC_ONLY, ("scheme", "mixture_temperature", "weights_file", "transfer"))},
+                          "with --strategy idro (iDRO samples the collections uniformly and reweights query "
+                          "clusters within each batch)", "drop {flag}, or fine-tune with --strategy static.")
+        elif m.transfer and not m.weights_file:
+            raise ConfigError("--transfer needs --weights-file (a weights.json from `drmix mixture optimize`).",
+                              fix="add --weights-file RUN/weights.json, or drop --transfer.")
+        from drmix.pretrain.runner import CocoConfig
+
+        check_override(lambda: coco_stage_config(self), "--coco", CocoConfig)
+        return self
 
 
 @dataclass
@@ -84,18 +121,14 @@ class CocoPipelineResult:
 
 def coco_stage_config(config: CocoPipelineConfig):
     """The COCO stage: the pipeline's model, batch, optimisation and output parts with COCO's own learning rate,
-    no periodic evaluation, the target corpora, then the ``coco`` overrides."""
+    no periodic evaluation, the target corpora, then the ``coco`` overrides (checked when the config is made)."""
     from drmix.pretrain.runner import CocoConfig, CocoOptim
 
     values = {"corpus": list(config.recipe.corpus), "output_dir": str(Path(config.run.output_dir) / "coco"),
               "resume": True, "learning_rate": CocoOptim.model_fields["learning_rate"].default, "eval_data": [],
               "data": [],
               **config.recipe.coco}
-    try:
-        return CocoConfig.from_parts(config, **values)
-    except ValidationError as e:
-        raise ConfigError(f"invalid --coco option {format_validation(e, CocoConfig)}.",
-                          fix="see `drmix pretrain coco --help` for the fields.") from None
+    return CocoConfig.from_parts(config, **values)
 
 
 def finetune_config(config: CocoPipelineConfig, model: str | None, out: Path) -> TrainConfig:

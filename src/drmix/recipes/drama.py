@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from pydantic import Field, create_model, field_validator, model_validator
 
 from drmix.config import (INPUT, ContrastiveConfig, ModelConfig, Part, PipelineRun, RecipeConfig, TrainConfig,
-                          setting)
+                          options_setting, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.io import atomic_write_json
@@ -138,13 +138,27 @@ _Augment = _augment_part()
 class DramaConfig(RecipeConfig):
     """``drmix pipeline drama`` options: the student's fine-tuning parts (DRAMA's model and negatives defaults), the
     recipe's output folder, the final evaluation, the recipe's part and the augmentation steps' options. The
-    student's TrainConfig is composed from these parts by :func:`student_config`."""
+    student's TrainConfig is composed from these parts by :func:`student_config`: it trains with any strategy, so
+    every strategy's options are carried (checked by their models when the config is made)."""
+
+    command: ClassVar[str] = "drmix pipeline drama"
 
     model: DramaModel = Field(default_factory=DramaModel)  # type: ignore[valid-type]
     contrastive: DramaContrastive = Field(default_factory=DramaContrastive)  # type: ignore[valid-type]
     run: DramaRun = Field(default_factory=DramaRun)  # type: ignore[valid-type]
+    dro: dict[str, Any] = options_setting("dro")
+    influence: dict[str, Any] = options_setting("influence")
+    idro: dict[str, Any] = options_setting("idro")
+    strategy_options: dict[str, Any] = options_setting("strategy_options")
     recipe: DramaRecipe = Field(default_factory=DramaRecipe)
     augment: _Augment = Field(default_factory=_Augment)  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _typed(self) -> "DramaConfig":
+        from drmix.recipes.options import check_options
+
+        check_options(self, self.mixture.strategy)   # the student trains with any strategy: its options, typed
+        return self
 
 
 #: Fields (flat names) of the pruned student's initialisation (``student-init/``).

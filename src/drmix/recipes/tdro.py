@@ -55,10 +55,10 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from drmix.config import (INPUT, MixtureConfig, Part, PipelineRun, RecipeConfig, TrainConfig, format_validation,
-                          setting)
+from drmix.config import (INPUT, ContrastiveConfig, MixtureConfig, Part, PipelineRun, RecipeConfig, TrainConfig,
+                          format_validation, options_setting, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
 from drmix.recipes.optimize import optimize_weights, stage1_config
@@ -71,7 +71,10 @@ log = logging.getLogger(__name__)
 BASELINE = "uniform"
 
 
-class TdroMixture(MixtureConfig):
+class TdroMixture(MixtureConfig.without("TdroMixtureParts", "scheme", "mixture_temperature", "weights_file", "transfer",
+                                        "dev", "dev_split")):
+    """Stage 1's strategy and the reference it measures against (every stage sets its own weights)."""
+
     strategy: str = setting("tdro", description="Stage-1 strategy: tdro (relative loss), doremi (excess loss) or "
                                               "groupdro (raw loss); the weight-learning strategies of "
                                               "docs/mixture.md.")
@@ -88,6 +91,27 @@ class TdroMixture(MixtureConfig):
 
 
 TdroRun = PipelineRun.variant("TdroRun", output_dir=("runs/pipeline", "Root directory; each stage writes a subdirectory."))
+#: the batches: every stage sets how they are filled (stages 0 and 2 homogeneous, stage 1 mixed)
+TdroContrastive = ContrastiveConfig.without("TdroContrastive", "batching")
+
+#: the training fields drmix pipeline tdro does not carry: why, and what to do instead (``{value}``: the value given)
+TDRO_LEFT_OUT: dict[str, tuple[str, str]] = {
+    "mixture": ("every stage sets its own weights (uniform; stage 2 each transfer of stage 1's)",
+                "set it for one stage, e.g. --stage0 mixture={value}."),
+    "mixture_temperature": ("every stage sets its own weights (uniform; stage 2 each transfer of stage 1's)",
+                            "set it for one stage, e.g. --stage0 mixture_temperature={value}."),
+    "weights_file": ("stage 2 uses stage 1's learned weights",
+                     "to train on a weights file of your own use `drmix train --mixture file --weights-file FILE`."),
+    "transfer": ("the stage-2 transfers are --transfers", "list them with --transfers (e.g. --transfers {value})."),
+    "batching": ("every stage sets its own batches (stages 0 and 2 homogeneous, stage 1 mixed)",
+                 "set it for one stage, e.g. --stage2 batching={value}."),
+    **dict.fromkeys(("dev", "dev_split"), (
+        "no stage runs Inf-DDS, whose dev sets these are (stage 1 learns weights with a DRO strategy)",
+        "drop it; to choose among uniform and the transfers on a dev split pass --select-on DEV_BEIR_DIR.")),
+    **dict.fromkeys(("influence", "idro", "strategy_options"), (
+        "stage 1 learns weights with a DRO strategy (its options: --dro) and stages 0 and 2 train with static "
+        "weights: the options of other strategies are never read", "drop it; stage 1's options are --dro KEY=VALUE.")),
+}
 
 
 class TdroStages(Part):
@@ -128,12 +152,28 @@ class TdroStages(Part):
 
 class PipelineConfig(RecipeConfig):
     """``drmix pipeline tdro`` options: the fine-tuning parts every stage is composed from (its mixture part with
-    stage 1's strategy), the recipe's output folder, the final evaluation and the stages' own part. Every stage's
-    TrainConfig is composed from these parts by :func:`plan_tdro`."""
+    stage 1's strategy and reference, its batches without ``batching``: every stage sets its own weights and
+    batches), stage 1's strategy options, the recipe's output folder, the final evaluation and the stages' own
+    part. Every stage's TrainConfig is composed from these parts by :func:`plan_tdro`; the strategy's options and
+    every stage's overrides are checked when the config is made (:func:`check_stage_overrides`)."""
 
+    command: ClassVar[str] = "drmix pipeline tdro"
+    left_out: ClassVar[dict[str, tuple[str, str]]] = {**RecipeConfig.left_out, **TDRO_LEFT_OUT}
+
+    contrastive: TdroContrastive = Field(default_factory=TdroContrastive)  # type: ignore[valid-type]
     mixture: TdroMixture = Field(default_factory=TdroMixture)
     run: TdroRun = Field(default_factory=TdroRun)  # type: ignore[valid-type]
+    dro: dict[str, Any] = options_setting("dro", "Options of stage 1's strategy (tdro, doremi, groupdro; see "
+                                                 "docs/mixture.md).")
     stages: TdroStages = Field(default_factory=TdroStages)
+
+    @model_validator(mode="after")
+    def _typed(self) -> "PipelineConfig":
+        from drmix.recipes.options import check_options
+
+        check_options(self, self.mixture.strategy)
+        check_stage_overrides(self)
+        return self
 
 
 @dataclass
@@ -172,12 +212,9 @@ def slug(text: str) -> str:
 
 def _stage_config(base: PipelineConfig, overrides: dict[str, Any], **fixed: Any) -> TrainConfig:
     """A stage's TrainConfig: the pipeline's training parts, static unless ``fixed`` says otherwise, then the
-    stage's ``overrides``; finished / interrupted stages continue instead of failing (``resume``)."""
-    try:
-        return TrainConfig.from_parts(base, **{"strategy": "static", **fixed, **overrides, "resume": True})
-    except ValidationError as e:
-        raise ConfigError(f"invalid stage configuration: {format_validation(e, TrainConfig)}.",
-                          fix="check the stage0/stage1/stage2 overrides.") from None
+    stage's ``overrides`` (checked when the config is made: :func:`check_stage_overrides`); finished / interrupted
+    stages continue instead of failing (``resume``)."""
+    return TrainConfig.from_parts(base, **{"strategy": "static", **fixed, **overrides, "resume": True})
 
 
 def weights_table(weights_json: dict[str, Any], *, kept: dict[str, list[str]] | None = None) -> str:
@@ -319,27 +356,17 @@ def _check_beir_dirs(dirs: list[str], split: str, field_name: str) -> None:
                               fix=f"pass a directory with a {split} split, or change the split option.")
 
 
-#: training fields every stage sets itself (stage 0 and 2: uniform homogeneous; stage 1: uniform mixed; stage 2:
-#: each transfer of stage 1's weights): a value given for the whole pipeline would be ignored, so it is refused.
-#: flat field -> (its option, the stage default, a pipeline option or stage override that does the job)
-STAGE_SET_FIXES: dict[str, tuple[str, Any, str]] = {
-    "weights_file": ("--weights-file", None, "stage 2 uses stage 1's learned weights; to train on a weights file "
-                                             "of your own use `drmix train --mixture file --weights-file FILE`"),
-    "transfer": ("--transfer", None, "list the stage-2 transfers with --transfers (e.g. --transfers reweight)"),
-    "mixture": ("--mixture", "uniform", "set it for one stage, e.g. --stage0 mixture={value}"),
-    "mixture_temperature": ("--mixture-temperature", 2.0, "set it for one stage, e.g. --stage0 "
-                                                          "mixture_temperature={value}"),
-    "batching": ("--batching", "homogeneous", "set it for one stage, e.g. --stage2 batching={value}"),
-}
+def check_stage_overrides(config: PipelineConfig) -> None:
+    """Every stage's configuration composed with its ``stage0`` / ``stage1`` / ``stage2`` overrides (typed by
+    TrainConfig: a field that does not exist or a value it refuses is one :class:`ConfigError` naming the
+    override); nothing is read or written."""
+    from drmix.recipes.options import check_override
 
-
-def _refuse_fields_the_stages_set(config: PipelineConfig) -> None:
-    flat = config.flat()
-    for key, (flag, default, fix) in STAGE_SET_FIXES.items():
-        value = flat[key]
-        if value != default:
-            raise ConfigError(f"{flag} is not used by drmix pipeline tdro (each stage sets {key} itself), so "
-                              f"{flag} {value} would be ignored.", fix=fix.format(value=value) + ".")
+    st = config.stages
+    check_override(lambda: _stage_config(config, st.stage0), "--stage0", TrainConfig)
+    check_override(lambda: stage1_config(config, strategy=config.mixture.strategy, reference=None, output_dir="x",
+                                         overrides=st.stage1), "--stage1", TrainConfig)
+    check_override(lambda: _stage_config(config, st.stage2), "--stage2", TrainConfig)
 
 
 def validate_pipeline(config: PipelineConfig) -> bool:
@@ -352,7 +379,6 @@ def validate_pipeline(config: PipelineConfig) -> bool:
     from drmix.mixture.registry import strategy_names, strategy_of
     from drmix.mixture.transfer import parse_top_fraction
 
-    _refuse_fields_the_stages_set(config)
     if not config.stages.transfers:
         raise ConfigError("no transfer configured.", fix="set transfers: [top:0.7, reweight] (or loss).")
     for t in config.stages.transfers:
@@ -365,19 +391,7 @@ def validate_pipeline(config: PipelineConfig) -> bool:
     if spec.family != "dro":
         raise ConfigError(f"unknown DRO strategy {config.mixture.strategy!r}.",
                           fix=f"use one of {list(strategy_names(family='dro'))}.")
-    st = config.stages
-    for stage, overrides in (("stage0", st.stage0), ("stage1", st.stage1), ("stage2", st.stage2)):
-        try:
-            if stage == "stage1":
-                stage1_config(config, strategy=config.mixture.strategy, reference=None, output_dir="x", overrides=overrides)
-            else:
-                _stage_config(config, overrides)
-        except ValidationError as e:
-            raise ConfigError(f"invalid {stage} override {format_validation(e, TrainConfig)}.",
-                              fix=f"fix --{stage} KEY=VALUE (keys are the training fields of `drmix train --help`)."
-                              ) from None
-        except ConfigError as e:
-            raise ConfigError(f"{stage}: {e.message}", fix=e.fix) from None
+    check_stage_overrides(config)
     from drmix.data.collections import check_sources
 
     check_sources(config.data.collections)

@@ -172,21 +172,73 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer, scheduler) -> tuple[dict, dict]:
-    """Restore model, optimiser, scheduler and RNG; return ``(trainer_state, strategy_state)``."""
+#: what a checkpoint file that cannot be read raises (UnpicklingError: not a plain tensor file, which
+#: ``weights_only`` refuses; RuntimeError: torch's zip reader on a cut file)
+_UNREADABLE = (OSError, RuntimeError, KeyError, ValueError, TypeError, EOFError, IndexError, pickle.UnpicklingError)
+
+
+def _why(e: BaseException) -> str:
+    """The first sentence of ``e``; torch.load's refusals (whose text goes on to offer an unsafe load) as what they
+    mean: the file is no tensor file that loads safely."""
+    first = str(e).strip().split("\n")[0].split(". ")[0][:160]
+    if isinstance(e, pickle.UnpicklingError) or "weights_only" in str(e):
+        first = "not a tensor file that loads safely (weights_only)"
+    return f"{type(e).__name__}: {first}"
+
+
+def _damaged(file: Path, e: BaseException) -> CheckpointError:
+    """``file`` of a checkpoint cannot be read: named, with the run's other checkpoints as the fix."""
+    others = [c for c in checkpoints(file.parent.parent.parent) if c.resolve() != file.parent.resolve()]
+    fix = (f"resume from an earlier checkpoint of the run (--resume-from {others[-1]}), or start a new --output-dir"
+           if others else "start a new --output-dir (the run has no other checkpoint)")
+    return CheckpointError(f"this checkpoint file is damaged and cannot be read ({_why(e)}).", path=file,
+                           fix=fix + ".")
+
+
+def _not_fitting(file: Path, e: BaseException) -> CheckpointError:
+    return CheckpointError(f"this checkpoint file does not fit the run's model ({_why(e)}).",
+                           path=file, fix="the model or its settings (--model, --lora-r, ...) changed since it was "
+                                          "written: resume with the same ones, or start a new --output-dir.")
+
+
+def _load_weights(model: torch.nn.Module, path: Path) -> None:
     from safetensors import SafetensorError
 
-    path = Path(path)
+    file = next((path / n for n in (TRAINING_MODEL, "model.safetensors") if (path / n).is_file()), path)
     try:
         load_model_folder(model, path)
-        opt = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
-        optimizer.load_state_dict(opt["optimizer"])
-        scheduler.load_state_dict(opt["scheduler"])
-        set_rng_state(from_saveable(opt["rng"]))
-        strategy_state = from_saveable(torch.load(path / "strategy.pt", weights_only=True, map_location="cpu"))
-        trainer_state = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, RuntimeError, KeyError, ValueError, TypeError, EOFError, pickle.UnpicklingError,
-            SafetensorError) as e:  # UnpicklingError: not a plain tensor file (weights_only refused it)
-        raise CheckpointError(f"cannot resume from this checkpoint ({type(e).__name__}: {str(e)[:200]}).", path=path,
-                              fix="the model or data changed since it was written; start a new --output-dir.") from e
+    except (SafetensorError, OSError, EOFError, pickle.UnpicklingError) as e:
+        raise _damaged(file, e) from e
+    except (RuntimeError, KeyError, ValueError, TypeError) as e:   # load_state_dict: missing keys, other shapes
+        raise _not_fitting(file, e) from e
+
+
+def _read(file: Path, read: Any) -> Any:
+    try:
+        return read(file)
+    except _UNREADABLE as e:
+        raise _damaged(file, e) from e
+
+
+def _torch_file(file: Path) -> Any:
+    return torch.load(file, weights_only=True, map_location="cpu")
+
+
+def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer, scheduler) -> tuple[dict, dict]:
+    """Restore model, optimiser, scheduler and RNG; return ``(trainer_state, strategy_state)``. A file that cannot
+    be read is named as damaged (with the run's other checkpoints as the fix); one that reads but does not fit the
+    model is named as written for another model or settings."""
+    path = Path(path)
+    _load_weights(model, path)
+    opt_file = path / "optimizer.pt"
+    opt = _read(opt_file, _torch_file)
+    parts = _read(opt_file, lambda f: (opt["optimizer"], opt["scheduler"], from_saveable(opt["rng"])))
+    try:
+        optimizer.load_state_dict(parts[0])
+        scheduler.load_state_dict(parts[1])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
+        raise _not_fitting(opt_file, e) from e
+    _read(opt_file, lambda f: set_rng_state(parts[2]))
+    strategy_state = from_saveable(_read(path / "strategy.pt", _torch_file))
+    trainer_state = _read(path / "trainer_state.json", lambda f: json.loads(f.read_text()))
     return trainer_state, strategy_state

@@ -6,6 +6,7 @@ deep in the loop (and a ``config.yaml`` left behind by a run that never trained)
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from drmix.errors import ConfigError
@@ -83,3 +84,45 @@ def check_strategy(config: Any, strategy: Any, names: list[str]) -> None:
     if spec.needs_dev and not config.mixture.dev:
         raise ConfigError(f"strategy '{name}' needs at least one dev set.",
                           fix="pass --dev DIR (a BEIR directory with a dev split), or set `dev:` in the config.")
+
+
+#: more optimiser steps than any training run takes (over 11 days at 1,000 steps a second): a run this long is a
+#: mistyped --epochs or --max-steps, whose warm-up would also keep the learning rate negligible for days
+MAX_STEPS = 10**9
+#: a warm-up longer than this keeps the learning rate under 1% of its peak for more than 10,000 steps
+LONG_WARMUP = 10**6
+
+
+def check_schedule(config: Any, examples: int) -> list[str]:
+    """Refuse a run of more than :data:`MAX_STEPS` optimiser steps (or a non-finite ``--epochs`` /
+    ``--learning-rate``) before anything loads, and warn when the warm-up keeps the learning rate negligible: longer
+    than the run (the peak is never reached) or than :data:`LONG_WARMUP` steps. ``examples``: the rows of all
+    collections, which ``--epochs`` counts passes over. Returns the warnings (the main process logs them)."""
+    from drmix.train.optim import warmup_steps
+
+    o, c = config.optim, config.contrastive
+    if not math.isfinite(o.learning_rate):
+        raise ConfigError(f"--learning-rate {o.learning_rate} is not a finite number.", fix="use e.g. 2e-5.")
+    per_step = c.batch_size * c.gradient_accumulation_steps
+    if o.epochs is not None:
+        steps = o.epochs * examples / per_step if math.isfinite(o.epochs) else math.inf
+        given = f"--epochs {o.epochs:g} over {examples:,} examples ({per_step} a step)"
+    else:
+        steps, given = o.max_steps, f"--max-steps {o.max_steps:,}"
+    if steps > MAX_STEPS:
+        shown = f"{steps:.3g}" if math.isfinite(steps) else "endless"
+        raise ConfigError(f"{given} makes {shown} optimiser steps, more than any training run takes ({MAX_STEPS:,}); "
+                          f"the warm-up alone would keep the learning rate negligible for days.",
+                          fix="pass a few --epochs (1 to 10 is usual) or --max-steps N.")
+    steps = max(1, math.ceil(steps))
+    warmup = warmup_steps(config.replace(max_steps=steps, epochs=None))
+    warned: list[str] = []
+    if warmup > steps:
+        warned.append(f"the warm-up ({warmup:,} steps) is longer than the run ({steps:,} steps): the learning rate "
+                      f"never reaches --learning-rate {o.learning_rate:g}, it ends at "
+                      f"{o.learning_rate * steps / warmup:.2g}. Use a --warmup-steps below the run's steps.")
+    elif warmup > LONG_WARMUP:
+        warned.append(f"the warm-up lasts {warmup:,} steps: the learning rate stays under 1% of --learning-rate "
+                      f"{o.learning_rate:g} for the first {warmup // 100:,} steps. Fewer --epochs / --max-steps, or "
+                      "--warmup-steps N, shorten it.")
+    return warned

@@ -118,7 +118,9 @@ class RunOutput:
         if (p / "trainer_state.json").is_file() and (p / "optimizer.pt").is_file():
             return p
         found = [str(c) for c in checkpoints(self.dir)]
-        raise ConfigError("is not a drmix checkpoint folder (no trainer_state.json and optimizer.pt).", path=p,
+        what = ("is not a drmix checkpoint folder (no trainer_state.json and optimizer.pt)." if p.exists() else
+                "does not exist.")
+        raise ConfigError(what, path=p,
                           fix=(f"pass one of {', '.join(found)}" if found else
                                f"{self.dir} has no checkpoint; drop --resume-from") + ", or --resume for the latest.")
 

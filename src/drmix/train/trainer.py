@@ -55,7 +55,8 @@ from drmix.train.optim import build_optimizer
 from drmix.train.precision import Precision, release_foreign_state
 from drmix.train.sharding import backward as sharding_backward
 from drmix.train.sharding import full_state_dict, rebuild_with_state, sharding_kind
-from drmix.train.preflight import check_batch_fits, check_model_fit, check_strategy, warn_small_collections
+from drmix.train.preflight import (check_batch_fits, check_model_fit, check_schedule, check_strategy,
+                                   warn_small_collections)
 from drmix.train.reference import ReferenceScorer
 from drmix.train.saving import JsonlLog, RunOutput, TrainResult
 from drmix.train.streams import AuxiliaryStreams
@@ -91,7 +92,12 @@ class Trainer:
                  callbacks: Sequence[Callable[[StepContext], None]] = (), listeners: Sequence[Listener] = (),
                  collections: list[Collection] | None = None, model: Any = None) -> None:
         from drmix.mixture.registry import check_config
+        from drmix.train import arguments as args
 
+        config = args.train_config(config, "Trainer")  # the Python API's types, before anything loads
+        config, model = args.model_argument(config, model, "Trainer")
+        callbacks, listeners = args.callback_list(callbacks, "Trainer"), args.listener_list(listeners, "Trainer")
+        args.check_parts("Trainer", strategy=strategy, objective=objective, collections=collections)
         check_config(config)  # the strategy and its options, before any model or data loads
         # the loss (a registered objective), before any model or data loads too
         objective = objective if objective is not None else objective_from_config(config)
@@ -164,6 +170,9 @@ class Trainer:
         from drmix.train.saving import steps_for_epochs
 
         cfg = self.config
+        for warning in check_schedule(cfg, sum(self.sizes)):   # --epochs 1e15; a warm-up that outlasts the run
+            if self.is_main:
+                log.warning(warning)
         if cfg.optim.epochs is None:
             return
         steps = steps_for_epochs(cfg.optim.epochs, sum(self.sizes), cfg.contrastive.batch_size,

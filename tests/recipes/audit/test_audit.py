@@ -92,14 +92,16 @@ def test_a_changed_setting_is_refused_and_the_estimate_writes_nothing(config, tm
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"max_steps": 50}, "--max-steps is set by drmix mixture audit itself"),
+    ({"max_steps": 50}, "--max-steps (max_steps) is not used by drmix mixture audit"),
     ({"dev": []}, "the audit needs dev sets"),
-    ({"mixture": "size"}, "--mixture is set by drmix mixture audit itself"),
+    ({"mixture": "size"}, "--mixture (mixture) is not used by drmix mixture audit"),
     ({"dev_split": "test"}, "no qrels/test.tsv"),
 ])
 def test_what_the_audit_cannot_run_with_is_refused_before_anything(config, fields, message):
+    import re
+
     from drmix.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         estimate_audit(config.replace(**fields))
     assert not Path(config.run.output_dir).exists()

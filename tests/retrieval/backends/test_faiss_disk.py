@@ -106,14 +106,61 @@ def test_bad_input(tmp_path, data):
 def test_damaged_folders_are_refused(tmp_path, data):
     doc_ids, x = data
     target = tmp_path / "i"
-    build_index("faiss-disk", str(target), chunks(doc_ids, x), kind="ivf-flat")
+    build_index("faiss-disk", str(target), chunks(doc_ids, x), kind="ivf-flat", metadata={"corpus": "c.jsonl"})
     ids_file = target / "ids.json"
     ids_file.write_text(json.dumps(doc_ids[:3]))
+    with pytest.raises(IndexLoadError, match=r"ids.json holds \d+ bytes, the build wrote \d+") as info:
+        open_index(str(target))
+    assert info.value.fix == (f"rebuild it: drmix index --corpus c.jsonl --backend faiss-disk --output {target} "
+                              "--overwrite.")
+    # an index written before meta.json recorded its files: the checks it had
+    meta = json.loads((target / "meta.json").read_text())
+    del meta["files"]
+    (target / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(IndexLoadError, match="holds 400 vectors but ids.json lists 3 ids"):
         open_index(str(target))
     (target / "lists.ivfdata").unlink()
     with pytest.raises(IndexLoadError, match="no lists.ivfdata"):
         open_index(str(target))
+
+
+def test_a_lists_file_cut_short_is_refused_never_searched(tmp_path, data):
+    """A lists.ivfdata cut short gave IVF-PQ a wrong answer (1 hit for k=3, rc 0) and IVF-flat a SIGBUS: opened in
+    a child process (a signal would end it), both are refused naming the file, with the record of the build and,
+    for an index written before that record, with the size the index's own header gives the lists file."""
+    import subprocess
+    import sys
+
+    doc_ids, x = data
+    places = []
+    for kind, cut in (("ivf-pq", 100), ("ivf-flat", 4096)):
+        for recorded in (True, False):
+            folder = tmp_path / f"{kind}-{recorded}"
+            build_index("faiss-disk", str(folder), chunks(doc_ids, x), kind=kind)
+            if not recorded:
+                meta = json.loads((folder / "meta.json").read_text())
+                del meta["files"]
+                (folder / "meta.json").write_text(json.dumps(meta))
+            with open(folder / "lists.ivfdata", "r+b") as f:
+                f.truncate(cut)
+            places.append(str(folder))
+    code = ("import sys, numpy as np\n"
+            "from drmix.errors import IndexLoadError\n"
+            "from drmix.retrieval.backends import open_index\n"
+            "q = np.load(sys.argv[1])\n"
+            "for place in sys.argv[2:]:\n"
+            "    try:\n"
+            "        print('answered', [len(r) for r in open_index(place).search(q, 3)[1]])\n"
+            "    except IndexLoadError as e:\n"
+            "        print('refused', e.format())\n")
+    np.save(tmp_path / "q.npy", x[:4])
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "q.npy"), *places], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4 and all(line.startswith("refused ") for line in lines), lines
+    assert all(f"{place}/lists.ivfdata: lists.ivfdata holds " in line and "--overwrite" in line
+               for place, line in zip(places, lines))
 
 
 def test_pq_size():

@@ -121,6 +121,13 @@ def test_locations_and_names(db, data):
         open_index(f"{db}#nothere")
 
 
+def test_searching_a_database_that_does_not_exist_creates_nothing(tmp_path):
+    """A search is read-only: a .db path that is not there is one line, and no database appears there."""
+    with pytest.raises(IndexLoadError, match="no Milvus Lite database here") as e:
+        open_index(f"{tmp_path / 'typo.db'}#c")
+    assert e.value.path == str(tmp_path / "typo.db") and list(tmp_path.iterdir()) == []
+
+
 def test_an_unreachable_uri_is_one_line_within_seconds():
     t0 = time.monotonic()
     with pytest.raises(IndexLoadError, match=r"Milvus at http://127\.0\.0\.1:9 does not answer"):

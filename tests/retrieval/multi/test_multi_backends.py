@@ -60,5 +60,5 @@ def test_every_policy_over_engines_matches_memory(places, policy):
 def test_corpus_args_keep_milvus_locations():
     parsed = parse_corpus_args(["a=runs/x/index.db#a", "b=http://milvus:19530#b"])
     assert parsed == {"a": "runs/x/index.db#a", "b": "http://milvus:19530#b"}
-    with pytest.raises(DataError, match="Milvus location"):
+    with pytest.raises(DataError, match="a saved index, or a Milvus collection as PATH.db#COLLECTION"):
         parse_corpus_args(["a=/nowhere/at/all"])

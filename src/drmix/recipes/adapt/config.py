@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from drmix.config import INPUT, OPERATIONAL, OptimConfig, Part, PipelineRun, setting
-from drmix.config.train import TrainingParts
+from drmix.config import INPUT, OPERATIONAL, Config, OptimConfig, Part, PipelineRun, TrainConfig, setting
+from drmix.config.train import RECIPE_LEFT_OUT, TrainingParts
 from drmix.errors import ConfigError
 from drmix.recipes.adapt.candidates import parse_candidate
 from drmix.retrieval.backends.base import DEFAULT_BACKEND
@@ -237,10 +237,34 @@ class AdaptLabels(Part):
         return self.select_on or ("labels" if self.dev_labels else "synthetic")
 
 
+#: the training fields drmix adapt does not carry: why, and what to do instead
+ADAPT_LEFT_OUT: dict[str, tuple[str, str]] = {
+    **RECIPE_LEFT_OUT,
+    **dict.fromkeys(("mixture", "mixture_temperature", "weights_file", "transfer", "strategy"), (
+        "every fine-tuning's mixture is one of --candidates, chosen on the synthetic dev", "list the mixtures to "
+        "compare with --candidates (e.g. --candidates uniform --candidates tdro:reweight).")),
+    "reference_model": ("tDRO's stage 1 measures against the uniform fine-tuning of the COCO model the recipe "
+                        "trains", "drop it."),
+    **dict.fromkeys(("dev", "dev_split"), ("the candidates are chosen, and Inf-DDS rewarded, on the synthetic dev "
+                                           "built from --corpus (or on --dev-labels)",
+                                           "drop it; labelled dev queries of the targets go to --dev-labels.")),
+    **dict.fromkeys(("eval_every", "evaluator"), ("no fine-tuning evaluates while it trains (--eval-data is read "
+                                                  "only for the final table)", "drop it.")),
+    **dict.fromkeys(("idro", "strategy_options"), ("no candidate trains with a strategy that reads it (tDRO's "
+                                                   "options are --dro, Inf-DDS's --influence)", "drop it.")),
+}
+
+
 class AdaptConfig(TrainingParts):
     """``drmix adapt``: the training parts (shared by every fine-tuning and, through ``coco``, the COCO stage),
     the target corpora, the synthetic set, the candidates and the labelled final evaluation. Every stage's config
-    is composed from these parts (:func:`plan_adapt`)."""
+    is composed from these parts (:func:`plan_adapt`); the training fields it leaves out are refused when given
+    (``left_out``), the strategies' options and the ``coco`` / ``stage1`` overrides are checked by their typed
+    models when the config is made."""
+
+    command: ClassVar[str] = "drmix adapt"
+    narrows: ClassVar[type[Config] | None] = TrainConfig
+    left_out: ClassVar[dict[str, tuple[str, str]]] = ADAPT_LEFT_OUT
 
     optim: OptimConfig = Field(default_factory=OptimConfig)
     eval: AdaptEval = Field(default_factory=AdaptEval)
@@ -277,6 +301,16 @@ class AdaptConfig(TrainingParts):
                 part = nested[f.group] = part.model_dump(exclude_unset=True)
             part.setdefault(f.name, copy.deepcopy(value))
         return nested
+
+    @model_validator(mode="after")
+    def _typed(self) -> "AdaptConfig":
+        from drmix.pretrain.runner import CocoConfig
+        from drmix.recipes.options import check_options, check_override
+
+        check_options(self)
+        check_override(lambda: CocoConfig.model_validate(self.stages.coco), "--coco", CocoConfig)
+        check_override(lambda: TrainConfig.model_validate(self.stages.stage1), "--stage1", TrainConfig)
+        return self
 
 
 def synthetic_fields() -> list[str]:

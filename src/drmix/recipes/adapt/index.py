@@ -2,8 +2,9 @@
 backends (:func:`drmix.retrieval.backends.index_documents`), so the run ends with something ``drmix search``
 answers.
 
-``output_dir/index/<corpus>/`` is one index per corpus (memory, faiss-disk), or ``--index-uri`` holds one
-collection per corpus (milvus; ``index/`` then holds the record only). ``index/index.json`` records where each
+``output_dir/index/<corpus>/`` is one index per corpus (a backend that writes a folder: memory, faiss-disk), or
+``--index-uri`` holds one collection per corpus (a backend that writes to a URI: milvus; ``index/`` then holds the
+record only). ``index/index.json`` records where each
 index is, the backend and kind, the model (``output_dir/model``, the adapted model's copy; its weights'
 fingerprint) and each corpus's content fingerprint; ``index/index.yaml`` the settings it was made with (the
 stage's record, :class:`drmix.recipes.stages.Stage`). An index already built in this folder by the same model
@@ -39,12 +40,13 @@ def index_settings(config: AdaptConfig) -> dict[str, Any]:
 
 
 def index_location(config: AdaptConfig, plan: AdaptPlan, corpus: str) -> str:
-    """Where ``corpus``'s index goes: ``output_dir/index/<corpus>``, or ``URI#<collection>`` for milvus."""
-    s = config.search
-    if s.index_backend == "milvus":
-        from drmix.retrieval.backends.milvus import default_collection
+    """Where ``corpus``'s index goes: ``output_dir/index/<corpus>``, or ``URI#<collection>`` for a backend that
+    writes collections at a URI (``--index-uri``)."""
+    from drmix.retrieval.backends import backend, collection_name
 
-        return f"{s.index_uri}#{default_collection(corpus)}"
+    s = config.search
+    if backend(s.index_backend).target == "uri":
+        return f"{s.index_uri}#{collection_name(corpus)}"
     return str(plan.root / INDEX_DIR / corpus)
 
 
@@ -64,28 +66,22 @@ def index_finished(root: Path, selected: str | None) -> bool:
     return record is not None and (selected is None or record.get("candidate") == selected)
 
 
-def _meta(location: str) -> dict[str, Any] | None:
-    """What the index at ``location`` records (a folder's ``meta.json`` read without loading its vectors; a
-    Milvus collection's metadata), or None when there is none."""
+def _meta(location: str, backend_name: str) -> dict[str, Any] | None:
+    """What the index at ``location`` records (read by its backend without loading the vectors where it can), or
+    None when there is none."""
     from drmix.errors import DrmixError
-    from drmix.retrieval.backends import open_index
+    from drmix.retrieval.backends import backend
 
-    folder = Path(location)
     try:
-        if folder.is_dir():
-            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        elif "#" in location:
-            meta = open_index(location).metadata
-        else:
-            return None
+        meta = backend(backend_name).read_meta(location)
     except (DrmixError, OSError, ValueError, KeyError):
         return None
     return meta if isinstance(meta, dict) else None
 
 
-def _kept(location: str, fingerprint: str, corpus_fp: dict[str, Any]) -> bool:
+def _kept(location: str, backend_name: str, fingerprint: str, corpus_fp: dict[str, Any]) -> bool:
     """An index at ``location`` built by the model of ``fingerprint`` from the corpus of ``corpus_fp``."""
-    meta = _meta(location) or {}
+    meta = _meta(location, backend_name) or {}
     return bool(fingerprint) and meta.get("fingerprint") == fingerprint and meta.get("corpus_fingerprint") == corpus_fp
 
 
@@ -114,21 +110,21 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
         file = corpus_file(path)
         fp = corpus_fingerprint(path)
         location = index_location(config, plan, name)
-        if _kept(location, fingerprint, fp):
+        if _kept(location, spec.name, fingerprint, fp):
             log.info("index of %s: kept (built earlier by the same model from the same corpus) at %s", name, location)
-            docs, count = None, (_meta(location) or {}).get("count")
+            docs, count = None, (_meta(location, spec.name) or {}).get("count")
         else:
             docs = read_corpus(file)
             meta: dict[str, Any] = {"model": adapted, "corpus": str(Path(file).resolve()), "corpus_fingerprint": fp,
                                     "candidate": selected, "adapt_output_dir": str(plan.root.resolve())}
             # a collection this run wrote earlier is replaced; any other is refused (spec.check)
-            ours = s.index_backend == "milvus" and _ours(location, plan.root)
+            ours = spec.target == "uri" and _ours(location, spec.name, plan.root)
             try:
                 spec.check(location, meta, ours)
             except ConfigError as e:     # a collection this run did not write
                 raise ConfigError(f"index of {name}: {e.message}", path=e.path,
                                   fix="drop that collection, pass another --index-uri, or --no-index.") from None
-            if s.index_backend != "milvus":  # a folder of this run: refused before encoding when it cannot fit
+            if spec.target != "uri":  # a folder of this run: refused before encoding when it cannot fit
                 try:
                     check_index_room(location, docs, encoder, store_texts=True)
                 except DiskFullError as e:
@@ -147,9 +143,9 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
     return record
 
 
-def _ours(location: str, root: Path) -> bool:
+def _ours(location: str, backend_name: str, root: Path) -> bool:
     """Whether the index at ``location`` was written by the adapt run in ``root``."""
-    return (_meta(location) or {}).get("adapt_output_dir") == str(root.resolve())
+    return (_meta(location, backend_name) or {}).get("adapt_output_dir") == str(root.resolve())
 
 
 def first_query(root: Path, corpus: str) -> str | None:

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from drmix.config import INPUT, Part, PipelineRun, setting
-from drmix.config.train import FineTuningParts
+from drmix.config import (INPUT, ContrastiveConfig, MixtureConfig, OptimConfig, Part, PipelineRun, TrainConfig,
+                          options_setting, setting)
+from drmix.config.train import RECIPE_LEFT_OUT, EvalConfig, FineTuningParts
 
 #: the cheap signals the audit can compute, in the order the report lists them
 SIGNALS = ("tdro", "doremi", "groupdro", "infdds", "gradalign")
 DEFAULT_SIGNALS = ("tdro", "doremi", "infdds", "gradalign")
 
+AuditContrastive = ContrastiveConfig.without("AuditContrastive", "batching")
+AuditMixture = MixtureConfig.without("AuditMixture", "scheme", "mixture_temperature", "weights_file", "transfer",
+                                     "strategy", "reference_model")
+AuditOptim = OptimConfig.without("AuditOptim", "max_steps", "epochs")
+AuditEval = EvalConfig.without("AuditEval", "eval_data", "eval_every", "eval_split", "eval_max_queries", "evaluator")
 AuditRun = PipelineRun.variant("AuditRun", output_dir=("runs/audit", "Root directory: every short run is a subfolder "
                                                                    "(runs/, stage1/), the report and the recommended "
                                                                    "weights.json are at its top."))
@@ -70,10 +76,48 @@ class AuditOptions(Part):
         return [n for n in SIGNALS if n in names]
 
 
+_SETS_WEIGHTS = ("every short run is the uniform mixture of its collections (tDRO, DoReMi and GroupDRO's stage 1 "
+                 "learns its own weights)",
+                 "drop it; train with other weights afterwards, e.g. drmix train --mixture file --weights-file "
+                 "OUTPUT_DIR/weights.json.")
+#: the training fields drmix mixture audit does not carry: why, and what to do instead (``{value}``: the value given)
+AUDIT_LEFT_OUT: dict[str, tuple[str, str]] = {
+    **RECIPE_LEFT_OUT,
+    **dict.fromkeys(("max_steps", "epochs"), ("every short run takes --budget-steps steps (stage 1 --stage1-steps)",
+                                              "set the length of the runs with --budget-steps {value}.")),
+    **dict.fromkeys(("mixture", "mixture_temperature", "weights_file", "transfer"), _SETS_WEIGHTS),
+    "strategy": ("the learned weights the audit checks are its --signals (tdro, doremi, groupdro stage 1)",
+                 "pass --signals tdro,doremi,groupdro,infdds,gradalign (those you want)."),
+    "reference_model": ("each seed's whole-mixture run is stage 1's reference", "drop it."),
+    "batching": ("the short runs use task-homogeneous batches and stage 1 mixed ones", "drop it."),
+    **dict.fromkeys(("eval_data", "eval_every", "eval_split", "eval_max_queries", "evaluator"), (
+        "no short run evaluates during training: every run is scored on the --dev sets once it is finished",
+        "drop it; the dev sets are --dev (--dev-split, --dev-max-queries).")),
+}
+
+
 class AuditConfig(FineTuningParts):
     """``drmix mixture audit`` options: the fine-tuning parts every short run is composed from (the model, the
-    collections, batches, learning rate; the dev sets ``--dev`` with ``--dev-split``), the output folder and the
-    audit's own part. Every run's TrainConfig is composed by :func:`drmix.recipes.audit.plan.plan_audit`."""
+    collections, batches, learning rate; the dev sets ``--dev`` with ``--dev-split``) less the fields the audit sets
+    itself (:data:`AUDIT_LEFT_OUT`, each refused in one line), stage 1's DRO options (``--dro``), the output folder
+    and the audit's own part. Every run's TrainConfig is composed by :func:`drmix.recipes.audit.plan.plan_audit`."""
 
+    command: ClassVar[str] = "drmix mixture audit"
+    narrows: ClassVar[type | None] = TrainConfig
+    left_out: ClassVar[dict[str, tuple[str, str]]] = AUDIT_LEFT_OUT
+
+    contrastive: AuditContrastive = Field(default_factory=AuditContrastive)  # type: ignore[valid-type]
+    mixture: AuditMixture = Field(default_factory=AuditMixture)  # type: ignore[valid-type]
+    optim: AuditOptim = Field(default_factory=AuditOptim)  # type: ignore[valid-type]
+    eval: AuditEval = Field(default_factory=AuditEval)  # type: ignore[valid-type]
     run: AuditRun = Field(default_factory=AuditRun)  # type: ignore[valid-type]
+    dro: dict[str, Any] = options_setting("dro", "Options of stage 1's strategies (tdro, doremi, groupdro; see "
+                                                 "docs/mixture.md).")
     audit: AuditOptions = Field(default_factory=AuditOptions)
+
+    @model_validator(mode="after")
+    def _typed(self) -> "AuditConfig":
+        from drmix.recipes.options import check_options
+
+        check_options(self)          # --dro KEY=VALUE by DROConfig, when the config is made
+        return self

@@ -27,17 +27,6 @@ from drmix.errors import ConfigError
 from drmix.recipes.audit.config import AuditConfig
 from drmix.recipes.audit.probe import probe_steps
 
-#: training fields the audit sets itself: flat name -> (flag, default, fix)
-AUDIT_SETS: dict[str, tuple[str, Any, str]] = {
-    "max_steps": ("--max-steps", 1000, "set the length of every short run with --budget-steps"),
-    "epochs": ("--epochs", None, "set the length of every short run with --budget-steps"),
-    "mixture": ("--mixture", "uniform", "the audit's runs are uniform mixtures; train with other weights afterwards"),
-    "strategy": ("--strategy", "static", "the learned weights the audit checks are chosen with --signals"),
-    "weights_file": ("--weights-file", None, "the audit writes the weights it recommends; pass them to drmix train"),
-    "transfer": ("--transfer", None, "the audit writes the weights it recommends; pass them to drmix train"),
-    "reference_model": ("--reference-model", None, "each seed's whole-mixture run is stage 1's reference"),
-    "batching": ("--batching", "homogeneous", "the runs use task-homogeneous batches; stage 1 uses mixed ones"),
-}
 DRO_SIGNALS = ("tdro", "doremi", "groupdro")
 
 
@@ -78,13 +67,8 @@ def slug(text: str) -> str:
 
 
 def check_audit(config: AuditConfig) -> None:
-    """What the audit cannot run with, refused before anything loads: a training field it sets itself, no dev
-    set, a dev set without the split."""
-    flat = config.flat()
-    for key, (flag, default, fix) in AUDIT_SETS.items():
-        if flat[key] != default:
-            raise ConfigError(f"{flag} is set by drmix mixture audit itself, so {flag} {flat[key]} would be ignored.",
-                              fix=fix + ".")
+    """What the audit cannot run with, refused before anything loads: no dev set, a dev set without the split,
+    no collections (a training field the audit sets itself is refused when the config is made: ``left_out``)."""
     if not config.mixture.dev:
         raise ConfigError("the audit needs dev sets: every collection is judged by how it moves their nDCG@10.",
                           fix="pass --dev DIR (a BEIR directory; --dev-split names its labelled split, default dev; "

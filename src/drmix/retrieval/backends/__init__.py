@@ -1,5 +1,5 @@
-"""Index backends: in-memory (:class:`~drmix.retrieval.index.DenseIndex`), FAISS on disk, Milvus
-(embedded Milvus Lite or a server). See :mod:`drmix.retrieval.backends.base`."""
+"""Index backends: in-memory (:class:`~drmix.retrieval.backends.memory.DenseIndex`), FAISS on disk, Milvus
+(embedded Milvus Lite or a server), and any a package registers. See :mod:`drmix.retrieval.backends.base`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,12 +11,15 @@ from drmix.retrieval.backends.base import (
     BackendSpec,
     ChunkChecker,
     Chunks,
+    Index,
     backend,
     backend_for,
     check_model,
     check_target,
     chunks_from_npy,
+    collection_name,
     encode_chunks,
+    is_location,
     model_fingerprint,
     model_record,
     open_index,
@@ -24,10 +27,10 @@ from drmix.retrieval.backends.base import (
     resolve_kind,
 )
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "BackendSpec", "ChunkChecker", "Chunks", "backend", "backend_for",
-           "build_encoded", "build_index", "check_index_room", "check_model", "check_target", "chunks_from_npy",
-           "encode_chunks", "index_documents", "model_fingerprint", "model_record", "open_index", "register_backend",
-           "resolve_kind"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "BackendSpec", "ChunkChecker", "Chunks", "Index", "backend",
+           "backend_for", "build_encoded", "build_index", "check_index_room", "check_model", "check_target",
+           "chunks_from_npy", "collection_name", "encode_chunks", "encoding_chunk", "index_documents", "is_location",
+           "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
 
 
 def build_index(backend_name: str, target: str, chunks: Chunks, *, kind: str | None = None,
@@ -40,18 +43,15 @@ def build_index(backend_name: str, target: str, chunks: Chunks, *, kind: str | N
     return spec.build(target, chunks, meta, kind, params, overwrite, corpus)
 
 
-#: the index parameters each built-in backend takes (``drmix index``'s options of the same names)
-BACKEND_PARAMS = {"milvus": frozenset({"M", "ef_construction", "ef_search", "nlist", "nprobe"}),
-                  "faiss-disk": frozenset({"nlist", "nprobe", "pq_m", "rerank", "chunk_size"})}
-
-
 def index_documents(spec: BackendSpec, target: str, encoder, docs, meta: dict, *, kind: str, params: dict,
                     overwrite: bool = False, store_texts: bool = True, batch_size: int = 64,
-                    max_length: int | None = None, precision: str = "auto", chunk_size: int = 100_000) -> str:
-    """Encode ``docs`` (``{id: {"title", "text"}}``) with ``encoder`` in chunks and stream them into ``spec``'s
-    index at ``target`` (:func:`build_encoded`); returns its location."""
-    chunks = encode_chunks(encoder, docs, chunk_size=chunk_size, batch_size=batch_size, max_length=max_length,
-                           precision=precision)
+                    max_length: int | None = None, precision: str = "auto", chunk_size: int | None = None) -> str:
+    """Encode ``docs`` (``{id: {"title", "text"}}``) with ``encoder`` in chunks of ``chunk_size`` documents (default:
+    the backend's ``chunk_size`` parameter, else the whole corpus) and stream them into ``spec``'s index at
+    ``target`` (:func:`build_encoded`); returns its location."""
+    chunk_size = chunk_size or encoding_chunk(spec, params)
+    chunks = encode_chunks(encoder, docs, chunk_size=chunk_size or len(docs), batch_size=batch_size,
+                           max_length=max_length, precision=precision)
     return build_encoded(spec, target, encoder, chunks, docs, meta, kind=kind, params=params, overwrite=overwrite,
                          store_texts=store_texts, max_length=max_length, precision=precision)
 
@@ -62,14 +62,20 @@ def build_encoded(spec: BackendSpec, target: str, encoder, chunks: Chunks, docs,
     """Stream ``(ids, vectors)`` chunks that ``encoder`` made of ``docs`` into ``spec``'s index at ``target``;
     returns its location. ``meta`` gets what the index records about the model (:func:`model_record`, its
     document prompt, precision and length) and only the backend's own ``params`` reach it -- what ``drmix
-    index`` does for every backend but the memory one, from one process or from the shards of several."""
+    index`` does for every backend, from one process or from the shards of several."""
     from drmix.model.encoder import document_prompt
 
     meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
                 max_length=max_length or getattr(encoder, "max_seq_length", None))
-    keep = BACKEND_PARAMS.get(spec.name)
-    params = {k: v for k, v in params.items() if keep is None or k in keep}
-    return spec.build(target, chunks, meta, kind, params, overwrite, docs if store_texts else None)
+    return spec.build(target, chunks, meta, kind, spec.own_params(params), overwrite, docs if store_texts else None)
+
+
+def encoding_chunk(spec: BackendSpec, params: dict) -> int | None:
+    """Documents encoded per chunk for ``spec``: its ``chunk_size`` parameter (given, else its default), or None
+    (the whole corpus at once) for a backend without one."""
+    if "chunk_size" not in spec.param_names():
+        return None
+    return int(spec.parse_params(spec.own_params(params)).chunk_size)
 
 
 def check_index_room(output: str | Path, docs: dict[str, dict[str, str]], encoder: Any, *,

@@ -26,23 +26,28 @@ scores only).
 
 Folder: ``index.faiss`` + ``lists.ivfdata`` (+ ``vectors.f32``) + ``ids.json`` + ``meta.json`` (``"backend":
 "faiss-disk"``) + ``docs.jsonl`` / ``docs.offsets.npy`` when texts are stored; written atomically
-(:func:`drmix.io.atomic_dir`: a build killed midway leaves the previous index or nothing).
+(:func:`drmix.io.atomic_dir`: a build killed midway leaves the previous index or nothing). ``meta.json`` records
+every file's size and a checksum of its ends and sampled blocks, checked before FAISS maps anything
+(:mod:`drmix.retrieval.backends.folder`): a ``lists.ivfdata`` cut short is one line naming it, never a search
+over missing lists (a wrong answer) or a mapping past the end of the file (SIGBUS). An index written before that
+record is checked against the size its own header gives the lists file.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from drmix.errors import ConfigError, IndexLoadError
-from drmix.retrieval.backends.base import BackendSpec, ChunkChecker, Chunks, register_backend
+from drmix.retrieval.backends.base import BackendSpec, ChunkChecker, Chunks, empty_hits, register_backend
+from drmix.retrieval.backends.faiss_log import faiss_output_to_log
+from drmix.retrieval.backends.folder import IDS_FILE, DocStore, FolderIndex, read_json
 
 log = logging.getLogger(__name__)
 
@@ -51,51 +56,26 @@ FORMAT_VERSION = 1
 INDEX_FILE = "index.faiss"
 LISTS_FILE = "lists.ivfdata"
 VECTORS_FILE = "vectors.f32"
-IDS_FILE = "ids.json"
-META_FILE = "meta.json"
 #: float32 values of candidate rows one search batch may gather for the exact re-scoring (16 MB; a batch of 1,024
 #: queries at k 10, rerank 10 and 384 dimensions would otherwise gather 157 MB)
 RESCORE_FLOATS = 4 * 2**20
-DEFAULTS = {"nlist": None, "nprobe": 32, "pq_m": None, "rerank": 10, "chunk_size": 100_000, "train_size": None}
 
 
-@contextlib.contextmanager
-def _quiet_stdout():
-    """FAISS's on-disk lists print to the C ``stdout`` ("resizing ...", "IO_FLAG_ONDISK_SAME_DIR: updating
-    ondisk filename ..."), which would corrupt ``drmix search --json``: fd 1 points at /dev/null meanwhile."""
-    import ctypes
+class DiskParams(BaseModel):
+    """The faiss-disk backend's parameters (``drmix index``'s flags of the same names)."""
 
-    libc = ctypes.CDLL(None)
-    sys.stdout.flush()
-    libc.fflush(None)
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        yield
-    finally:
-        libc.fflush(None)
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
+    model_config = ConfigDict(extra="forbid")
 
-
-def _read_meta(directory: Path) -> dict[str, Any] | None:
-    try:
-        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def _claims(location: str) -> bool:
-    p = Path(location).expanduser()
-    meta = _read_meta(p) if p.is_dir() else None
-    return bool(meta) and meta.get("backend") == BACKEND
-
-
-def _check(target: str, meta: dict[str, Any], overwrite: bool) -> None:
-    """The folder is claimed by the command (drmix.outputs.check_output_dir) before encoding."""
+    nlist: int | None = Field(None, ge=1, description="IVF: number of clusters (default 4*sqrt(n), at most n/39).")
+    nprobe: int = Field(32, ge=1, description="IVF: clusters searched per query.")
+    pq_m: int | None = Field(None, ge=1, description="ivf-pq: sub-quantisers, bytes per vector (default: the largest "
+                                                     "divisor of the dimension <= dim/8, 48 for 384-d).")
+    rerank: int = Field(10, ge=0, description="ivf-pq: re-score the top rerank*k PQ candidates exactly from the "
+                                              "vectors kept on disk (0: PQ scores only, the vectors are not kept).")
+    chunk_size: int = Field(100_000, ge=1, description="documents encoded and added per chunk (the vectors held in "
+                                                       "RAM while building).")
+    train_size: int | None = Field(None, ge=1, description="IVF: rows of the seeded training sample (default 64 "
+                                                           "per list, at least 9,984, at most all).")
 
 
 def pq_size(dim: int, wanted: int | None) -> int:
@@ -146,19 +126,64 @@ def read_rows(path: Path, rows: np.ndarray, n: int, dim: int, step: int) -> np.n
     return out
 
 
-def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: dict[str, Any],
-           overwrite: bool, corpus: Any = None) -> str:
+def _trained(path: Path, n: int, dim: int, kind: str, p: DiskParams) -> tuple[Any, dict[str, Any]]:
+    """The empty index of ``kind`` trained on a seeded sample of the ``n`` rows spooled at ``path``, and the
+    parameters it was made with."""
+    import faiss
+
+    nlist = _nlist(n, p.nlist)
+    train_size = train_rows(n, nlist, p.train_size)
+    rows = np.sort(np.random.default_rng(0).choice(n, size=train_size, replace=False))
+    used: dict[str, Any] = {"nlist": nlist, "nprobe": min(int(p.nprobe), nlist), "train_size": train_size}
+    if kind == "ivf-pq":
+        m = pq_size(dim, p.pq_m)
+        nbits = int(min(8, max(1, math.floor(math.log2(max(2, train_size // 39))))))
+        factory = f"IVF{nlist},PQ{m}x{nbits}"
+        used.update(pq_m=m, pq_bits=nbits, rerank=int(p.rerank))
+    else:
+        factory = f"IVF{nlist},Flat"
+        used.update(rerank=0)
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
+    ivf.cp.seed = 0
+    if kind == "ivf-pq":
+        ivf.do_polysemous_training = False  # see the module docstring: most of the training time, unused
+        ivf.pq.cp.seed = 0
+    log.info("training %s on %d of %d vectors", factory, train_size, n)
+    sample = read_rows(path, rows, n, dim, int(p.chunk_size))
+    with faiss_output_to_log():
+        index.train(sample)
+    return index, used
+
+
+def _merged(index: Any, path: Path, n: int, dim: int, step: int, lists: Path) -> None:
+    """Add the ``n`` spooled rows to copies of the trained ``index``, ``step`` rows a block, and merge the blocks
+    into the on-disk inverted lists at ``lists``."""
     import faiss
     from faiss.contrib.ondisk import merge_ondisk
 
-    from drmix.io import atomic_dir
-    from drmix.retrieval.index import DocStore
+    blocks = []
+    for b, start in enumerate(range(0, n, step)):
+        block = faiss.clone_index(index)
+        rows_in = min(n, start + step) - start  # read, not mapped: the spool's pages do not stay resident
+        part = np.fromfile(path, dtype=np.float32, count=rows_in * dim,
+                           offset=start * dim * 4).reshape(rows_in, dim)
+        block.add_with_ids(part, np.arange(start, start + rows_in, dtype=np.int64))
+        del part
+        blocks.append(str(path.parent / f".block{b}.index"))
+        faiss.write_index(block, blocks[-1])
+        del block
+    with faiss_output_to_log():
+        merge_ondisk(index, blocks, str(lists))
+    for f in blocks:
+        Path(f).unlink()
 
-    p = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
-    unknown = set(p) - set(DEFAULTS)
-    if unknown:
-        raise ConfigError(f"unknown faiss-disk option(s) {', '.join(sorted(unknown))}.",
-                          fix=f"options are {', '.join(DEFAULTS)}.")
+
+def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, p: DiskParams, corpus: Any = None) -> str:
+    import faiss
+
+    from drmix.io import atomic_dir
+
     check = ChunkChecker()
     ids: list[str] = []
     with atomic_dir(target) as tmp:
@@ -169,89 +194,58 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
                 spool.write(vectors.tobytes())
         check.finish()
         n, dim = check.count, int(check.dim or 0)
-        nlist = _nlist(n, p["nlist"])
-        train_size = train_rows(n, nlist, p["train_size"])
-        rows = np.sort(np.random.default_rng(0).choice(n, size=train_size, replace=False))
-        used: dict[str, Any] = {"nlist": nlist, "nprobe": min(int(p["nprobe"]), nlist), "train_size": train_size}
-        if kind == "ivf-pq":
-            m = pq_size(dim, p["pq_m"])
-            nbits = int(min(8, max(1, math.floor(math.log2(max(2, train_size // 39))))))
-            factory = f"IVF{nlist},PQ{m}x{nbits}"
-            used.update(pq_m=m, pq_bits=nbits, rerank=int(p["rerank"]))
-        else:
-            factory = f"IVF{nlist},Flat"
-            used.update(rerank=0)
-        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-        ivf = faiss.downcast_index(faiss.extract_index_ivf(index))
-        ivf.cp.seed = 0
-        if kind == "ivf-pq":
-            ivf.do_polysemous_training = False  # see the module docstring: most of the training time, unused
-            ivf.pq.cp.seed = 0
-        log.info("training %s on %d of %d vectors", factory, train_size, n)
-        index.train(read_rows(tmp / VECTORS_FILE, rows, n, dim, int(p["chunk_size"])))
-        blocks = []
-        step = int(p["chunk_size"])
-        for b, start in enumerate(range(0, n, step)):
-            block = faiss.clone_index(index)
-            rows_in = min(n, start + step) - start  # read, not mapped: the spool's pages do not stay resident
-            part = np.fromfile(tmp / VECTORS_FILE, dtype=np.float32, count=rows_in * dim,
-                               offset=start * dim * 4).reshape(rows_in, dim)
-            block.add_with_ids(part, np.arange(start, start + rows_in, dtype=np.int64))
-            del part
-            blocks.append(str(tmp / f".block{b}.index"))
-            faiss.write_index(block, blocks[-1])
-            del block
-        with _quiet_stdout():
-            merge_ondisk(index, blocks, str(tmp / LISTS_FILE))
+        index, used = _trained(tmp / VECTORS_FILE, n, dim, kind, p)
+        _merged(index, tmp / VECTORS_FILE, n, dim, int(p.chunk_size), tmp / LISTS_FILE)
         faiss.write_index(index, str(tmp / INDEX_FILE))
         del index
-        for f in blocks:
-            Path(f).unlink()
         if not used["rerank"]:
             (tmp / VECTORS_FILE).unlink()
         (tmp / IDS_FILE).write_text(json.dumps(ids), encoding="utf-8")  # ASCII: lone surrogates round-trip
-        full = {**meta, "backend": BACKEND, "format_version": FORMAT_VERSION, "kind": kind, "params": used,
-                "metric": "inner_product", "dim": dim, "count": n, "has_texts": corpus is not None}
         if corpus is not None:
             DocStore.write(tmp, ids, corpus)
-        (tmp / META_FILE).write_text(json.dumps(full, indent=2) + "\n", encoding="utf-8")
+        full = {**meta, "backend": BACKEND, "format_version": FORMAT_VERSION, "kind": kind, "params": used,
+                "metric": "inner_product", "dim": dim, "count": n, "has_texts": corpus is not None}
+        DiskIndex.write_meta(tmp, full, (INDEX_FILE, LISTS_FILE, VECTORS_FILE))
     log.info("saved faiss-disk %s index of %d documents to %s", kind, n, target)
     return target
 
 
-class DiskIndex:
-    """An on-disk FAISS IVF index opened for search (the same calls as :class:`~drmix.retrieval.index.DenseIndex`)."""
+class DiskIndex(FolderIndex):
+    """An on-disk FAISS IVF index opened for search."""
+
+    backend = BACKEND
+
+    @classmethod
+    def write(cls, target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: BaseModel,
+              overwrite: bool = False, corpus: Any = None) -> str:
+        return _build(target, chunks, meta, kind, params, corpus)
+
+    @classmethod
+    def open(cls, location: str) -> DiskIndex:
+        return cls(Path(location).expanduser())
 
     def __init__(self, directory: Path) -> None:
         import faiss
 
-        from drmix.retrieval.index import DocStore
-
         self.directory = directory
-        rebuild = "rebuild it with drmix index --backend faiss-disk --overwrite."
-        meta = _read_meta(directory)
-        if meta is None or meta.get("backend") != BACKEND:
-            raise IndexLoadError("not a faiss-disk index (meta.json missing or of another backend).",
-                                 path=directory, fix=rebuild)
-        for name in (INDEX_FILE, LISTS_FILE, IDS_FILE):
-            if not (directory / name).is_file():
-                raise IndexLoadError(f"faiss-disk index has no {name}.", path=directory, fix=rebuild)
-        self.metadata = meta
-        self.kind = str(meta.get("kind"))
+        meta = self.opened_meta(directory, (INDEX_FILE, LISTS_FILE, IDS_FILE))
+        rebuild = self.fix(directory, meta)
+        if meta.get("backend") != BACKEND:
+            raise IndexLoadError("not a faiss-disk index (meta.json is of another backend).", path=directory,
+                                 fix=rebuild)
         try:
-            with _quiet_stdout():
+            with faiss_output_to_log():
                 self.index = faiss.read_index(str(directory / INDEX_FILE), faiss.IO_FLAG_ONDISK_SAME_DIR)
         except RuntimeError as e:
             raise IndexLoadError(f"cannot read the FAISS index ({str(e).splitlines()[0][:160]}).",
                                  path=directory / INDEX_FILE, fix=rebuild) from None
+        _check_lists(self.index, directory / LISTS_FILE, rebuild)
         self.index.nprobe = int(meta.get("params", {}).get("nprobe", 32))
-        try:
-            self.ids = [str(i) for i in json.loads((directory / IDS_FILE).read_text(encoding="utf-8"))]
-        except ValueError as e:
-            raise IndexLoadError(f"cannot parse {IDS_FILE} ({e}).", path=directory / IDS_FILE, fix=rebuild) from None
-        if len(self.ids) != self.index.ntotal:
-            raise IndexLoadError(f"index holds {self.index.ntotal} vectors but {IDS_FILE} lists {len(self.ids)} ids.",
+        ids = [str(i) for i in read_json(directory / IDS_FILE, list, rebuild)]
+        if len(ids) != self.index.ntotal:
+            raise IndexLoadError(f"index holds {self.index.ntotal} vectors but {IDS_FILE} lists {len(ids)} ids.",
                                  path=directory, fix=rebuild)
+        super().__init__(ids, meta, store=DocStore.open(directory, len(ids), rebuild), location=str(directory))
         self.rerank = int(meta.get("params", {}).get("rerank", 0))
         vec = directory / VECTORS_FILE
         # rows are read with pread, not memory-mapped: the kernel's read-ahead on a mapping would make most of
@@ -262,30 +256,19 @@ class DiskIndex:
                                  "float32 values.", path=vec, fix=rebuild)
         if self.rerank and self.vectors is None:
             raise IndexLoadError(f"index re-ranks from {VECTORS_FILE}, which is missing.", path=directory, fix=rebuild)
-        self._store = DocStore.open(directory, len(self.ids))
-        self._positions: dict[str, int] | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
     @property
     def dim(self) -> int:
         return int(self.index.d)
 
-    @property
-    def has_texts(self) -> bool:
-        return self._store is not None
-
     def set_nprobe(self, nprobe: int) -> None:
         self.index.nprobe = max(1, int(nprobe))
 
     def search(self, queries: np.ndarray, k: int, *, batch: int = 1024) -> tuple[np.ndarray, list[list[str]]]:
-        from drmix.retrieval.index import query_matrix
-
-        q = query_matrix(queries, self.dim, self.metadata)
+        q = self.queries(queries)
         kk = min(int(k), len(self))
         if kk <= 0 or q.shape[0] == 0:
-            return np.zeros((q.shape[0], max(kk, 0)), dtype=np.float32), [[] for _ in range(q.shape[0])]
+            return empty_hits(q.shape[0], kk)
         out_s = np.full((q.shape[0], kk), -np.inf, dtype=np.float32)
         out_l = np.full((q.shape[0], kk), -1, dtype=np.int64)
         fetch = min(len(self), kk * self.rerank) if self.rerank else kk
@@ -297,12 +280,7 @@ class DiskIndex:
             if self.rerank:
                 scores, labels = self._rescore(qb, labels)
             out_s[s:s + batch], out_l[s:s + batch] = scores[:, :kk], labels[:, :kk]
-        ids: list[list[str]] = []
-        for row_scores, row in zip(out_s, out_l):
-            valid = row >= 0
-            row_scores[~valid] = -np.inf
-            ids.append([self.ids[j] for j in row[valid]])
-        return out_s, ids
+        return self.hits(out_s, out_l)
 
     def _rescore(self, q: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact inner products of the candidates (rows read from vectors.f32), best first."""
@@ -327,18 +305,6 @@ class DiskIndex:
             os.close(fd)
         return out
 
-    def position(self, doc_id: str) -> int | None:
-        if self._positions is None:
-            self._positions = {d: i for i, d in enumerate(self.ids)}
-        return self._positions.get(doc_id)
-
-    def doc(self, doc_id: str) -> dict[str, str] | None:
-        pos = self.position(doc_id)
-        if self._store is None or pos is None:
-            return None
-        row = self._store.get(pos)
-        return {"title": row.get("title", ""), "text": row.get("text", "")}
-
     def sample_vectors(self, size: int, seed: int) -> np.ndarray | None:
         """A seeded sample of the indexed vectors (None when ``vectors.f32`` was not kept)."""
         if self.vectors is None or not len(self):
@@ -347,11 +313,22 @@ class DiskIndex:
         return self._rows(rows)
 
 
-def _open(location: str) -> DiskIndex:
-    return DiskIndex(Path(location).expanduser())
+def _check_lists(index: Any, lists: Path, fix: str) -> None:
+    """Refuse a lists file shorter than the size the index's header gives it (``OnDiskInvertedLists.totsize``): a
+    search would read past its end (wrong hits, or SIGBUS through the mapping). Covers indexes built before
+    ``meta.json`` recorded the files' sizes."""
+    import faiss
+
+    invlists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    want = int(getattr(invlists, "totsize", 0) or 0)
+    size = lists.stat().st_size
+    if size < want:
+        raise IndexLoadError(f"{LISTS_FILE} holds {size} bytes, the index's lists need {want}: the file was cut "
+                             "short.", path=lists, fix=fix)
 
 
 register_backend(BackendSpec(
-    name=BACKEND, order=10, kinds=("ivf-pq", "ivf-flat"), claims=_claims, check=_check, build=_build, open=_open,
+    name=BACKEND, order=10, index=DiskIndex, kinds=("ivf-pq", "ivf-flat"), target="folder", params=DiskParams,
+    example="runs/x/index",
     help="FAISS IVF-PQ (default) or IVF-flat with on-disk inverted lists, memory-mapped at search; IVF-PQ "
          "candidates re-scored exactly from the vectors on disk (--rerank)."))

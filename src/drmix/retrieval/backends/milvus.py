@@ -34,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, Field
 
 from drmix.errors import ConfigError, DataError, IndexLoadError
-from drmix.retrieval.backends.base import BackendSpec, ChunkChecker, Chunks, register_backend
+from drmix.retrieval.backends.base import (BackendSpec, ChunkChecker, Chunks, GraphAndClusterParams, Index,
+                                           collection_name, query_matrix, register_backend, split_location)
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,6 @@ CONNECT_TIMEOUT = 5.0
 TOKEN_ENV = "MILVUS_TOKEN"
 INSERT_BYTES = 8 << 20
 TYPES = {"flat": "FLAT", "ivf-flat": "IVF_FLAT", "ivf-sq8": "IVF_SQ8", "hnsw": "HNSW", "hnsw-sq": "HNSW_SQ"}
-DEFAULTS = {"M": 32, "ef_construction": 200, "ef_search": 128, "nlist": None, "nprobe": 32}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,180}$")
 _clients: dict[str, Any] = {}
 
@@ -57,15 +58,18 @@ def is_uri(location: str) -> bool:
     return bool(re.match(r"^(https?|tcp|grpcs?|unix)://", location))
 
 
-def split_location(location: str) -> tuple[str, str | None]:
-    """``URI#COLLECTION`` -> (URI, COLLECTION); a plain URI -> (URI, None)."""
-    uri, sep, name = str(location).rpartition("#")
-    return (uri, name or None) if sep else (str(location), None)
-
-
 def _claims(location: str) -> bool:
     uri, _ = split_location(location)
     return is_uri(uri) or uri.endswith(".db")
+
+
+class MilvusParams(GraphAndClusterParams):
+    """The milvus backend's parameters (``drmix index``'s flags of the same names): the memory backend's, but
+    32 lists probed, and the documents encoded per chunk."""
+
+    nprobe: int = Field(32, ge=1, description="IVF: clusters searched per query.")
+    chunk_size: int = Field(100_000, ge=1, description="documents encoded and added per chunk (the vectors held in "
+                                                       "RAM while building).")
 
 
 def check_name(name: str) -> str:
@@ -76,12 +80,8 @@ def check_name(name: str) -> str:
     return name
 
 
-def default_collection(corpus: str | Path) -> str:
-    """A collection name from a corpus path: its folder name with other characters as ``_``."""
-    p = Path(corpus)
-    stem = p.parent.name if p.name == "corpus.jsonl" else p.stem
-    name = re.sub(r"[^A-Za-z0-9_]", "_", stem)[:180] or "corpus"
-    return name if re.match(r"[A-Za-z_]", name) else f"c_{name}"[:180]
+#: a collection name from a corpus path (:func:`drmix.retrieval.backends.base.collection_name`)
+default_collection = collection_name
 
 
 def client(uri: str) -> Any:
@@ -140,7 +140,7 @@ def _check(target: str, meta: dict[str, Any], overwrite: bool) -> None:
     c = client(uri)
     if c.has_collection(name) and not overwrite:
         old = _meta_of(c, name)
-        new = f"model {meta.get('model', '?')}, {meta.get('dim', '?')}-d"
+        new = f"model {meta.get('model', '?')}" + (f", {meta['dim']}-d" if meta.get("dim") else "")
         raise ConfigError(f"collection {name} already exists in {uri} ({_describe(old)}); this build is {new}.",
                           fix="pass --overwrite to replace it, or another --collection.")
 
@@ -181,9 +181,11 @@ def _schema(c: Any, dim: int, texts: bool) -> Any:
     return s
 
 
-def index_params(kind: str, params: dict[str, Any], n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def index_params(kind: str, params: MilvusParams | dict[str, Any], n: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(Milvus index ``params``, what meta records) of an index kind, defaults filled in."""
-    p = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    if not isinstance(params, MilvusParams):
+        params = MilvusParams(**{k: v for k, v in params.items() if v is not None})
+    p = params.model_dump()
     if kind in ("hnsw", "hnsw-sq"):
         built = {"M": int(p["M"]), "efConstruction": int(p["ef_construction"])}
         return built, {**built, "ef": int(p["ef_search"])}
@@ -194,7 +196,7 @@ def index_params(kind: str, params: dict[str, Any], n: int) -> tuple[dict[str, A
     return {}, {}
 
 
-def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: dict[str, Any],
+def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: MilvusParams,
            overwrite: bool, corpus: Any = None) -> str:
     from pymilvus.exceptions import MilvusException
 
@@ -273,11 +275,40 @@ def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params:
     return f"{uri}#{name}"
 
 
-class MilvusIndex:
-    """A Milvus collection opened for search (the same calls as :class:`~drmix.retrieval.index.DenseIndex`)."""
+class MilvusIndex(Index):
+    """A Milvus collection opened for search."""
+
+    backend = BACKEND
+
+    @classmethod
+    def write(cls, target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: BaseModel,
+              overwrite: bool = False, corpus: Any = None) -> str:
+        return _build(target, chunks, meta, kind, params, overwrite, corpus)
+
+    @classmethod
+    def open(cls, location: str) -> MilvusIndex:
+        return cls(location)
+
+    @classmethod
+    def check_target(cls, target: str, meta: Any, overwrite: bool) -> None:
+        _check(target, meta, overwrite)
+
+    @classmethod
+    def claims(cls, location: str) -> bool:
+        return _claims(location)
+
+    @classmethod
+    def local_path(cls, location: str) -> Path | None:
+        uri, _ = split_location(location)
+        return None if is_uri(uri) else Path(uri).expanduser()
 
     def __init__(self, location: str) -> None:
         uri, name = split_location(location)
+        if not is_uri(uri) and not Path(uri).expanduser().exists():  # a read-only command creates no database
+            raise IndexLoadError("no Milvus Lite database here.", path=uri,
+                                 fix=f"pass the --uri drmix index wrote, or build one with drmix index --backend "
+                                     f"milvus --uri {uri}.")
+        self.location = location
         self.client = c = client(uri)
         drmix_collections = [n for n in c.list_collections() if not n.endswith(BUILD_SUFFIX)
                              and _meta_of(c, n) is not None]
@@ -297,7 +328,6 @@ class MilvusIndex:
             raise IndexLoadError(f"collection {name} in {uri} was not written by drmix index (no {META_PROPERTY}).",
                                  fix=f"build it with drmix index --backend milvus --uri {uri} --collection NAME.")
         self.uri, self.name, self.metadata = uri, name, meta
-        self.kind = str(meta.get("kind"))
         params = meta.get("params") or {}
         self.search_params: dict[str, Any] = {k: params[k] for k in ("nprobe", "ef") if k in params}
         c.load_collection(name)
@@ -315,8 +345,6 @@ class MilvusIndex:
         return bool(self.metadata.get("has_texts"))
 
     def search(self, queries: np.ndarray, k: int, *, batch: int = 256) -> tuple[np.ndarray, list[list[str]]]:
-        from drmix.retrieval.index import query_matrix
-
         q = query_matrix(queries, self.dim, self.metadata, "collection")
         kk = min(int(k), len(self), 16_384)
         scores = np.full((q.shape[0], max(kk, 0)), -np.inf, dtype=np.float32)
@@ -356,6 +384,19 @@ class MilvusIndex:
             return None
         return {"title": rows[0].get("title", ""), "text": rows[0].get("text", "")}
 
+    def holds(self, doc_ids: Any) -> set[str]:
+        """Which of ``doc_ids`` the collection holds (queried 1,000 ids at a time)."""
+        want = {encode_id(d): d for d in doc_ids}
+        stored = list(want)
+        found: set[str] = set()
+        for s in range(0, len(stored), 1000):
+            texts = json.dumps([t for t, _ in stored[s:s + 1000]], ensure_ascii=False)
+            for r in self.client.query(self.name, filter=f"doc_id in {texts}", output_fields=["doc_id", "id_json"]):
+                key = (r["doc_id"], bool(r["id_json"]))
+                if key in want:
+                    found.add(want[key])
+        return found
+
     def sample_vectors(self, size: int, seed: int) -> np.ndarray | None:
         n = len(self)
         if not n:
@@ -369,11 +410,11 @@ class MilvusIndex:
         return np.asarray([out[int(r)] for r in rows], dtype=np.float32)
 
 
-def _open(location: str) -> MilvusIndex:
-    return MilvusIndex(location)
-
-
 register_backend(BackendSpec(
-    name=BACKEND, order=20, kinds=tuple(TYPES), claims=_claims, check=_check, build=_build, open=_open,
+    name=BACKEND, order=20, index=MilvusIndex, kinds=tuple(TYPES), target="uri", params=MilvusParams,
+    location_help="a Milvus collection as PATH.db#COLLECTION or http://HOST:19530#COLLECTION (#COLLECTION may be "
+                  "left out when the URI holds one)",
+    target_help="a Milvus Lite file (a path ending in .db, created when missing) or a server's http://HOST:19530",
+    example="runs/x/index.db (Milvus Lite) or http://HOST:19530",
     help="a Milvus collection: Milvus Lite for --uri PATH.db (embedded, nothing to start), a Milvus server "
          "or cluster for --uri http://HOST:19530 (token from MILVUS_TOKEN)."))

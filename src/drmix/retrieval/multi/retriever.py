@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from drmix.errors import ConfigError, DataError
+from drmix.retrieval.backends.base import is_location
 from drmix.retrieval.multi.apply import allocate_all, refuse_labelled
 from drmix.retrieval.multi.base import AllocationPolicy
 from drmix.retrieval.multi.registry import parse_policy
@@ -27,9 +28,8 @@ log = logging.getLogger(__name__)
 
 def parse_corpus_args(values: Sequence[str]) -> dict[str, Path | str]:
     """Parse ``NAME=DIR`` options (order kept; the first is the seen corpus for fixed/confidence). DIR is a BEIR
-    directory, an index folder, or an index of another backend: a Milvus location (``PATH.db#COLLECTION``,
-    ``http://HOST:19530#COLLECTION``) is kept as the string it is."""
-    from drmix.retrieval.backends.milvus import _claims as is_milvus
+    directory, an index folder, or an index of another backend: a location that a backend writing to URIs claims
+    (a Milvus collection ``PATH.db#COLLECTION``, ``http://HOST:19530#COLLECTION``) is kept as the string it is."""
 
     out: dict[str, Path | str] = {}
     for value in values:
@@ -41,13 +41,16 @@ def parse_corpus_args(values: Sequence[str]) -> dict[str, Path | str]:
         if "/" in name or name in out:
             raise ConfigError(f"--corpus name {name!r} is {'repeated' if name in out else 'not allowed (no /)'}.",
                               fix="give each corpus a distinct name without '/'.")
-        if is_milvus(path):
+        if is_location(path):
             out[name] = path
             continue
         p = Path(path).expanduser()
         if not p.exists():
+            from drmix.retrieval.backends import BACKENDS
+
+            elsewhere = "".join(f", or {s.location_help}" for s in BACKENDS if s.target == "uri" and s.location_help)
             raise DataError("corpus directory not found.", path=p,
-                            fix="pass a BEIR directory, a saved index or a Milvus location (PATH.db#COLLECTION).")
+                            fix=f"pass a BEIR directory, a saved index{elsewhere}.")
         out[name] = p
     if not out:
         raise ConfigError("no corpus given.", fix="pass --corpus NAME=DIR at least once.")
@@ -82,7 +85,7 @@ def sample_rows(n: int, size: int, seed: int) -> np.ndarray:
 class MultiCorpusRetriever:
     """One dense index per named corpus plus allocation policies over the merged top-k budget.
 
-    ``indexes`` maps corpus name -> :class:`drmix.retrieval.index.DenseIndex` in corpus order (the first is
+    ``indexes`` maps corpus name -> an index of any backend (:class:`drmix.retrieval.backends.base.Index`) in corpus order (the first is
     the seen corpus); ``backgrounds`` optionally maps corpus name -> embeddings of a seeded random sample of
     that corpus, from which ``zscore`` takes its per-query statistics and ``redde``/``crcs`` the query's
     top ``sample_depth`` sample scores (its view of the centralised sample index).
@@ -104,8 +107,9 @@ class MultiCorpusRetriever:
         indexes: dict[str, Any] = {}
         backgrounds: dict[str, np.ndarray] = {}
         for name, d in dirs.items():
-            idx, sample = _open_corpus(model, d if isinstance(d, str) and _is_location(d) else Path(d), batch_size=batch_size, background_size=background_size,
-                                       seed=seed, show_progress=show_progress, max_length=max_length)
+            idx, sample = _open_corpus(model, d if isinstance(d, str) and is_location(d) else Path(d),
+                                       batch_size=batch_size, background_size=background_size, seed=seed,
+                                       show_progress=show_progress, max_length=max_length)
             indexes[name] = idx
             if sample is not None:
                 backgrounds[name] = sample
@@ -188,12 +192,6 @@ def _is_empty_corpus(d: Path) -> bool:
     return d.is_dir() and not any(d.iterdir())
 
 
-def _is_location(d: str) -> bool:
-    from drmix.retrieval.backends.milvus import _claims as is_milvus
-
-    return is_milvus(d)
-
-
 def _open_corpus(model: Any, d: Path | str, *, batch_size: int, background_size: int, seed: int,
                  show_progress: bool, max_length: int | None) -> tuple[Any, np.ndarray | None]:
     """A BEIR directory is encoded into a flat index; any other directory must be a saved index.
@@ -204,7 +202,7 @@ def _open_corpus(model: Any, d: Path | str, *, batch_size: int, background_size:
     from drmix.retrieval.backends import open_index
     from drmix.retrieval.index import index_corpus
 
-    if isinstance(d, str):  # an index of another backend (a Milvus collection)
+    if isinstance(d, str):  # an index at a URI (a Milvus collection)
         idx = open_index(d, model)
         return idx, (_reconstruct_sample(idx, background_size, seed) if background_size > 0 else None)
     if _is_empty_corpus(d):
