@@ -41,11 +41,13 @@ goals met or missed.
     python benchmarks/bench_mixture_stress.py --preset cpu --out /tmp/stress-cpu
     python benchmarks/bench_mixture_stress.py --preset medium --estimate
     nice -n 10 python benchmarks/bench_mixture_stress.py --preset medium --out /tmp/stress-medium > log 2>&1 &
+    # or two processes sharing one --out, each with its own scenarios (their cells are merged in results.json)
     python benchmarks/bench_mixture_stress.py --preset medium --out /tmp/stress-medium --report-only
     python benchmarks/bench_mixture_stress.py --preset gpu --out /tmp/stress-gpu --scenarios noisy --seeds 0
 
 Every model is a folder of ``--out`` (a killed run resumes: finished runs are reused when made with the same
-settings, an interrupted one continues from its checkpoint); ``OUT/results.json`` holds every finished cell's
+settings, an interrupted one continues from its checkpoint; processes given other ``--scenarios`` or ``--seeds``
+may share one ``--out``); ``OUT/results.json`` holds every finished cell's
 scores (4 decimals) and the table is printed from it, so ``--report-only`` prints it byte for byte from the stored
 results (``--store FILE`` copies them: the fixture tests/benchmarks hold).
 """
@@ -382,10 +384,21 @@ def load_results(path: Path) -> dict:
     return {"cells": {}}
 
 
-def save_results(path: Path, stored: dict) -> None:
+def save_results(path: Path, stored: dict, *, poll_s: float = 1.0) -> None:
+    """Write ``stored`` to ``path`` with the cells another process wrote there meanwhile (processes given other
+    ``--scenarios`` or ``--seeds`` share one ``--out``: each adds its own cells), under ``path``'s lock."""
     from drmix.io import atomic_write_json
+    from drmix.lock import LockHeld, holding
 
-    atomic_write_json(path, stored, indent=None)
+    while True:
+        try:
+            with holding(path.parent / f".{path.name}.lock"):
+                others = load_results(path)["cells"]
+                stored["cells"] = {**others, **stored["cells"]}
+                atomic_write_json(path, stored, indent=None)
+                return
+        except LockHeld:
+            time.sleep(poll_s)
 
 
 # ------------------------------------------------------------------------------------------------ the report
@@ -502,7 +515,9 @@ def main(argv: list[str] | None = None) -> int:
 
     atomic_write_text(args.out / "report.md", text)
     if args.store:
-        save_results(args.store, stored)
+        from drmix.io import atomic_write_json
+
+        atomic_write_json(args.store, stored, indent=None)
     print(text, end="", flush=True)
     return 0
 

@@ -134,3 +134,13 @@ def test_the_trajectories_say_what_each_method_measured_of_the_harmful_set(tmp_p
     text = sr.report({"preset": "cpu", "settings": {}, "cells": {"noisy/0": cell}})
     assert "| noisy | groupdro | 2.5 / 0.75 | – | 2.5 / 0.75 | 0.5000 → 0.6000 |" in text
     assert "| noisy | infdds | – | – | -0.01 / 0.02 | 0.5000 → 0.4000 |" in text
+
+
+def test_processes_sharing_an_out_folder_add_their_own_cells(tmp_path):
+    path = tmp_path / "results.json"
+    bs.save_results(path, {"preset": "medium", "cells": {"clean/0": {"x": 1}}})
+    mine = {"preset": "medium", "cells": {"flood/0": {"x": 2}}}       # a second process, with its own scenarios
+    bs.save_results(path, mine)
+    assert json.loads(path.read_text())["cells"] == {"clean/0": {"x": 1}, "flood/0": {"x": 2}}
+    bs.save_results(path, {"preset": "medium", "cells": {"clean/0": {"x": 3}}})   # a cell is its writer's
+    assert json.loads(path.read_text())["cells"] == {"clean/0": {"x": 3}, "flood/0": {"x": 2}}
