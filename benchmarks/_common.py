@@ -94,7 +94,7 @@ def identities_file(out: Path) -> Path:
 
 def record_identities(out: Path, config: Any) -> dict[str, Any]:
     """Record what every path of ``config`` stands for now (:func:`_identity`), before the run is made."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
     from drmix.recipes.stages import Stage
 
     ids = {p: _identity(p) for p in _paths(Stage(Path(out).name, config, Path(out)).settings())}
@@ -165,7 +165,7 @@ def keyed_read(path: Path, key: dict[str, Any]) -> Any | None:
 
 def keyed_write(path: Path, key: dict[str, Any], value: Any) -> None:
     """Cache ``value`` in ``path`` (atomically) under ``key``: every setting it was computed with."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     atomic_write_json(path, {"key": key, "value": value}, indent=None)
 

@@ -18,6 +18,8 @@ Hand-written: no library estimates a training script's device time.
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 TRAIN_SAMPLES_PER_S = 1000.0
@@ -61,3 +63,22 @@ def estimate_line(est: Estimate, what: str = "") -> str:
             f"{est.runs} models, {est.samples:,.0f} training examples at {TRAIN_SAMPLES_PER_S:,.0f}/s assumed with "
             f"pre-tokenised inputs, {est.passages:,.0f} passages encoded{fixed}; {slow / 60:.1f} min at the last "
             f"measured {LAST_MEASURED_SAMPLES_PER_S:,.0f} samples/s)")
+
+
+class Budget:
+    """The device time of one command split among its parts: what is left of ``total_s`` since it started, and the
+    line a part that does not fit prints instead of running (``clock``: seconds, monotonic)."""
+
+    def __init__(self, total_s: float = COMMAND_LIMIT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total_s, self.clock = float(total_s), clock
+        self.start = clock()
+
+    def left(self) -> float:
+        return self.total_s - (self.clock() - self.start)
+
+    def fits(self, need_s: float) -> bool:
+        return need_s <= self.left()
+
+    def skip_line(self, what: str, need_s: float) -> str:
+        return (f"{what}: skipped, it needs about {need_s:.0f} s and {max(0.0, self.left()):.0f} s are left of the "
+                f"{self.total_s:.0f} s budget")

@@ -16,7 +16,7 @@ def truncated_minilm(layers: int | None, out: Path) -> str | None:
     """Path of all-MiniLM-L6-v2 cut to ``layers`` layers, written once under ``out`` (None: the full model)."""
     if not layers:
         return None
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
     from drmix.model.encoder import load_encoder
 
     path = out / f"all-MiniLM-L{layers}-of-L6"

@@ -73,7 +73,7 @@ def build_sources(data: Path, out: Path, *, max_per_collection: int = 1000, seed
     most, documents cut to 120 words); the targets' own training collections are not built."""
     import build_collections as bc
 
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
 
     builders = {"altlex": lambda: bc.altlex(data, max_words=120, seed=seed, limit=2 * max_per_collection),
                 "msrp": lambda: bc.msrp(data, max_words=120, seed=seed),
@@ -97,7 +97,7 @@ def build_target_train(data: Path, out: Path, *, max_per_collection: int = 1000,
     words, 1,000 examples at most); the test split is never read here."""
     import build_collections as bc
 
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -412,7 +412,7 @@ def arms_report(seeds: list[int], arms: dict[str, dict[int, dict]]) -> str:
 def store_results(out: Path, seeds: list[int], preset: str, path: Path) -> None:
     """Write the finished seeds' stored results (per arm and seed: the summary fields the report reads and the
     per-query labelled nDCG@10 of the report's models) to ``path``: the fixture a test feeds to --report-only."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     def stored(folder: Path) -> dict | None:
         r = seed_result(folder)
@@ -490,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no finished seed in", args.out)
         return 1
     text = report(args, done, arms["adapt"]) + arms_report(args.seeds, arms)
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     atomic_write_text(args.out / "report.md", text)
     if args.store:

@@ -150,7 +150,7 @@ def run_seed(args, p: dict, collections: Path, seed: int) -> dict[str, Path]:
 def source_corpus(collections: Path, out: Path) -> Path:
     """``out/source-corpus.jsonl``: the distinct positive passages of XQuAD's collection (Wikipedia paragraphs,
     part of the fine-tuning data, far from both targets: Jaccard 0.30 with their corpora), one ``text`` each."""
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     path = out / "source-corpus.jsonl"
     if not path.exists():

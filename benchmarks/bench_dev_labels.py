@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if not stored["runs"]:
             print("no finished drmix adapt run in", args.runs)
             return 1
-        from drmix.io import atomic_write_json
+        from drmix.io.atomic import atomic_write_json
 
         atomic_write_json(results, stored)
     text = report(stored["runs"], args.sizes, args.draws, args.seed)

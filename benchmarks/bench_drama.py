@@ -136,7 +136,7 @@ def reranked(sets: dict, p: dict, out: Path, gen_files: list[str]) -> tuple[list
     from drmix.augment.examples import write_collection
     from drmix.augment.rerank import rerank_examples
     from drmix.data.beir import doc_text
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
     from drmix.llm.cache import CachedBackend
     from drmix.llm.local import TransformersBackend
 

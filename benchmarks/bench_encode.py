@@ -174,7 +174,8 @@ def scifact_ndcg(model, data: Path, precision: str, batch_size: int, max_length:
     return {q: v["ndcg@10"] for q, v in per_query.items()}, time.perf_counter() - t
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, with ``--preset``'s settings applied."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data", help="shared data folder")
     ap.add_argument("--model", default=None, help="model (default all-MiniLM-L6-v2)")
@@ -194,22 +195,37 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="save the figures here")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
-    args = ap.parse_args()
-    _common.apply_preset(args, PRESETS)
-    if args.estimate or args.preset == "gpu":
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from _lease import Estimate, estimate_line
+    return _common.apply_preset(ap.parse_args(argv), PRESETS)
 
-        est = Estimate()  # each round: ST and drmix per precision and worker count; SciFact twice; tokenising
-        n_prec = len([p for p in str(args.precision).split(",") if p.strip()])
-        n_proc = len([p for p in str(args.tokenize_num_proc).split(",") if p.strip()])
-        est.encode(2 * args.rounds * args.n * (1 + n_prec * n_proc) + (2 * 5483 if args.ndcg else 0))
-        n_workers = len([p for p in str(args.workers).split(",") if p.strip()])
-        est.fixed_s += args.rounds * (1 + n_workers) * min(args.tokenize_n, 5183) / TOKENIZE_TEXTS_PER_S
-        print(estimate_line(est, "this command"), flush=True)
+
+def estimate(args: argparse.Namespace):
+    """The device time of ``run(args)`` (:class:`_lease.Estimate`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _lease import Estimate
+
+    est = Estimate()  # each round: ST and drmix per precision and worker count; SciFact twice; tokenising
+    n_prec = len([p for p in str(args.precision).split(",") if p.strip()])
+    n_proc = len([p for p in str(args.tokenize_num_proc).split(",") if p.strip()])
+    est.encode(2 * args.rounds * args.n * (1 + n_prec * n_proc) + (2 * 5483 if args.ndcg else 0))
+    n_workers = len([p for p in str(args.workers).split(",") if p.strip()])
+    est.fixed_s += args.rounds * (1 + n_workers) * min(args.tokenize_n, 5183) / TOKENIZE_TEXTS_PER_S
+    return est
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.estimate or args.preset == "gpu":
+        from _lease import estimate_line
+
+        print(estimate_line(estimate(args), "this command"), flush=True)
         if args.estimate:
             return
+    run(args)
 
+
+def run(args: argparse.Namespace) -> dict:
+    """Measure as the options say, print the figures and tables; the figures (what ``--json`` saves, and with
+    ``--ndcg`` the nDCG@10 change per precision under ``"ndcg"``)."""
     import torch
 
     from drmix.model.encoder import load_encoder
@@ -301,19 +317,30 @@ def main() -> None:
     for name, p in pads.items():
         print(f"pad tokens, {name}: {p} ({100 * p / real:.2f}% of {real} real tokens)")
     if args.ndcg:
-        from drmix.evaluation.significance import randomization_test, t_test
+        results["ndcg"] = ndcg_change(model, args, precisions)
+    return results
 
-        corpus = "full corpus" if args.ndcg_docs is None else f"judged documents + {args.ndcg_docs} others"
-        base, t_base = scifact_ndcg(model, args.data, "fp32", args.batch_size, args.max_length, args.ndcg_docs)
-        print(f"SciFact test nDCG@10 ({corpus}, {len(base)} queries): fp32 {np.mean(list(base.values())):.4f} "
-              f"({t_base:.0f} s)")
-        for p in precisions:
-            other, t_other = scifact_ndcg(model, args.data, p, args.batch_size, args.max_length, args.ndcg_docs)
-            d = np.array([other[q] - base[q] for q in sorted(base)])
-            t_p, low, high = t_test(d)
-            print(f"  {p}: {np.mean(list(other.values())):.4f} ({t_other:.0f} s): change {d.mean():+.4f} "
-                  f"[95% {low:+.4f}, {high:+.4f}], paired t p = {t_p:.3g}, randomisation p = "
-                  f"{randomization_test(d):.3g}, queries changed {int((d != 0).sum())}")
+
+def ndcg_change(model, args: argparse.Namespace, precisions: list[str]) -> dict:
+    """SciFact test nDCG@10 at fp32 and at each precision, the change with its paired tests (printed)."""
+    from drmix.evaluation.significance import randomization_test, t_test
+
+    corpus = "full corpus" if args.ndcg_docs is None else f"judged documents + {args.ndcg_docs} others"
+    base, t_base = scifact_ndcg(model, args.data, "fp32", args.batch_size, args.max_length, args.ndcg_docs)
+    print(f"SciFact test nDCG@10 ({corpus}, {len(base)} queries): fp32 {np.mean(list(base.values())):.4f} "
+          f"({t_base:.0f} s)")
+    out = {"fp32": float(np.mean(list(base.values())))}
+    for p in precisions:
+        other, t_other = scifact_ndcg(model, args.data, p, args.batch_size, args.max_length, args.ndcg_docs)
+        d = np.array([other[q] - base[q] for q in sorted(base)])
+        t_p, low, high = t_test(d)
+        rand_p = randomization_test(d)
+        print(f"  {p}: {np.mean(list(other.values())):.4f} ({t_other:.0f} s): change {d.mean():+.4f} "
+              f"[95% {low:+.4f}, {high:+.4f}], paired t p = {t_p:.3g}, randomisation p = "
+              f"{rand_p:.3g}, queries changed {int((d != 0).sum())}")
+        out[p] = {"ndcg@10": float(np.mean(list(other.values()))), "change": float(d.mean()), "low": float(low),
+                  "high": float(high), "p_t": float(t_p), "p_rand": float(rand_p)}
+    return out
 
 
 if __name__ == "__main__":

@@ -33,6 +33,17 @@ server's job; on 2 shared cores 100,000 and 250,000 took about 15 minutes, 1,000
 minutes more (the in-memory arm's exact search at 1M wants about 3 GB of RAM), 5 GB of disk). The full preset also searches each faiss-disk index again at nprobe 64
 and 128 and re-scoring 10 and 25 times k candidates. Index building here is CPU work (FAISS CPU, Milvus Lite): no GPU preset changes
 it. ``--report-only`` prints the tables of the results in ``--out`` as docs/evaluation.md holds them.
+
+Preset ``server`` (100,000 and 1,000,000 low-rank vectors, 1,000 queries): a Milvus server beside faiss-disk and
+Milvus Lite -- ``milvus-server flat``, ``ivf-flat`` and ``hnsw`` each on a fresh Milvus 2.3 standalone server of
+the ``milvus`` package (``pip install 'drmix[milvus-server]'``; default settings, free ports, its data under
+``--out/server``, removed after the arm), whose build and search workers are its clients: their RSS is the
+client's, and the server process's own RSS (at start, its peak, after the search) and CPU time are read from
+/proc into a table of their own; "on disk" is the server's data folder. Milvus Lite is run at 100,000 only (it
+holds the collection in the client process: about 14 KB a vector). A build that does not finish within
+``--timeout`` is kept as such ("over 1.0 h (stopped)") and not run again.
+
+    nice -n 10 python benchmarks/bench_index.py --preset server --timeout 3600 --out /tmp/drmix-bench-index-server
 """
 from __future__ import annotations
 
@@ -56,9 +67,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 DIM, CENTRES, NOISE, CHUNK, K = 384, 1000, 0.35, 50_000, 10
 RANK, JITTER = 32, 0.02  # the low-rank data: noise in a 32-d subspace, plus this isotropic jitter per dimension
 FULL_ARMS = ["memory flat (exact)", "faiss-disk ivf-pq"]
+SERVER_ARMS = ["faiss-disk ivf-pq", "milvus-lite flat", "milvus-lite hnsw", "milvus-server flat",
+               "milvus-server ivf-flat", "milvus-server hnsw"]
 PRESETS = {"cpu": {"sizes": [10_000, 30_000], "queries": 200, "data": "gaussian"},
            "full": {"sizes": [100_000, 250_000, 1_000_000], "queries": 1000, "data": "lowrank", "arms": FULL_ARMS,
-                    "nprobes": [32, 64, 128], "reranks": [4, 10, 25]}}
+                    "nprobes": [32, 64, 128], "reranks": [4, 10, 25]},
+           # Milvus Lite holds its collection in the client process (about 14 KB a vector in the cpu preset): not at
+           # 1M on a 23 GB machine shared with others
+           "server": {"sizes": [100_000, 1_000_000], "queries": 1000, "data": "lowrank", "arms": SERVER_ARMS,
+                      "skip": {1_000_000: ["milvus-lite flat", "milvus-lite hnsw"]}}}
 #: arm -> (backend, kind, build options)
 ARMS = {
     "memory flat (exact)": ("memory", "flat", {}),
@@ -68,7 +85,13 @@ ARMS = {
     "milvus-lite ivf-sq8": ("milvus", "ivf-sq8", {"nprobe": 32}),
     "milvus-lite hnsw": ("milvus", "hnsw", {}),
     "milvus-lite hnsw-sq": ("milvus", "hnsw-sq", {}),
+    # a Milvus 2.3 standalone server (the milvus package), a fresh one per arm and size on free ports: the build and
+    # search workers are its clients
+    "milvus-server flat": ("milvus", "flat", {}),
+    "milvus-server ivf-flat": ("milvus", "ivf-flat", {"nprobe": 32}),
+    "milvus-server hnsw": ("milvus", "hnsw", {}),
 }
+SERVER = "milvus-server"
 
 
 def generate(path: Path, n: int, seed: int, data: str = "gaussian") -> None:
@@ -241,6 +264,21 @@ def measure(args: argparse.Namespace) -> None:
         for arm in args.arms:
             key = f"{n}|{arm}"
             backend = ARMS[arm][0]
+            if arm in args.skip.get(n, []) or (arm.startswith(SERVER) and key in results):
+                continue
+            if arm.startswith(SERVER):
+                results[key] = measure_server(arm, n, out, args)
+                if results[key].get("timed_out"):  # kept: the build did not fit --timeout (not measured again)
+                    results_file.write_text(json.dumps(results, indent=1))
+                    print(key, "did not finish within", args.timeout, "s", flush=True)
+                    continue
+                if results[key]["build"] is None or results[key]["search"] is None:
+                    print(key, "failed", flush=True)
+                    del results[key]
+                    continue
+                results_file.write_text(json.dumps(results, indent=1))
+                print(key, json.dumps(results[key]), flush=True)
+                continue
             target = out / "idx" / (f"m{n}.db#{ARMS[arm][1].replace('-', '_')}" if backend == "milvus"
                                     else f"{arm.replace(' ', '_').replace('(', '').replace(')', '')}-{n}")
             if key in results:
@@ -265,6 +303,46 @@ def measure(args: argparse.Namespace) -> None:
             results_file.write_text(json.dumps(results, indent=1))
             print(key, json.dumps(results[key]), flush=True)
         vec.unlink(missing_ok=True) if args.drop_vectors else None
+
+
+def proc_memory(pid: int) -> dict[str, float]:
+    """A process's resident memory now (``VmRSS``), its high-water mark (``VmHWM``) and the CPU seconds it used
+    (user + system, from /proc/PID/stat)."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out["rss" if key == "VmRSS" else "peak_rss"] = int(value.split()[0]) * 1024
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    out["cpu_seconds"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def measure_server(arm: str, n: int, out: Path, args: argparse.Namespace) -> dict:
+    """One arm on a Milvus server of its own (the ``milvus`` package's 2.3 standalone, default settings, free
+    ports): the build worker and then the search worker are its clients; the server process's memory and CPU
+    time are read when it has started, after the build and after the search; on disk: its data folder (the
+    collection, the index, its write-ahead log and metadata)."""
+    from drmix.retrieval.backends.milvus_local import LocalMilvus
+
+    folder = out / "server" / f"{n}-{ARMS[arm][1]}"
+    shutil.rmtree(folder, ignore_errors=True)
+    server = LocalMilvus(folder, timeout=900).start()
+    try:
+        target = f"{server.uri}#{ARMS[arm][1].replace('-', '_')}"
+        started = proc_memory(server.pid)
+        t0 = time.perf_counter()
+        built = run_worker("build", arm, n, target, out, args.timeout)
+        timed_out = built is None and time.perf_counter() - t0 >= args.timeout
+        after_build = proc_memory(server.pid)
+        searched = run_worker("search", arm, n, target, out, args.timeout) if built else None
+        after_search = proc_memory(server.pid)
+        disk = disk_bytes(folder / "data")
+    finally:
+        server.remove()
+    return {"n": n, "arm": arm, "data": args.data, "build": built, "search": searched, "disk": disk,
+            "server": {"version": server.version, "started": started, "after_build": after_build,
+                       "after_search": after_search}, **({"timed_out": args.timeout} if timed_out else {})}
 
 
 def sweep(results: dict, key: str, target: Path, out: Path, args: argparse.Namespace) -> None:
@@ -331,15 +409,15 @@ def table(results: dict) -> str:
              "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         b, s = r["build"] or {}, r["search"] or {}
+        if r.get("timed_out"):
+            lines.append(f"| {r['n']:,} | {r['arm']} | over {_secs(r['timed_out'])} (stopped) | "
+                         + " | ".join(["—"] * 5) + " |")
+            continue
         lines.append(f"| {r['n']:,} | {r['arm']} | {_secs(b.get('seconds'))} | {_mb(b.get('peak_rss'))} | "
                      f"{_mb(s.get('peak_rss'))} | {_mb(r.get('disk'))} | "
                      + (f"{s['qps']:,.0f}" if s else "—") + " | " + (f"{s['recall']:.3f}" if s else "—") + " |")
-    lines += ["", "Projected from the sizes measured by y = a + b·n, a fixed part and a part per vector (in brackets: "
-              "bytes, or milliseconds, per vector; build: the build's CPU time where it was recorded -- one thread, so "
-              "the wall-clock time on an idle core, whatever the load -- else its wall-clock time):", "",
-              "| index | 10M: disk | 10M: search RSS | 10M: build | 100M: disk | 100M: search RSS | 100M: build |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-    for arm in ARMS:
+    projected = []
+    for arm in (a for a in ARMS if not a.startswith(SERVER)):  # a server's memory is not its client's
         mine = [r for r in rows if r["arm"] == arm and r["build"] and r["search"]]
         disk = _affine([(r["n"], r["disk"]) for r in mine])
         rss = _affine([(r["n"], r["search"]["peak_rss"]) for r in mine])
@@ -353,7 +431,13 @@ def table(results: dict) -> str:
             cells += [f"{_mb(disk[0] + disk[1] * n)} [{disk[1]:,.0f}]" if disk[1] > 0 else "—",
                       f"{_mb(rss[0] + rss[1] * n)} [{rss[1]:,.0f}]" if rss[1] > 0 else "—",
                       f"{_secs(build[0] + build[1] * n)} [{1000 * build[1]:,.3f}]" if build[1] > 0 else "—"]
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+        projected.append(f"| {arm} | " + " | ".join(cells) + " |")
+    if projected:
+        lines += ["", "Projected from the sizes measured by y = a + b·n, a fixed part and a part per vector (in "
+                  "brackets: bytes, or milliseconds, per vector; build: the build's CPU time where it was recorded -- "
+                  "one thread, so the wall-clock time on an idle core, whatever the load -- else its wall-clock time):",
+                  "", "| index | 10M: disk | 10M: search RSS | 10M: build | 100M: disk | 100M: search RSS | "
+                  "100M: build |", "|---|---:|---:|---:|---:|---:|---:|", *projected]
     swept = [r for r in rows if r.get("sweep") or r.get("rerank_sweep")]
     if swept:
         lines += ["", "faiss-disk ivf-pq searched again (each a fresh process): nprobe of nlist lists probed, and the "
@@ -366,6 +450,17 @@ def table(results: dict) -> str:
             for p, rr, s in sorted(runs, key=lambda t: (t[1], t[0])):
                 lines.append(f"| {r['n']:,} | {r.get('nlist', '—')} | {p} | {rr} | {s['qps']:,.0f} | "
                              f"{s['recall']:.3f} | {_mb(s['peak_rss'])} |")
+    served = [r for r in rows if r.get("server")]
+    if served:
+        lines += ["", "The Milvus server process (a fresh one per arm and size; its RSS and CPU time from /proc; the "
+                  "build and search figures above are its clients'):", "",
+                  "| vectors | index | server RSS started | server peak RSS | server RSS after search | "
+                  "server CPU in the build |", "|---:|---|---:|---:|---:|---:|"]
+        for r in (r for r in served if not r.get("timed_out")):
+            m = r["server"]
+            cpu = m["after_build"]["cpu_seconds"] - m["started"]["cpu_seconds"]
+            lines.append(f"| {r['n']:,} | {r['arm']} | {_mb(m['started']['rss'])} | "
+                         f"{_mb(m['after_search']['peak_rss'])} | {_mb(m['after_search']['rss'])} | {_secs(cpu)} |")
     mem = [r for r in rows if r["search"] and r["search"].get("rss_anon") is not None]
     if mem:
         lines += ["", "What the search held at its end (its resident memory, from /proc/self/status, and the index's "
@@ -388,7 +483,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", choices=["gaussian", "lowrank"], help="the vectors' distribution (default: the "
                     "preset's: cpu gaussian, full lowrank)")
     ap.add_argument("--out", default="/tmp/drmix-bench-index")
-    ap.add_argument("--timeout", type=float, default=1800, help="seconds per build or search process")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per build or search process (a Milvus "
+                    "server build that does not finish in time is kept as such)")
     ap.add_argument("--drop-vectors", action="store_true", help="delete each size's vector file when done")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--worker", choices=["build", "search"], help=argparse.SUPPRESS)
@@ -407,10 +503,12 @@ def main(argv: list[str] | None = None) -> None:
     preset = PRESETS[args.preset]
     args.sizes = args.sizes or preset["sizes"]
     args.queries = args.queries or preset["queries"]
-    args.arms = args.arms or preset.get("arms", list(ARMS))
+    args.arms_given = bool(args.arms)
+    args.arms = args.arms or preset.get("arms", [a for a in ARMS if not a.startswith(SERVER)])
     args.data = args.data or preset["data"]
     args.nprobes = preset.get("nprobes", []) if args.nprobes is None else args.nprobes
     args.reranks = preset.get("reranks", []) if args.reranks is None else args.reranks
+    args.skip = {} if args.arms_given else preset.get("skip", {})
     if not args.report_only:
         measure(args)
     print(table(json.loads((Path(args.out) / "results.json").read_text())), end="")

@@ -32,7 +32,7 @@ from _common import (DEFAULT_DATA, dataset_key, keyed_read, keyed_write,  # noqa
                      reusable)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from drmix.io import atomic_write_json  # noqa: E402
+from drmix.io.atomic import atomic_write_json  # noqa: E402
 from drmix.outputs import run_finished  # noqa: E402
 
 log = logging.getLogger("bench_infdds")
@@ -60,7 +60,7 @@ def build_collections(data: Path, work: Path, scifact_split: Path, *, cap_size: 
                       max_words: int) -> list[str]:
     import build_collections as bc
 
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
 
     out = work / "collections"
     out.mkdir(parents=True, exist_ok=True)

@@ -104,7 +104,7 @@ def base_model(p: dict, out: Path) -> str:
         return str(packaged_smollm2())
     folder = out / f"smollm2-{p['layers']}layers"
     if not (folder / "config.json").exists():
-        from drmix.io import atomic_dir
+        from drmix.io.atomic import atomic_dir
         from drmix.model.prune import check_equivalence, default_layers, prune_decoder
 
         lm, tok, _ = load_causal_lm(None)

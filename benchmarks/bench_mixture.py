@@ -186,7 +186,8 @@ def mined_collections(collections: Path, names: list[str], cache: Path, load_mod
     from dataclasses import asdict
 
     from drmix.augment.mine import mine_collection
-    from drmix.io import atomic_write_json, file_digest
+    from drmix.fingerprint import file_digest
+    from drmix.io.atomic import atomic_write_json
 
     cache.mkdir(parents=True, exist_ok=True)
     model = None
@@ -411,7 +412,7 @@ class Prep:
         does with ``negatives: mine``), mined once per target and shared by every stage-1 setting that mines:
         ``loo-<target>/stage1-collections/`` with ``negatives.json`` (the counts)."""
         from drmix.data.collections import load_collections
-        from drmix.io import atomic_write_json, write_jsonl_atomic
+        from drmix.io.atomic import atomic_write_json, write_jsonl_atomic
         from drmix.recipes.optimize import mine_missing_negatives
 
         out = self.root / f"stage1-collections-{num_negatives}"
@@ -478,7 +479,7 @@ def select_tdro(args, target: str, prep: Prep, results: dict, arm: str = "tdro:d
     cached under :func:`evaluation_key`)."""
     from drmix.data.beir import load_beir
     from drmix.evaluation.evaluate import subsample
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     tr = results[target]
     chosen_of = tr.setdefault("selections", {})

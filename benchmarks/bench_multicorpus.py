@@ -48,7 +48,7 @@ from drmix.evaluation.multi import (  # noqa: E402
     write_sweep,
 )
 from drmix.evaluation.significance import t_interval, wilcoxon_test  # noqa: E402
-from drmix.io import atomic_write_json, atomic_write_text  # noqa: E402
+from drmix.io.atomic import atomic_write_json, atomic_write_text  # noqa: E402
 from drmix.retrieval.multi import (  # noqa: E402
     CandidateSet,
     CorpusCandidates,

@@ -52,7 +52,7 @@ def run_drmix(pairs: Path, out: Path, args) -> float:
                       doc_max_length=args.max_length, save_every=10**6, log_every=10**6, show_progress=False,
                       temperature=0.05, device=args.device, seed=0, mixed_precision=_drmix_precision(args))
     marks: list[tuple[float, float]] = []
-    trainer = Trainer(cfg, model=load_encoder(None, device=args.device),
+    trainer = Trainer(cfg, model=load_encoder(args.model, device=args.device),
                       callbacks=[lambda ctx: (_sync(args), marks.append((time.perf_counter(), time.process_time())))])
     trainer.train()
     return _throughput(marks, args)
@@ -84,7 +84,7 @@ def run_st(pairs: Path, out: Path, args) -> float:
 
     rows = [json.loads(line) for line in pairs.read_text().splitlines()]
     ds = Dataset.from_dict({"anchor": [r["query"] for r in rows], "positive": [r["positive"] for r in rows]})
-    model = load_encoder(None, device=args.device)
+    model = load_encoder(args.model, device=args.device)
     model.max_seq_length = args.max_length
     prec = args.precision
     if prec == "auto":
@@ -122,7 +122,7 @@ def run_floor(pairs: Path, args) -> float:
     from drmix.train.precision import Precision
 
     rows = [json.loads(line) for line in pairs.read_text().splitlines()][:args.batch_size]
-    model = load_encoder(None, device=args.device)
+    model = load_encoder(args.model, device=args.device)
     model.train()
     feats = Featurizer(model)
     q = to_device(feats([r["query"] for r in rows], args.max_length), args.device)
@@ -146,9 +146,11 @@ PRESETS = {"cpu": {"batch_size": 16, "max_length": 128, "steps": 20, "precision"
            "gpu": {"batch_size": 128, "max_length": 256, "steps": 60, "precision": "bf16", "floor": True}}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, with ``--preset``'s settings applied."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    ap.add_argument("--model", default=None, help="model both trainers start from (default all-MiniLM-L6-v2)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--max-length", type=int, default=128)
@@ -159,19 +161,35 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true", help="also time the bare step on one pre-tokenised batch")
     ap.add_argument("--preset", choices=sorted(PRESETS), help="cpu or gpu settings (override the options above)")
     ap.add_argument("--estimate", action="store_true", help="print the estimated device time and exit")
-    args = ap.parse_args()
-    _common.apply_preset(args, PRESETS)
-    if args.estimate or args.preset == "gpu":
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from _lease import Estimate, estimate_line
+    return _common.apply_preset(ap.parse_args(argv), PRESETS)
 
-        est = Estimate()  # both trainers, every round, plus the floor's steps; sentence-transformers' own speed
-        est.train("trainers", 2 * args.rounds * args.steps * args.batch_size, runs=2 * args.rounds)
-        if args.floor:
-            est.train("floor", 20 * args.batch_size)
-        print(estimate_line(est, "this command"), flush=True)
+
+def estimate(args: argparse.Namespace):
+    """The device time of ``run(args)`` (:class:`_lease.Estimate`)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _lease import Estimate
+
+    est = Estimate()  # both trainers, every round, plus the floor's steps; sentence-transformers' own speed
+    est.train("trainers", 2 * args.rounds * args.steps * args.batch_size, runs=2 * args.rounds)
+    if args.floor:
+        est.train("floor", 20 * args.batch_size)
+    return est
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.estimate or args.preset == "gpu":
+        from _lease import estimate_line
+
+        print(estimate_line(estimate(args), "this command"), flush=True)
         if args.estimate:
             return
+    run(args)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Both trainers ``--rounds`` times (and the floor with ``--floor``), printed; the figures: per round
+    ``[samples/s wall, samples per CPU-s]`` of each trainer, the floor's samples/s (or None)."""
     import logging
 
     logging.disable(logging.WARNING)
@@ -196,6 +214,10 @@ def main() -> None:
             floor = run_floor(scifact_pairs(args.data, Path(tmp), args.batch_size), args)
         print(f"compute floor (bare step, one pre-tokenised batch): {floor:.2f} samples/s; "
               f"drmix reaches {100 * dw / floor:.0f}% of it")
+    logging.disable(logging.NOTSET)
+    return {"drmix": [list(x) for x in drmix_sps], "st": [list(x) for x in st_sps],
+            "floor": floor if args.floor else None, "device": args.device, "precision": args.precision,
+            "batch_size": args.batch_size, "max_length": args.max_length, "steps": args.steps}
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ def build_all(data: Path, out: Path, *, seed: int = 0, max_per_collection: int =
     A file is kept when ``out/build.json`` records it built with the same seed, cap and word limit and its
     content is unchanged since; otherwise (other settings, an edited file, a folder from before the record) it
     is built again and replaced atomically."""
-    from drmix.io import atomic_write_json, write_jsonl_atomic
+    from drmix.io.atomic import atomic_write_json, write_jsonl_atomic
     from drmix.provenance import file_fingerprint
 
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny random-weight BERT SentenceTransformer built from a config (no download)."""
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -49,6 +50,61 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory):
+    """A Milvus 2.3 standalone server (the ``milvus`` package: ``pip install -e '.[test]'``), started once per
+    test session on free ports (every port it opens: proxy, coordinators, nodes, metrics, embedded etcd), its data
+    under the session's temporary folder; stopped and removed at the end. Skipped, saying why, only where the
+    package is missing or its server cannot start here."""
+    pytest.importorskip("pymilvus")
+    from drmix.retrieval.backends.milvus_local import LocalMilvus, MilvusStartError
+
+    # segments sealed 0.2 s after their last insert (default 2 s): a build's flush returns seconds sooner
+    server = LocalMilvus(tmp_path_factory.mktemp("milvus-server"),
+                         settings={"dataCoord.segment.assignmentExpiration": 200})
+    try:
+        server.start()
+    except MilvusStartError as e:
+        server.remove()
+        pytest.skip(f"no Milvus server: {e.format()}")
+    yield server
+    server.remove()
+
+
+@contextlib.contextmanager
+def milvus_location(kind: str, request, folder: Path):
+    """A Milvus location to build collections in: ``lite``, a Milvus Lite folder ``folder/index.db``; ``server``,
+    a database of its own on the session's server (``http://127.0.0.1:PORT/DB``), dropped with its collections at
+    the end, so the tests' collection names never meet."""
+    pytest.importorskip("pymilvus")
+    if kind == "lite":
+        pytest.importorskip("milvus_lite")
+        yield str(folder / "index.db")
+        return
+    import uuid
+
+    from pymilvus import MilvusClient
+
+    server = request.getfixturevalue("milvus_server")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = MilvusClient(uri=server.uri, token=os.environ.get("MILVUS_TOKEN", ""))
+    admin.create_database(name)
+    try:
+        yield f"{server.uri}/{name}"
+    finally:
+        mine = MilvusClient(uri=f"{server.uri}/{name}", token=os.environ.get("MILVUS_TOKEN", ""))
+        for collection in mine.list_collections():
+            mine.drop_collection(collection)
+        admin.drop_database(name)
+
+
+@pytest.fixture(params=["lite", "server"])
+def milvus_target(request, tmp_path):
+    """A Milvus location for one test, once on Milvus Lite and once on the session's Milvus server."""
+    with milvus_location(request.param, request, tmp_path) as where:
+        yield where
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -93,7 +93,7 @@ def test_search_and_eval_output_of_the_wrong_type(tmp_path):
 
 
 def test_read_only_locations(tmp_path, monkeypatch):
-    from drmix.io import atomic_dir
+    from drmix.io.atomic import atomic_dir
     from drmix.lock import acquire
 
     def denied(*a, dir=None, **k):

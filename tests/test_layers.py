@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "drmix"
 #: A name is a subpackage of drmix or a module directly under it ("drmix" is the package's __init__); a dotted
 #: name places one module apart from its package (the most specific name wins).
 LAYERS: list[set[str]] = [
-    {"drmix", "errors", "io", "registry", "papers", "device", "outputs", "provenance",
+    {"drmix", "errors", "io", "fingerprint", "registry", "papers", "device", "outputs", "provenance",
      "markdown", "listener", "lock"},                                 # foundations (Markdown escaping, listener hooks)
     {"llm"},                                                          # LLM backends
     {"data"},                                                         # collections, BEIR, batches, formats

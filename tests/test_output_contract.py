@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from drmix.cli import app
 from drmix.data.beir import write_beir
 from drmix.errors import DrmixError
-from drmix.io import atomic_dir
+from drmix.io.atomic import atomic_dir
 
 CORPUS = {"a": {"title": "A", "text": "alpha text here"}, "b": {"title": "B", "text": "beta text there"}}
 

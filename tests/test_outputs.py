@@ -1,4 +1,4 @@
-"""Output folders: commands never delete or rename a user's files (drmix.outputs, drmix.io.atomic_dir)."""
+"""Output folders: commands never delete or rename a user's files (drmix.outputs, drmix.io.atomic.atomic_dir)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from drmix.cli import app
 from drmix.data.beir import write_beir
 from drmix.errors import ConfigError
-from drmix.io import atomic_dir, atomic_write_text
+from drmix.io.atomic import atomic_dir, atomic_write_text
 from drmix.outputs import check_output_dir, is_output_of
 
 CORPUS = {"a": {"title": "A", "text": "alpha text"}, "b": {"title": "B", "text": "beta text"}}
@@ -402,7 +402,8 @@ def test_nested_names_own_files_below_a_folder_only(tmp_path):
     assert _claim_error(f, "localdocs").message.endswith(": beir/, train.")
 
 
-KEY = "0123456789abcdef" * 4
+KEY = "0123456789abcdef" * 2 + "01234567"                                # a 40-digit digest (BLAKE2b-160)
+EARLIER = "0123456789abcdef" * 4                                          # SHA-256: a cache of an earlier version
 
 
 @pytest.mark.parametrize("content, is_cache", [
@@ -411,8 +412,10 @@ KEY = "0123456789abcdef" * 4
     (json.dumps({"key": KEY, "text": "a"}) + "\n", True),
     (json.dumps({"key": KEY, "text": "a"}) + '\n{"key": "torn', True),   # a killed write's last line
     ("\n" + json.dumps({"key": KEY, "text": "a"}) + "\n", True),
-    (json.dumps({"key": KEY.upper(), "text": "a"}) + "\n", False),        # not a SHA-256 hex digest
+    (json.dumps({"key": EARLIER, "text": "a"}) + "\n" + json.dumps({"key": KEY, "text": "b"}) + "\n", True),
+    (json.dumps({"key": KEY.upper(), "text": "a"}) + "\n", False),        # not a hex digest
     (json.dumps({"key": KEY[:-1], "text": "a"}) + "\n", False),
+    (json.dumps({"key": EARLIER[:-1], "text": "a"}) + "\n", False),
     (json.dumps({"key": KEY, "text": 3}) + "\n", False),
     (json.dumps({"key": KEY}) + "\n", False),
     (json.dumps([KEY, "a"]) + "\n", False),
@@ -466,3 +469,17 @@ def test_claim_cache_refuses_inputs_outputs_folders_and_a_users_file(tmp_path):
     assert claim_cache(cache, inputs=[data], outputs=[out]) == cache
     cache.write_text(json.dumps({"key": KEY, "text": "a"}) + "\n")
     assert claim_cache(cache) == cache and notes.read_text() == "my notes\n"
+
+
+def test_a_shared_folder_marker_of_the_moment_is_not_an_entry(tmp_path):
+    """Rank 0 writes a marker in a folder every node must share while another rank may still be claiming it as its
+    output (drmix.retrieval.ranks.Ranks.check_shared): the claim sees an empty folder, not a foreign file."""
+    from drmix.outputs import SHARED_MARKER, claim_output
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / SHARED_MARKER.format("0123456789abcdef")).write_text("0123456789abcdef")
+    assert claim_output(out, "train") == out
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds files drmix did not write"):
+        claim_output(out, "train")

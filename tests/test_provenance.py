@@ -1,4 +1,4 @@
-"""Content fingerprints (drmix.provenance): full hashes remembered by (path, size, mtime, inode)."""
+"""Content fingerprints (drmix.provenance): full hashes remembered by (path, size, mtime, ctime, inode)."""
 from __future__ import annotations
 
 import hashlib
@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from stat_helpers import rewrite_keeping_stat
 
+from drmix import fingerprint as fingerprints
 from drmix import provenance
 from drmix.provenance import beir_fingerprint, describe_change, file_fingerprint, fingerprint, short
 
@@ -14,7 +16,8 @@ from drmix.provenance import beir_fingerprint, describe_change, file_fingerprint
 @pytest.fixture(autouse=True)
 def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(provenance, "_MEMO", {})
+    monkeypatch.setattr(fingerprints, "_MEMO", {})
+    monkeypatch.setattr(fingerprints, "SETTLE_NS", 0)   # remembered at once (tests write and read in one tick)
 
 
 def _rows(path: Path, n: int) -> Path:
@@ -34,15 +37,15 @@ def test_a_file_is_its_full_content_hash_bytes_and_rows(tmp_path):
     assert fingerprint(tmp_path / "missing") is None
 
 
-def test_a_digest_is_remembered_by_path_size_mtime_and_inode(tmp_path, monkeypatch):
+def test_a_digest_is_remembered_by_path_size_mtime_ctime_and_inode(tmp_path, monkeypatch):
     f = _rows(tmp_path / "c.jsonl", 20)
     first = file_fingerprint(f)
-    provenance._MEMO.clear()
+    fingerprints._MEMO.clear()
     calls = []
-    real = provenance._hash
-    monkeypatch.setattr(provenance, "_hash", lambda p, rows: calls.append(p) or real(p, rows))
+    real = fingerprints._read
+    monkeypatch.setattr(fingerprints, "_read", lambda p, rows: calls.append(p) or real(p, rows))
     assert file_fingerprint(f) == first and calls == []          # read back from the SQLite store
-    assert provenance.store_path().is_file()
+    assert fingerprints.store_path().is_file()
     _rows(f, 15)
     assert file_fingerprint(f)["rows"] == 15 and calls == [f]     # another size: hashed again
 
@@ -59,13 +62,23 @@ def test_same_size_new_content_is_seen_through_the_mtime(tmp_path):
     assert describe_change(before, after) == "content changed, bytes 4 -> 4"
 
 
+def test_same_size_same_mtime_same_inode_new_content_is_seen_through_the_change_time(tmp_path):
+    """cp -p, rsync -t, tar x: the size, the inode and the modification time are the old ones."""
+    f = _rows(tmp_path / "c.jsonl", 3)
+    before = fingerprint(f)
+    rewrite_keeping_stat(f, f.read_bytes().replace(b'"q1"', b'"q9"'))
+    after = fingerprint(f)
+    assert after["digest"] == hashlib.blake2b(f.read_bytes(), digest_size=20).hexdigest() != before["digest"]
+    assert describe_change(before, after) == "content changed, bytes 102 -> 102"
+
+
 def test_a_cache_that_cannot_be_written_falls_back_to_hashing(tmp_path, monkeypatch):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     monkeypatch.setenv("DRMIX_CACHE", str(blocker / "cache"))     # a cache path under a file: never writable
     f = _rows(tmp_path / "c.jsonl", 3)
     assert fingerprint(f)["rows"] == 3
-    provenance._MEMO.clear()
+    fingerprints._MEMO.clear()
     assert fingerprint(f)["rows"] == 3
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from drmix.errors import ConfigError
-from drmix.io import writable
+from drmix.io.checks import writable
 
 log = logging.getLogger(__name__)
 

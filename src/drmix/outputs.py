@@ -17,14 +17,14 @@ starts. The contract, in one place (docs/outputs.md has it per command):
   (replaced only with ``--overwrite``), and -- even with ``--overwrite`` -- an output that is one of the
   command's inputs, lies inside one, or contains one;
 * **replacement is atomic** and touches nothing but the output itself: whole folders through
-  :func:`drmix.io.atomic_dir` (the path holds the complete old or the complete new folder at every instant;
+  :func:`drmix.io.atomic.atomic_dir` (the path holds the complete old or the complete new folder at every instant;
   a sibling ``.NAME.old`` of the user's is never touched), files through :mod:`drmix.io`'s atomic writes; a
   command that writes files into a folder writes only its own names. "Its own names" go down into the
   folders a command writes (``train/<name>.jsonl`` of a benchmark), so a user's file anywhere in an
   earlier output is foreign;
 * an output that cannot be written (a path under a file, a read-only folder) is refused before the work
-  (:func:`drmix.io.check_writable`), and the hidden folders of a killed replacement are recovered or
-  removed first (:func:`drmix.io.recover_swap`);
+  (:func:`drmix.io.checks.check_writable`), and the hidden folders of a killed replacement are recovered or
+  removed first (:func:`drmix.io.atomic.recover_swap`);
 * an LLM cache (``--cache``) is an output too (:func:`claim_cache`): never an input, never a file that is
   not a drmix cache.
 """
@@ -201,9 +201,21 @@ def _overlaps(a: Path, b: Path) -> bool:
 
 
 def _resolved(path: str | Path) -> Path:
-    from drmix.io import resolved_path
+    from drmix.io.checks import resolved_path
 
     return resolved_path(path)
+
+
+#: the marker :meth:`drmix.retrieval.ranks.Ranks.check_shared` writes in a folder every node must share, for the
+#: moment the other ranks take to read it: not an entry of the folder (another rank may claim it meanwhile)
+SHARED_MARKER = ".drmix-shared.{}.tmp"
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The entries of ``folder`` that are content: drmix's lock (and its temporary: a run holding the folder,
+    drmix.lock) and a shared-folder marker of the moment are not."""
+    return [p for p in folder.iterdir()
+            if not p.name.startswith(LOCK_NAME) and not fnmatch.fnmatchcase(p.name, SHARED_MARKER.format("*"))]
 
 
 def _matches(rel: tuple[str, ...], pattern: str) -> bool:
@@ -217,9 +229,9 @@ def _foreign(folder: Path, kind: OutputKind) -> list[str]:
     whole = [p for p in patterns if "/" not in p]
     nested = [p for p in patterns if "/" in p]
     out: list[str] = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith(LOCK_NAME) or any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
-            continue  # drmix's lock (and its temporary) is no content: a run holding the folder (drmix.lock)
+    for entry in sorted(_entries(folder)):
+        if any(fnmatch.fnmatchcase(entry.name, p) for p in whole):
+            continue
         inner = [p for p in nested if fnmatch.fnmatchcase(entry.name, p.split("/", 1)[0])]
         if not inner or entry.is_symlink() or not entry.is_dir():
             out.append(entry.name + ("/" if entry.is_dir() else ""))
@@ -248,7 +260,8 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
         flag: the option that sets ``overwrite``, named in the errors' fixes.
         sidecars: files written next to a ``file`` output (e.g. ``OUT.stats.json``): they count as the output.
     """
-    from drmix.io import check_writable, recover_swap, write_target
+    from drmix.io.atomic import recover_swap
+    from drmix.io.checks import check_writable, write_target
 
     k = KINDS[kind]
     path = Path(path).expanduser()
@@ -281,7 +294,7 @@ def claim_output(path: str | Path, kind: str, *, inputs: Iterable[str | Path | N
     if not path.exists():
         return path
     try:
-        entries = [p for p in path.iterdir() if not p.name.startswith(LOCK_NAME)]  # a lock is no content
+        entries = _entries(path)  # a lock or a shared-folder marker is no content
     except PermissionError:
         raise ConfigError("the output folder cannot be read.", path=path,
                           fix="check its permissions or choose another folder.") from None
@@ -347,10 +360,12 @@ def claim_run(config: object, kind: str = "train") -> Path:
 
 def is_llm_cache(path: str | Path, *, lines: int = 5) -> bool:
     """Whether ``path`` holds a drmix LLM cache (:mod:`drmix.llm.cache`): its first complete lines are
-    ``{"key": <SHA-256 hex>, "text": ...}`` records (an empty file counts; a torn last line is ignored)."""
+    ``{"key": <hex digest>, "text": ...}`` records (an empty file counts; a torn last line is ignored). The key
+    is the 40-digit digest of :meth:`drmix.llm.base.ChatRequest.key`, or the 64-digit SHA-256 of a cache written
+    by an earlier version (still drmix's file: appended to, its old answers not found)."""
     import re
 
-    key = re.compile(r"[0-9a-f]{64}")
+    key = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
     try:
         with open(path, "rb") as f:
             head = f.read(1 << 20)
@@ -379,7 +394,7 @@ def claim_cache(path: str | Path, *, inputs: Iterable[str | Path | None] = (),
     """The output contract for an LLM cache (``--cache``), before any work: it is appended to, so it may not
     be (or lie inside) an input or be one of the command's other outputs, and an existing file must be a
     drmix LLM cache (:func:`is_llm_cache`); a user's file is never appended to."""
-    from drmix.io import check_writable
+    from drmix.io.checks import check_writable
 
     path = Path(path).expanduser()
     resolved = _resolved(path)

@@ -8,30 +8,20 @@ by relative path, and one digest over them. Two fingerprints are compared with :
 which names what changed in words a user can check: ``qrels/test.tsv: rows 21 -> 11``,
 ``corpus.jsonl: content changed (bytes 1,204 -> 1,204)``, ``model.safetensors removed``.
 
-Hashing is done once per file version. As build systems and DVC do, a file's digest is remembered under its
-(path, size, modification time, inode) in an SQLite table in the drmix cache
-(``$DRMIX_CACHE/provenance/hashes.sqlite``; :func:`drmix.io.cache_root`), so an unchanged 10M-row file is not
-read again by the next run. Any change of content through the filesystem changes at least one of the four, so
-a stale entry is never used; a cache that cannot be written (a read-only home, a full disk) or read is
-skipped and the file hashed again, never an error.
+Hashing is :mod:`drmix.fingerprint`'s (BLAKE2b-160, the digest these records have always held, so a run recorded
+by an earlier version is still reused): a file is read once per version, its digest remembered under its (path,
+size, modification time, change time, inode), so an unchanged 10M-row file is not read again by the next run, and
+an edit that restores the size and the modification time (``cp -p``, ``rsync -t``) is still seen.
 """
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
-import sqlite3
-import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from drmix.io import cache_root
+from drmix.fingerprint import ALGORITHM, file_summary, files_digest
 
-log = logging.getLogger(__name__)
-
-#: the digest of every fingerprint (a new one would change every recorded fingerprint)
-ALGORITHM = "blake2b-160"
 #: suffixes whose rows (lines) are counted while hashing
 ROW_SUFFIXES = frozenset({".jsonl", ".tsv", ".csv", ".txt"})
 #: files in a folder that are not part of what it holds (caches and markers other tools put beside data)
@@ -40,96 +30,14 @@ _IGNORED_NAMES = frozenset({".DS_Store"})
 #: the changed files of a folder named one by one (the others are counted)
 MAX_LISTED = 5
 
-_LOCK = threading.Lock()
-_MEMO: dict[tuple[str, int, int, int], tuple[str, int | None]] = {}
-
-
-def store_path() -> Path:
-    """The SQLite file that remembers digests: ``cache_root()/provenance/hashes.sqlite``."""
-    return cache_root() / "provenance" / "hashes.sqlite"
-
-
-_CONNECTIONS: dict[tuple[str, int], sqlite3.Connection] = {}
-
-
-def _connect(create: bool) -> sqlite3.Connection | None:
-    """The process's connection to the digest store (one per store and process), or None when it cannot be used
-    (``create``: make the store when missing; else a missing store is None)."""
-    path = store_path()
-    key = (str(path), os.getpid())
-    if key in _CONNECTIONS:
-        return _CONNECTIONS[key]
-    try:
-        if create:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        elif not path.exists():
-            return None
-        con = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False)
-        con.execute("CREATE TABLE IF NOT EXISTS digests (path TEXT, size INTEGER, mtime_ns INTEGER, "
-                    "inode INTEGER, algorithm TEXT, digest TEXT, rows INTEGER, "
-                    "PRIMARY KEY (path, size, mtime_ns, inode, algorithm))")
-    except (OSError, sqlite3.Error) as e:
-        log.debug("provenance: digest store %s not usable (%s); hashing without it", path, e)
-        return None
-    _CONNECTIONS[key] = con
-    return con
-
-
-def _remembered(key: tuple[str, int, int, int]) -> tuple[str, int | None] | None:
-    if key in _MEMO:
-        return _MEMO[key]
-    con = _connect(create=False)
-    if con is None:
-        return None
-    try:
-        row = con.execute("SELECT digest, rows FROM digests WHERE path=? AND size=? AND mtime_ns=? AND inode=? "
-                          "AND algorithm=?", (*key, ALGORITHM)).fetchone()
-    except sqlite3.Error:
-        row = None
-    return (row[0], row[1]) if row else None
-
-
-def _remember(key: tuple[str, int, int, int], value: tuple[str, int | None]) -> None:
-    _MEMO[key] = value
-    con = _connect(create=True)
-    if con is None:
-        return
-    try:
-        with con:
-            con.execute("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?, ?)", (*key, ALGORITHM, *value))
-    except sqlite3.Error as e:
-        log.debug("provenance: digest of %s not remembered (%s)", key[0], e)
-
-
-def _hash(path: Path, count_rows: bool) -> tuple[str, int | None]:
-    h = hashlib.blake2b(digest_size=20)
-    rows, last = 0, b"\n"
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-            if count_rows:
-                rows += block.count(b"\n")
-                last = block[-1:]
-    if count_rows and last != b"\n":     # a last row without its newline
-        rows += 1
-    return h.hexdigest(), (rows if count_rows else None)
-
 
 def file_fingerprint(path: str | Path) -> dict[str, Any]:
     """``{"digest", "bytes"[, "rows"]}`` of one file (rows: lines of a text table, see :data:`ROW_SUFFIXES`)."""
     p = Path(path)
-    st = p.stat()
-    real = os.path.realpath(p)
-    key = (real, st.st_size, st.st_mtime_ns, st.st_ino)
-    with _LOCK:
-        value = _remembered(key)
-    if value is None:
-        value = _hash(p, p.suffix.lower() in ROW_SUFFIXES)
-        with _LOCK:
-            _remember(key, value)
-    out: dict[str, Any] = {"digest": value[0], "bytes": st.st_size}
-    if value[1] is not None:
-        out["rows"] = value[1]
+    fp = file_summary(p, count_rows=p.suffix.lower() in ROW_SUFFIXES)
+    out: dict[str, Any] = {"digest": fp.digest, "bytes": fp.bytes}
+    if fp.rows is not None:
+        out["rows"] = fp.rows
     return out
 
 
@@ -160,10 +68,8 @@ def fingerprint(path: str | Path, *, only: Iterable[str] | None = None) -> dict[
             continue
         if f.is_file():
             files[rel] = file_fingerprint(f)
-    h = hashlib.blake2b(digest_size=20)
-    for rel, fp in files.items():
-        h.update(f"{rel}\0{fp['digest']}\n".encode("utf-8"))
-    return {"kind": "folder", "digest": h.hexdigest(), "bytes": sum(fp["bytes"] for fp in files.values()),
+    digest = files_digest((rel, fp["digest"]) for rel, fp in files.items())
+    return {"kind": "folder", "digest": digest, "bytes": sum(fp["bytes"] for fp in files.values()),
             "files": files}
 
 

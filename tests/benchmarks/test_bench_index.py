@@ -100,3 +100,42 @@ def test_the_docs_full_table_is_printed_from_the_stored_results(tmp_path, capsys
     printed = capsys.readouterr().out
     assert printed == bi.table(json.loads(FULL.read_text()))
     assert "RSS: anonymous" in printed and printed in DOCS.read_text(encoding="utf-8")
+
+
+SERVER = Path(__file__).parent / "fixtures" / "index-server-results.json"
+
+
+def test_the_docs_server_table_is_printed_from_the_stored_results(tmp_path, capsys):
+    if not SERVER.exists():
+        pytest.skip("no stored results")
+    shutil.copy(SERVER, tmp_path / "results.json")
+    bi.main(["--report-only", "--preset", "server", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert printed == bi.table(json.loads(SERVER.read_text()))
+    assert "| milvus-server flat |" in printed and "server peak RSS" in printed
+    assert printed in DOCS.read_text(encoding="utf-8")
+
+
+def test_a_process_memory_and_cpu_time_are_read_from_proc():
+    import os
+
+    got = bi.proc_memory(os.getpid())
+    parts = bi.rss_parts()
+    assert got["peak_rss"] >= got["rss"] > 0 and got["cpu_seconds"] > 0
+    assert abs(got["rss"] - (parts["rss_anon"] + parts["rss_file"])) <= 0.1 * got["rss"]  # VmRSS: anon + file
+
+
+def test_the_server_table_and_a_build_that_did_not_finish():
+    server = {"version": "2.3.5", "started": {"rss": 200 * 2**20, "peak_rss": 200 * 2**20, "cpu_seconds": 1.0},
+              "after_build": {"rss": 900 * 2**20, "peak_rss": 2**30, "cpu_seconds": 91.0},
+              "after_search": {"rss": 700 * 2**20, "peak_rss": 2 * 2**30, "cpu_seconds": 95.0}}
+    results = {"10|milvus-server flat": {"n": 10, "arm": "milvus-server flat", "data": "lowrank", "disk": 2**20,
+                                         "build": {"seconds": 5.0, "peak_rss": 2**20},
+                                         "search": {"qps": 10.0, "recall": 1.0, "peak_rss": 2**20}, "server": server},
+               "10|milvus-server hnsw": {"n": 10, "arm": "milvus-server hnsw", "data": "lowrank", "disk": None,
+                                         "build": None, "search": None, "server": server, "timed_out": 3600}}
+    text = bi.table(results)
+    assert "| 10 | milvus-server hnsw | over 1.0 h (stopped) | — | — | — | — | — |" in text
+    # started 200 MB, peak 2 GB (after the search), 700 MB at the end, 90 s of the server's CPU in the build
+    assert "| 10 | milvus-server flat | 200 MB | 2.0 GB | 700 MB | 1.5 min |" in text
+    assert "Projected" not in text  # no projection from a server's clients (their memory is not the server's)

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import _common as common  # noqa: E402
 
-from drmix.io import file_digest  # noqa: E402
+from drmix.fingerprint import file_digest  # noqa: E402
 
 from drmix.config import TrainConfig  # noqa: E402
 

@@ -147,3 +147,25 @@ def test_report_on_a_sentence_transformers_run(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     code, _, err = _main(["report", str(tmp_path / "empty")], capsys)
     assert code == 2 and "trainer_state.json" in err
+
+
+def test_only_global_rank_0_writes_the_report_and_pushes(tmp_path, monkeypatch):
+    """Under a launcher every rank finishes the command: the pipeline's report.html and the --push-to-hub upload
+    are global rank 0's alone."""
+    from types import SimpleNamespace
+
+    import drmix.hub
+    from drmix.cli import report
+
+    monkeypatch.setattr(drmix.hub, "push_to_hub", lambda *a, **kw: pytest.fail("a rank other than 0 pushed"))
+    monkeypatch.setattr("drmix.report.html.write_report", lambda *a: pytest.fail("a rank other than 0 wrote"))
+    config = SimpleNamespace(run=SimpleNamespace(push_to_hub="me/model"))
+    monkeypatch.setenv("RANK", "1")
+    report.after_run(tmp_path / "run", config, pipeline=True)
+    assert not (tmp_path / "run").exists()
+    pushed: list = []
+    monkeypatch.setattr(drmix.hub, "push_to_hub", lambda out, repo: pushed.append((out, repo))
+                        or SimpleNamespace(files=[], url="u"))
+    monkeypatch.setenv("RANK", "0")
+    report.after_run(tmp_path / "run", config)
+    assert pushed == [(tmp_path / "run", "me/model")]

@@ -158,14 +158,14 @@ def test_estimate_names_a_missing_corpus(tmp_path, capsys):
     assert code == 2 and "nope.jsonl: corpus file not found" in " ".join(err.split())
 
 
-def _torchrun(tmp_path, args: list[str]) -> subprocess.CompletedProcess:
+def _torchrun(tmp_path, args: list[str], *, setup: str = "") -> subprocess.CompletedProcess:
     launcher = tmp_path / "launch.py"
-    launcher.write_text("import sys\nimport drmix.retrieval.encode as e\ne._SORT_CHUNK = 4\n"
-                        "from drmix.cli import main\nmain(sys.argv[1:])\n")
+    launcher.write_text("import sys\nimport drmix.retrieval.encode as e\ne._SORT_CHUNK = 4\n" + setup
+                        + "from drmix.cli import main\nmain(sys.argv[1:])\n")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(launcher),
            *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          timeout=600)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DRMIX_CACHE": str(tmp_path / "cache")}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
 
 
 def _same_search(one: str, two: str) -> None:
@@ -196,16 +196,64 @@ def test_two_gloo_processes_stream_their_shards_into_a_faiss_disk_index(corpus, 
     _same_search(str(tmp_path / "one"), str(tmp_path / "two"))
 
 
-def test_two_gloo_processes_stream_their_shards_into_a_milvus_lite_collection(corpus, tiny_model_path, tmp_path,
-                                                                               capsys, chunk4):
-    pytest.importorskip("milvus_lite")
-    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "milvus", "--collection", "toy"]
-    code, _, err = run([*base, "--uri", str(tmp_path / "one.db")], capsys)
+def test_two_gloo_processes_build_the_one_process_milvus_collection(corpus, tiny_model_path, tmp_path, capsys,
+                                                                     chunk4, milvus_target, monkeypatch):
+    """Milvus Lite (a folder one process opens): rank 0 streams both shards into it. A Milvus server: each rank
+    inserts its own shard (rows 0-4 and 4-11) into the build collection rank 0 made and swapped in. Either way the
+    collection is the one process's: ids, scores."""
+    from drmix.retrieval.backends.milvus import is_uri
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path, "--backend", "milvus"]
+    server = is_uri(milvus_target)
+    one, two = (f"{milvus_target}#one", f"{milvus_target}#two") if server else (
+        f"{tmp_path / 'one.db'}#toy", f"{tmp_path / 'two.db'}#toy")
+    code, _, err = run([*base, "--uri", one.split("#")[0], "--collection", one.split("#")[1]], capsys)
     assert code == 0, err
-    done = _torchrun(tmp_path, [*base, "--chunk-size", "3", "--uri", str(tmp_path / "two.db")])
+    done = _torchrun(tmp_path, [*base, "--chunk-size", "3", "--uri", two.split("#")[0], "--collection", "two" if
+                                server else "toy"])
     assert done.returncode == 0, done.stderr[-2000:]
-    assert f"2 shards in {tmp_path / 'two.db.shards'}" in " ".join(done.stdout.split())
-    _same_search(f"{tmp_path / 'one.db'}#toy", f"{tmp_path / 'two.db'}#toy")
+    said = " ".join(done.stdout.split())
+    if server:
+        assert "2 shards in" in said and "each rank inserting its own" in said
+    else:
+        assert f"2 shards in {tmp_path / 'two.db.shards'}" in said and "inserting its own" not in said
+    _same_search(one, two)
+    from drmix.retrieval.backends import open_index
+
+    rows = []
+    for where in (one, two):  # the row numbers (pk) are the corpus's, whichever rank inserted them
+        index = open_index(where)
+        rows.append(sorted((r["pk"], r["doc_id"]) for r in index.client.query(index.name, filter="pk >= 0",
+                                                                              output_fields=["pk", "doc_id"])))
+    assert rows[0] == rows[1] == sorted(enumerate(DOCS))
+
+
+def test_a_rank_that_dies_midway_leaves_the_server_collection_as_it_was(corpus, tiny_model_path, tmp_path, capsys,
+                                                                         chunk4, milvus_target, monkeypatch):
+    from drmix.retrieval.backends import open_index
+    from drmix.retrieval.backends.milvus import BUILD_SUFFIX, client, is_uri, split_location
+
+    if not is_uri(milvus_target):
+        pytest.skip("Milvus Lite is built by rank 0 alone (test_two_gloo_processes_build_the_one_process_...)")
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps({"_id": k, **v}) + "\n" for k, v in list(DOCS.items())[:5]))
+    base = ["index", "--model", tiny_model_path, "--backend", "milvus", "--uri", milvus_target, "--collection", "c"]
+    code, _, err = run([*base, "--corpus", str(small)], capsys)
+    assert code == 0, err
+    # rank 1 dies (no cleanup, no handler) after its first insert; the launcher stops rank 0
+    dies = ("import os\nimport drmix.retrieval.backends.milvus as m\n_add = m.Inserter.add\n"
+            "def add(self, *a):\n    _add(self, *a)\n    self.flush()\n"
+            "    if os.environ['RANK'] == '1':\n        os._exit(9)\nm.Inserter.add = add\n")
+    done = _torchrun(tmp_path, [*base, "--corpus", str(corpus), "--chunk-size", "2", "--overwrite"], setup=dies)
+    assert done.returncode != 0
+    assert len(open_index(f"{milvus_target}#c")) == 5  # the old collection, as it was
+    c = client(split_location(milvus_target)[0])
+    assert c.has_collection("c" + BUILD_SUFFIX)  # the unfinished build, under its own name
+    code, _, err = run([*base, "--corpus", str(corpus), "--overwrite"], capsys)  # the next build drops it
+    assert code == 0, err
+    assert len(open_index(f"{milvus_target}#c")) == len(DOCS) and not c.has_collection("c" + BUILD_SUFFIX)
 
 
 PAUSED = """
@@ -276,3 +324,83 @@ def test_a_second_sharded_run_into_the_same_output_is_refused_while_the_first_ru
     else:
         results = [json.loads((d / "eval.json").read_text())["results"] for d in (out, tmp_path / "plain")]
         assert results[0] == results[1]
+
+
+# ------------------------------------------------------------------------------------------- two nodes
+# Two torchrun launchers of one process each (tests/nodes.py), each in its own folder with its own TMPDIR and
+# DRMIX_CACHE: a relative path is then a folder each node has on its own disk, tmp_path the disk they share.
+
+def _codes(nodes, command: int) -> dict[int, str]:
+    """{global rank: exit code} of ``command`` on the two nodes."""
+    return dict(node.codes()[command] for node in nodes)
+
+
+def test_two_nodes_index_into_a_shared_folder_and_refuse_a_node_local_one(corpus, tiny_model_path, tmp_path, capsys,
+                                                                           chunk4):
+    """The index written by two nodes into a folder both mount is one process's, byte for byte, from two shards;
+    an --output each node has on its own disk is refused on both before anything is encoded, naming the node."""
+    from nodes import by_rank, one_line, two_nodes
+
+    base = ["index", "--corpus", str(corpus), "--model", tiny_model_path]
+    code, _, err = run([*base, "--output", str(tmp_path / "one")], capsys)
+    assert code == 0, err
+    nodes = two_nodes(tmp_path, [[*base, "--output", "idx"], [*base, "--output", str(tmp_path / "two")]])
+    assert [n.returncode for n in nodes] == [0, 0], nodes[0].stderr[-3000:] + nodes[1].stderr[-3000:]
+    assert _codes(nodes, 0) == {0: "2", 1: "2"} and _codes(nodes, 1) == {0: "0", 1: "0"}
+    first, second = by_rank(nodes)[0], by_rank(nodes)[1]
+    refused = one_line(first.stderr)
+    assert (f"{first.root / 'idx.shards'}: the shard folder is not one folder on every node: rank 1 (node 1) does "
+            "not see the marker rank 0 (node 0) wrote there") in refused
+    assert f"Fix: put --output on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go " \
+           f"to {first.root / 'idx.shards'}" in refused
+    assert "the shard folder is not one folder on every node" in one_line(second.stderr)  # both ranks stop
+    assert not list((first.root / "idx.shards").glob("rank-*")) and not (second.root / "idx.shards").exists()
+    for name in ("vectors.npy", "ids.json"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    shards = sorted(p.name for p in (tmp_path / "two.shards").glob("rank-*.npy"))
+    assert shards == ["rank-00000-of-00002.npy", "rank-00001-of-00002.npy"]  # rank 1 (node 1) wrote its own
+    assert not list((tmp_path / "two.shards").glob(".drmix-shared.*"))
+    assert f"into {tmp_path / 'two'}; 2 shards in {tmp_path / 'two.shards'}" in one_line(first.stdout)
+
+
+def test_drmix_eval_without_output_names_drmix_cache_as_the_fix(tmp_path, monkeypatch):
+    """drmix eval without --output keeps its shards in the drmix cache: its fix says where to point DRMIX_CACHE."""
+    from drmix.cli import sharded
+    from drmix.retrieval import ranks, shards
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    _launched(monkeypatch, 0, 2)
+    monkeypatch.setattr(ranks.Ranks, "_join", lambda self: None)
+    monkeypatch.setattr(ranks.Ranks, "gather", lambda self, obj: [obj] * self.world_size)  # no process group here
+    with sharded.launched_shards(None, "eval", folder=True) as joined:
+        plan = shards.active()
+        assert joined.world_size == 2 and plan.root == tmp_path / "cache" / "shards" / "eval"
+        assert plan.shared_fix == shards.shared_fix(plan.root, "--output")
+        assert plan.shared_fix.startswith("pass --output on a filesystem every node mounts, or point DRMIX_CACHE")
+
+
+@pytest.mark.slow
+def test_two_nodes_eval_needs_a_shared_shard_folder_and_gives_one_process_results(tiny_model_path, tmp_path, capsys,
+                                                                                  chunk4):
+    """drmix eval without --output keeps its shards in DRMIX_CACHE, here each node's own: refused on both ranks,
+    naming the cache and the way out; with --output on the shared disk, one process's results."""
+    from nodes import by_rank, one_line, two_nodes
+
+    from drmix.data.beir import write_beir
+
+    data = write_beir(tmp_path / "toy", DOCS, {"q1": "word3 word6", "q2": "t4"},
+                      {"test": {"q1": {"d3": 1}, "q2": {"d4": 1}}})
+    evaluate = ["eval", "--data", str(data), "--model", tiny_model_path, "--metric", "ndcg@10"]
+    code, _, err = run([*evaluate, "--output", str(tmp_path / "e1")], capsys)
+    assert code == 0, err
+    nodes = two_nodes(tmp_path, [evaluate, [*evaluate, "--output", str(tmp_path / "e2")]])
+    assert [n.returncode for n in nodes] == [0, 0], nodes[0].stderr[-3000:] + nodes[1].stderr[-3000:]
+    assert _codes(nodes, 0) == {0: "2", 1: "2"} and _codes(nodes, 1) == {0: "0", 1: "0"}
+    first = by_rank(nodes)[0]
+    refused = one_line(first.stderr)
+    assert f"{first.cache / 'shards' / 'eval'}/" in refused and "rank 1 (node 1) does not see the marker" in refused
+    assert ("Fix: pass --output on a filesystem every node mounts, or point DRMIX_CACHE on every node at one folder "
+            "they all mount at the same path") in refused
+    one, two = (json.loads((tmp_path / e / "eval.json").read_text()) for e in ("e1", "e2"))
+    assert two["results"] == one["results"]
+    assert len(list((tmp_path / "e2" / "shards").glob("*/rank-00001-of-00002.npy"))) == 1

@@ -161,7 +161,7 @@ def test_a_collections_document_prompt_follows_the_global_one_in_ids_texts_and_c
     # no document prompt: the key of the ids stored before the option existed
     old = {"version": FORMAT_VERSION, "content": "c", "tokenizer": "t", "q_len": 1, "d_len": 2, "q_prompt": "",
            "d_prompt": "", "instruction": None}
-    digest = hashlib.blake2b(json.dumps(old, sort_keys=True).encode(), digest_size=16).hexdigest()
+    digest = hashlib.blake2b(json.dumps(old, sort_keys=True).encode(), digest_size=20).hexdigest()
     args = dict(query_max_length=1, doc_max_length=2, query_prompt="", doc_prompt="", instruction=None)
     assert cache_key("c", "t", **args) == cache_key("c", "t", document_prompt=None, **args) == digest
     assert cache_key("c", "t", document_prompt="passage: ", **args) != digest

@@ -3,7 +3,7 @@
 Usage: python swap_kill.py OUT CHECK MODE STEP[,STEP...] -- DRMIX ARGS...
 
 The libraries are imported once; every run of the command is a forked child (the parent never runs torch,
-so forking is safe), killed at one step of :func:`drmix.io.atomic_dir` (``removing``: half-way through
+so forking is safe), killed at one step of :func:`drmix.io.atomic.atomic_dir` (``removing``: half-way through
 deleting the previous folder). After each kill the parent records whether ``OUT`` is usable right away,
 whether it equals the first complete build, and the hidden leftovers; a last complete run must remove
 them. Prints one JSON object.
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import drmix.cli  # noqa: F401 - the libraries, imported once before forking
-from drmix import io
+from drmix.io import atomic
 
 
 def run(argv: list[str], step: str | None, mode: str, out: Path) -> int:
@@ -25,16 +25,16 @@ def run(argv: list[str], step: str | None, mode: str, out: Path) -> int:
     if pid == 0:
         code = 1
         try:
-            io._USE_EXCHANGE = mode == "exchange"
+            atomic._USE_EXCHANGE = mode == "exchange"
 
             def fault(name: str) -> None:
                 if name == step:
                     os._exit(137)
 
-            io._fault_point = fault
+            atomic._fault_point = fault
             if step == "removing":  # the previous folder after the swap, not an earlier kill's leftover
-                earlier = {p for p, _ in io.swap_leftovers(out)}
-                plain = io._remove
+                earlier = {p for p, _ in atomic.swap_leftovers(out)}
+                plain = atomic._remove
 
                 def remove(p: Path) -> None:
                     if p in earlier:
@@ -44,7 +44,7 @@ def run(argv: list[str], step: str | None, mode: str, out: Path) -> int:
                         files[0].unlink()
                     os._exit(137)
 
-                io._remove = remove
+                atomic._remove = remove
             try:
                 drmix.cli.main(argv)
                 code = 0
@@ -126,7 +126,7 @@ def main() -> None:
         state = checked(out, check) if exists else "missing"
         same = snapshot(out) == ref
         if not exists:  # the rename fallback's one gap: the next run of the command recovers it
-            io.recover_swap(out)
+            atomic.recover_swap(out)
             state, same = "recovered:" + checked(out, check), snapshot(out) == ref
         report["kills"].append({"step": step, "rc": rc, "state": state, "same": same, "hidden": hidden})
     report["last"] = run(argv, None, mode, out)

@@ -238,6 +238,28 @@ def test_spans_are_cached_sampled_and_the_builder_resumes(tmp_path, tiny_model_p
         corpus_file(tmp_path / "missing.jsonl")
 
 
+def test_a_corpus_rewritten_keeping_size_inode_and_mtime_is_chunked_again(tmp_path, tiny_model_path, monkeypatch):
+    """The span cache is keyed by the corpus's content: a corpus replaced by rsync -t or cp -p (its size, inode and
+    modification time the old ones) is not served the old spans."""
+    from stat_helpers import rewrite_keeping_stat
+    from transformers import AutoTokenizer
+
+    from drmix import fingerprint
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "drmix-cache"))
+    monkeypatch.setattr(fingerprint, "_MEMO", {})
+    monkeypatch.setattr(fingerprint, "SETTLE_NS", 0)
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    f = tmp_path / "c.jsonl"
+    f.write_text("".join(json.dumps({"title": f"Old {i}.", "text": LONG}) + "\n" for i in range(3)))
+    ds, _ = build_spans(f, tmp_path / "cache", tok, max_tokens=12, new_chunk_probability=0.0, name="c")
+    assert {c[0].split(".")[0] for c in ds["chunks"]} == {"Old 0", "Old 1", "Old 2"}
+    rewrite_keeping_stat(f, f.read_bytes().replace(b"Old", b"New"))
+    ds, _ = build_spans(f, tmp_path / "cache", tok, max_tokens=12, new_chunk_probability=0.0, name="c")
+    assert {c[0].split(".")[0] for c in ds["chunks"]} == {"New 0", "New 1", "New 2"}
+    assert len([p for p in (tmp_path / "cache").iterdir() if p.is_dir() and p.name.startswith("c-")]) == 2
+
+
 def test_corpus_records_need_string_text(tmp_path, tiny_model_path):
     from transformers import AutoTokenizer
 

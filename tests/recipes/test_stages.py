@@ -193,6 +193,31 @@ def test_a_model_replaced_at_the_same_path_reruns_its_stage_and_those_built_on_i
     assert check_stages(stages, provenance=record) == []
 
 
+def test_inputs_rewritten_keeping_size_inode_and_mtime_are_refused(tmp_path, monkeypatch):
+    """rsync -t / cp -p onto a training file and a model's weights: the change time shows the edit, so the stages
+    are refused (not reused), even when the digests were remembered the moment they were taken."""
+    from stat_helpers import rewrite_keeping_stat
+
+    from drmix import fingerprint
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(fingerprint, "_MEMO", {})
+    monkeypatch.setattr(fingerprint, "SETTLE_NS", 0)
+    stages, record = _finished_run(tmp_path)
+    data = tmp_path / "data" / "train.jsonl"
+    assert check_stages(stages, provenance=record) == []
+    rewrite_keeping_stat(data, data.read_bytes().replace(b'"q1"', b'"x1"'))
+    with pytest.raises(ResumeMismatchError) as e:
+        check_stages(stages, provenance=record)
+    assert f"stage 0: data {data}: content changed, bytes 700 -> 700" in str(e.value)
+    assert f"stage 1: data {data}: content changed" in str(e.value)
+    rewrite_keeping_stat(data, data.read_bytes().replace(b'"x1"', b'"q1"'))   # the recorded content again: reused
+    assert check_stages(stages, provenance=record) == []
+    rewrite_keeping_stat(tmp_path / "base" / "model.safetensors", b"\2" * 64)
+    with pytest.raises(ResumeMismatchError, match="model.safetensors: content changed, bytes 64 -> 64"):
+        check_stages(stages, provenance=record)
+
+
 def test_test_and_selection_sets_are_no_stage_input(tmp_path):
     from drmix.recipes.tdro import PipelineConfig
 

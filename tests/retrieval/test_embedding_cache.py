@@ -88,6 +88,23 @@ def test_a_killed_run_keeps_its_finished_chunks(model, monkeypatch):
     assert model.sent - sent == 2                                   # only the unfinished chunk's two texts
 
 
+@pytest.mark.parametrize("bad", [np.zeros((10, 16), dtype=np.uint8),      # an earlier version's 16-byte keys
+                                 np.zeros((10, 5), dtype=np.float32),     # another dtype: no [n, 20] uint8 view
+                                 np.zeros(7, dtype=np.uint8)])
+def test_a_keys_file_of_the_wrong_shape_or_dtype_is_skipped_like_an_unreadable_one(model, bad, caplog):
+    import logging
+
+    encode(model, TEXTS)
+    (keys_path,) = cache_dir().glob("*/*.keys.npy")
+    np.save(keys_path, bad)
+    with caplog.at_level(logging.WARNING, logger="drmix.retrieval.embedding_cache"):
+        out = encode(model, TEXTS)
+    assert model.sent == 20                                         # encoded again, not an error
+    np.testing.assert_allclose(out, encode_texts(model, TEXTS), atol=1e-6)
+    assert f"embedding cache shard {keys_path} holds {bad.dtype} {list(bad.shape)}, not [n, 20] uint8 keys; " \
+           "ignored" in caplog.text
+
+
 def test_opt_outs_write_nothing(model, monkeypatch):
     encode_texts(model, TEXTS, tokenize_num_proc=1)                 # the API's default: off
     assert not cache_dir().exists()
@@ -105,7 +122,7 @@ def test_size_bound_deletes_least_recently_used_shards(tmp_path):
     for i, folder in enumerate(["a", "a", "b"]):
         cache = EmbeddingCache.__new__(EmbeddingCache)
         cache.root, cache.folder, cache.used = root, root / folder, set()
-        from drmix.io import atomic_write_bytes
+        from drmix.io.atomic import atomic_write_bytes
         from drmix.retrieval.embedding_cache import _npy
 
         atomic_write_bytes(cache.folder / f"s{i}.emb.npy", _npy(rng.random((10, 4), dtype=np.float32)))
@@ -131,3 +148,45 @@ def test_bad_size_setting_names_the_variable(monkeypatch):
     assert "DRMIX_EMBEDDING_CACHE=0" in str(e.value)
     monkeypatch.setenv("DRMIX_EMBEDDING_CACHE_GB", "0.5")
     assert max_bytes() == 500_000_000
+
+
+def test_eval_encodes_again_after_the_weights_were_rewritten_keeping_size_and_mtime(tiny_model_path, tmp_path,
+                                                                                     monkeypatch):
+    """``drmix eval --cache-embeddings`` after model.safetensors was replaced (rsync -t, cp -p) by other weights of
+    its size, same inode and mtime: the texts are encoded with the new weights and score as the new weights do."""
+    import json
+    import shutil
+
+    from conftest import build_tiny_model
+    from stat_helpers import rewrite_keeping_stat
+    from typer import Typer
+    from typer.testing import CliRunner
+
+    from drmix import fingerprint
+    from drmix.cli.retrieval import register
+    from drmix.data.beir import write_beir
+
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DRMIX_EMBEDDING_CACHE", raising=False)
+    monkeypatch.setattr(fingerprint, "_MEMO", {})
+    monkeypatch.setattr(fingerprint, "SETTLE_NS", 0)       # the digests remembered the moment they are taken
+    corpus = {f"d{i}": {"title": "", "text": t} for i, t in enumerate(TEXTS)}
+    queries = {f"q{i}": ("about", "and", "topic", "passage", "retrieval", "of")[i] for i in range(6)}  # no answer
+    data = write_beir(tmp_path / "toy", corpus, queries, {"test": {f"q{i}": {f"d{i}": 1} for i in range(6)}})
+    model = shutil.copytree(tiny_model_path, tmp_path / "model")
+    other = build_tiny_model(tmp_path / "other", seed=1)
+    app = Typer()
+    register(app)
+
+    def evaluate(folder, out, *cache):
+        result = CliRunner().invoke(app, ["eval", "--data", str(data), "--model", str(folder), "--output",
+                                          str(tmp_path / out), "--tokenize-num-proc", "1", *cache])
+        assert result.exit_code == 0, result.output
+        return json.loads((tmp_path / out / "eval.json").read_text())["per_query"]["toy"]
+
+    first = evaluate(model, "first", "--cache-embeddings")
+    theirs = evaluate(other, "theirs")
+    assert first != theirs
+    rewrite_keeping_stat(model / "model.safetensors", (other / "model.safetensors").read_bytes())
+    assert evaluate(model, "again", "--cache-embeddings") == theirs
+    assert len(list((tmp_path / "cache" / "embedding-cache").iterdir())) == 2    # the new weights' own entries

@@ -14,6 +14,7 @@ import pytest
 
 import drmix.retrieval.encode as encode_mod
 from drmix.errors import ConfigError, DataError, DiskFullError
+from drmix.fingerprint import tensors_digest, texts_digest
 from drmix.retrieval import shards
 from drmix.retrieval.encode import encode_texts
 from drmix.retrieval.ranks import Ranks
@@ -30,6 +31,9 @@ class SeqRanks(Ranks):
 
     def barrier(self) -> None:
         pass
+
+    def check_shared(self, folder, *, what, fix) -> None:
+        pass  # the ranks run one after the other in this process: one folder (tests/retrieval/test_ranks.py)
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +155,7 @@ def test_another_world_size_or_model_is_refused_naming_both(tiny, tmp_path, chun
     other = copy.deepcopy(tiny)
     with torch.no_grad():
         next(other.parameters()).add_(1.0)
-    with pytest.raises(ConfigError, match="encoded with model_fingerprint [0-9a-f]{32}, this run has [0-9a-f]{32}"):
+    with pytest.raises(ConfigError, match="encoded with model_fingerprint [0-9a-f]{40}, this run has [0-9a-f]{40}"):
         encode_sharded(other, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=3, normalize=True, show_progress=False)
     with pytest.raises(ConfigError, match="batch_size 3, this run has 4"):
         encode_sharded(tiny, TEXTS, tmp_path, ranks=SeqRanks(0, 2), batch_size=4, normalize=True, show_progress=False)
@@ -203,7 +207,6 @@ def test_an_unreadable_shard_manifest_is_refused(tmp_path):
 def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path):
     """drmix adapt encodes one corpus with several models: each model's shards in a folder of its own."""
     from drmix.model.encoder import load_encoder
-    from drmix.retrieval.onnx import fingerprint
 
     model = load_encoder(tiny_model_path)
     texts = ["one passage", "another passage"]
@@ -212,7 +215,7 @@ def test_encode_corpus_keys_shards_by_model_when_asked(tmp_path, tiny_model_path
         got = shards.encode_corpus(model, texts, batch_size=4, show_progress=False)
     assert shards.active() is None
     assert [p.name for p in (tmp_path / "s").iterdir()] == [
-        f"{fingerprint(model)[:16]}-{shards.corpus_fingerprint(texts)[:16]}"]
+        f"{tensors_digest(model)[:16]}-{texts_digest(texts)[:16]}"]
     assert got.tobytes() == encode_texts(model, texts, batch_size=4).tobytes()
 
 
@@ -242,7 +245,34 @@ def test_shard_chunks_check_every_shard_before_the_first_row(tmp_path):
         next(shards.shard_chunks(tmp_path, settings, 4))
 
 
+def test_rank_chunks_read_one_rank_s_own_rows_with_their_row_numbers(tmp_path):
+    settings, x = _written_shards(tmp_path, 23, 3, 3, 5)  # rows 0-5, 5-15, 15-23
+    got = list(shards.rank_chunks(tmp_path, settings, 1, 4))
+    assert [(row, len(part)) for row, part in got] == [(5, 4), (9, 4), (13, 2)]
+    np.testing.assert_array_equal(np.concatenate([p for _, p in got]), x[5:15])
+    (tmp_path / "rank-00002-of-00003.npy").write_bytes(b"broken")  # another rank's shard: not this rank's to read
+    assert len(list(shards.rank_chunks(tmp_path, settings, 0, 10))) == 1
+    with pytest.raises(DataError, match="shard 2 of 3 cannot be read: .*truncated or damaged"):
+        next(shards.rank_chunks(tmp_path, settings, 2, 4))
+
+
 def test_npy_chunks_refuse_an_array_that_is_not_rows(tmp_path):
     np.save(tmp_path / "v.npy", np.zeros(5, dtype=np.float32))
     with pytest.raises(DataError, match=r"v.npy: holds an array of shape \(5,\), not \[n, dim\] vectors"):
         next(shards.npy_chunks(tmp_path / "v.npy", 2))
+
+
+def test_the_fix_of_a_shard_folder_names_the_option_or_the_cache(tmp_path, monkeypatch):
+    """Where the shards of a command go decides what a user moves to a shared disk: the option that places them,
+    or DRMIX_CACHE for a folder in the drmix cache (drmix eval without --output, a Milvus server build)."""
+    monkeypatch.setenv("DRMIX_CACHE", str(tmp_path / "cache"))
+    assert shards.shared_fix(tmp_path / "idx.shards", "--output") == (
+        f"put --output on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go to "
+        f"{tmp_path / 'idx.shards'}")
+    cached = tmp_path / "cache" / "shards" / "eval"
+    assert shards.shared_fix(cached, "--output") == (
+        "pass --output on a filesystem every node mounts, or point DRMIX_CACHE on every node at one folder they all "
+        "mount at the same path (the shards go to $DRMIX_CACHE/shards/)")
+    assert shards.shared_fix(cached / "c1", None) == (
+        "point DRMIX_CACHE on every node at one folder they all mount at the same path (the shards go to "
+        "$DRMIX_CACHE/shards/)")

@@ -113,6 +113,43 @@ def test_two_process_ddp_matches_one_process(tiny_model_path, data, tmp_path):
     assert r2["param_head"] == pytest.approx(r1["param_head"], abs=1e-6)
 
 
+def test_two_nodes_train_as_one_process_and_build_their_own_caches(tiny_model_path, data, tmp_path, capsys):
+    """drmix train on two nodes of one process each (tests/nodes.py: each its own DRMIX_CACHE): an --output-dir each
+    node has on its own disk is refused on both ranks before anything loads; into a folder both mount, the losses
+    and weights of one process on the global batch, written by rank 0 alone, while each node tokenised the
+    collection into its own cache."""
+    from cli_helpers import run
+    from nodes import by_rank, one_line, two_nodes
+    from safetensors.torch import load_file
+
+    base = ["train", "--data", str(data / "greek.jsonl"), "--model", tiny_model_path, "--max-steps", "2",
+            "--batch-size", "8", "--learning-rate", "1e-3", "--warmup-ratio", "0", "--log-every", "1",
+            "--save-every", "1000", "--no-show-progress", "--device", "cpu", "--num-negatives", "1", "--seed", "3"]
+    code, _, err = run([*base, "--output-dir", str(tmp_path / "one")], capsys)
+    assert code == 0, err
+    nodes = two_nodes(tmp_path, [[*base, "--output-dir", "run"], [*base, "--output-dir", str(tmp_path / "two")]],
+                      sort_chunk=None)
+    assert [n.returncode for n in nodes] == [0, 0], nodes[0].stderr[-3000:] + nodes[1].stderr[-3000:]
+    assert [n.codes()[0][1] for n in nodes] == ["2", "2"] and [n.codes()[1][1] for n in nodes] == ["0", "0"]
+    first = by_rank(nodes)[0]
+    assert (f"{first.root / 'run'}: the output directory is not one folder on every node: rank 1 (node 1) does not "
+            "see the marker rank 0 (node 0) wrote there") in one_line(first.stderr)
+    assert "Fix: put --output-dir on a filesystem every node mounts at the same path" in one_line(first.stderr)
+    assert not any((n.root / "run" / "config.yaml").exists() for n in nodes)
+    # global rank 0 alone prints the outcome (and would push with --push-to-hub)
+    assert "trained 2 steps" in by_rank(nodes)[0].stdout and "trained" not in by_rank(nodes)[1].stdout
+    one, two = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    assert [m["loss"] for m in two] == pytest.approx([m["loss"] for m in one], abs=1e-5) and len(one) == 2
+    a, b = (load_file(str(tmp_path / r / "model" / "model.safetensors")) for r in ("one", "two"))
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=2e-5, rtol=1e-4)  # summed in another order
+    # rank 0 wrote the run; each node tokenised the collection into its own DRMIX_CACHE (the same key)
+    keys = [sorted(p.name for p in (n.cache / "tokenized").iterdir() if not p.name.startswith(".")) for n in nodes]
+    assert keys[0] == keys[1] and len(keys[0]) == 1
+    assert not any((n.root / "two").exists() for n in nodes)
+
+
 def test_periodic_evaluation_on_dev_sets(tiny_model_path, data, tmp_path):
     from drmix.data.beir import write_beir
 

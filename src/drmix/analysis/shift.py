@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from drmix.errors import DataError
-from drmix.io import atomic_write_json, atomic_write_text, iter_jsonl
+from drmix.io.atomic import atomic_write_json, atomic_write_text
+from drmix.io.read import iter_jsonl
 
 log = logging.getLogger(__name__)
 

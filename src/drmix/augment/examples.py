@@ -34,7 +34,7 @@ def write_collection(path: str | Path, rows: Sequence[dict[str, Any]], *, why: s
                      write: bool = True) -> None:
     """Write collection lines atomically; refuses to write an empty collection (``why``: the fix it names).
     ``write=False`` only checks (the caller writes the lines with other files)."""
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
 
     if not rows:
         raise DataError("no example survived; nothing to write.", path=path,
@@ -47,7 +47,7 @@ def write_collection(path: str | Path, rows: Sequence[dict[str, Any]], *, why: s
 def read_query_rows(path: str | Path) -> list[dict[str, Any]]:
     """Query lines: any JSONL whose lines hold ``query`` (drmix collections, crop/generate outputs) or ``text``
     (BEIR queries.jsonl, with ``_id``). Other fields are kept as they are."""
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
 
     rows = []
     for line, obj in iter_jsonl(path):

@@ -156,7 +156,7 @@ def _mine_rows(in_path: str | Path, format: str | None, columns: Any) -> list[tu
     :func:`drmix.data.collections.load_collection_spec` (any layout). A drmix JSONL file keeps its records
     (every other field of a line is written back); other layouts are written as drmix records."""
     from drmix.data.collections import load_collection_spec
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
 
     cols = load_collection_spec(str(in_path), format=format, columns=columns)
     if len(cols) != 1:
@@ -200,7 +200,7 @@ def mine_collection(in_path: str | Path, out_path: str | Path, model: Any, *, wi
     ``--loss margin_mse`` / ``--loss kl`` distil (:mod:`drmix.train.distill`). ``show_progress``: a bar in
     passages/s with the time left for the pool's and the queries' encoding passes.
     """
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     in_path, window = Path(in_path), RankWindow.parse(window)
     if num_negatives < 1:

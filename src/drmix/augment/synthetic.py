@@ -183,7 +183,7 @@ def write_corpus_synthetic(made: CorpusSynthetic, corpus: Mapping[str, Mapping[s
                            train_file: Path) -> None:
     """The BEIR folder (dev and test qrels, the whole corpus) and the training collection of one corpus."""
     from drmix.data.beir import doc_text, write_beir
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
 
     held = made.splits["dev"] + made.splits["test"]
     write_beir(beir_dir, {d: {"title": doc.get("title", "") or "", "text": doc.get("text", "") or ""}

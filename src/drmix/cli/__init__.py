@@ -275,7 +275,7 @@ def _interrupted(e: BaseException) -> bool:
 
 def _disk_full_line(e: BaseException) -> str | None:
     """One line for a full disk hit outside drmix's own writers (an appended log, a library's file)."""
-    from drmix.io import disk_full_error, is_disk_full
+    from drmix.io.checks import disk_full_error, is_disk_full
 
     if not is_disk_full(e):
         return None

@@ -72,7 +72,7 @@ def _write_outputs(output: Path, rows: list[dict[str, Any]], stats: dict[str, An
     import json
 
     from drmix.augment.examples import write_collection
-    from drmix.io import AtomicFiles
+    from drmix.io.atomic import AtomicFiles
 
     write_collection(output, rows, write=False)  # refuses an empty collection
     with AtomicFiles() as files:

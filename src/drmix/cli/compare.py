@@ -38,7 +38,7 @@ def compare_command(
     from drmix.cli import make_console
     from drmix.errors import ConfigError
     from drmix.evaluation.compare import compare, load_scored
-    from drmix.io import atomic_write_json, atomic_write_text
+    from drmix.io.atomic import atomic_write_json, atomic_write_text
     from drmix.outputs import claim_output
 
     from drmix.cli.report import into_run, refresh_run

@@ -30,6 +30,10 @@ def run_coco(config_path: Path | None, overrides: dict[str, Any]) -> None:
     claim_run(config)                   # the output contract (drmix.outputs), before anything loads
     before_run(config)
     result = pretrain_coco(config)
+    from drmix.retrieval.ranks import main_process
+
+    if not main_process():  # under a launcher: global rank 0 prints the outcome and pushes (--push-to-hub)
+        return
     for s in result.details.get("span_stats", []):
         console.print(s.describe(), highlight=False)
     console.print(f"[green]pretrained[/green] {result.steps} steps; model: {result.model_dir}")

@@ -161,8 +161,13 @@ def before_run(config) -> None:
 
 
 def after_run(output_dir: str | Path, config, *, pipeline: bool = False) -> None:
-    """A pipeline's ``report.html`` (runs write their own) and the ``--push-to-hub`` upload."""
+    """A pipeline's ``report.html`` (runs write their own) and the ``--push-to-hub`` upload: by global rank 0 alone
+    under a launcher (the other ranks write nothing)."""
     from drmix.cli import console
+    from drmix.retrieval.ranks import main_process
+
+    if not main_process():
+        return
 
     if pipeline:
         from drmix.report.html import check_report_target, write_report

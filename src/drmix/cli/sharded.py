@@ -34,7 +34,7 @@ def print_estimate(corpus_file: Path, *, gpus: int, rate: float | None, echo: Ca
 def shards_root(output: Path | None, name: str, *, folder: bool) -> Path:
     """Where ``drmix eval`` / ``drmix mine`` keep their corpus shards: ``OUTPUT/shards`` for an output folder,
     ``OUTPUT.shards`` beside an output file, else the drmix cache (``$DRMIX_CACHE/shards/<name>``)."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     if output is None:
         return cache_root() / "shards" / name
@@ -47,7 +47,7 @@ def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: 
     """Under torchrun / accelerate launch: join the ranks and encode every corpus in shards
     (:func:`drmix.retrieval.shards.sharded_corpora`); yields the ranks (``None`` in a plain process)."""
     from drmix.retrieval.ranks import Ranks, launched
-    from drmix.retrieval.shards import sharded_corpora
+    from drmix.retrieval.shards import shared_fix, sharded_corpora
 
     if not launched():
         yield None
@@ -67,7 +67,7 @@ def launched_shards(output: Path | None, name: str, *, folder: bool, overwrite: 
             except DrmixError as e:
                 error = e
         agree(ranks, error)
-        with sharded_corpora(ranks, root, overwrite=overwrite):
+        with sharded_corpora(ranks, root, overwrite=overwrite, shared_fix=shared_fix(root, "--output")):
             yield ranks
     finally:
         held.close()

@@ -42,6 +42,10 @@ def run_train(config_path: Path | None, overrides: dict[str, Any], **aliases: An
         result = train(config)
     except KeyboardInterrupt:
         raise typer.Exit(_interrupted(Path(config.run.output_dir))) from None
+    from drmix.retrieval.ranks import main_process
+
+    if not main_process():  # under a launcher: global rank 0 prints the outcome and pushes (--push-to-hub)
+        return
     from drmix.cli import console
     from drmix.cli.report import print_outcome
 

@@ -393,9 +393,9 @@ def format_validation(e: ValidationError, cls: type[Config] | None = None, comma
 
 
 def read_yaml(path: str | Path) -> Any:
-    """A config file's YAML document (:func:`drmix.io.read_yaml`); a folder is refused with the config file inside
+    """A config file's YAML document (:func:`drmix.io.read.read_yaml`); a folder is refused with the config file inside
     it, if any, as the fix."""
-    from drmix.io import read_yaml as read_yaml_file
+    from drmix.io.read import read_yaml as read_yaml_file
 
     path = Path(path)
     if path.is_dir():

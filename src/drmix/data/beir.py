@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drmix.errors import DataError
-from drmix.io import atomic_dir, iter_jsonl, iter_lines
+from drmix.io.atomic import atomic_dir
+from drmix.io.read import iter_jsonl, iter_lines
 
 log = logging.getLogger(__name__)
 

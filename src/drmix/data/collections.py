@@ -46,7 +46,9 @@ from drmix.data.formats import sources as src
 from drmix.data.pages import PageReleaser, dataset_files, release_mapped_pages
 from drmix.data.spec import CollectionSpec, apply_instruction, parse_columns, split_suffix
 from drmix.errors import DataError
-from drmix.io import cache_writes, iter_jsonl, read_yaml
+from drmix.fingerprint import config_digest
+from drmix.io.checks import cache_writes
+from drmix.io.read import iter_jsonl, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +94,13 @@ class Collection:
 # -- the conversion cache -------------------------------------------------------------------------------------
 
 def _cache_dir() -> Path:
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     return cache_root() / "collections"
 
 
 def _conversion_key(content: str, plan: Plan, extra: Mapping[str, Any] | None = None) -> str:
-    payload = {"content": content, "plan": plan.key(), **(extra or {})}
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return config_digest({"content": content, "plan": plan.key(), **(extra or {})})
 
 
 def _table_key(content: str, format: str | None, columns: Mapping[str, str] | None) -> str:
@@ -111,12 +112,12 @@ def _table_key(content: str, format: str | None, columns: Mapping[str, str] | No
                "version": CONVERTER_VERSION}
     if scored_pairs_on():
         payload["scored_pairs"] = True
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return config_digest(payload)
 
 
 @cache_writes()
 def _write_meta(key: str, conv: Converter, rows: int, source: str) -> None:
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     d = _cache_dir()
     d.mkdir(parents=True, exist_ok=True)
@@ -161,12 +162,13 @@ def _file_fingerprint(path: Path) -> str:
     """Cache key of a collection file: its path and a hash of its *content*.
 
     Size and modification time are not enough: ``cp -p``, ``rsync -a`` and ``touch -r`` give a changed
-    file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once
-    (BLAKE2b, one streaming pass), far cheaper than parsing it on a cache miss.
+    file the old ones, and the Arrow cache would then serve the old rows. Hashing streams the file once per
+    version (:func:`drmix.fingerprint.file_digest`, remembered by path, size, times and inode -- the change time
+    among them, which no copy can set back), far cheaper than parsing it on a cache miss.
     """
-    from drmix.io import file_digest
+    from drmix.fingerprint import file_digest
 
-    return hashlib.sha1(f"{path.resolve()}:{file_digest(path)}".encode()).hexdigest()
+    return config_digest({"path": str(path.resolve()), "content": file_digest(path)})
 
 
 def _unwrap(e: BaseException) -> BaseException | None:
@@ -399,7 +401,7 @@ def load_table_collection(ds: Any, *, source: str, content: str | Callable[[], s
 @cache_writes()
 def load_file_collection(path: Path, kind: str, *, name: str | None = None, **kw: Any) -> Collection:
     """A parquet / CSV / TSV / JSON-array / Arrow file (read with ``datasets``, converted once, cached)."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     content = _file_fingerprint(path)
     hit = _cached(_table_key(content, kw.get("format"), kw.get("columns")))

@@ -64,7 +64,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from drmix.errors import ConfigError, DataError
-from drmix.io import atomic_dir, atomic_write_json, write_jsonl_atomic
+from drmix.io.atomic import atomic_dir, atomic_write_json, write_jsonl_atomic
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,6 @@ column); tokenisation is the model's fast tokenizer and storage/parallelism is `
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -45,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from drmix.io import cache_writes
+from drmix.fingerprint import config_digest, texts_digest
+from drmix.io.checks import cache_writes
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,7 @@ def tokenizer_fingerprint(model: Any) -> str | None:
         "modules": modules,
         "max_seq_length": getattr(model, "max_seq_length", None),
     }
-    h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps(spec, sort_keys=True).encode())
-    h.update(json.dumps(extra, sort_keys=True, default=str).encode())
-    return h.hexdigest()
+    return config_digest({"tokenizer": spec, "extra": extra})
 
 
 def cache_key(content: str, tokenizer: str, *, query_max_length: int, doc_max_length: int, query_prompt: str,
@@ -96,7 +93,7 @@ def cache_key(content: str, tokenizer: str, *, query_max_length: int, doc_max_le
                "instruction": instruction}
     if document_prompt:
         payload["document_prompt"] = document_prompt
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return config_digest(payload)
 
 
 def _encode_rows(batch: dict[str, list], tokenizer: Any, instruction: str | None, q_prompt: str, d_prompt: str,
@@ -261,7 +258,7 @@ class LazyTexts(Sequence):
 
 
 def tokenized_cache_dir() -> Path:
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     return cache_root() / "tokenized"
 
@@ -316,16 +313,6 @@ def tokenize_collection(collection: Any, model: Any, *, query_max_length: int, d
     return TokenIds(datasets.load_from_disk(str(final)), final, tkey)
 
 
-def texts_digest(texts: Sequence[str]) -> str:
-    """Content hash of a list of texts (order and boundaries included)."""
-    h = hashlib.blake2b(digest_size=16)
-    for t in texts:
-        b = t.encode("utf-8", "surrogatepass")
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
-    return h.hexdigest()
-
-
 def _encode_texts_map(batch: dict[str, list], tokenizer: Any, prompt: str, max_length: int | None) -> dict[str, list]:
     kw: dict[str, Any] = {"add_special_tokens": True, "return_attention_mask": False, "return_token_type_ids": False}
     if max_length:
@@ -345,9 +332,8 @@ def corpus_ids(model: Any, texts: Sequence[str], *, prompt: str = "", max_length
     if fp is None:
         return None
     limit = max_length or getattr(model, "max_seq_length", None)
-    key = hashlib.blake2b(json.dumps({"version": FORMAT_VERSION, "kind": "texts", "content": texts_digest(texts),
-                                      "tokenizer": fp, "prompt": prompt, "max_length": limit}).encode(),
-                          digest_size=16).hexdigest()
+    key = config_digest({"version": FORMAT_VERSION, "kind": "texts", "content": texts_digest(texts), "tokenizer": fp,
+                         "prompt": prompt, "max_length": limit})
     root = Path(cache_dir) if cache_dir is not None else tokenized_cache_dir()
     final = root / key
     if (final / "drmix-tokenized.json").exists():
@@ -402,4 +388,5 @@ def _features():
                               "negatives_ids": datasets.Sequence(ids)})
 
 
-__all__ = ["TokenIds", "TokenKey", "BatchTokens", "LazyTexts", "Ragged", "corpus_ids", "texts_digest", "tokenize_collection", "tokenizer_fingerprint", "cache_key", "tokenized_cache_dir"]
+__all__ = ["TokenIds", "TokenKey", "BatchTokens", "LazyTexts", "Ragged", "corpus_ids", "tokenize_collection",
+           "tokenizer_fingerprint", "cache_key", "tokenized_cache_dir"]

@@ -88,7 +88,7 @@ class EvalReport:
 
     def write(self, out_dir: str | Path) -> None:
         """Write ``eval.json`` and ``eval.md`` into ``out_dir``, replaced together (a full disk leaves both)."""
-        from drmix.io import AtomicFiles
+        from drmix.io.atomic import AtomicFiles
 
         out = Path(out_dir)
         with AtomicFiles() as files:

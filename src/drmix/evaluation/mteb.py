@@ -242,7 +242,7 @@ def evaluate_mteb(model: Any, tasks: Sequence[Any], *, output: str | Path | None
     encode_kwargs = {"batch_size": batch_size, "show_progress_bar": show_progress}
     if not log.isEnabledFor(logging.DEBUG):  # MTEB's step-by-step INFO lines only with -v
         logging.getLogger("mteb").setLevel(logging.WARNING)
-    from drmix.io import atomic_dir
+    from drmix.io.atomic import atomic_dir
 
     with tempfile.TemporaryDirectory(prefix="drmix-mteb-") as scratch:
         predictions_dir = Path(scratch) / "predictions"

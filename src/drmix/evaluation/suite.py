@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drmix.io import atomic_write_json
+from drmix.io.atomic import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,9 @@ def cache_file(folder: str | Path, split: str, kind: str = "eval") -> Path:
 
 def model_stamp(model: Any) -> str | None:
     """The content digest of a local model folder (every file's full hash, :func:`drmix.provenance.fingerprint`;
-    remembered by path, size, modification time and inode, so an unchanged folder is not read again), so a
-    cache made with an earlier model saved at the same path (a stage trained again, a folder replaced) is not
-    reused; None for anything else (a hub id, a loaded encoder)."""
+    remembered by path, size, modification and change time and inode, so an unchanged folder is not read
+    again), so a cache made with an earlier model saved at the same path (a stage trained again, a folder
+    replaced) is not reused; None for anything else (a hub id, a loaded encoder)."""
     from drmix.provenance import fingerprint
 
     if not isinstance(model, (str, Path)) or not Path(model).is_dir():

@@ -547,7 +547,7 @@ class MixtureDRO(TrainerCallback):
             if self._rank_zero and (out / TRAJECTORY_FILE).is_file():
                 keep = [ln for ln in (out / TRAJECTORY_FILE).read_text(encoding="utf-8").splitlines()
                         if ln.strip() and json.loads(ln).get("step", 0) <= step]
-                from drmix.io import atomic_write_text
+                from drmix.io.atomic import atomic_write_text
 
                 atomic_write_text(out / TRAJECTORY_FILE, "".join(ln + "\n" for ln in keep))
         elif self._rank_zero and not self.overwrite:
@@ -574,7 +574,7 @@ class MixtureDRO(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if self._rank_zero:
-            from drmix.io import atomic_write_json
+            from drmix.io.atomic import atomic_write_json
 
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
@@ -585,7 +585,7 @@ class MixtureDRO(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         final = self.final_weights()
         if self._rank_zero:
-            from drmix.io import atomic_write_json
+            from drmix.io.atomic import atomic_write_json
 
             atomic_write_json(self._dir(args) / WEIGHTS_FILE, final)
         log.info("%s final weights after %d updates: %s", self.strategy_name, self.strategy.n_steps,

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -62,10 +60,11 @@ class ChatRequest:
         return "\n\n".join(c for _, c in self.messages)
 
     def key(self, model_id: str) -> str:
-        """SHA-256 of the model id, the messages and the parameters: the cache key of this request."""
-        payload = {"model": model_id, "messages": self.messages, "params": self.params.as_dict(),
-                   "completion": self.completion}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        """The digest of the model id, the messages and the parameters: the cache key of this request."""
+        from drmix.fingerprint import config_digest
+
+        return config_digest({"model": model_id, "messages": self.messages, "params": self.params.as_dict(),
+                              "completion": self.completion})
 
 
 #: Why a request failed, as counted in ``stats.json`` (``failures``): the HTTP status class (``http_4xx``,
@@ -95,10 +94,10 @@ class Completion:
 
 
 def clean_answer(comp: Completion) -> tuple[Completion, int]:
-    """``comp`` with the lone surrogates of its text replaced by U+FFFD (:func:`drmix.io.clean_text`, the one
+    """``comp`` with the lone surrogates of its text replaced by U+FFFD (:func:`drmix.io.text.clean_text`, the one
     rule for text entering drmix) and how many were; an answer left with no other character is a failure
     counted as ``unparsable``."""
-    from drmix.io import REPLACEMENT, counted_clean_text
+    from drmix.io.text import counted_clean_text, REPLACEMENT
 
     if comp.error is not None:
         return comp, 0

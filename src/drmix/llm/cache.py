@@ -5,7 +5,7 @@ backends report each answer through ``on_result``, not per chunk of requests), w
 flushed at once, so a killed process (``kill -9``) loses only the requests in flight; the file is fsynced at
 most once a second and on close (a power cut loses at most the last second; an fsync per answer would be the
 bottleneck of a fast endpoint). The key is
-:meth:`ChatRequest.key` (SHA-256 of model id, messages and sampling parameters), so a changed prompt template,
+:meth:`ChatRequest.key` (the digest of model id, messages and sampling parameters), so a changed prompt template,
 model or temperature is a cache miss; identical requests in one call are asked once. Failed requests are not
 cached (they are retried on the next run). An answer's lone surrogates (``"\ud800"`` in the endpoint's JSON: no
 Unicode text, and no UTF-8 file can hold it) are replaced by U+FFFD before it is stored or used
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from drmix.io import clean_text
+from drmix.io.text import clean_text
 from drmix.llm.base import ChatRequest, Completion, LLMBackend, OnResult, clean_answer
 
 log = logging.getLogger(__name__)

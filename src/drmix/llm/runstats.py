@@ -41,7 +41,7 @@ def failure_line(stats: RunStats, path: str | Path) -> str:
 
 @contextmanager
 def llm_stats(path: str | Path, stats: RunStats) -> Iterator[Path]:
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     path = Path(path)
     error: BaseException | None = None

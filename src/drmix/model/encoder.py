@@ -47,7 +47,7 @@ def load_encoder(name_or_path: str | None = None, *, device: str | None = None,
                                attn_implementation=(model_kwargs or {}).get("attn_implementation"))
         return load_retriever(path, opts, device=device, trust_remote_code=trust_remote_code,
                               max_seq_length=max_seq_length)
-    from drmix.model.fingerprint import remember_source
+    from drmix.fingerprint import remember_source
 
     return remember_source(load_sentence_transformer(path, device=device, trust_remote_code=trust_remote_code,
                                                      max_seq_length=max_seq_length, model_kwargs=model_kwargs), path)

@@ -29,7 +29,7 @@ def prompt_text(instruction: str) -> str:
 
 def read_prompts_file(path: str | Path) -> dict[str, str]:
     """``{dataset: instruction}`` from a YAML or JSON mapping file."""
-    from drmix.io import read_yaml
+    from drmix.io.read import read_yaml
 
     path = Path(path)
     if path.suffix == ".json":

@@ -25,7 +25,7 @@ def save_sentence_transformer(encoder: Any, tokenizer: Any, output: str | Path, 
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
-    from drmix.io import atomic_dir, atomic_write_json
+    from drmix.io.atomic import atomic_dir, atomic_write_json
 
     output = Path(output)
     if tokenizer.pad_token is None:

@@ -46,7 +46,6 @@ Departures, and why:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -61,7 +60,8 @@ import torch.nn.functional as F
 from drmix.data.batch import Batch
 from drmix.data.sentences import split_sentences
 from drmix.errors import ConfigError, DataError
-from drmix.io import atomic_write_json, iter_jsonl
+from drmix.io.atomic import atomic_write_json
+from drmix.io.read import iter_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -200,11 +200,14 @@ def _doc_texts(path: str) -> Iterator[dict[str, str]]:
         yield {"text": (title.strip() + " " + text.strip()).strip() if title.strip() else text.strip()}
 
 
-def _fingerprint(path: Path, **settings: Any) -> str:
-    st = path.stat()
-    key = json.dumps({"path": str(path.resolve()), "size": st.st_size, "mtime": st.st_mtime_ns, **settings},
-                     sort_keys=True)
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+def _spans_key(path: Path, **settings: Any) -> str:
+    """The key of a corpus's cached spans: its content and the settings. Path, size and modification time are
+    not enough (``cp -p``, ``rsync -t`` and ``tar x`` give a changed corpus the old ones, as
+    :mod:`drmix.data.collections` says); the content digest is taken once per file version
+    (:func:`drmix.fingerprint.file_digest`)."""
+    from drmix.fingerprint import config_digest, file_digest
+
+    return config_digest({"content": file_digest(path), **settings})[:16]
 
 
 def build_spans(path: str | Path, cache_dir: str | Path, tokenizer: Any, *, corpus_index: int = 0, seed: int = 0,
@@ -212,14 +215,14 @@ def build_spans(path: str | Path, cache_dir: str | Path, tokenizer: Any, *, corp
                 num_proc: int | None = None, name: str | None = None) -> tuple[Any, SpanStats]:
     """Chunk one corpus into an on-disk Arrow dataset with a ``chunks`` column (documents with >= 2 chunks).
 
-    Cached in ``cache_dir`` under a fingerprint of the file and the settings. ``max_documents`` keeps a
+    Cached in ``cache_dir`` under a key of the file's content and the settings. ``max_documents`` keeps a
     seeded random sample of that many documents (before chunking).
     """
     from filelock import FileLock
 
     f = corpus_file(path)
     name = name or corpus_name(path)
-    fp = _fingerprint(f, seed=seed, corpus=corpus_index, max_tokens=max_tokens, p=new_chunk_probability,
+    fp = _spans_key(f, seed=seed, corpus=corpus_index, max_tokens=max_tokens, p=new_chunk_probability,
                       max_documents=max_documents, tok=getattr(tokenizer, "name_or_path", ""))
     root = Path(cache_dir) / f"{name}-{fp}"
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -240,7 +243,7 @@ def _build_spans_locked(f: Path, root: Path, tokenizer: Any, *, name: str, seed:
     if stats_path.exists():
         stats = SpanStats(**json.loads(stats_path.read_text(encoding="utf-8")))
         return datasets.load_from_disk(str(root / "spans")), stats
-    from drmix.io import iter_lines
+    from drmix.io.read import iter_lines
 
     if next(iter_lines(f), None) is None:
         raise DataError("the corpus is empty.", path=f, fix="pass a corpus with at least one document.")

@@ -30,7 +30,7 @@ from pydantic import Field
 from drmix.config import INPUT, OPERATIONAL, EvalConfig, OptimConfig, Part, RunConfig, TrainConfig, setting
 from drmix.config.train import TrainingParts
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text
+from drmix.io.atomic import atomic_write_json, atomic_write_text
 from drmix.train.listeners import Listener
 
 log = logging.getLogger(__name__)

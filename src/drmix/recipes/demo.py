@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from drmix.data.builders.localdocs import LocalDocsData, LocalDocsOptions, build_localdocs, stats_table
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text
+from drmix.io.atomic import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from drmix.config import (INPUT, ContrastiveConfig, ModelConfig, Part, PipelineR
                           options_setting, setting)
 from drmix.errors import ConfigError
 from drmix.evaluation.suite import evaluate_suite, results_table
-from drmix.io import atomic_write_json
+from drmix.io.atomic import atomic_write_json
 from drmix.outputs import model_saved
 from drmix.recipes.progress import estimate_device, training_work
 from drmix.recipes.stages import Stage, run_stages, write_summary

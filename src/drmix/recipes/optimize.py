@@ -143,7 +143,7 @@ def optimize_weights(config: TrainConfig, *, strategy: str | None = None, fill_n
     model).
     """
     from drmix.data.collections import collections_for
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
     from drmix.api import train
     from drmix.mixture.registry import build_strategy, strategy_names
 

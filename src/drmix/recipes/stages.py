@@ -44,7 +44,7 @@ from typing import Any
 import yaml
 
 from drmix.config import INPUT, Config, TrainConfig
-from drmix.io import atomic_write_json, atomic_write_text
+from drmix.io.atomic import atomic_write_json, atomic_write_text
 from drmix.provenance import corpus_fingerprint, describe_change, fingerprint
 from drmix.outputs import run_finished
 from drmix.recipes.progress import Progress, StageWork, estimate_rows

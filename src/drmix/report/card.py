@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from drmix.io import atomic_write_text
+from drmix.io.atomic import atomic_write_text
 from drmix.model.paths import DEFAULT_HUB_ID, is_default_model
 from drmix.papers import PAPERS, Paper
 from drmix.markdown import md_cell, md_code, md_entities, md_fence

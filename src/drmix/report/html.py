@@ -39,7 +39,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from drmix.io import atomic_write_text, iter_jsonl
+from drmix.io.atomic import atomic_write_text
+from drmix.io.read import iter_jsonl
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 def eval_results_of(metrics_jsonl: Path) -> dict[str, dict[str, float]]:
     """The last periodic evaluation in ``metrics.jsonl`` as ``{dataset: {metric: value}}`` (no average)."""
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
 
     last: dict | None = None
     if metrics_jsonl.is_file():
@@ -63,7 +63,7 @@ class RunReport(Listener):
     def write_card(trainer: Any, model: Any, weights: dict | None) -> Path:
         """``model/README.md``, and the card's facts in ``card.json`` (re-rendered with later evaluations by
         :func:`drmix.report.card.refresh_card`)."""
-        from drmix.io import atomic_write_json
+        from drmix.io.atomic import atomic_write_json
         from drmix.report.card import CARD_FACTS, eval_results_from, info_from_train_config, write_model_card
 
         config, out = trainer.config, Path(trainer.out)

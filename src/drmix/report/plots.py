@@ -6,7 +6,7 @@
 
 Shared helpers (:func:`read_records`, :func:`new_figure`, :func:`save_figure`) are meant for further plot
 functions: each builds a :class:`matplotlib.figure.Figure` without touching ``pyplot`` (safe in threads and
-servers) and saves it through :func:`drmix.io.atomic_write_bytes`.
+servers) and saves it through :func:`drmix.io.atomic.atomic_write_bytes`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from drmix.errors import DataError
-from drmix.io import atomic_write_bytes, iter_jsonl
+from drmix.io.atomic import atomic_write_bytes
+from drmix.io.read import iter_jsonl
 
 log = logging.getLogger(__name__)
 

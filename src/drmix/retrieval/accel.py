@@ -39,13 +39,13 @@ _quantized: dict[str, Any] = {}  # fingerprint of the weights -> quantised copy 
 def quantize_int8(model: Any) -> Any:
     """A CPU copy of ``model`` with every ``nn.Linear`` dynamically quantised to int8.
 
-    The copy is kept for the model's current weights (a BLAKE2b fingerprint), so encoding queries and
+    The copy is kept for the model's current weights (:func:`drmix.fingerprint.tensors_digest`), so encoding queries and
     then documents quantises once; a model whose weights changed (training) gets a fresh copy."""
     from torch.ao.quantization import quantize_dynamic
 
-    from drmix.retrieval.onnx import fingerprint
+    from drmix.fingerprint import tensors_digest
 
-    key = f"{type(model).__name__}|{fingerprint(model)}"
+    key = f"{type(model).__name__}|{tensors_digest(model)}"
     if key in _quantized:
         return _quantized[key]
     with warnings.catch_warnings():  # quantised tensor creation is deprecated but still the CPU int8 path

@@ -143,7 +143,7 @@ def index_corpus_file(backend_name: str, corpus: Path, *, output: Path | None = 
         return load_encoder(model, model_kwargs=model_kwargs or {})
 
     def check_room(encoder: Any, docs: dict[str, dict[str, str]]) -> None:
-        if target.local is not None and spec.target != "uri":
+        if target.local is not None:  # a folder, a file, a local database (Milvus Lite): its disk
             check_index_room(target.local, docs, encoder, store_texts=store_texts)
 
     settings = {"kind": kind, "params": params, "store_texts": store_texts, "overwrite": overwrite,
@@ -162,7 +162,7 @@ def index_corpus_file(backend_name: str, corpus: Path, *, output: Path | None = 
 
 def _shards_of(target: IndexTarget) -> Path:
     """Where the shards of a launched ``drmix index`` go: beside the local folder or file, else in the cache."""
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     if target.local is not None:
         return shard_folder(target.local)
@@ -176,17 +176,21 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
     """Every rank: claim the target and the shard folder (rank 0), read the corpus, load the model, encode its
     shard; rank 0 then streams the shards' rows, ``chunk_size`` at a time, into the backend."""
     from drmix.data.beir import doc_text, read_corpus
-    from drmix.io import check_free_space
+    from drmix.io.checks import check_free_space
     from drmix.lock import run_lock
     from drmix.model.encoder import document_prompt
     from drmix.outputs import claim_output
     from drmix.retrieval.backends import build_encoded, encoding_chunk
     from drmix.retrieval.encode import embedding_dim, model_normalizes
     from drmix.retrieval.ranks import Ranks
-    from drmix.retrieval.shards import agree, encode_sharded, shard_chunks
+    from drmix.retrieval.shards import agree, encode_sharded, shard_chunks, shared_fix
 
     ranks = Ranks.from_env()
     folder = _shards_of(target)
+    # what moves the shards to a disk every node shares: the option naming the local target, else DRMIX_CACHE; none
+    # when every rank inserts its own shard into a server (no rank reads another's: a node's own disk will do)
+    fix = None if _from_every_rank(target) else shared_fix(
+        folder, None if target.local is None else "--output" if target.spec.target == "folder" else "--uri")
     held = contextlib.ExitStack()
     try:
         error = None
@@ -212,18 +216,51 @@ def _index_sharded(target: IndexTarget, corpus: Path, corpus_path: Path, meta: d
         result = encode_sharded(encoder, [doc_text(docs[i]) for i in docs], folder, ranks=ranks,
                                 batch_size=batch_size, prompt=document_prompt(encoder), max_length=max_length,
                                 normalize=model_normalizes(encoder), precision=precision,
-                                model_name=str(meta.get("model")), overwrite=overwrite, merge=False)
+                                model_name=str(meta.get("model")), overwrite=overwrite, merge=False,
+                                shared_fix=fix)
+        step = encoding_chunk(target.spec, params) or SHARD_CHUNK
+        reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
+        if _from_every_rank(target):
+            location = _write_from_ranks(target, ranks, docs, encoder, meta, folder, result.settings, step, kind=kind,
+                                         params=params, overwrite=overwrite, store_texts=store_texts,
+                                         precision=precision, max_length=max_length)
+            return IndexBuilt(IndexTarget(target.spec, location, target.local), len(docs), kind, meta.get("dim"),
+                              shards=f"{ranks.world_size} shards{reused} in {folder}, each rank inserting its "
+                                     "own") if ranks.main else None
         if not ranks.main:
             return None
         ids = list(docs)
-        step = encoding_chunk(target.spec, params) or SHARD_CHUNK
         chunks = ((ids[row:row + len(part)], part) for row, part in shard_chunks(folder, result.settings, step))
         location = build_encoded(target.spec, target.location, encoder, chunks, docs, meta, kind=kind, params=params,
                                  overwrite=overwrite, store_texts=store_texts, max_length=max_length,
                                  precision=precision)
-        reused = f", {len(result.reused)} reused from an earlier run" if result.reused else ""
         return IndexBuilt(IndexTarget(target.spec, location, target.local), len(docs), kind, meta.get("dim"),
                           shards=f"{ranks.world_size} shards{reused} in {folder}")
     finally:
         held.close()
         ranks.close()
+
+
+def _from_every_rank(target: IndexTarget) -> bool:
+    """Whether every rank writes its own rows into the target: a backend whose index takes them
+    (``write_from_ranks``) at a target that is not on this machine (a server; a local database such as Milvus
+    Lite is opened by one process at a time, so rank 0 streams every shard into it)."""
+    return target.local is None and callable(getattr(target.spec.index, "write_from_ranks", None))
+
+
+def _write_from_ranks(target: IndexTarget, ranks: Any, docs: dict, encoder: Any, meta: dict[str, Any], folder: Path,
+                      settings: dict[str, Any], step: int, *, kind: str, params: dict[str, Any], overwrite: bool,
+                      store_texts: bool, precision: str, max_length: int | None) -> str:
+    """Every rank: the rows of its own shard (``(first row, ids, vectors)`` chunks) into the backend's
+    ``write_from_ranks``, which creates the index on rank 0 and swaps it in once every rank has finished."""
+    from drmix.retrieval.backends import encoded_meta
+    from drmix.retrieval.encode import embedding_dim
+    from drmix.retrieval.shards import rank_chunks
+
+    encoded_meta(meta, encoder, precision=precision, max_length=max_length)
+    ids = list(docs)
+    own = ((row, ids[row:row + len(part)], part) for row, part in rank_chunks(folder, settings, ranks.rank, step))
+    spec = target.spec
+    parsed = spec.parse_params(spec.own_params(params))
+    return spec.index.write_from_ranks(target.location, ranks, own, meta, kind, parsed, overwrite,
+                                       docs if store_texts else None, count=len(docs), dim=int(embedding_dim(encoder)))

@@ -3,12 +3,12 @@
 ``encode_texts(..., cache_embeddings=True)`` looks every text up here first and sends only the texts not
 found to the model. An entry is keyed by
 
-* the **settings**: the model's weights fingerprint (:func:`drmix.model.fingerprint.weights_fingerprint`:
+* the **settings**: the model's weights fingerprint (:func:`drmix.fingerprint.weights_fingerprint`:
   its files' content hash while it is as loaded), its tokenizer (:func:`drmix.data.tokenized.tokenizer_fingerprint`),
   its modules and their configuration (pooling, normalisation, Dense layers), the prompt, the token limit,
   ``normalize``, the precision as it resolves on the model's device, and ``truncate_dim`` -- one folder
   ``cache_root()/embedding-cache/<settings hash>/`` per combination;
-* the **text**: a BLAKE2b-128 hash of its UTF-8 bytes.
+* the **text**: the digest of its UTF-8 bytes (:func:`drmix.fingerprint.text_key`, 20 bytes).
 
 So a second stage, a rerun or another command that encodes the same passages with the same model and
 settings reads them back, and an edited passage (another hash) is encoded afresh. Each folder holds shards:
@@ -17,7 +17,7 @@ and renamed; the keys file is written last and marks the shard complete, so a ki
 shards (one per chunk of 16,384 texts encoded) that the next run reuses, and never half of one (an embeddings
 file whose keys never came is deleted once it is an hour old).
 
-Size: a row costs ``4 * dim + 16`` bytes (1,552 for a 384-dimensional model: 1.5 GB per million
+Size: a row costs ``4 * dim + 20`` bytes (1,556 for a 384-dimensional model: 1.6 GB per million
 passages). The whole cache is kept under ``DRMIX_EMBEDDING_CACHE_GB`` (default 20): after each write the
 least recently used shards of any model are deleted until it fits (a shard read is marked used).
 Opt out per call (``cache_embeddings=False``, the default of the Python API), per command
@@ -25,9 +25,7 @@ Opt out per call (``cache_embeddings=False``, the default of the Python API), pe
 """
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import logging
 import os
 import time
@@ -38,14 +36,18 @@ from typing import Any
 
 import numpy as np
 
+from drmix.fingerprint import DIGEST_SIZE
+
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+#: bytes of a text's key
+KEY_BYTES = DIGEST_SIZE
 DEFAULT_MAX_GB = 20.0
 
 
 def cache_dir() -> Path:
-    from drmix.io import cache_root
+    from drmix.io.checks import cache_root
 
     return cache_root() / "embedding-cache"
 
@@ -69,11 +71,12 @@ def max_bytes() -> int:
 
 
 def text_keys(texts: Sequence[str]) -> np.ndarray:
-    """``[n, 16]`` uint8: the BLAKE2b-128 hash of each text's UTF-8 bytes."""
-    out = np.empty((len(texts), 16), dtype=np.uint8)
+    """``[n, KEY_BYTES]`` uint8: each text's digest (:func:`drmix.fingerprint.text_key`)."""
+    from drmix.fingerprint import text_key
+
+    out = np.empty((len(texts), KEY_BYTES), dtype=np.uint8)
     for i, t in enumerate(texts):
-        out[i] = np.frombuffer(hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest(),
-                               dtype=np.uint8)
+        out[i] = np.frombuffer(text_key(t), dtype=np.uint8)
     return out
 
 
@@ -89,7 +92,7 @@ def settings_key(model: Any, *, prompt: str, max_length: int | None, normalize: 
     """The hash of everything besides the text that an embedding depends on (see the module docstring)."""
     from drmix.data.tokenized import tokenizer_fingerprint
     from drmix.device import model_device, resolve_precision
-    from drmix.model.fingerprint import weights_fingerprint
+    from drmix.fingerprint import config_digest, weights_fingerprint
 
     device = model_device(model)
     precision = (precision or "auto").lower()
@@ -102,7 +105,7 @@ def settings_key(model: Any, *, prompt: str, max_length: int | None, normalize: 
                "prompt": prompt, "max_length": max_length or getattr(model, "max_seq_length", None),
                "normalize": bool(normalize), "precision": resolved, "device": device.type,
                "truncate_dim": getattr(model, "truncate_dim", None)}
-    return hashlib.blake2b(json.dumps(payload, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+    return config_digest(payload)
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -129,6 +132,10 @@ class EmbeddingCache:
             except (OSError, ValueError) as e:
                 log.warning("embedding cache shard %s unreadable (%s); ignored", keys_path, e)
                 continue
+            if keys.dtype != np.uint8 or keys.ndim != 2 or keys.shape[1] != KEY_BYTES:
+                log.warning("embedding cache shard %s holds %s %s, not [n, %d] uint8 keys; ignored", keys_path,
+                            keys.dtype, list(keys.shape), KEY_BYTES)
+                continue
             shards.append((keys_path, keys))
         return shards
 
@@ -136,11 +143,11 @@ class EmbeddingCache:
         """(found mask, the found rows' embeddings in order) for ``keys`` from :func:`text_keys`."""
         found = np.zeros(len(keys), dtype=bool)
         rows: np.ndarray | None = None
-        want = keys.view(np.dtype((np.void, 16))).ravel()
+        want = keys.view(np.dtype((np.void, KEY_BYTES))).ravel()
         for keys_path, stored in self._shards():
             if not len(stored):
                 continue
-            have = stored.view(np.dtype((np.void, 16))).ravel()
+            have = stored.view(np.dtype((np.void, KEY_BYTES))).ravel()
             order = np.argsort(have, kind="stable")
             pos = np.searchsorted(have[order], want)
             pos = np.minimum(pos, len(have) - 1)
@@ -166,7 +173,7 @@ class EmbeddingCache:
 
     def store(self, keys: np.ndarray, emb: np.ndarray) -> None:
         """Write one shard (embeddings first, then the keys that complete it), then keep the cache in bounds."""
-        from drmix.io import atomic_write_bytes
+        from drmix.io.atomic import atomic_write_bytes
 
         if not len(keys):
             return

@@ -232,13 +232,13 @@ def _encode_cached(model: Any, texts: list[str], *, prompt: str, max_length: int
                    precision: str | None, encode: Any) -> np.ndarray:
     """Rows from the embedding cache; ``encode(texts, sink)`` encodes the distinct texts not found (see
     :mod:`drmix.retrieval.embedding_cache`), each finished chunk stored as it comes."""
-    from drmix.retrieval.embedding_cache import EmbeddingCache, text_keys
+    from drmix.retrieval.embedding_cache import KEY_BYTES, EmbeddingCache, text_keys
 
     cache = EmbeddingCache(model, prompt=prompt, max_length=max_length, normalize=normalize, precision=precision)
     keys = text_keys(texts)
     found, rows = cache.lookup(keys)
     missing = np.nonzero(~found)[0]
-    _, first = np.unique(keys[missing].view(np.dtype((np.void, 16))).ravel(), return_index=True)
+    _, first = np.unique(keys[missing].view(np.dtype((np.void, KEY_BYTES))).ravel(), return_index=True)
     todo = missing[np.sort(first)]  # each distinct missing text once, in input order
     log.info("embedding cache: %d of %d texts found, %d to encode", int(found.sum()), len(texts), len(todo))
     if len(todo) == 0:

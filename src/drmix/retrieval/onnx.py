@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import hashlib
 import logging
 import os
 import shutil
@@ -37,7 +36,8 @@ from typing import Any
 import torch
 
 from drmix.errors import ConfigError
-from drmix.io import cache_root
+from drmix.fingerprint import tensors_digest
+from drmix.io.checks import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +71,6 @@ def transformer_module(model: Any) -> tuple[str, Any]:
         raise ConfigError(f"ONNX encoding supports models whose first module is a Hugging Face transformer, "
                           f"not {type(first).__name__}.", fix="use --precision fp32 or int8 for this model.")
     return key, first
-
-
-def fingerprint(module: torch.nn.Module, extra: str = "") -> str:
-    """BLAKE2b of every parameter and buffer (names, shapes, dtypes, bytes) plus ``extra``."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(extra.encode())
-    for name, t in module.state_dict().items():
-        t = t.detach().to("cpu").contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
 
 
 class _Exportable(torch.nn.Module):
@@ -209,7 +198,7 @@ def onnx_model(model: Any, precision: str) -> Any:
     key, first = transformer_module(model)
     quantize = precision == "onnx-int8"
     names = _input_names(first)
-    fp = fingerprint(first.model, extra=f"{_FORMAT}|{first.model.config.to_json_string()}|{names}")
+    fp = tensors_digest(first.model, extra=f"{_FORMAT}|{first.model.config.to_json_string()}|{names}")
     memo = f"{fp}|{precision}"
     with _lock:
         session = _sessions.get(memo)

@@ -59,7 +59,7 @@ def open_searched(location: str, model: str | None, model_kwargs: dict[str, Any]
 def read_query_file(path: Path) -> dict[str, str]:
     """Queries from ``.jsonl`` (``_id``, ``text``) or a text file with one query per line (ids 1, 2, ...)."""
     from drmix.data.beir import read_queries
-    from drmix.io import iter_lines
+    from drmix.io.read import iter_lines
 
     path = Path(path).expanduser()
     if path.suffix == ".jsonl":
@@ -172,7 +172,7 @@ def multi_corpus_rows(encoder: Any, corpus: list[str], texts: dict[str, str], pr
 def write_run(rows: list[dict[str, Any]], run_format: str, output: Path) -> str:
     """Write the rows to ``output`` as a run file: ``jsonl`` (the rows without their texts) or ``trec``; returns
     the one-line summary of what was written."""
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
     from drmix.retrieval.trec import write_trec_run
 
     if run_format == "trec":

@@ -6,16 +6,19 @@ every rank encodes the rows ``[start, stop)`` of :func:`shard_ranges` with
 
 * ``rank-RRRRR-of-WWWWW.npy``: the float32 embeddings of those rows, written to a temporary file, fsynced
   and renamed (never half-written; a full disk leaves nothing behind and stops every rank with one line);
-* ``rank-RRRRR-of-WWWWW.json``: its manifest, written after the array: the row range, shape, SHA-256 of the
-  ``.npy`` and the run's settings;
-* ``shards.json`` (rank 0, before any encoding): the run's settings -- corpus content fingerprint (SHA-256 of
-  every text, in order), model fingerprint (BLAKE2b of its weights), prompt, max length, normalisation,
-  precision, batch size, world size and the row alignment.
+* ``rank-RRRRR-of-WWWWW.json``: its manifest, written after the array: the row range, shape, the digest of
+  the ``.npy`` (:func:`drmix.fingerprint.read_file_digest`) and the run's settings;
+* ``shards.json`` (rank 0, before any encoding): the run's settings -- corpus content fingerprint (the digest
+  of every text, in order), model fingerprint (the digest of its weights; both :mod:`drmix.fingerprint`),
+  prompt, max length, normalisation, precision, batch size, world size and the row alignment.
 
+With several processes every rank first checks that the folder is one folder on every node
+(:meth:`~drmix.retrieval.ranks.Ranks.check_shared`: rank 0 merges what the others wrote there, so it must be on a
+filesystem every node mounts); a folder a node sees on its own disk is refused in one line before any encoding.
 A barrier, then rank 0 checks every shard against its manifest and merges them in rank order into one array --
 or, for a build that takes vectors in chunks (``drmix index --backend faiss-disk|milvus``), reads them in rank
 order a chunk of rows at a time (:func:`shard_chunks`), so N vectors are never in RAM at once.
-The same command again reuses each shard whose manifest and SHA-256 match (a killed run re-encodes only the
+The same command again reuses each shard whose manifest and digest match (a killed run re-encodes only the
 missing shards); a shard that is missing its manifest, truncated, damaged or written for other settings is
 named in one line and encoded again. A folder made with another world size, model, corpus or encoding
 setting is refused with both values, unless ``overwrite`` (the shards are deleted first).
@@ -26,7 +29,6 @@ batches one process forms over the same rows: the merged embeddings are byte-ide
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -40,6 +42,7 @@ import numpy as np
 
 from drmix import errors
 from drmix.errors import ConfigError, DataError, DrmixError
+from drmix.fingerprint import read_file_digest, tensors_digest, texts_digest
 from drmix.retrieval.ranks import Ranks
 
 log = logging.getLogger(__name__)
@@ -47,6 +50,8 @@ log = logging.getLogger(__name__)
 FORMAT = 1
 MANIFEST = "shards.json"
 BLOCK_CHUNKS = 4  # sort chunks per encode_texts call (the progress bar moves once per call)
+#: what a refused shard folder's fix says when the caller names no option (drmix.cli.sharded names its own)
+SHARED_FIX = "put the shard folder on a filesystem every node mounts at the same path (NFS, Lustre, ...)"
 #: settings that must match for a shard folder to be continued (the world size is checked first)
 SETTINGS = ("world_size", "model_fingerprint", "corpus_fingerprint", "count", "prompt", "max_length", "normalize",
             "precision", "batch_size", "align")
@@ -68,25 +73,8 @@ def shard_ranges(n: int, world_size: int, align: int) -> list[tuple[int, int]]:
     return [(cuts[r], cuts[r + 1]) for r in range(world_size)]
 
 
-def corpus_fingerprint(texts: Sequence[str]) -> str:
-    """SHA-256 of the texts in order (each UTF-8, NUL-terminated)."""
-    h = hashlib.sha256()
-    for t in texts:
-        h.update(t.encode("utf-8", "surrogatepass"))
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 def shard_name(rank: int, world_size: int) -> str:
     return f"rank-{rank:05d}-of-{world_size:05d}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass
@@ -109,10 +97,24 @@ def _describe(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
+def shared_fix(folder: Path, option: str | None) -> str:
+    """The fix of a shard folder that is not one folder on every node (:meth:`drmix.retrieval.ranks.Ranks.check_shared`):
+    the option that places it (``--output``, ``--uri``), or ``DRMIX_CACHE`` for a folder in the drmix cache."""
+    from drmix.io.checks import cache_root
+
+    folder = Path(folder).expanduser().absolute()
+    if cache_root().expanduser().absolute() in folder.parents:
+        cache = ("point DRMIX_CACHE on every node at one folder they all mount at the same path (the shards go to "
+                 "$DRMIX_CACHE/shards/)")
+        return f"pass {option} on a filesystem every node mounts, or {cache}" if option else cache
+    return (f"put {option} on a filesystem every node mounts at the same path (NFS, Lustre, ...); its shards go to "
+            f"{folder}")
+
+
 def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = False) -> None:
     """Rank 0, before encoding: refuse a folder of other settings (unless ``overwrite``: its shards are
     deleted), then record ``settings`` in ``shards.json``."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     path = folder / MANIFEST
     if path.exists() and not overwrite:
@@ -128,8 +130,9 @@ def open_folder(folder: Path, settings: dict[str, Any], *, overwrite: bool = Fal
                 raise ConfigError(f"the shards there were encoded with {key} {_describe(old.get(key))}, this run "
                                   f"has {_describe(settings.get(key))}.", path=folder,
                                   fix=f"{hint}, or pass --overwrite to encode again (the shards there are deleted).")
-    for p in folder.glob(".rank-*-of-*.*.tmp"):  # left by a killed write
-        p.unlink()
+    for pattern in (".rank-*-of-*.*.tmp", ".drmix-shared.*.tmp"):  # left by a killed write or shared-folder check
+        for p in folder.glob(pattern):
+            p.unlink()
     if overwrite:
         for p in folder.glob("rank-*-of-*.*"):
             p.unlink()
@@ -156,14 +159,14 @@ def check_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, s
         return f"{name} holds rows {meta.get('start')}-{meta.get('stop')}, not {start}-{stop}"
     if not npy.exists():
         return f"{npy.name} is missing"
-    if npy.stat().st_size != meta.get("bytes") or _sha256(npy) != meta.get("sha256"):
-        return f"{npy.name} is truncated or damaged (its size or SHA-256 differs from {man.name})"
+    if npy.stat().st_size != meta.get("bytes") or read_file_digest(npy) != meta.get("digest"):
+        return f"{npy.name} is truncated or damaged (its size or digest differs from {man.name})"
     return None
 
 
 def _write_npy(path: Path, array: np.ndarray) -> None:
     """``array`` as ``.npy`` at ``path``: a temporary sibling, fsynced, renamed (a full disk: one line)."""
-    from drmix.io import disk_full_error, is_disk_full
+    from drmix.io.checks import disk_full_error, is_disk_full
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -183,7 +186,7 @@ def _write_npy(path: Path, array: np.ndarray) -> None:
 def write_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, stop: int,
                 embeddings: np.ndarray) -> None:
     """The array, then its manifest (so a manifest always describes a complete array)."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
 
     name = shard_name(rank, settings["world_size"])
     npy = folder / f"{name}.npy"
@@ -192,7 +195,8 @@ def write_shard(folder: Path, rank: int, settings: dict[str, Any], start: int, s
     _write_npy(npy, embeddings)
     atomic_write_json(folder / f"{name}.json", {
         "format": FORMAT, **settings, "rank": rank, "start": start, "stop": stop,
-        "shape": list(embeddings.shape), "dtype": "float32", "bytes": npy.stat().st_size, "sha256": _sha256(npy)})
+        "shape": list(embeddings.shape), "dtype": "float32", "bytes": npy.stat().st_size,
+        "digest": read_file_digest(npy)})
 
 
 def _checked_ranges(folder: Path, settings: dict[str, Any]) -> list[tuple[int, int]]:
@@ -241,6 +245,26 @@ def shard_chunks(folder: str | Path, settings: dict[str, Any], chunk_size: int) 
             row += len(part)
 
 
+def rank_chunks(folder: str | Path, settings: dict[str, Any], rank: int,
+                chunk_size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """One rank, after the barrier: its own shard checked against its manifest, then its rows as ``(first row,
+    float32 [m, dim] array)`` chunks of at most ``chunk_size`` rows (a build into which every rank inserts its
+    own rows: ``drmix index --backend milvus`` against a server)."""
+    folder = Path(folder)
+    world = settings["world_size"]
+    start, stop = shard_ranges(settings["count"], world, settings["align"])[rank]
+    why = check_shard(folder, rank, settings, start, stop)
+    if why is not None:
+        raise DataError(f"shard {rank} of {world} cannot be read: {why}.", path=folder,
+                        fix="run the same command again: it encodes only the shards that are not complete.")
+    if stop == start:
+        return
+    row = start
+    for part in npy_chunks(folder / f"{shard_name(rank, world)}.npy", chunk_size):
+        yield row, part
+        row += len(part)
+
+
 def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
     """Rank 0, after the barrier: every shard checked against its manifest, concatenated in rank order."""
     world, n = settings["world_size"], settings["count"]
@@ -258,10 +282,8 @@ def merge_shards(folder: Path, settings: dict[str, Any]) -> np.ndarray:
 
 def _settings(model: Any, texts: Sequence[str], world_size: int, *, prompt: str, max_length: int | None,
               normalize: bool, precision: str | None, batch_size: int, model_name: str) -> dict[str, Any]:
-    from drmix.retrieval.onnx import fingerprint
-
-    return {"world_size": world_size, "model": model_name, "model_fingerprint": fingerprint(model),
-            "corpus_fingerprint": corpus_fingerprint(texts), "count": len(texts), "prompt": prompt,
+    return {"world_size": world_size, "model": model_name, "model_fingerprint": tensors_digest(model),
+            "corpus_fingerprint": texts_digest(texts), "count": len(texts), "prompt": prompt,
             "max_length": max_length or getattr(model, "max_seq_length", None), "normalize": bool(normalize),
             "precision": precision or "auto", "batch_size": batch_size, "align": shard_align()}
 
@@ -298,13 +320,15 @@ def _encode_range(model: Any, texts: Sequence[str], start: int, stop: int, *, sh
 def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, ranks: Ranks | None = None,
                    batch_size: int = 64, prompt: str = "", max_length: int | None = None, normalize: bool = False,
                    precision: str | None = "auto", model_name: str = "", overwrite: bool = False,
-                   show_progress: bool = True, everywhere: bool = False, merge: bool = True) -> ShardedEncoding:
+                   show_progress: bool = True, everywhere: bool = False, merge: bool = True,
+                   shared_fix: str | None = SHARED_FIX) -> ShardedEncoding:
     """Encode ``texts`` split over the launched ranks into shards in ``folder``; every rank calls it.
 
     Returns the merged embeddings on rank 0 (on every rank with ``everywhere``, ``None`` elsewhere),
     byte-identical to ``encode_texts(model, texts, ...)`` in one process with the same settings; with
     ``merge=False`` none (read the shards with ``shard_chunks(folder, result.settings, chunk_size)``). See the
-    module docstring for the files, the resume and the refusals."""
+    module docstring for the files, the resume and the refusals (``shared_fix``: the fix of a folder that is not one
+    folder on every node; None: no rank reads another's shard, the folder need not be shared)."""
     ranks = ranks or Ranks()
     folder = Path(folder).expanduser()
     texts = list(texts)
@@ -320,6 +344,8 @@ def encode_sharded(model: Any, texts: Sequence[str], folder: str | Path, *, rank
         except DrmixError as e:
             error = e
     agree(ranks, error)
+    if shared_fix is not None:
+        ranks.check_shared(folder, what="the shard folder", fix=shared_fix)
     start, stop = shard_ranges(len(texts), ranks.world_size, settings["align"])[ranks.rank]
     why = check_shard(folder, ranks.rank, settings, start, stop)
     encoded, error = 0, None
@@ -361,17 +387,20 @@ class ShardedCorpora:
     overwrite: bool = False
     runs: list[ShardedEncoding] = field(default_factory=list)
     by_model: bool = False
+    shared_fix: str = SHARED_FIX   # the fix when root is not one folder on every node (names the command's option)
 
 
 _active: ShardedCorpora | None = None
 
 
 @contextlib.contextmanager
-def sharded_corpora(ranks: Ranks, root: str | Path, *, overwrite: bool = False, by_model: bool = False):
+def sharded_corpora(ranks: Ranks, root: str | Path, *, overwrite: bool = False, by_model: bool = False,
+                    shared_fix: str = SHARED_FIX):
     """Route the corpus encodings of a command (``drmix eval``, ``drmix mine``, ``drmix adapt``'s corpus passes)
     through sharded encoding."""
     global _active
-    previous, _active = _active, ShardedCorpora(ranks, Path(root).expanduser(), overwrite, by_model=by_model)
+    previous, _active = _active, ShardedCorpora(ranks, Path(root).expanduser(), overwrite, by_model=by_model,
+                                                shared_fix=shared_fix)
     try:
         yield _active
     finally:
@@ -398,14 +427,13 @@ def encode_corpus(model: Any, texts: Sequence[str], **kwargs: Any) -> np.ndarray
     if plan is None:
         return encode.encode_texts(model, texts, **kwargs)
     texts = list(texts)
-    folder = plan.root / corpus_fingerprint(texts)[:16]
+    folder = plan.root / texts_digest(texts)[:16]
     if plan.by_model:
-        from drmix.retrieval.onnx import fingerprint
-
-        folder = plan.root / f"{fingerprint(model)[:16]}-{folder.name}"
+        folder = plan.root / f"{tensors_digest(model)[:16]}-{folder.name}"
     keep = {k: kwargs[k] for k in ("batch_size", "prompt", "max_length", "normalize", "precision", "show_progress")
             if k in kwargs}
-    run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True, **keep)
+    run = encode_sharded(model, texts, folder, ranks=plan.ranks, overwrite=plan.overwrite, everywhere=True,
+                         shared_fix=plan.shared_fix, **keep)
     plan.runs.append(run)
     assert run.embeddings is not None
     return run.embeddings

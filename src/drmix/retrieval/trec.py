@@ -53,7 +53,7 @@ def trec_lines(rows: Iterable[Mapping[str, Any]], *, tag: str = DEFAULT_TAG) -> 
 
 def write_trec_run(path: str | Path, rows: Iterable[Mapping[str, Any]], *, tag: str = DEFAULT_TAG) -> None:
     """Write the rows as a TREC run file, atomically (a reader never sees half of it)."""
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     lines = trec_lines(rows, tag=tag)
     atomic_write_text(path, "".join(line + "\n" for line in lines))
@@ -61,7 +61,7 @@ def write_trec_run(path: str | Path, rows: Iterable[Mapping[str, Any]], *, tag: 
 
 def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
     """``{query_id: {doc_id: score}}`` from a TREC run file; a malformed line is a :class:`DataError` naming it."""
-    from drmix.io import iter_lines
+    from drmix.io.read import iter_lines
 
     run: dict[str, dict[str, float]] = {}
     for n, line in iter_lines(path):
@@ -94,7 +94,7 @@ def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
 
 def read_jsonl_run(path: str | Path) -> dict[str, dict[str, float]]:
     """``{query_id: {doc_id: score}}`` from the JSONL run ``drmix search --output`` writes."""
-    from drmix.io import iter_lines
+    from drmix.io.read import iter_lines
 
     run: dict[str, dict[str, float]] = {}
     for n, line in iter_lines(path):

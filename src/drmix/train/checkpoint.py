@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from drmix.errors import CheckpointError
-from drmix.io import atomic_dir, atomic_write_json, atomic_write_text
+from drmix.io.atomic import atomic_dir, atomic_write_json, atomic_write_text
 
 _NP = "__ndarray__"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from drmix.errors import ConfigError
-from drmix.io import atomic_dir
+from drmix.io.atomic import atomic_dir
 
 log = logging.getLogger(__name__)
 

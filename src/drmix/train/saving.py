@@ -14,7 +14,7 @@ from typing import Any
 
 from drmix.config import TrainConfig
 from drmix.errors import ConfigError
-from drmix.io import atomic_write_json, atomic_write_text, dumps_json
+from drmix.io.atomic import atomic_write_json, atomic_write_text, dumps_json
 from drmix.outputs import run_finished
 from drmix.train.checkpoint import checkpoints, latest_checkpoint
 from drmix.lock import clean_stale_temporaries

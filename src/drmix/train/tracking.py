@@ -105,7 +105,7 @@ class WandbTracker(Tracker):
                               fix="pip install wandb, or drop wandb from --report-to.") from None
         import os
 
-        from drmix.io import atomic_write_text
+        from drmix.io.atomic import atomic_write_text
 
         run_dir = Path(run_dir)
         id_file = run_dir / "wandb" / "run_id"

@@ -110,7 +110,8 @@ class Trainer:
         set_main(self.is_main)
         from drmix.data.formats import reading_scored_pairs
 
-        with reading_scored_pairs(getattr(objective, "scored_pairs", False)):  # --loss cosent / angle
+        # each node's local rank 0 first: it builds the node's caches (DRMIX_CACHE), the node's other ranks read them
+        with reading_scored_pairs(getattr(objective, "scored_pairs", False)), self.node_caches():  # --loss cosent
             self.collections = collections or collections_for(config)
         self.names = [c.name for c in self.collections]
         self.sizes = [len(c) for c in self.collections]
@@ -163,6 +164,24 @@ class Trainer:
         self.out = Path(config.run.output_dir)
         self.config = config
         set_seed(config.optim.seed)
+        self._check_shared_output()
+
+    def _check_shared_output(self) -> None:
+        """Several processes: the output directory must be one folder on every node (every rank reads the
+        checkpoint to resume from, which rank 0 writes); one a node sees on its own disk is refused before any data
+        or model loads (:meth:`drmix.retrieval.ranks.Ranks.check_shared`)."""
+        from drmix.retrieval.ranks import Ranks, launched
+
+        if self.world > 1 and launched():
+            Ranks.from_env().check_shared(
+                self.out, what="the output directory", fix="put --output-dir on a filesystem every node mounts at "
+                "the same path (NFS, Lustre, ...); the data and the model need only be readable at the same path")
+
+    def node_caches(self) -> contextlib.AbstractContextManager:
+        """Around building what drmix caches (collections' Arrow files, pre-tokenised ids): the local rank 0 of each
+        node builds it first, then the node's other ranks read it (a node's own DRMIX_CACHE, or one every node
+        shares: caches are written atomically, so two nodes building the same entry keep one)."""
+        return self.accelerator.local_main_process_first() if self.world > 1 else contextlib.nullcontext()
 
     def _steps_from_epochs(self) -> None:
         """``--epochs``: ``max_steps = ceil(epochs x examples / (batch_size x accumulation))`` (one epoch draws as many
@@ -226,8 +245,9 @@ class Trainer:
         cfg = self.config
         self.sampler = MixtureSampler(self.sizes, cfg.contrastive.batch_size, mode=cfg.contrastive.batching,
                                       seed=cfg.optim.seed)
-        tokens = (self.encoder.token_ids(self.collections, num_proc=cfg.data.tokenize_num_proc)
-                  if cfg.data.pretokenize and self.objective.wants_tokens() else None)
+        with self.node_caches():
+            tokens = (self.encoder.token_ids(self.collections, num_proc=cfg.data.tokenize_num_proc)
+                      if cfg.data.pretokenize and self.objective.wants_tokens() else None)
         self.builder = self.objective.builder(self.collections, seed=cfg.optim.seed, tokens=tokens)
         if not isinstance(self.builder, RowBuilder):
             raise TypeError(f"the {self.objective.name} objective's batch builder {type(self.builder).__name__} is "

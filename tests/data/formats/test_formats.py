@@ -229,7 +229,7 @@ def test_registry_lists_every_layout_and_the_docs_print_its_table():
 
 
 def _issue29_rule(text):
-    """drmix.io.clean_text's contract (issue #29): (text with lone surrogates as U+FFFD, how many)."""
+    """drmix.io.text.clean_text's contract (issue #29): (text with lone surrogates as U+FFFD, how many)."""
     import re
 
     return re.subn("[\ud800-\udfff]", "\ufffd", text)
@@ -238,7 +238,8 @@ def _issue29_rule(text):
 def test_lone_surrogates_pass_the_one_cleaning_place_and_are_counted_once(tmp_path, caplog, monkeypatch):
     import drmix.data.formats as formats
 
-    monkeypatch.setattr(formats, "_CLEAN", getattr(__import__("drmix.io").io, "clean_text", None) or _issue29_rule)
+    monkeypatch.setattr(formats, "_CLEAN", getattr(__import__("drmix.io.text").io.text, "clean_text", None)
+                        or _issue29_rule)
     f = tmp_path / "s.jsonl"
     f.write_text('{"query": "caf\\ud800", "pos": ["a\\udfff b"], "neg": ["ok", "\\ud800\\ud800"], '
                  '"prompt": "P\\ud800:"}\n', encoding="utf-8")

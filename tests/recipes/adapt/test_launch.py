@@ -120,6 +120,35 @@ def test_a_stage_this_rank_does_not_declare_is_refused(as_rank):
         launch.follow([])
 
 
+def test_a_launch_of_several_processes_checks_its_output_dir_is_shared_first(monkeypatch, tmp_path):
+    """Every rank reads what rank 0's stages write in OUTPUT_DIR: before any stage the launched run checks that it is
+    one folder on every node, and a refusal there stops the run with the fix naming --output-dir."""
+    from drmix.retrieval.ranks import Ranks
+
+    seen: list = []
+
+    class Two(FakeRanks):
+        def check_shared(self, folder, *, what, fix):
+            seen.append((folder, what, fix))
+            if folder == str(tmp_path / "local"):
+                raise ConfigError(f"{what} is not one folder on every node.", fix=fix)
+
+        def close(self):
+            seen.append("closed")
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(Ranks, "from_env", classmethod(lambda cls: Two(0)))
+    with launch.launched_adapt(str(tmp_path / "run")) as ranks:
+        assert ranks.world_size == 2 and launch.launched_state().root == tmp_path / "run" / "shards"
+    assert seen == [(str(tmp_path / "run"), "the output directory", launch.SHARED_FIX), "closed"]
+    assert launch.SHARED_FIX.startswith("put --output-dir on a filesystem every node mounts at the same path")
+    with pytest.raises(ConfigError, match="Fix: put --output-dir on a filesystem"):
+        with launch.launched_adapt(str(tmp_path / "local")):
+            pytest.fail("a stage ran in a folder the nodes do not share")
+    assert launch.launched_state() is None and seen[-1] == "closed"
+
+
 def test_a_launch_of_one_process_joins_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
@@ -193,9 +222,11 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_give_the_synthetic_set_and_the_selection_of_one(tmp_path, tiny_model_path):
-    """One process, then two (torchrun, gloo on CPU): the synthetic set byte for byte, the candidates' synthetic
-    dev scores and the choice; rank 1 wrote nothing of its own, and no shard is left."""
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_two_gloo_processes_give_the_synthetic_set_and_the_selection_of_one(tmp_path, tiny_model_path, nodes):
+    """One process, then two (torchrun, gloo on CPU; on one node, or on two nodes of one process each with their own
+    DRMIX_CACHE, tests/nodes.py): the synthetic set byte for byte, the candidates' synthetic dev scores and the
+    choice; rank 1 wrote nothing of its own, and no shard is left."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from test_adapt import make_config
 
@@ -206,10 +237,20 @@ def test_two_gloo_processes_give_the_synthetic_set_and_the_selection_of_one(tmp_
     candidates = "uniform,size+synthetic,tdro:reweight"
     one = _adapt([sys.executable, helper, tiny_model_path, str(tmp_path), str(tmp_path / "one"), candidates],
                  tmp_path)
-    two = _adapt([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", helper,
-                  tiny_model_path, str(tmp_path), str(tmp_path / "two"), candidates], tmp_path)
+    args = [tiny_model_path, str(tmp_path), str(tmp_path / "two"), candidates]
+    if nodes == 1:
+        printed = _adapt([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          helper, *args], tmp_path).stdout
+    else:
+        from nodes import two_nodes
+
+        launched = two_nodes(tmp_path, [args], script=Path(helper), timeout=900)
+        assert [n.returncode for n in launched] == [0, 0], launched[0].stderr[-3000:] + launched[1].stderr[-3000:]
+        printed = launched[0].stdout + launched[1].stdout
+        for n in launched:  # each node tokenised into its own cache
+            assert list((n.cache / "tokenized").iterdir())
     chosen = one.stdout.split("RESULT ")[1].split()[0]
-    assert two.stdout.count("RESULT ") == 2 and f"RESULT {chosen}" in two.stdout and "RESULT none" in two.stdout
+    assert printed.count("RESULT ") == 2 and f"RESULT {chosen}" in printed and "RESULT none" in printed
     assert _files(tmp_path / "two" / "synthetic") == _files(tmp_path / "one" / "synthetic")
     for label in candidates.split(","):
         folder = parse_candidate(label).folder

@@ -63,6 +63,43 @@ def test_check_model_names_both(tiny_model_path):
         check_model({**rec, "normalized": False}, model, where="here")
 
 
+def _earlier_fingerprint(model) -> str:
+    """The model fingerprint indexes recorded before drmix.fingerprint (BLAKE2b-96 of the bfloat16 weights), as
+    that version computed it."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.blake2b(digest_size=12)
+    for name, t in model.state_dict().items():
+        t = t.detach().to("cpu")
+        if t.is_floating_point():
+            t = t.to(torch.bfloat16)
+        t = t.contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def test_an_index_built_by_an_earlier_version_is_checked_at_its_own_digest_size(tiny_model_path):
+    """Indexes are costly to rebuild: one whose record holds the earlier 24-digit fingerprint is accepted for the
+    model it was built with and refused for any other, never for the digest's length."""
+    import torch
+
+    from drmix.model.encoder import load_encoder
+
+    model = load_encoder(tiny_model_path)
+    rec = {**model_record(model), "model": "old", "fingerprint": _earlier_fingerprint(model)}
+    assert len(rec["fingerprint"]) == 24 and len(model_record(model)["fingerprint"]) == 40
+    check_model(rec, model, where="here")
+    check_model(rec, load_encoder(tiny_model_path).to(torch.bfloat16), where="here")
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    with pytest.raises(ModelError, match=f"fingerprint {rec['fingerprint']}\\); the query model .* has fingerprint "
+                                         "[0-9a-f]{24}\\."):
+        check_model(rec, model, where="here")
+
+
 def test_chunk_checks_and_npy_shards(tmp_path):
     check = ChunkChecker()
     ids, x = check(["a", 2], np.ones((2, 3), dtype=np.float64))

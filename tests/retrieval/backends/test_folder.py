@@ -57,3 +57,17 @@ def test_record_and_check(tmp_path):
     (tmp_path / "a.bin").write_bytes(b"ab")
     with pytest.raises(IndexLoadError, match="a.bin holds 2 bytes, the build wrote 3"):
         check_files(tmp_path, record, "fix it")
+
+
+def test_the_checksum_is_blake2b_160_of_the_size_and_the_parts_and_an_earlier_record_is_checked_at_its_size(tmp_path):
+    """A record is the digest of drmix.fingerprint; an index whose record holds the earlier 32-digit checksums
+    (BLAKE2b-128 of the same bytes) still opens, and still sees a change."""
+    import hashlib
+
+    (tmp_path / "a.bin").write_bytes(b"abc")
+    assert file_checksum(tmp_path / "a.bin") == hashlib.blake2b(b"3abc", digest_size=20).hexdigest()
+    earlier = {"a.bin": {"size": 3, "checksum": hashlib.blake2b(b"3abc", digest_size=16).hexdigest()}}
+    check_files(tmp_path, earlier, "fix it")
+    (tmp_path / "a.bin").write_bytes(b"abd")
+    with pytest.raises(IndexLoadError, match="a.bin does not match the checksum"):
+        check_files(tmp_path, earlier, "fix it")

@@ -1,5 +1,6 @@
-"""Multi-corpus search over Milvus collections and on-disk FAISS indexes: every label-free allocation policy
-gives what it gives over the same corpora in memory (exact flat collections, IVF probing every list)."""
+"""Multi-corpus search over Milvus collections (Milvus Lite and the session's Milvus server) and on-disk FAISS
+indexes: every label-free allocation policy gives what it gives over the same corpora in memory (exact flat
+collections, IVF probing every list); a multicorpus sweep over a server collection gives the sweep's results."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,7 @@ from drmix.retrieval.backends import build_index, encode_chunks, model_record
 from drmix.retrieval.index import index_corpus
 from drmix.retrieval.multi import multi_search, parse_corpus_args
 
-pytest.importorskip("milvus_lite")
+pytest.importorskip("pymilvus")
 
 POLICIES = ["naive", "equal", "fixed:0.3", "confidence:0.9", "zscore", "calibrated", "coverage", "crcs", "redde"]
 
@@ -20,8 +21,16 @@ def _corpus(tag: str, n: int) -> dict[str, dict[str, str]]:
             for i in range(n)}
 
 
+@pytest.fixture(scope="module", params=["lite", "server"])
+def milvus_place(request, tmp_path_factory):
+    from conftest import milvus_location
+
+    with milvus_location(request.param, request, tmp_path_factory.mktemp("milvus")) as where:
+        yield where
+
+
 @pytest.fixture(scope="module")
-def places(tiny_model_path, tmp_path_factory):
+def places(tiny_model_path, tmp_path_factory, milvus_place):
     from drmix.model.encoder import load_encoder
 
     root = tmp_path_factory.mktemp("multi-backends")
@@ -32,7 +41,7 @@ def places(tiny_model_path, tmp_path_factory):
         index_corpus(model, docs, show_progress=False).save(root / f"mem-{name}")
         memory[name] = str(root / f"mem-{name}")
     meta = {"model": tiny_model_path, **model_record(model)}
-    db = str(root / "index.db")
+    db = milvus_place
     engines = {
         "a": build_index("milvus", f"{db}#a", encode_chunks(model, a, chunk_size=40, show_progress=False),
                          metadata=meta, corpus=a),
@@ -62,3 +71,27 @@ def test_corpus_args_keep_milvus_locations():
     assert parsed == {"a": "runs/x/index.db#a", "b": "http://milvus:19530#b"}
     with pytest.raises(DataError, match="a saved index, or a Milvus collection as PATH.db#COLLECTION"):
         parse_corpus_args(["a=/nowhere/at/all"])
+
+
+def test_a_sweep_over_a_milvus_collection_gives_the_sweep_over_its_corpus(tmp_path, tiny_model_path, milvus_target):
+    import json
+
+    from typer.testing import CliRunner
+
+    from drmix.cli import app
+    from em_tables import write_src
+
+    runner = CliRunner()
+    src = write_src(tmp_path / "walmart-amazon")
+    assert runner.invoke(app, ["multicorpus", "build", str(src), str(tmp_path / "wa")]).exit_code == 0
+    r = runner.invoke(app, ["index", "--corpus", str(tmp_path / "wa" / "walmart"), "--backend", "milvus", "--uri",
+                            milvus_target, "--collection", "walmart", "--model", tiny_model_path])
+    assert r.exit_code == 0, r.output
+    runs = {}
+    for name, extra in (("plain", []), ("indexed", ["--index", f"walmart={milvus_target}#walmart"])):
+        r = runner.invoke(app, ["multicorpus", "sweep", str(tmp_path / "wa"), "--model", tiny_model_path, "-p", "naive",
+                                "-p", "equal", "--k", "2", "--ks", "1,2", "--output", str(tmp_path / name),
+                                "--no-progress", *extra])
+        assert r.exit_code == 0, r.output
+        runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+    assert runs["indexed"] == runs["plain"] and runs["plain"][0]["rows"]["naive"]["pc_recall@2"] > 0

@@ -58,13 +58,13 @@ MISSING = object()
 
 
 def _find_cleaner() -> Callable[[str], Any] | None:
-    """The project's rule for lone surrogates (``drmix.io.clean_text``: ``"\\ud800"`` -> U+FFFD, issue #29),
+    """The project's rule for lone surrogates (``drmix.io.text.clean_text``: ``"\\ud800"`` -> U+FFFD, issue #29),
     when this drmix has it."""
     try:
-        from drmix import io as _io
+        from drmix.io import text as _text
     except ImportError:  # pragma: no cover
         return None
-    fn = getattr(_io, "clean_text", None)
+    fn = getattr(_text, "clean_text", None)
     return fn if callable(fn) else None
 
 
@@ -74,7 +74,7 @@ _CLEAN = _find_cleaner()
 def clean_text(text: str) -> tuple[str, int]:
     """The one place where training text enters drmix: every query, positive and negative passes here.
 
-    Returns the text with lone surrogates replaced by U+FFFD (``drmix.io.clean_text``) and how many were.
+    Returns the text with lone surrogates replaced by U+FFFD (``drmix.io.text.clean_text``) and how many were.
     """
     if _CLEAN is None or text.isascii():
         return text, 0

@@ -199,13 +199,10 @@ def load_saved(path: Path, split: str) -> Any:
 
 def dataset_content_key(ds: Any) -> str:
     """A key of a saved dataset's content: the digests of its Arrow files (``cp -p`` proof, like JSONL)."""
-    import hashlib
-
-    from drmix.io import file_digest
-
     from drmix.data.pages import dataset_files
+    from drmix.fingerprint import file_digest, hasher
 
-    h = hashlib.blake2b(digest_size=20)
+    h = hasher()
     files = dataset_files(ds)
     for f in files:
         h.update(file_digest(f).encode())
@@ -219,7 +216,7 @@ def dataset_content_key(ds: Any) -> str:
 
 def first_jsonl_record(path: Path) -> tuple[int, dict[str, Any]] | None:
     """The first record of a JSONL file (its line number), or None for an empty file."""
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
 
     return next(iter(iter_jsonl(path)), None)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from drmix.evaluation.multi.sweep import SweepResult
-from drmix.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from drmix.io.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text
 from drmix.retrieval.multi import parse_policy, policy_info
 
 

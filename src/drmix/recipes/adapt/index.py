@@ -89,7 +89,7 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
     """Index every target corpus with the selected candidate's model (``model_dir``; the index names its copy
     ``output_dir/model``), then write ``index/index.json``; returns that record."""
     from drmix.data.beir import read_corpus
-    from drmix.io import atomic_write_json, atomic_write_text
+    from drmix.io.atomic import atomic_write_json, atomic_write_text
     from drmix.model.encoder import load_encoder
     from drmix.pretrain.coco import corpus_file
     from drmix.provenance import corpus_fingerprint
@@ -124,9 +124,10 @@ def build_indexes(config: AdaptConfig, plan: AdaptPlan, selected: str, model_dir
             except ConfigError as e:     # a collection this run did not write
                 raise ConfigError(f"index of {name}: {e.message}", path=e.path,
                                   fix="drop that collection, pass another --index-uri, or --no-index.") from None
-            if spec.target != "uri":  # a folder of this run: refused before encoding when it cannot fit
+            room = Path(location) if spec.target != "uri" else spec.index.local_path(location)
+            if room is not None:  # a folder of this run, a Milvus Lite folder: refused before encoding if it cannot fit
                 try:
-                    check_index_room(location, docs, encoder, store_texts=True)
+                    check_index_room(room, docs, encoder, store_texts=True)
                 except DiskFullError as e:
                     raise DiskFullError(f"index of {name}: {e.message}", path=e.path,
                                         fix="free space on that filesystem, choose another --output-dir, or pass "

@@ -96,7 +96,7 @@ def match_sources(sources: Sequence[str], corpora: Mapping[str, str]) -> dict[st
 
 def _corpus_ids(corpus: str) -> set[str]:
     from drmix.data.beir import _record_id
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
     from drmix.pretrain.coco import corpus_file
 
     path = corpus_file(corpus)
@@ -105,7 +105,7 @@ def _corpus_ids(corpus: str) -> set[str]:
 
 def _first_line(path: Path, wanted: Any) -> int | None:
     """The first line of the qrels file whose (query id, doc id) ``wanted`` accepts."""
-    from drmix.io import iter_lines
+    from drmix.io.read import iter_lines
 
     for line, text in iter_lines(path):
         cols = [c.strip() for c in text.split("\t")]
@@ -183,7 +183,7 @@ def write_label_dirs(sets: Mapping[str, LabelSet], corpora: Mapping[str, str], o
     import os
     import shutil
 
-    from drmix.io import atomic_dir, atomic_write_json
+    from drmix.io.atomic import atomic_dir, atomic_write_json
     from drmix.pretrain.coco import corpus_file
 
     info: dict[str, Any] = {}

@@ -18,6 +18,9 @@ A stage rank 0 reuses is not announced, so no rank runs it; a stage declared wit
 rank 0 alone while the others wait for the next announcement. Ranks other than 0 write no stage output, summary,
 report or model copy (:func:`drmix.retrieval.shards.writes_here` is false on them), and return None.
 A plain process, or a launch of one process, runs as it always did: nothing is announced, nothing is sharded.
+On several nodes ``OUTPUT_DIR`` must be one folder on every node (every rank reads the synthetic set, the models
+and the shards rank 0's stages write there): :func:`launched_adapt` checks it first
+(:meth:`drmix.retrieval.ranks.Ranks.check_shared`) and refuses a folder some node sees on its own disk.
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ EVERY = "every"
 SHARDED = "sharded"
 #: the folder of ``output_dir`` the corpus passes keep their shards in while they run
 SHARDS = "shards"
+#: the fix of an output folder that is not one folder on every node
+SHARED_FIX = ("put --output-dir on a filesystem every node mounts at the same path (NFS, Lustre, ...): every rank "
+              "reads the synthetic set, the models and the shards rank 0's stages write there")
 
 
 @dataclass
@@ -87,6 +93,7 @@ def launched_adapt(output_dir: str | Path) -> Iterator[Any]:
         return
     previous, _launched = _launched, Launched(ranks, Path(output_dir).expanduser() / SHARDS)
     try:
+        ranks.check_shared(output_dir, what="the output directory", fix=SHARED_FIX)
         yield ranks
     finally:
         _launched = previous
@@ -107,7 +114,7 @@ def run_here(state: Launched, name: str, run: Callable[[dict[str, Any]], Any], r
     if how != SHARDED:
         return run(results)
     folder = state.root / _slug(name)
-    with sharded_corpora(state.ranks, folder, by_model=True):
+    with sharded_corpora(state.ranks, folder, by_model=True, shared_fix=SHARED_FIX):
         value = run(results)
     state.ranks.barrier()  # every rank has merged its rows from the shards
     if state.ranks.main:

@@ -49,7 +49,7 @@ def _check_model_target(dst: Path) -> None:
 def _copy_model(src: Path, dst: Path, candidate: str) -> None:
     """``dst`` := a copy of the model folder ``src`` (hard links where the file system allows), atomically, with
     :data:`ADAPTED_MARKER`; a ``dst`` that is not such a copy is refused (it is not the recipe's to replace)."""
-    from drmix.io import atomic_dir, atomic_write_json
+    from drmix.io.atomic import atomic_dir, atomic_write_json
 
     _check_model_target(dst)
 
@@ -215,7 +215,7 @@ def _escaped_comparison(comp: Any) -> str:
 
 def _write_card(config: AdaptConfig, plan: AdaptPlan, result: AdaptResult) -> None:
     """The adapted model's card: the selected candidate's card with a section on how it was adapted."""
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
     from drmix.report.card import _insert
 
     card_path = plan.root / "model" / "README.md"

@@ -64,7 +64,7 @@ def build_synthetic(config: AdaptConfig, plan: AdaptPlan) -> dict[str, Any]:
     stats. Reads each target's corpus only."""
     from drmix.augment.synthetic import build_corpus_synthetic, write_corpus_synthetic
     from drmix.data.beir import read_corpus
-    from drmix.io import atomic_dir, atomic_write_json
+    from drmix.io.atomic import atomic_dir, atomic_write_json
     from drmix.model.encoder import load_encoder
     from drmix.pretrain.coco import corpus_file
     from drmix.retrieval.shards import writes_here

@@ -29,8 +29,8 @@ from drmix.retrieval.backends.base import (
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "BackendSpec", "ChunkChecker", "Chunks", "Index", "backend",
            "backend_for", "build_encoded", "build_index", "check_index_room", "check_model", "check_target",
-           "chunks_from_npy", "collection_name", "encode_chunks", "encoding_chunk", "index_documents", "is_location",
-           "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
+           "chunks_from_npy", "collection_name", "encode_chunks", "encoded_meta", "encoding_chunk", "index_documents",
+           "is_location", "model_fingerprint", "model_record", "open_index", "register_backend", "resolve_kind"]
 
 
 def build_index(backend_name: str, target: str, chunks: Chunks, *, kind: str | None = None,
@@ -63,11 +63,18 @@ def build_encoded(spec: BackendSpec, target: str, encoder, chunks: Chunks, docs,
     returns its location. ``meta`` gets what the index records about the model (:func:`model_record`, its
     document prompt, precision and length) and only the backend's own ``params`` reach it -- what ``drmix
     index`` does for every backend, from one process or from the shards of several."""
+    encoded_meta(meta, encoder, precision=precision, max_length=max_length)
+    return spec.build(target, chunks, meta, kind, spec.own_params(params), overwrite, docs if store_texts else None)
+
+
+def encoded_meta(meta: dict, encoder, *, precision: str = "auto", max_length: int | None = None) -> dict:
+    """Add to ``meta`` what an index records about the model that encoded it (:func:`model_record`, its document
+    prompt, the precision and the length); returns ``meta``."""
     from drmix.model.encoder import document_prompt
 
     meta.update(model_record(encoder), document_prompt=document_prompt(encoder), precision=precision,
                 max_length=max_length or getattr(encoder, "max_seq_length", None))
-    return spec.build(target, chunks, meta, kind, spec.own_params(params), overwrite, docs if store_texts else None)
+    return meta
 
 
 def encoding_chunk(spec: BackendSpec, params: dict) -> int | None:
@@ -85,7 +92,7 @@ def check_index_room(output: str | Path, docs: dict[str, dict[str, str]], encode
     is coming when the corpus is large or holds a huge document (its tokenising shows no progress)."""
     import logging
 
-    from drmix.io import check_free_space
+    from drmix.io.checks import check_free_space
     from drmix.retrieval.encode import embedding_dim
 
     dim = embedding_dim(encoder)

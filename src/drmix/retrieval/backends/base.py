@@ -24,7 +24,6 @@ search with another model, naming both.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
@@ -364,23 +363,14 @@ def rebuild_fix(meta: Mapping[str, Any] | None, location: str | Path, backend_na
 
 # ----------------------------------------------------------------------------------------------- the model
 
-def model_fingerprint(model: Any) -> str:
-    """BLAKE2b of the model's weights rounded to bfloat16 (so the same weights loaded in fp32 or bf16 match;
+def model_fingerprint(model: Any, *, like: str | None = None) -> str:
+    """The digest of the model's weights rounded to bfloat16 (so the same weights loaded in fp32 or bf16 match;
     any change a fine-tuning step makes shows) and their names and shapes; ``""`` for an object without
-    ``state_dict``."""
-    import torch
+    ``state_dict`` (:func:`drmix.fingerprint.tensors_digest`; ``like``: a recorded fingerprint, to check an index
+    built by an earlier version at its own digest size)."""
+    from drmix.fingerprint import tensors_digest
 
-    if not hasattr(model, "state_dict"):
-        return ""
-    h = hashlib.blake2b(digest_size=12)
-    for name, t in model.state_dict().items():
-        t = t.detach().to("cpu")
-        if t.is_floating_point():
-            t = t.to(torch.bfloat16)
-        t = t.contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
+    return tensors_digest(model, bfloat16=True, like=like) if hasattr(model, "state_dict") else ""
 
 
 def pooling_mode(model: Any) -> str | None:
@@ -409,14 +399,14 @@ def model_location(model: Any) -> str:
     return str(p.resolve()) if p.exists() else name
 
 
-def model_record(model: Any) -> dict[str, Any]:
-    """What an index records about the model that encoded it."""
+def model_record(model: Any, *, like: str | None = None) -> dict[str, Any]:
+    """What an index records about the model that encoded it (``like``: see :func:`model_fingerprint`)."""
     from drmix.retrieval.encode import model_normalizes
 
     get_dim = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension",
                                                                          lambda: None)
     dim = get_dim()
-    return {"fingerprint": model_fingerprint(model), "dim": dim, "pooling": pooling_mode(model),
+    return {"fingerprint": model_fingerprint(model, like=like), "dim": dim, "pooling": pooling_mode(model),
             "normalized": model_normalizes(model)}
 
 
@@ -426,7 +416,7 @@ def check_model(meta: Mapping[str, Any], model: Any, *, where: str) -> None:
     want = meta.get("fingerprint")
     if not want:
         return
-    got = model_record(model)
+    got = model_record(model, like=want)
     built = meta.get("model", "?")
     given = model_name(model)
     if got["dim"] is not None and meta.get("dim") is not None and int(got["dim"]) != int(meta["dim"]):

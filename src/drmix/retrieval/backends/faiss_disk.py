@@ -26,7 +26,7 @@ scores only).
 
 Folder: ``index.faiss`` + ``lists.ivfdata`` (+ ``vectors.f32``) + ``ids.json`` + ``meta.json`` (``"backend":
 "faiss-disk"``) + ``docs.jsonl`` / ``docs.offsets.npy`` when texts are stored; written atomically
-(:func:`drmix.io.atomic_dir`: a build killed midway leaves the previous index or nothing). ``meta.json`` records
+(:func:`drmix.io.atomic.atomic_dir`: a build killed midway leaves the previous index or nothing). ``meta.json`` records
 every file's size and a checksum of its ends and sampled blocks, checked before FAISS maps anything
 (:mod:`drmix.retrieval.backends.folder`): a ``lists.ivfdata`` cut short is one line naming it, never a search
 over missing lists (a wrong answer) or a mapping past the end of the file (SIGBUS). An index written before that
@@ -182,7 +182,7 @@ def _merged(index: Any, path: Path, n: int, dim: int, step: int, lists: Path) ->
 def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, p: DiskParams, corpus: Any = None) -> str:
     import faiss
 
-    from drmix.io import atomic_dir
+    from drmix.io.atomic import atomic_dir
 
     check = ChunkChecker()
     ids: list[str] = []

@@ -23,7 +23,6 @@ header says).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -80,15 +79,13 @@ def _spans(size: int) -> list[tuple[int, int]]:
     return [(0, EDGE), *middle, (size - EDGE, EDGE)]
 
 
-def file_checksum(path: Path, size: int | None = None) -> str:
-    """BLAKE2b (16 bytes) of the parts of ``path`` that :func:`_spans` names, with its size."""
+def file_checksum(path: Path, size: int | None = None, *, like: str | None = None) -> str:
+    """The digest of the parts of ``path`` that :func:`_spans` names, with its size
+    (:func:`drmix.fingerprint.file_parts_digest`; ``like``: a recorded checksum, checked at its own size)."""
+    from drmix.fingerprint import file_parts_digest
+
     size = path.stat().st_size if size is None else size
-    h = hashlib.blake2b(str(size).encode(), digest_size=16)
-    with open(path, "rb") as f:
-        for offset, length in _spans(size):
-            f.seek(offset)
-            h.update(f.read(length))
-    return h.hexdigest()
+    return file_parts_digest(path, _spans(size), size=size, like=like)
 
 
 def record_files(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -112,7 +109,7 @@ def check_files(folder: Path, record: Mapping[str, Any], fix: str) -> None:
         if size != want.get("size"):
             raise IndexLoadError(f"{name} holds {size} bytes, the build wrote {want.get('size')}: the file was cut "
                                  "short or changed since.", path=path, fix=fix)
-        if want.get("checksum") and file_checksum(path, size) != want["checksum"]:
+        if want.get("checksum") and file_checksum(path, size, like=want["checksum"]) != want["checksum"]:
             raise IndexLoadError(f"{name} does not match the checksum recorded at the build: the file was changed "
                                  "or damaged.", path=path, fix=fix)
 

@@ -207,7 +207,7 @@ class DenseIndex(FolderIndex):
     # -- persistence
     def save(self, directory: str | Path) -> None:
         """Write the index, ``ids.json``, ``meta.json`` (+ texts when held) atomically to ``directory``."""
-        from drmix.io import atomic_dir
+        from drmix.io.atomic import atomic_dir
         from drmix.retrieval.exact import TorchFlatIndex
 
         path_argument("DenseIndex.save", "directory", directory, fix="pass the folder to write, e.g. 'runs/index'.")

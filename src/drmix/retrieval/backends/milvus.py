@@ -25,6 +25,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from drmix.errors import ConfigError, DataError, IndexLoadError
+from drmix.errors import ConfigError, DataError, DrmixError, IndexLoadError
 from drmix.retrieval.backends.base import (BackendSpec, ChunkChecker, Chunks, GraphAndClusterParams, Index,
                                            collection_name, query_matrix, register_backend, split_location)
 
@@ -48,10 +49,17 @@ BUILD_SUFFIX = "__drmix_build"
 VARCHAR_LIMIT = 65_535  # bytes: Milvus's largest VARCHAR
 CONNECT_TIMEOUT = 5.0
 TOKEN_ENV = "MILVUS_TOKEN"
+#: the oldest Milvus server drmix works with (the oldest it was run against: the ``milvus`` package's 2.3.5)
+MIN_SERVER = (2, 3)
+#: gRPC channel options for Milvus Lite (in this process: no keepalive pings, see :func:`client`)
+LITE_GRPC = {"grpc.keepalive_time_ms": 2**31 - 1, "grpc.keepalive_permit_without_calls": 0}
+#: the libraries whose log records drmix shows at DEBUG only (:func:`quiet_libraries`)
+LIBRARY_LOGGERS = ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer", "milvus_lite", "grpc")
 INSERT_BYTES = 8 << 20
 TYPES = {"flat": "FLAT", "ivf-flat": "IVF_FLAT", "ivf-sq8": "IVF_SQ8", "hnsw": "HNSW", "hnsw-sq": "HNSW_SQ"}
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,180}$")
-_clients: dict[str, Any] = {}
+_clients: dict[tuple[str, str], Any] = {}
+_fresh: set[str] = set()  # Milvus Lite folders this process created (removed when a build fails)
 
 
 def is_uri(location: str) -> bool:
@@ -84,35 +92,175 @@ def check_name(name: str) -> str:
 default_collection = collection_name
 
 
-def client(uri: str) -> Any:
-    """A connected ``MilvusClient`` (one per URI in the process); one clear line when nothing answers."""
+def client(uri: str, *, create: bool = True) -> Any:
+    """A connected ``MilvusClient`` (one per URI and token in the process); one clear line when nothing answers.
+
+    A Milvus Lite path that is a plain file, or (``create=False``: a read-only command) that does not exist, is
+    refused naming it, and nothing is created; a server older than :data:`MIN_SERVER` is refused naming both
+    versions. The libraries' own log records (pymilvus' RPC errors, Milvus Lite's tracebacks and start/stop
+    lines) go to the log at DEBUG (``-vv``); drmix's one line goes to the user."""
     from pymilvus import MilvusClient
     from pymilvus.exceptions import MilvusException
 
-    if not is_uri(uri) and not uri.endswith(".db"):
-        raise ConfigError(f"{uri!r} is not a Milvus location.",
-                          fix="pass a Milvus Lite file path ending in .db (runs/x/index.db) or http://HOST:19530.")
+    check_uri(uri)
+    quiet_libraries()
+    token = os.environ.get(TOKEN_ENV, "")
     key = uri if is_uri(uri) else str(Path(uri).expanduser().resolve())
-    if key in _clients:
-        return _clients[key]
+    if (key, token) in _clients:
+        return _clients[(key, token)]
+    options: dict[str, Any] = {}
     if not is_uri(uri):
-        Path(key).parent.mkdir(parents=True, exist_ok=True)
-        # Milvus Lite's in-process gRPC server logs a traceback for AllocTimestamp, which pymilvus probes and
-        # Lite does not implement (the call falls back); it is not an error of the user's
-        logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+        fresh = _lite_path(uri, Path(key), create=create)
+        # in-process: no keepalive pings (Milvus Lite's gRPC server answers pings without calls with a GOAWAY
+        # "too_many_pings", which gRPC prints to stderr)
+        options["grpc_options"] = LITE_GRPC
+    _ToDebug.last_error = ""
     try:
-        c = MilvusClient(uri=key, token=os.environ.get(TOKEN_ENV, ""), timeout=CONNECT_TIMEOUT)
+        c = MilvusClient(uri=key, token=token, timeout=CONNECT_TIMEOUT, **options)
+        if is_uri(uri):
+            check_version(uri, c.get_server_version())
     except MilvusException as e:
+        if not is_uri(uri):
+            if fresh:
+                _forget_lite(Path(key))
+            raise IndexLoadError(f"Milvus Lite could not open {uri} ({_ToDebug.last_error or _short(e)}).",
+                                 fix="close the process that has it open (Milvus Lite opens a folder from one "
+                                     "process at a time), or pass another --uri.") from None
+        if _unauthenticated(e):
+            raise IndexLoadError(f"Milvus at {uri} refused the token in {TOKEN_ENV} ("
+                                 + ("none is set" if not token else "not accepted") + ").",
+                                 fix=f"export {TOKEN_ENV}=USER:PASSWORD (or an API key) that this server accepts.") \
+                from None
         raise IndexLoadError(f"Milvus at {uri} does not answer ({_short(e)}).",
                              fix="start Milvus there (or check the URI and MILVUS_TOKEN), or use Milvus Lite with "
                                  "--uri PATH.db.") from None
-    _clients[key] = c
+    if not is_uri(uri) and fresh:
+        _fresh.add(key)
+    _clients[(key, token)] = c
     return c
 
 
-def _short(e: BaseException) -> str:
+def _unauthenticated(e: BaseException) -> bool:
+    """Whether a connection failed because the server refused the credentials (gRPC UNAUTHENTICATED, somewhere in
+    the exceptions it was raised from)."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        text = str(x)
+        if "UNAUTHENTICATED" in text or "auth check failure" in text or "authorization in header" in text:
+            return True
+        x = x.__cause__ or x.__context__
+    return False
+
+
+def check_uri(uri: str) -> None:
+    """Refuse what is not a Milvus location, and a URI that holds a user or password (the token is read from
+    ``MILVUS_TOKEN`` only, so that it is written nowhere: not in meta, logs or run files)."""
+    if not is_uri(uri) and not uri.endswith(".db"):
+        raise ConfigError(f"{uri!r} is not a Milvus location.",
+                          fix="pass a Milvus Lite file path ending in .db (runs/x/index.db) or http://HOST:19530.")
+    if is_uri(uri):
+        from urllib.parse import urlparse
+
+        parsed = urlparse(uri)
+        if parsed.username or parsed.password:
+            host = parsed.hostname or "?"
+            raise ConfigError(f"the Milvus URI for {host} holds a user or password; drmix reads the token from "
+                              f"{TOKEN_ENV} only, so that it is written nowhere.",
+                              fix=f"drop 'USER:PASSWORD@' from the URI and export {TOKEN_ENV}=USER:PASSWORD.")
+
+
+def _lite_path(uri: str, path: Path, *, create: bool) -> bool:
+    """Check a Milvus Lite location (a folder, Milvus Lite 3); True when this call will create it."""
+    if path.exists() and not path.is_dir():
+        raise IndexLoadError(f"{uri} is a file, not a Milvus Lite database (Milvus Lite 3 keeps one in a folder; "
+                             "a Milvus Lite 2 file cannot be read).",
+                             fix="pass another --uri PATH.db, or move the file away and build the collection "
+                                 "again with drmix index --backend milvus.")
+    if not create and not (path / "collections").is_dir():
+        what = "is not a Milvus Lite database" if path.exists() else "does not exist"
+        raise IndexLoadError(f"{uri} {what}; nothing was created.",
+                             fix=f"build a collection there with drmix index --backend milvus --uri {uri}, or pass "
+                                 "the path of an existing one.")
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return True
+
+
+def _forget_lite(path: Path, *, remove: bool = True) -> None:
+    """Close this process's Milvus Lite server and client of ``path``; with ``remove``, delete the folder (one
+    this process created and could not finish: nothing half-made is left)."""
+    import shutil
+
+    key = str(path)
+    for k in [k for k in _clients if k[0] == key]:
+        with contextlib.suppress(Exception):
+            _clients.pop(k).close()
+    with contextlib.suppress(Exception):
+        from milvus_lite.server_manager import server_manager_instance
+
+        server_manager_instance.release_server(key)
+    _fresh.discard(key)
+    if remove:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def server_version(text: str) -> tuple[int, ...] | None:
+    """``(major, minor, patch)`` of a server's version string (``v2.3.5-lite``, ``2.4.13``); None when it has
+    none."""
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", str(text))
+    return tuple(int(g or 0) for g in m.groups()) if m else None
+
+
+def check_version(uri: str, text: str) -> None:
+    """Refuse a Milvus server older than :data:`MIN_SERVER`, naming both versions."""
+    got = server_version(text)
+    if got is None:
+        log.debug("Milvus at %s reports version %r: not checked", uri, text)
+        return
+    if got[:2] < MIN_SERVER:
+        need = ".".join(map(str, MIN_SERVER))
+        raise IndexLoadError(f"Milvus at {uri} is version {text}; drmix needs Milvus {need} or later (the oldest "
+                             "it was run against).",
+                             fix=f"upgrade the server to Milvus {need} or later, or use Milvus Lite with --uri "
+                                 "PATH.db.")
+
+
+class _ToDebug(logging.Handler):
+    """Re-logs a library's records at DEBUG through drmix's logger (shown with ``-vv``, never above drmix's
+    one-line error)."""
+
+    last_error = ""  # the latest ERROR record's message and exception: why Milvus Lite did not open a folder
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            exc = record.exc_info[1] if record.exc_info else None
+            _ToDebug.last_error = str(exc).splitlines()[0] if exc is not None and str(exc) else record.getMessage()
+        target = logging.getLogger(__name__ + ".library")
+        if target.isEnabledFor(logging.DEBUG):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            target.handle(record)
+
+
+def quiet_libraries() -> None:
+    """Send pymilvus', Milvus Lite's and gRPC's Python log records to :class:`_ToDebug` (once per process)."""
+    import pymilvus  # noqa: F401  (its settings module configures its loggers on import: replaced here)
+
+    handler = next((h for h in logging.getLogger("milvus_lite").handlers if isinstance(h, _ToDebug)), None)
+    if handler is not None:
+        return
+    handler = _ToDebug()
+    for name in LIBRARY_LOGGERS:
+        lg = logging.getLogger(name)
+        lg.handlers = [handler]
+        lg.propagate = False
+
+
+def _short(e: BaseException, limit: int = 200) -> str:
     msg = getattr(e, "message", None) or str(e)
-    return str(msg).splitlines()[0][:200]
+    return str(msg).splitlines()[0][:limit]
 
 
 def _meta_of(c: Any, name: str) -> dict[str, Any] | None:
@@ -137,6 +285,8 @@ def _check(target: str, meta: dict[str, Any], overwrite: bool) -> None:
     if name is None:
         raise ConfigError("no collection named.", fix="pass --collection NAME (or URI#NAME).")
     check_name(name)
+    if not is_uri(uri) and not Path(uri).expanduser().exists():
+        return  # a Milvus Lite database that is not there yet holds no collection (and is not created here)
     c = client(uri)
     if c.has_collection(name) and not overwrite:
         old = _meta_of(c, name)
@@ -196,82 +346,203 @@ def index_params(kind: str, params: MilvusParams | dict[str, Any], n: int) -> tu
     return {}, {}
 
 
+class Inserter:
+    """Writes ``(ids, vectors)`` chunks into a collection as rows ``pk`` (the global row number), ``doc_id``,
+    ``id_json``, ``vector`` (and ``title``, ``text`` with a corpus), in inserts of at most 8 MB or 5,000 rows."""
+
+    def __init__(self, c: Any, collection: str, corpus: Any = None) -> None:
+        self.c, self.collection, self.corpus = c, collection, corpus
+        self.long_texts = 0
+        self.rows: list[dict[str, Any]] = []
+        self.size = 0
+
+    def add(self, start: int, chunk_ids: list[str], vectors: np.ndarray) -> None:
+        from drmix.io.text import clean_text
+
+        for j, (doc_id, vec) in enumerate(zip(chunk_ids, vectors)):
+            stored, is_json = encode_id(doc_id)
+            row = {"pk": start + j, "doc_id": stored, "id_json": is_json, "vector": vec}
+            if self.corpus is not None:
+                doc = self.corpus.get(doc_id) or {}
+                title, text = clean_text(doc.get("title", "") or ""), clean_text(doc.get("text", "") or "")
+                if not (_fits(title) and _fits(text)):
+                    self.long_texts += 1
+                    title = text = ""
+                row.update(title=title, text=text)
+                self.size += len(title) + len(text)
+            self.rows.append(row)
+            self.size += 4 * vectors.shape[1] + len(stored)
+            if self.size >= INSERT_BYTES or len(self.rows) >= 5000:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            self.c.insert(self.collection, self.rows)
+        self.rows, self.size = [], 0
+
+
+def start_build(c: Any, name: str, dim: int, texts: bool) -> str:
+    """Drop a build of ``name`` that did not finish and create the empty build collection; its name."""
+    building = name + BUILD_SUFFIX
+    if c.has_collection(building):
+        log.info("dropping %s, left by a build that did not finish", building)
+        c.drop_collection(building)
+    c.create_collection(building, schema=_schema(c, dim, texts))
+    return building
+
+
+def finish_build(c: Any, uri: str, name: str, meta: dict[str, Any], kind: str,
+                 params: MilvusParams | dict[str, Any], *, count: int, dim: int, texts: bool, long_texts: int,
+                 overwrite: bool) -> None:
+    """Every row is in the build collection: flush, check the count, index, record ``drmix.meta``, swap it in
+    for ``name`` (dropping the old one, with ``overwrite``) and load it (searchable by any Milvus client)."""
+    building = name + BUILD_SUFFIX
+    built, used = index_params(kind, params, count)
+    c.flush(building)
+    held = int(c.get_collection_stats(building).get("row_count", count))
+    if held != count:
+        raise IndexLoadError(f"Milvus at {uri} holds {held} rows of the {count} inserted into {building}.",
+                             fix="check the server's logs, then run the same drmix index command again.")
+    ip = c.prepare_index_params()
+    # each parameter goes both flat (pymilvus 3, Milvus 2.5+) and as the JSON "params" entry that Milvus Lite
+    # 3 and earlier servers read
+    ip.add_index("vector", index_type=TYPES[kind], metric_type="IP", params={**built, "params": built} if built else {})
+    c.create_index(building, ip)
+    if long_texts:
+        log.warning("%d passages are longer than Milvus's %d-byte text field: stored by id only (search shows "
+                    "their id and score, no text)", long_texts, VARCHAR_LIMIT)
+    full = {**meta, "backend": BACKEND, "kind": kind, "index_type": TYPES[kind], "params": used,
+            "metric": "inner_product", "dim": dim, "count": count, "has_texts": texts, "texts_not_stored": long_texts}
+    c.alter_collection_properties(building, properties={META_PROPERTY: json.dumps(full)})
+    if c.has_collection(name):
+        if not overwrite:  # checked before encoding; a collection created meanwhile is not dropped
+            raise ConfigError(f"collection {name} appeared in {uri} during the build.",
+                              fix="pass --overwrite to replace it, or another --collection.")
+        c.drop_collection(name)
+    c.rename_collection(building, name)
+    c.load_collection(name)
+
+
+def build_failed(uri: str, name: str, e: BaseException) -> DrmixError:
+    """The one line of a build the server refused (a full disk named as such), after removing what it made:
+    the build collection, or the whole Milvus Lite folder when this build created it."""
+    from drmix.errors import DiskFullError
+
+    path = None if is_uri(uri) else Path(uri).expanduser().resolve()
+    left = ""
+    if path is not None and str(path) in _fresh:
+        _forget_lite(path)
+    else:
+        try:
+            c = client(uri)
+            if c.has_collection(name + BUILD_SUFFIX):
+                c.drop_collection(name + BUILD_SUFFIX)
+        except Exception:  # a full disk may refuse the drop too: the next build drops it
+            left = f"; the unfinished {name}{BUILD_SUFFIX} could not be dropped (the next build drops it)"
+    if isinstance(e, DrmixError):
+        return e
+    text = _short(e)
+    if "Errno 28" in text or "No space left" in text or "Errno 27" in text or "File too large" in text:
+        return DiskFullError(f"Milvus ran out of room building {name} ({text})"
+                             + (left or "; nothing was left behind") + ".",
+                             path=uri, fix="free space on that filesystem or choose another --uri.")
+    return IndexLoadError(f"Milvus at {uri} refused the build of {name} ({text}){left}.",
+                          fix="check the server's logs and limits; the collection is as it was.")
+
+
 def _build(target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: MilvusParams,
            overwrite: bool, corpus: Any = None) -> str:
     from pymilvus.exceptions import MilvusException
-
-    from drmix.io import clean_text
 
     uri, name = split_location(target)
     if name is None:
         raise ConfigError("no collection named.", fix="pass --collection NAME (or URI#NAME).")
     check_name(name)
     c = client(uri)
-    building = name + BUILD_SUFFIX
-    if c.has_collection(building):
-        log.info("dropping %s, left by a build that did not finish", building)
-        c.drop_collection(building)
     check = ChunkChecker()
-    texts = corpus is not None
-    long_texts = 0
-    rows: list[dict[str, Any]] = []
-    size = 0
-
-    def flush() -> None:
-        nonlocal rows, size
-        if rows:
-            c.insert(building, rows)
-        rows, size = [], 0
-
+    inserter: Inserter | None = None
     try:
         for chunk_ids, vectors in chunks:
             chunk_ids, vectors = check(chunk_ids, vectors)
-            if not c.has_collection(building):
-                c.create_collection(building, schema=_schema(c, int(vectors.shape[1]), texts))
-            start = check.count - len(chunk_ids)
-            for j, (doc_id, vec) in enumerate(zip(chunk_ids, vectors)):
-                stored, is_json = encode_id(doc_id)
-                row = {"pk": start + j, "doc_id": stored, "id_json": is_json, "vector": vec}
-                if texts:
-                    doc = corpus.get(doc_id) or {}
-                    title, text = clean_text(doc.get("title", "") or ""), clean_text(doc.get("text", "") or "")
-                    if not (_fits(title) and _fits(text)):
-                        long_texts += 1
-                        title = text = ""
-                    row.update(title=title, text=text)
-                    size += len(title) + len(text)
-                rows.append(row)
-                size += 4 * vectors.shape[1] + len(stored)
-                if size >= INSERT_BYTES or len(rows) >= 5000:
-                    flush()
-        flush()
+            if inserter is None:
+                inserter = Inserter(c, start_build(c, name, int(vectors.shape[1]), corpus is not None), corpus)
+            inserter.add(check.count - len(chunk_ids), chunk_ids, vectors)
         check.finish()
-        n, dim = check.count, int(check.dim or 0)
-        built, used = index_params(kind, params, n)
-        c.flush(building)
-        ip = c.prepare_index_params()
-        # each parameter goes both flat (pymilvus 3, Milvus 2.5+) and as the JSON "params" entry that Milvus Lite
-        # 3 and earlier servers read
-        ip.add_index("vector", index_type=TYPES[kind], metric_type="IP",
-                     params={**built, "params": built} if built else {})
-        c.create_index(building, ip)
-        if long_texts:
-            log.warning("%d passages are longer than Milvus's %d-byte text field: stored by id only (search shows "
-                        "their id and score, no text)", long_texts, VARCHAR_LIMIT)
-        full = {**meta, "backend": BACKEND, "kind": kind, "index_type": TYPES[kind], "params": used,
-                "metric": "inner_product", "dim": dim, "count": n, "has_texts": texts,
-                "texts_not_stored": long_texts}
-        c.alter_collection_properties(building, properties={META_PROPERTY: json.dumps(full)})
-        if c.has_collection(name):
-            if not overwrite:  # checked before encoding; a collection created meanwhile is not dropped
-                raise ConfigError(f"collection {name} appeared in {uri} during the build.",
-                                  fix="pass --overwrite to replace it, or another --collection.")
-            c.drop_collection(name)
-        c.rename_collection(building, name)
-    except MilvusException as e:
-        raise IndexLoadError(f"Milvus at {uri} refused the build of {name} ({_short(e)}).",
-                             fix="check the server's logs and limits; the collection is as it was.") from None
-    log.info("saved milvus %s collection %s of %d documents to %s", kind, name, n, uri)
+        assert inserter is not None
+        inserter.flush()
+        finish_build(c, uri, name, meta, kind, params, count=check.count, dim=int(check.dim or 0),
+                     texts=corpus is not None, long_texts=inserter.long_texts, overwrite=overwrite)
+    except (MilvusException, DrmixError, OSError) as e:
+        raise build_failed(uri, name, e) from None
+    except BaseException:
+        path = None if is_uri(uri) else Path(uri).expanduser().resolve()
+        if path is not None and str(path) in _fresh:  # killed: a database this build created is not left half-made
+            _forget_lite(path)
+        raise
+    _fresh.discard(str(Path(uri).expanduser().resolve()) if not is_uri(uri) else uri)
+    log.info("saved milvus %s collection %s of %d documents to %s", kind, name, check.count, uri)
+    return f"{uri}#{name}"
+
+
+def build_from_ranks(target: str, ranks: Any, chunks: Any, meta: dict[str, Any], kind: str,
+                     params: MilvusParams | dict[str, Any], overwrite: bool, corpus: Any = None, *, count: int,
+                     dim: int) -> str:
+    """A build into a Milvus **server** from every launched rank (torchrun): rank 0 creates the build collection,
+    every rank inserts its own rows -- ``chunks`` of ``(first row, ids, vectors)``, its shard of the corpus -- and
+    once every rank has finished (a collective), rank 0 flushes, indexes, records ``drmix.meta`` and swaps the build
+    in for ``NAME`` (:func:`finish_build`). Every rank gets the same error when one fails; a rank that dies stops
+    the launcher before the swap, so ``NAME`` stays as it was and the next build drops the unfinished one.
+
+    The collection is the one process's: the same rows (``pk`` is the row number in the corpus), vectors and
+    index. Milvus Lite is not built this way: it is a folder that one process opens at a time, so under torchrun
+    rank 0 streams every rank's shard into it (:func:`_build`)."""
+    from pymilvus.exceptions import MilvusException
+
+    from drmix.retrieval.shards import agree
+
+    uri, name = split_location(target)
+    if name is None or not is_uri(uri):
+        raise ConfigError("build_from_ranks builds into a Milvus server collection (http://HOST:PORT#NAME).",
+                          fix="build a Milvus Lite collection from one process (rank 0 streams the shards).")
+    texts = corpus is not None
+
+    def step(fn: Any) -> Any:
+        try:
+            return fn(), None
+        except (MilvusException, DrmixError, OSError) as e:
+            return None, (e if isinstance(e, DrmixError) else IndexLoadError(
+                f"Milvus at {uri} refused the build of {name} ({_short(e)}).",
+                fix="check the server's logs and limits; the collection is as it was."))
+
+    error = step(lambda: start_build(client(uri), name, dim, texts))[1] if ranks.main else None
+    agree(ranks, error)
+
+    def insert() -> int:
+        check = ChunkChecker()
+        inserter = Inserter(client(uri), name + BUILD_SUFFIX, corpus)
+        for row, chunk_ids, vectors in chunks:
+            chunk_ids, vectors = check(chunk_ids, vectors)
+            inserter.add(row, chunk_ids, vectors)
+        inserter.flush()
+        return inserter.long_texts
+
+    mine, error = step(insert)
+    try:
+        agree(ranks, error)
+    except DrmixError as e:
+        if ranks.main:
+            build_failed(uri, name, e)  # drops the build collection
+        raise
+    long_texts = sum(ranks.gather(mine))
+    error = None
+    if ranks.main:
+        error = step(lambda: finish_build(client(uri), uri, name, meta, kind, params, count=count, dim=dim,
+                                          texts=texts, long_texts=long_texts, overwrite=overwrite))[1]
+        if error is not None:
+            error = build_failed(uri, name, error)
+    agree(ranks, error)
+    log.info("saved milvus %s collection %s of %d documents to %s, %d ranks inserting", kind, name, count, uri,
+             ranks.world_size)
     return f"{uri}#{name}"
 
 
@@ -284,6 +555,12 @@ class MilvusIndex(Index):
     def write(cls, target: str, chunks: Chunks, meta: dict[str, Any], kind: str, params: BaseModel,
               overwrite: bool = False, corpus: Any = None) -> str:
         return _build(target, chunks, meta, kind, params, overwrite, corpus)
+
+    @classmethod
+    def write_from_ranks(cls, target: str, ranks: Any, chunks: Any, meta: dict[str, Any], kind: str,
+                         params: MilvusParams, overwrite: bool, corpus: Any = None, *, count: int, dim: int) -> str:
+        """Every launched rank inserts its own rows into a server collection (:func:`build_from_ranks`)."""
+        return build_from_ranks(target, ranks, chunks, meta, kind, params, overwrite, corpus, count=count, dim=dim)
 
     @classmethod
     def open(cls, location: str) -> MilvusIndex:
@@ -303,13 +580,32 @@ class MilvusIndex(Index):
         return None if is_uri(uri) else Path(uri).expanduser()
 
     def __init__(self, location: str) -> None:
+        from pymilvus.exceptions import MilvusException
+
         uri, name = split_location(location)
         if not is_uri(uri) and not Path(uri).expanduser().exists():  # a read-only command creates no database
             raise IndexLoadError("no Milvus Lite database here.", path=uri,
                                  fix=f"pass the --uri drmix index wrote, or build one with drmix index --backend "
                                      f"milvus --uri {uri}.")
         self.location = location
-        self.client = c = client(uri)
+        self.client = c = client(uri, create=False)
+        try:
+            name = self._find(c, uri, name)
+            meta = _meta_of(c, name)
+            if meta is None:
+                raise IndexLoadError(f"collection {name} in {uri} was not written by drmix index (no "
+                                     f"{META_PROPERTY}).",
+                                     fix=f"build it with drmix index --backend milvus --uri {uri} --collection NAME.")
+            c.load_collection(name)
+        except MilvusException as e:
+            raise unreadable(uri, name, e) from None
+        self.uri, self.name, self.metadata = uri, name, meta
+        params = meta.get("params") or {}
+        self.search_params: dict[str, Any] = {k: params[k] for k in ("nprobe", "ef") if k in params}
+        self._pk: dict[str, int] = {}
+
+    @staticmethod
+    def _find(c: Any, uri: str, name: str | None) -> str:
         drmix_collections = [n for n in c.list_collections() if not n.endswith(BUILD_SUFFIX)
                              and _meta_of(c, n) is not None]
         if name is None:
@@ -318,20 +614,12 @@ class MilvusIndex(Index):
                                      f"({', '.join(sorted(drmix_collections)) or 'none'}).",
                                      fix=f"name one as {uri}#COLLECTION, or build one with drmix index "
                                          f"--backend milvus --uri {uri}.")
-            name = drmix_collections[0]
+            return drmix_collections[0]
         if not c.has_collection(name):
             raise IndexLoadError(f"{uri} has no collection {name} (drmix collections there: "
                                  f"{', '.join(sorted(drmix_collections)) or 'none'}).",
                                  fix=f"build it with drmix index --backend milvus --uri {uri} --collection {name}.")
-        meta = _meta_of(c, name)
-        if meta is None:
-            raise IndexLoadError(f"collection {name} in {uri} was not written by drmix index (no {META_PROPERTY}).",
-                                 fix=f"build it with drmix index --backend milvus --uri {uri} --collection NAME.")
-        self.uri, self.name, self.metadata = uri, name, meta
-        params = meta.get("params") or {}
-        self.search_params: dict[str, Any] = {k: params[k] for k in ("nprobe", "ef") if k in params}
-        c.load_collection(name)
-        self._pk: dict[str, int] = {}
+        return name
 
     def __len__(self) -> int:
         return int(self.metadata.get("count", 0))
@@ -345,6 +633,8 @@ class MilvusIndex(Index):
         return bool(self.metadata.get("has_texts"))
 
     def search(self, queries: np.ndarray, k: int, *, batch: int = 256) -> tuple[np.ndarray, list[list[str]]]:
+        from pymilvus.exceptions import MilvusException
+
         q = query_matrix(queries, self.dim, self.metadata, "collection")
         kk = min(int(k), len(self), 16_384)
         scores = np.full((q.shape[0], max(kk, 0)), -np.inf, dtype=np.float32)
@@ -355,15 +645,18 @@ class MilvusIndex(Index):
         if "ef" in params:
             params["ef"] = max(int(params["ef"]), kk)
         for s in range(0, q.shape[0], batch):
-            res = self.client.search(self.name, data=q[s:s + batch].tolist(), limit=kk,
-                                     output_fields=["doc_id", "id_json"],
-                                     search_params={"metric_type": "IP", "params": params})
+            try:
+                res = self.client.search(self.name, data=q[s:s + batch].tolist(), limit=kk,
+                                         output_fields=["pk", "doc_id", "id_json"],
+                                         search_params={"metric_type": "IP", "params": params})
+            except MilvusException as e:
+                raise unreadable(self.uri, self.name, e) from None
             for i, hits in enumerate(res):
                 row = []
                 for j, h in enumerate(hits):
                     ent = h["entity"]
                     doc_id = decode_id(ent["doc_id"], bool(ent["id_json"]))
-                    self._pk[doc_id] = int(h["pk"])
+                    self._pk[doc_id] = hit_pk(h)
                     scores[s + i, j] = h["distance"]
                     row.append(doc_id)
                 ids.append(row)
@@ -408,6 +701,30 @@ class MilvusIndex(Index):
             for r in self.client.query(self.name, filter=f"pk in {part}", output_fields=["vector"]):
                 out[int(r["pk"])] = r["vector"]
         return np.asarray([out[int(r)] for r in rows], dtype=np.float32)
+
+
+def hit_pk(hit: Any) -> int:
+    """The primary key of a search hit as every server returns it: the ``pk`` output field (asked for), else the
+    hit's own ``pk`` or ``id`` key (Milvus servers name the primary key ``id`` in a hit, Milvus Lite ``pk``)."""
+    for get in (lambda: hit["entity"]["pk"], lambda: hit["pk"], lambda: hit["id"], lambda: hit.id):
+        with contextlib.suppress(KeyError, AttributeError, TypeError):
+            value = get()
+            if value is not None:
+                return int(value)
+    raise IndexLoadError(f"a Milvus search hit has no primary key ({sorted(dict(hit))}).",
+                         fix="report this with the Milvus and pymilvus versions (drmix reads 'pk' or 'id').")
+
+
+def unreadable(uri: str, name: str | None, e: BaseException) -> IndexLoadError:
+    """The one line of a collection Milvus could not read (a damaged Milvus Lite folder: a file cut short)."""
+    where = f"collection {name} in {uri}" if name else uri
+    if is_uri(uri):
+        return IndexLoadError(f"Milvus could not read {where} ({_short(e)}).",
+                              fix=f"check the server's logs, or build it again with drmix index --backend milvus "
+                                  f"--uri {uri} --overwrite.")
+    return IndexLoadError(f"the Milvus Lite database {uri} is damaged: {_short(e, 2000).rstrip('.')}.",
+                          fix=f"build the collection again into a new --uri with drmix index --backend milvus "
+                              f"(or delete {uri} and build it again there).")
 
 
 register_backend(BackendSpec(

@@ -1,12 +1,12 @@
 """Held-out splits: each family's test/dev queries and distractors, written as a BEIR directory."""
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from drmix.data.builders.localdocs.options import LocalDocsOptions, Pair
+from drmix.fingerprint import text_digest
 
 
 @dataclass
@@ -37,7 +37,7 @@ def split_family(pairs: list[Pair], opts: LocalDocsOptions, rng: random.Random) 
 
 
 def _doc_id(text: str) -> str:
-    return "d" + hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+    return "d" + text_digest(text)[:12]
 
 
 def _write_beir_dir(root: Path, split: FamilySplit) -> Path:

@@ -16,7 +16,7 @@ from drmix.data.builders.localdocs.options import PAIR_TYPES, LocalDocsData, Loc
 from drmix.data.builders.localdocs.pairs import make_pairs
 from drmix.data.builders.localdocs.scan import collect_items
 from drmix.errors import ConfigError, DataError
-from drmix.io import atomic_dir, atomic_write_json, write_jsonl_atomic
+from drmix.io.atomic import atomic_dir, atomic_write_json, write_jsonl_atomic
 
 log = logging.getLogger(__name__)
 

@@ -1,10 +1,9 @@
-"""drmix.io: the folder swap killed between every pair of filesystem operations, the recovery of what a killed
-swap leaves, a full disk, the writability checks, the grouped atomic files, and the one rule for text."""
+"""drmix.io.atomic: the folder swap killed between every pair of filesystem operations, the recovery of what a
+killed swap leaves, a full disk while writing, symbolic links and loops, and the grouped atomic files."""
 from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -13,25 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from drmix import io
 from drmix.errors import ConfigError, DiskFullError
-from drmix.io import (
-    AtomicFiles,
-    atomic_dir,
-    atomic_write_bytes,
-    atomic_write_text,
-    check_free_space,
-    check_writable,
-    clean_json,
-    clean_text,
-    counted_clean_text,
-    is_disk_full,
-    iter_jsonl,
-    recover_swap,
-    swap_leftovers,
-)
+from drmix.io import atomic
+from drmix.io.atomic import AtomicFiles, atomic_dir, atomic_write_bytes, atomic_write_text, recover_swap, swap_leftovers
 
-SRC = str(Path(io.__file__).resolve().parents[1])
+SRC = str(Path(atomic.__file__).resolve().parents[2])
 EXCHANGE_STEPS = ("created", "built", "exchanged", "removing")
 FALLBACK_STEPS = ("created", "built", "marked-new", "moved-old", "moved-new", "removing")
 
@@ -40,21 +25,21 @@ FALLBACK_STEPS = ("created", "built", "marked-new", "moved-old", "moved-new", "r
 CHILD = textwrap.dedent("""
     import os, sys
     from pathlib import Path
-    from drmix import io
+    from drmix.io import atomic
     out, step, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-    io._USE_EXCHANGE = mode == "exchange"
+    atomic._USE_EXCHANGE = mode == "exchange"
     def fault(name):
         if name == step:
             os._exit(137)
-    io._fault_point = fault
+    atomic._fault_point = fault
     if step == "removing":
         def remove(p):
             files = sorted(f for f in p.rglob("*") if f.is_file())
             if files:
                 files[0].unlink()
             os._exit(137)
-        io._remove = remove
-    with io.atomic_dir(out) as tmp:
+        atomic._remove = remove
+    with atomic.atomic_dir(out) as tmp:
         (tmp / "new.txt").write_text("new")
         (tmp / "sub").mkdir()
         (tmp / "sub" / "more.txt").write_text("more")
@@ -134,7 +119,7 @@ def test_a_live_swap_is_left_alone_by_another_process_recovery(tmp_path):
     with atomic_dir(out) as tmp:
         (tmp / "x").write_text("x")
         assert swap_leftovers(out) == []  # locked: a running swap is not a leftover
-        code = f"from drmix.io import recover_swap; recover_swap({str(out)!r})"
+        code = f"from drmix.io.atomic import recover_swap; recover_swap({str(out)!r})"
         subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC}, check=True, timeout=120)
         assert (tmp / "x").is_file()
     assert _tree(out) == {"x": "x"}
@@ -210,18 +195,6 @@ def test_disk_full_while_building_names_the_output_and_keeps_the_old(tmp_path):
     assert _tree(out) == OLD and sorted(p.name for p in tmp_path.iterdir()) == [".out.old", "out"]
 
 
-def test_disk_full_is_recognised_through_the_writers_that_hide_the_errno():
-    assert is_disk_full(OSError(errno.EFBIG, "File too large"))
-    assert is_disk_full(OSError("76800 requested and 51168 written"))  # numpy's tofile
-    assert is_disk_full(RuntimeError('Error while serializing: IoError(Os { code: 27, kind: FileTooLarge, '
-                                     'message: "File too large" })'))  # safetensors
-    wrapped = RuntimeError("saving failed")
-    wrapped.__cause__ = OSError(errno.EDQUOT, "Disk quota exceeded")
-    assert is_disk_full(wrapped)
-    assert not is_disk_full(OSError(errno.EACCES, "Permission denied"))
-    assert not is_disk_full(RuntimeError("file write failed"))  # torch's words alone: only with a full folder
-
-
 def test_file_size_limit_in_a_child_process_ends_in_one_error(tmp_path):
     """ulimit -f (SIGXFSZ ignored, as Python does): a write past the limit is a DiskFullError naming the file,
     and the earlier file is left as it was."""
@@ -232,7 +205,7 @@ def test_file_size_limit_in_a_child_process_ends_in_one_error(tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1000, resource.RLIM_INFINITY))
         from drmix.errors import DiskFullError
-        from drmix.io import atomic_write_text
+        from drmix.io.atomic import atomic_write_text
         try:
             atomic_write_text({str(target)!r}, "x" * 5000)
         except DiskFullError as e:
@@ -244,34 +217,6 @@ def test_file_size_limit_in_a_child_process_ends_in_one_error(tmp_path):
     assert r.returncode == 3, r.stderr
     assert r.stdout.startswith(f"{target}: no room to write") and "ulimit -f: 1000 bytes" in r.stdout
     assert target.read_text() == "earlier" and sorted(p.name for p in tmp_path.iterdir()) == ["big.json"]
-
-
-def test_check_free_space_before_the_work(tmp_path, monkeypatch):
-    check_free_space(tmp_path / "x", 10)
-    with pytest.raises(DiskFullError, match="needs about"):
-        check_free_space(tmp_path / "x", 10**18)
-    monkeypatch.setattr(io, "file_size_limit", lambda: 1000)
-    with pytest.raises(DiskFullError, match="ulimit -f: 1000 bytes"):
-        check_free_space(tmp_path / "x", 5000, largest_file=4000)
-    check_free_space(tmp_path / "x", 5000, largest_file=900)
-
-
-def test_check_writable_path_under_a_file_and_read_only_folder(tmp_path, monkeypatch):
-    f = tmp_path / "notes.txt"
-    f.write_text("n")
-    with pytest.raises(ConfigError, match="lies under a file") as e:
-        check_writable(f / "out" / "index")
-    assert str(f) in str(e.value)
-    check_writable(tmp_path / "new" / "deeper")  # the nearest existing folder is probed
-
-    def read_only(*a, **k):
-        raise OSError(errno.EROFS, "Read-only file system")
-
-    monkeypatch.setattr(io.tempfile, "mkstemp", read_only)
-    with pytest.raises(ConfigError, match="read-only") as e:
-        check_writable(tmp_path / "out")
-    assert str(tmp_path) in str(e.value)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_atomic_files_replace_all_or_none(tmp_path):
@@ -291,26 +236,6 @@ def test_atomic_files_replace_all_or_none(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.md"]
 
 
-def test_clean_text_replaces_lone_surrogates_only():
-    assert counted_clean_text("a\ud800b\udfffc") == ("a\ufffdb\ufffdc", 2)
-    assert clean_text("a\ud800b") == "a\ufffdb"  # what other readers call per string (drmix.data.formats)
-    text = "emoji 😀 rtl \u05d0 nul \x00 sep \u2028"
-    assert counted_clean_text(text) == (text, 0) and clean_text(text) == text
-    obj, n = clean_json({"q\ud800": ["x\udc00", {"y": "\ud83d"}], "n": 1})
-    assert obj == {"q\ufffd": ["x\ufffd", {"y": "\ufffd"}], "n": 1} and n == 3
-
-
-def test_iter_jsonl_replaces_surrogates_and_logs_once_per_file(tmp_path, caplog):
-    p = tmp_path / "c.jsonl"
-    p.write_text('{"q": "a\\ud800"}\n{"q": "fine \\ud83d\\ude00"}\n{"q": "\\udc00\\udc01"}\n', encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="drmix.io"):
-        rows = [obj for _, obj in iter_jsonl(p)]
-    assert rows == [{"q": "a\ufffd"}, {"q": "fine 😀"}, {"q": "\ufffd\ufffd"}]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "drmix.io"]
-    assert warnings == [f"{p}:1: 3 lone surrogate(s) (such as \"\\ud800\", not Unicode text) in 2 line(s) "
-                        "replaced by U+FFFD"]
-
-
 def test_atomic_write_of_text_with_a_surrogate_is_not_reached(tmp_path):
     """The rule is applied where text enters; a surrogate that still reached a writer is a plain error."""
     with pytest.raises(UnicodeEncodeError):
@@ -324,7 +249,7 @@ def test_a_permission_error_names_the_folder_not_the_temporary_file(tmp_path):
         import os, sys
         from pathlib import Path
         from drmix.errors import ConfigError
-        from drmix.io import atomic_write_text
+        from drmix.io.atomic import atomic_write_text
         os.setgroups([]); os.setegid(65534); os.seteuid(65534)
         try:
             atomic_write_text(Path(sys.argv[1]) / "report.html", "x")
@@ -345,38 +270,3 @@ def test_a_permission_error_names_the_folder_not_the_temporary_file(tmp_path):
         top.rmdir()
     assert r.returncode == 3, r.stderr[-2000:]
     assert r.stdout.startswith(f"{top}: no permission") and ".tmp" not in r.stdout
-
-
-def test_a_peek_at_the_first_record_logs_nothing(tmp_path, caplog):
-    """Readers that look at the first record to detect a layout, then read the file, log the count once."""
-    p = tmp_path / "c.jsonl"
-    p.write_text('{"q": "a\\ud800"}\n{"q": "b"}\n', encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="drmix.io"):
-        assert next(iter(iter_jsonl(p)))[1] == {"q": "a\ufffd"}
-        assert len(list(iter_jsonl(p))) == 2
-    assert len([r for r in caplog.records if "surrogate" in r.getMessage()]) == 1
-
-
-def test_read_yaml_reads_a_document(tmp_path):
-    from drmix.io import read_yaml
-
-    (tmp_path / "a.yaml").write_text("a: 1\nb: [x, y]\n", encoding="utf-8")
-    assert read_yaml(tmp_path / "a.yaml") == {"a": 1, "b": ["x", "y"]}
-    (tmp_path / "empty.yaml").write_text("", encoding="utf-8")
-    assert read_yaml(tmp_path / "empty.yaml") is None
-
-
-def test_read_yaml_errors_name_the_file_the_line_and_the_fix(tmp_path):
-    from drmix.errors import DataError
-    from drmix.io import read_yaml
-
-    (tmp_path / "bad.yaml").write_text("a: 1\nb: [x\nc: 2\n", encoding="utf-8")
-    with pytest.raises(DataError) as e:
-        read_yaml(tmp_path / "bad.yaml", what="collection list", error=DataError)
-    assert "invalid YAML" in e.value.message and e.value.line == 3 and e.value.fix == "fix the YAML syntax."
-    with pytest.raises(ConfigError, match="prompts file not found"):
-        read_yaml(tmp_path / "missing.yaml", what="prompts file")
-    (tmp_path / "latin.yaml").write_bytes("a: caf\xe9\n".encode("latin-1"))
-    with pytest.raises(ConfigError, match="file is not valid UTF-8") as e:
-        read_yaml(tmp_path / "latin.yaml")
-    assert e.value.path == str(tmp_path / "latin.yaml")
