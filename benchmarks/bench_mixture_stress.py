@@ -112,7 +112,7 @@ CPU_RATES = (78.0, 450.0, 8.0)
 
 # ------------------------------------------------------------------------------------------------ the data
 def _write(path: Path, rows: list[dict]) -> str:
-    from drmix.io import write_jsonl_atomic
+    from drmix.io.atomic import write_jsonl_atomic
 
     if not path.exists():
         write_jsonl_atomic(path, rows)
@@ -186,7 +186,7 @@ def dev_sets(args) -> list[str]:
             if not (d / name).exists():
                 os.symlink(args.data / t / name, d / name)
         if not (d / "qrels" / "dev.tsv").exists():
-            from drmix.io import atomic_write_text
+            from drmix.io.atomic import atomic_write_text
 
             atomic_write_text(d / "qrels" / "dev.tsv",
                               (args.data / t / "qrels" / f"{DEV_SPLITS[t]}.tsv").read_text(encoding="utf-8"))
@@ -325,7 +325,7 @@ def trajectories(cell: Path, seed: int) -> dict:
     weighted a collection as it did: for tDRO, DoReMi and GroupDRO's stage 1 the mean proxy loss, reference loss
     and measurement over the steps and the weight at the first and last step; for the Inf-DDS arm the mean reward
     over its updates and its policy at the first and last record."""
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
 
     def mean(xs: list) -> float | None:
         xs = [x for x in xs if isinstance(x, (int, float))]
@@ -387,7 +387,7 @@ def load_results(path: Path) -> dict:
 def save_results(path: Path, stored: dict, *, poll_s: float = 1.0) -> None:
     """Write ``stored`` to ``path`` with the cells another process wrote there meanwhile (processes given other
     ``--scenarios`` or ``--seeds`` share one ``--out``: each adds its own cells), under ``path``'s lock."""
-    from drmix.io import atomic_write_json
+    from drmix.io.atomic import atomic_write_json
     from drmix.lock import LockHeld, holding
 
     while True:
@@ -511,11 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         print("no finished cell in", args.out)
         return 1
     text = report(stored)
-    from drmix.io import atomic_write_text
+    from drmix.io.atomic import atomic_write_text
 
     atomic_write_text(args.out / "report.md", text)
     if args.store:
-        from drmix.io import atomic_write_json
+        from drmix.io.atomic import atomic_write_json
 
         atomic_write_json(args.store, stored, indent=None)
     print(text, end="", flush=True)

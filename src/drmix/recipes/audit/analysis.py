@@ -59,7 +59,7 @@ def learned_weights(plan: AuditPlan) -> dict[str, dict[str, float]]:
 
 def _excess_losses(plan: AuditPlan) -> dict[str, list[float]]:
     """DoReMi's per-step measurement (the excess loss) of every collection over every seed's stage 1."""
-    from drmix.io import iter_jsonl
+    from drmix.io.read import iter_jsonl
 
     samples: dict[str, list[float]] = {n: [] for n in plan.names}
     for seed in plan.seeds:

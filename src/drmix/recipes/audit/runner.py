@@ -68,7 +68,7 @@ def run_audit(config: AuditConfig, *, progress: Callable[[str], None] | None = N
     """Run every stage (reusing the finished ones made with the same settings from the same inputs), evaluate
     every run on the dev sets and write the audit's answer (``summary.md``, ``summary.json``, ``weights.json``,
     ``audit.png``, ``report.html``)."""
-    from drmix.io import atomic_write_json, atomic_write_text
+    from drmix.io.atomic import atomic_write_json, atomic_write_text
     from drmix.recipes.audit import report
     from drmix.recipes.progress import estimate_device
     from drmix.recipes.stages import run_stages

@@ -83,21 +83,18 @@ def mined_key(spec: Any, miner: str | None, fmt: str, columns: Any) -> str | Non
     """The cache key of a collection's mined copy: the collection file's content, the miner's (a local folder's
     content; its name otherwise), the number of negatives and the mining rule; None when the collection is not one
     local file (nothing to fingerprint)."""
-    import hashlib
-    import json
-
     from drmix.config import CollectionSpec
     from drmix.evaluation.suite import model_stamp
-    from drmix.provenance import file_fingerprint
+    from drmix.fingerprint import config_digest, file_digest
     from drmix.recipes.optimize import STAGE1_NEGATIVES
 
     path = Path(spec.path if isinstance(spec, CollectionSpec) else str(spec)).expanduser()
     if not path.is_file():
         return None
-    record = {"data": file_fingerprint(path)["digest"], "spec": spec.model_dump() if isinstance(spec, CollectionSpec)
+    record = {"data": file_digest(path), "spec": spec.model_dump() if isinstance(spec, CollectionSpec)
               else None, "format": fmt, "columns": columns, "miner": model_stamp(miner) or miner,
               "negatives": STAGE1_NEGATIVES, "window": "1:30", "max_score_ratio": 0.95, "version": 1}
-    return hashlib.blake2b(json.dumps(record, sort_keys=True, default=str).encode(), digest_size=16).hexdigest()
+    return config_digest(record)
 
 
 def mine_negatives(config: AuditConfig, plan: AuditPlan) -> dict[str, Any]:
@@ -108,7 +105,8 @@ def mine_negatives(config: AuditConfig, plan: AuditPlan) -> dict[str, Any]:
     import shutil
 
     from drmix.data.collections import load_collections
-    from drmix.io import atomic_write_json, cache_root, cache_writes, write_jsonl_atomic
+    from drmix.io.atomic import atomic_write_json, write_jsonl_atomic
+    from drmix.io.checks import cache_root, cache_writes
     from drmix.recipes.optimize import STAGE1_NEGATIVES, mine_missing_negatives
 
     d, paths, report = config.data, mined_paths(plan), {}
