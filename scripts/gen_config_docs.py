@@ -86,6 +86,7 @@ def render() -> str:
     from drmix.config import RecipeConfig, TrainConfig
     from drmix.pretrain.runner import CocoConfig
     from drmix.recipes.adapt import AdaptConfig
+    from drmix.recipes.audit import AuditConfig
     from drmix.recipes.coco import CocoPipelineConfig
     from drmix.recipes.drama import DramaConfig
     from drmix.recipes.tdro import PipelineConfig
@@ -110,6 +111,10 @@ def render() -> str:
                                 "`mixture`: the candidates set it)",
                    only={"eval", "run", "target", "synthetic", "stages", "search", "labels", "dro", "influence"}),
              left_out_table(AdaptConfig),
+             table(AuditConfig, "`drmix mixture audit`: its own parts (its training parts are TrainConfig's less the "
+                                "fields below, which the audit sets itself)",
+                   fields=changed_fields(AuditConfig, TrainConfig)),
+             left_out_table(AuditConfig),
              table(CocoConfig, "`drmix pretrain coco` (CocoConfig): its own parts", only={"optim", "run", "coco"})]
     return "\n".join(parts)
 

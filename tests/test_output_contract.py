@@ -26,6 +26,8 @@ def _world(tmp: Path) -> dict[str, Path]:
     w = {"data": write_beir(tmp / "data", CORPUS, {"q": "alpha"}, {"test": {"q": {"a": 1}}})}
     w["coll"] = tmp / "coll.jsonl"
     w["coll"].write_text(json.dumps({"query": "alpha", "positive": "alpha text here", "negatives": ["beta"]}) + "\n")
+    w["coll2"] = tmp / "coll2.jsonl"
+    w["coll2"].write_text(json.dumps({"query": "beta", "positive": "beta text there"}) + "\n")
     for name in ("ea", "eb"):
         (tmp / name).mkdir()
         (tmp / name / "eval.json").write_text(json.dumps({"model": name, "split": "test", "results": {"d": {}},
@@ -81,6 +83,10 @@ COMMANDS = {
                       "dir", "data", _own_train),
     "mixture optimize": (lambda w, o: ["mixture", "optimize", "--data", w["coll"], "--output-dir", o, "--model", M,
                                        "--reference-model", w["lm"]], "dir", "lm", _own_train),
+    "mixture audit": (lambda w, o: ["mixture", "audit", "--data", w["coll"], "--data", w["coll2"], "--dev", w["data"],
+                                    "--dev-split", "test", "--output-dir", o, "--model", M], "dir", "data",
+                      _own_recipe("audit.yaml", "runs/seed42/all/config.yaml", "runs/seed42/all/model/modules.json",
+                                  "learning_rate: 0.5")),
     "pipeline tdro": (lambda w, o: ["pipeline", "tdro", "--data", w["coll"], "--test-data", w["data"],
                                     "--output-dir", o, "--model", M], "dir", "data",
                       _own_recipe("pipeline.yaml", "stage0-reference/config.yaml", "stage0-reference/model/modules.json",

@@ -3,6 +3,7 @@
 The main entry points, importable from the top level (loaded lazily, so ``import drmix`` stays fast)::
 
     from drmix import TrainConfig, train, load_collections, load_encoder, evaluate_model, DenseIndex
+    from drmix import AuditConfig, run_audit       # drmix mixture audit: which collections help, which hurt
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ _LAZY = {
     "evaluate_run": "drmix.evaluation.metrics",
     "load_beir": "drmix.data.beir",
     "DenseIndex": "drmix.retrieval.index",
+    "AuditConfig": "drmix.recipes.audit",
+    "run_audit": "drmix.recipes.audit",
 }
 
 

@@ -17,9 +17,9 @@ from drmix.train.listeners import Listener
 from drmix.train.saving import TrainResult
 
 
-def default_listeners(config: TrainConfig, evaluators: Sequence[Any] = ()) -> list[Listener]:
-    """Evaluation during training (when ``eval_data``, ``evaluator`` or ``evaluators`` are set), then the card
-    and report."""
+def default_listeners(config: TrainConfig, evaluators: Sequence[Any] = (), *, report: bool = True) -> list[Listener]:
+    """Evaluation during training (when ``eval_data``, ``evaluator`` or ``evaluators`` are set), then (``report``)
+    the card and report."""
     from drmix.report.listener import RunReport
 
     out: list[Listener] = []
@@ -28,7 +28,8 @@ def default_listeners(config: TrainConfig, evaluators: Sequence[Any] = ()) -> li
         from drmix.evaluation.periodic import PeriodicEvaluation, build_evaluator
 
         out.append(PeriodicEvaluation(config, [*map(build_evaluator, named), *evaluators]))
-    out.append(RunReport())
+    if report:
+        out.append(RunReport())
     return out
 
 
@@ -87,7 +88,7 @@ def _loss_objective(config: TrainConfig, loss: Any, objective: Any, strategy: An
 def train(config: TrainConfig | Mapping[str, Any] | str | Path, *, strategy: Any = None, objective: Any = None,
           callbacks: Sequence[Callable[..., None]] = (), listeners: Sequence[Listener] = (),
           model: Any = None, train_dataset: Any = None, evaluator: Any = None, loss: Any = None,
-          **kwargs: Any) -> TrainResult:
+          report: bool = True, **kwargs: Any) -> TrainResult:
     """Train a model as ``config`` says (see :class:`~drmix.train.trainer.Trainer`). Every argument's type is
     checked before anything loads (:mod:`drmix.train.arguments`): a wrong one is an
     :class:`~drmix.errors.ArgumentError` (a ``TypeError`` too) naming it and the fix.
@@ -105,6 +106,7 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path, *, strategy: Any
             a registered loss (``"mnrl"``), instead of ``config.contrastive.loss``.
         listeners: added after the default ones; ``callbacks`` (callables or ``transformers.TrainerCallback``
             objects) after those.
+        report: write the model card and ``report.html`` at the end (a recipe's many short runs skip them).
     """
     from drmix.train import arguments as args
     from drmix.train.trainer import Trainer
@@ -128,4 +130,4 @@ def train(config: TrainConfig | Mapping[str, Any] | str | Path, *, strategy: Any
     if model is not None:
         kwargs["model"] = model
     return Trainer(config, strategy=strategy, objective=objective, callbacks=callbacks,
-                   listeners=[*default_listeners(config, evaluators), *listeners], **kwargs).train()
+                   listeners=[*default_listeners(config, evaluators, report=report), *listeners], **kwargs).train()

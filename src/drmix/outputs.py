@@ -166,10 +166,11 @@ KINDS: dict[str, OutputKind] = {k.name: k for k in (
                lambda d: model_saved(d) and (d / "drmix_prune.json").is_file()),
     OutputKind("train", "a drmix training run (metrics.jsonl, checkpoints/, model/)", "files", "resume",
                _metrics_run),
-    OutputKind("recipe", "a drmix pipeline output (pipeline.yaml / drama.yaml / adapt.yaml / summary.json and stage "
-               "folders)",
+    OutputKind("recipe", "a drmix pipeline output (pipeline.yaml / drama.yaml / adapt.yaml / audit.yaml / "
+               "summary.json and stage folders)",
                "files", "continue",
-               lambda d: any((d / n).is_file() for n in ("pipeline.yaml", "drama.yaml", "adapt.yaml", "summary.json"))
+               lambda d: any((d / n).is_file() for n in ("pipeline.yaml", "drama.yaml", "adapt.yaml", "audit.yaml",
+                                                         "summary.json"))
                or any(_metrics_run(c) for c in d.iterdir() if c.is_dir())),
     OutputKind("demo", "an earlier drmix demo (demo.json)", "files", "overwrite", lambda d: (d / "demo.json").is_file(),
                ("data", "runs", "eval", "results.md", "results.json", "demo.json")),

@@ -131,7 +131,8 @@ def load_checked(model_cls: type[BaseModel], path: Path | None, overrides: dict[
         if e.path is None and path is not None:
             raise ConfigError(e.message, path=path, fix=e.fix) from None
         raise
-    if "mixture" in getattr(model_cls, "groups", dict)():
+    mixture = getattr(model_cls, "groups", dict)().get("mixture")
+    if mixture is not None and "strategy" in mixture.model_fields:      # a config that names a strategy
         from drmix.mixture.registry import check_config
 
         try:

@@ -15,6 +15,8 @@ the benchmarks): one place for the formulas.
   that pool every query of every dataset.
 * :func:`wilcoxon_test` -- the Wilcoxon signed-rank test of paired differences (two-sided, zeros dropped:
   scipy's ``stats.wilcoxon`` with ``zero_method="wilcox"``), the rank-based check beside the t-test.
+* :func:`kendall_tau` -- Kendall's tau-b between two scorings of the same items with its two-sided p (scipy's
+  ``stats.kendalltau``: the exact null distribution for small samples without ties).
 
 The recipes and the benchmarks take their intervals and tests from here, never from scipy directly.
 
@@ -99,3 +101,15 @@ def wilcoxon_test(diffs, *, zero: float = 1e-12) -> float | None:
     if d.size == 0:
         return None
     return float(stats.wilcoxon(d, zero_method="wilcox").pvalue)
+
+
+def kendall_tau(x, y) -> tuple[float, float]:
+    """``(tau, p)``: Kendall's tau-b of two scorings of the same items and its two-sided p (NaN for fewer than
+    2 items, or when one scoring is constant)."""
+    from scipy import stats
+
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+        return float("nan"), float("nan")
+    res = stats.kendalltau(a, b)
+    return float(res.statistic), float(res.pvalue)

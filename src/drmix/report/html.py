@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 REPORT = "report.html"
 GENERATOR = "drmix report"
-CONFIG_FILES = ("config.yaml", "pipeline.yaml", "adapt.yaml", "demo.json", "manifest.json")
+CONFIG_FILES = ("config.yaml", "pipeline.yaml", "adapt.yaml", "audit.yaml", "demo.json", "manifest.json")
 TABLE_FILES = ("summary.md", "results.md", "eval.md", "compare.md")
 _SKIP_DIRS = {"checkpoints", "model", "adapter", "index", "cache", ".cache", "__pycache__", "tensorboard", "wandb"}
 _LIST_ONLY = {"checkpoints", "index", "cache", "tensorboard", "wandb"}  # listed, their insides not
@@ -375,13 +375,15 @@ def sub_runs(folder: Path) -> list[Path]:
     return found
 
 
-def render_report(folder: str | Path) -> str:
-    """The HTML text of ``folder``'s report (a run or a pipeline)."""
+def render_report(folder: str | Path, *, runs: bool = True) -> str:
+    """The HTML text of ``folder``'s report (a run or a pipeline); ``runs`` false: the runs below it are listed
+    as links to their own reports, without their curves (a recipe of many short runs: the audit)."""
     folder = Path(folder)
     out_file = folder / REPORT
     title = folder.resolve().name
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    runs = sub_runs(folder)
+    show_runs = runs
+    runs = sub_runs(folder) if runs else []
     sections = [f"<h1>drmix report: {_esc(title)}</h1>",
                 f"<p class='meta'>{_esc(folder.resolve())} &middot; generated {stamp}</p>"]
     nav = ["<a href='#config'>configuration</a>"]
@@ -409,6 +411,12 @@ def render_report(folder: str | Path) -> str:
             if run_tables:
                 parts.append(run_tables.replace("<h3>", "<h4>").replace("</h3>", "</h4>"))
         sections.append("".join(parts))
+    if not show_runs:
+        listed = [p.parent for p in sorted(folder.rglob(REPORT)) if p != out_file and "checkpoints" not in p.parts]
+        if listed:
+            sections.append("<h2 id='runs'>Runs</h2><ul class='files'>" + "".join(
+                f"<li><a href='{_href(p.relative_to(folder) / REPORT)}'>{_esc(p.relative_to(folder).as_posix())}</a>"
+                "</li>" for p in listed) + "</ul>")
     sections.append("<h2 id='results'>Results</h2>" + (tables or "<p class='empty'>no evaluation or comparison "
                                                                   "tables in this folder or its eval/ and compare/ "
                                                                   "folders yet (drmix eval --output "
@@ -462,10 +470,10 @@ def is_drmix_report(path: str | Path) -> bool:
     return f"content='{GENERATOR}'" in head
 
 
-def write_report(folder: str | Path) -> Path:
-    """Write ``folder/report.html`` (atomically); returns its path."""
+def write_report(folder: str | Path, *, runs: bool = True) -> Path:
+    """Write ``folder/report.html`` (atomically; ``runs``: see :func:`render_report`); returns its path."""
     folder = Path(folder)
     path = folder / REPORT
-    atomic_write_text(path, render_report(folder))
+    atomic_write_text(path, render_report(folder, runs=runs))
     log.info("report: %s", path)
     return path

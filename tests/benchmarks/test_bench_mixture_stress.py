@@ -1,0 +1,146 @@
+"""benchmarks/bench_mixture_stress.py: the harmful collections, what the arms reuse, and the tables."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_mixture_stress as bs  # noqa: E402
+import stress_report as sr  # noqa: E402
+
+
+def test_the_noisy_copy_moves_the_stated_fraction_of_positives_and_keeps_the_rest():
+    rows = [{"query": f"q{i}", "positive": f"p{i}", "negatives": [f"n{i}"]} for i in range(10)]
+    noisy = bs.noisy_copy(rows, 0.5, seed=3)
+    moved = [i for i, r in enumerate(noisy) if r["positive"] != f"p{i}"]
+    assert len(moved) == 5                                          # half, and none kept its own positive
+    assert sorted(noisy[i]["positive"] for i in moved) == sorted(f"p{i}" for i in moved)   # a permutation of them
+    assert all(noisy[i] == rows[i] for i in range(10) if i not in moved)
+    assert [r["query"] for r in noisy] == [r["query"] for r in rows] and rows[moved[0]]["positive"] == f"p{moved[0]}"
+    assert bs.noisy_copy(rows, 0.5, seed=3) == noisy               # seeded
+
+
+def test_the_flood_repeats_the_source_in_order():
+    rows = [{"query": "a"}, {"query": "b"}, {"query": "c"}]
+    assert [r["query"] for r in bs.flood(rows, 7)] == ["a", "b", "c", "a", "b", "c", "a"]
+
+
+def test_the_off_task_set_pairs_questions_with_answer_strings(shared_data):
+    rows = bs.answer_pairs(shared_data, limit=50)
+    assert len(rows) == 50
+    doc = json.loads((shared_data / "xquad" / "xquad.en.json").read_text(encoding="utf-8"))
+    answers = {qa["question"]: qa["answers"][0]["text"] for art in doc["data"] for p in art["paragraphs"]
+               for qa in p["qas"]}
+    assert all(answers[r["query"]] == r["positive"] != (r["negatives"] or [None])[0] for r in rows)
+
+
+def test_the_dev_sets_are_the_non_test_splits(tmp_path, shared_data):
+    from types import SimpleNamespace
+
+    dev = bs.dev_sets(SimpleNamespace(out=tmp_path, data=shared_data))
+    assert [Path(d).name for d in dev] == ["scifact", "nfcorpus"]
+    for d, split in zip(dev, ("train", "dev")):
+        qrels = (Path(d) / "qrels" / "dev.tsv").read_text(encoding="utf-8")
+        assert qrels == (shared_data / Path(d).name / "qrels" / f"{split}.tsv").read_text(encoding="utf-8")
+        assert sorted(p.name for p in (Path(d) / "qrels").iterdir()) == ["dev.tsv"]     # no test qrels here
+
+
+def _weights(tmp_path: Path, weights: dict[str, float]) -> Path:
+    audit = tmp_path / "audit"
+    audit.mkdir(exist_ok=True)
+    (audit / "weights.json").write_text(json.dumps({"collections": list(weights), "weights": list(weights.values())}))
+    return audit
+
+
+@pytest.mark.parametrize("weights, expected", [
+    ({"a": 1 / 3, "b": 1 / 3, "noisy_xquad": 1 / 3}, "all"),
+    ({"a": 0.5, "b": 0.5, "noisy_xquad": 0.0}, "without-noisy_xquad"),
+    ({"a": 0.0, "b": 0.5, "noisy_xquad": 0.5}, "without-a"),
+    ({"a": 0.4, "b": 0.4, "noisy_xquad": 0.2}, None),          # a down-weight: trained with the file
+    ({"a": 1.0, "b": 0.0, "noisy_xquad": 0.0}, None),          # one of three kept: not a run of the audit
+])
+def test_the_audit_arm_is_the_audit_run_its_recommendation_names(tmp_path, weights, expected):
+    audit = _weights(tmp_path, weights)
+    got = bs.shared_model("audit", "noisy", 4, audit, list(weights))
+    assert got == (None if expected is None else audit / "runs" / "seed4" / expected / "model")
+    assert bs.shared_model("uniform", "noisy", 4, audit, list(weights)) == audit / "runs" / "seed4" / "all" / "model"
+    assert bs.shared_model("oracle", "noisy", 4, audit, list(weights)) == (
+        audit / "runs" / "seed4" / "without-noisy_xquad" / "model")
+    assert bs.shared_model("size", "noisy", 4, audit, list(weights)) is None
+
+
+def _cell(gains: dict[str, float], verdict: str = "drop") -> dict:
+    """Per arm, two queries a target: uniform 0.5 / 0.3 everywhere, every other arm that plus its gain."""
+    test = {arm: {t: {"q1": 0.5 + g, "q2": 0.3 + g} for t in sr.TARGETS} for arm, g in gains.items()}
+    names = ["a", "noisy_xquad"]
+    return {"test": bs.compact(test), "dev": {}, "chosen": "audit",
+            "audit": {"verdicts": {"a": "keep", "noisy_xquad": verdict}, "weights": {"a": 1.0, "noisy_xquad": 0.0},
+                      "loo": {n: {"mean": -0.01, "low": -0.02, "high": -0.001, "p": 0.01} for n in names},
+                      "agreement": {"infdds": {"tau": 1.0, "p": 0.3}}, "voters": ["infdds"], "learned": {},
+                      "refused": {}, "harmful": "noisy_xquad"},
+            "weights": {"groupdro:reweight": {"a": 0.4, "noisy_xquad": 0.6}}}
+
+
+def test_the_tables_by_hand():
+    gains = {"uniform": 0.0, "audit": 0.02, "oracle": 0.025, "dev-selected": 0.02}
+    stored = {"preset": "medium", "settings": {"steps": 100}, "cells": {
+        "noisy/0": _cell(gains), "noisy/1": _cell({**gains, "audit": 0.01, "dev-selected": 0.01})}}
+    text = sr.report(stored)
+    lines = text.splitlines()
+    row = next(x for x in lines if x.startswith("| audit |"))
+    # every query gains 0.02 and 0.01 in the two seeds: +0.015 pooled, no spread; 60% of the oracle's +0.025
+    assert row.startswith("| audit | 0.4150 | 0.4150 | 0.4150 | +0.0150 [+0.0150, +0.0150] | 0 | +0.0200 / +0.0100 | 60% ")
+    assert "| noisy | 0 | -0.0100 [-0.0200, -0.0010] | drop | none |" in text
+    assert "| noisy | audit | +0.0150 | 0 | yes | 60% [40%, 80%] | missed |" in text      # below 80% of the oracle
+    assert "| noisy | – | – | – | – | 0.6000 ↑ | – | 0.0000 |" in text                 # GroupDRO up-weights it
+    assert "named the harmful set (drop or down-weight) in 2 of 2 harmful runs (2 drop)" in text
+    assert text == sr.report(json.loads(json.dumps(stored)))                           # from stored results alone
+
+
+FIXTURES = sorted((Path(__file__).parent / "fixtures").glob("stress-*-results.json"))
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.stem for f in FIXTURES])
+def test_the_docs_table_is_what_report_only_prints_from_its_stored_results(tmp_path, capsys, fixture):
+    (tmp_path / "results.json").write_bytes(fixture.read_bytes())
+    assert bs.main(["--report-only", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "mixture.md").read_text(encoding="utf-8")
+    assert printed.startswith("Preset `") and printed.rstrip("\n") in docs
+
+
+def test_the_trajectories_say_what_each_method_measured_of_the_harmful_set(tmp_path):
+    stage1 = tmp_path / "audit" / "stage1" / "groupdro-seed0"
+    stage1.mkdir(parents=True)
+    recs = [{"step": s, "weights": {"a": wa, "noisy_xquad": 1 - wa}, "proxy_loss": {"a": pa, "noisy_xquad": pn},
+             "reference_loss": {"a": None, "noisy_xquad": None}, "measurement": {"a": pa, "noisy_xquad": pn}}
+            for s, wa, pa, pn in ((1, 0.5, 1.0, 3.0), (2, 0.4, 0.5, 2.0))]
+    (stage1 / "weights.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    arm = tmp_path / "arms" / "infdds"
+    arm.mkdir(parents=True)
+    (arm / "weights.jsonl").write_text(json.dumps({"step": 1, "weights": {"a": 0.5, "noisy_xquad": 0.5}, "rewards": {}})
+                                       + "\n" + json.dumps({"step": 20, "weights": {"a": 0.6, "noisy_xquad": 0.4},
+                                                            "rewards": {"a": 0.02, "noisy_xquad": -0.01}}) + "\n")
+    t = bs.trajectories(tmp_path, 0)
+    assert t["groupdro"]["noisy_xquad"] == {"proxy_loss": 2.5, "reference_loss": None, "measurement": 2.5,
+                                            "first": 0.5, "last": 0.6}
+    assert t["infdds"]["noisy_xquad"] == {"rewards": -0.01, "first": 0.5, "last": 0.4}
+    cell = {**_cell({"uniform": 0.0, "audit": 0.01, "dev-selected": 0.01, "oracle": 0.02}), "trajectories": t}
+    text = sr.report({"preset": "cpu", "settings": {}, "cells": {"noisy/0": cell}})
+    assert "| noisy | groupdro | 2.5 / 0.75 | – | 2.5 / 0.75 | 0.5000 → 0.6000 |" in text
+    assert "| noisy | infdds | – | – | -0.01 / 0.02 | 0.5000 → 0.4000 |" in text
+
+
+def test_processes_sharing_an_out_folder_add_their_own_cells(tmp_path):
+    path = tmp_path / "results.json"
+    bs.save_results(path, {"preset": "medium", "cells": {"clean/0": {"x": 1}}})
+    mine = {"preset": "medium", "cells": {"flood/0": {"x": 2}}}       # a second process, with its own scenarios
+    bs.save_results(path, mine)
+    assert json.loads(path.read_text())["cells"] == {"clean/0": {"x": 1}, "flood/0": {"x": 2}}
+    bs.save_results(path, {"preset": "medium", "cells": {"clean/0": {"x": 3}}})   # a cell is its writer's
+    assert json.loads(path.read_text())["cells"] == {"clean/0": {"x": 3}, "flood/0": {"x": 2}}
