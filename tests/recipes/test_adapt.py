@@ -511,6 +511,27 @@ def test_a_model_folder_the_recipe_did_not_write_is_refused(tmp_path, tiny_model
     assert (tmp_path / "run" / "model" / "mine.txt").read_text() == "mine"
 
 
+def test_a_second_run_into_an_output_directory_another_run_holds_is_refused(tmp_path, tiny_model_path):
+    """One run at a time into an --output-dir (under torchrun rank 0 holds it): a live process's lock refuses the
+    run before any stage, and the other run's lock and files are left as they are."""
+    import os
+    import socket
+
+    from drmix.lock import LOCK_NAME, RunLockedError
+
+    cfg = make_config(tmp_path, tiny_model_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / LOCK_NAME).write_text(json.dumps({"pid": os.getppid(), "host": socket.gethostname()}))
+    with pytest.raises(RunLockedError, match="another run is writing"):
+        run_adapt(cfg)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [LOCK_NAME]
+    (tmp_path / "run" / LOCK_NAME).unlink()     # the other run ended: this one takes the lock, then the claim
+    (tmp_path / "run" / "notes.txt").write_text("mine")   # refuses a user's folder as before, lock released
+    with pytest.raises(ConfigError, match="holds files drmix did not write"):
+        run_adapt(cfg)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]
+
+
 def test_an_llm_endpoint_writes_queries_that_are_counted_apart_and_cached(tmp_path, tiny_model_path):
     from loopback_llm import LoopbackServer, chat
 

@@ -37,6 +37,14 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
 
 def _run_main(config: AdaptConfig, plan: AdaptPlan, stages: list[Stage],
               progress: Callable[[str], None] | None) -> AdaptResult:
+    from drmix.lock import run_lock
+
+    with run_lock(plan.root):  # one run at a time into an output directory (under torchrun: rank 0's)
+        return _run_locked(config, plan, stages, progress)
+
+
+def _run_locked(config: AdaptConfig, plan: AdaptPlan, stages: list[Stage],
+                progress: Callable[[str], None] | None) -> AdaptResult:
     from drmix.outputs import claim_run
     from drmix.recipes.adapt.report import check_model_target, write_outputs
     from drmix.recipes.adapt.synthetic import read_synthetic_stats
