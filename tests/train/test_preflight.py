@@ -40,6 +40,22 @@ def test_dev_sets_are_required_by_the_influence_family():
     _check(strategy="idro")
 
 
+def test_a_mixture_only_static_training_reads_is_refused_for_a_strategy_that_samples_by_its_own_rule(tmp_path):
+    for strategy in ("idro", "groupdro", "multidds"):
+        kw = {"batching": "mixed", "dev": ["some/dir"]}
+        with pytest.raises(ConfigError, match=f"--mixture size sets the weights of static training; --strategy "
+                                              f"{strategy} samples") as err:
+            _check(strategy=strategy, mixture="size", **kw)
+        assert err.value.fix.startswith("drop --mixture")
+        _check(strategy=strategy, mixture="uniform", **kw)               # the default: nothing to ignore
+    w = tmp_path / "w.json"
+    w.write_text('{"a": 0.7, "b": 0.3}')
+    with pytest.raises(ConfigError, match="--weights-file .*w.json sets the weights of static training"):
+        _check(strategy="idro", weights_file=str(w))
+    _check(strategy="static", mixture="size")
+    _check(strategy="static", mixture="file", weights_file=str(w))
+
+
 def test_an_unregistered_strategy_is_not_checked():
     class Custom:
         name = "not-registered"

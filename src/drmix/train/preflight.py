@@ -59,7 +59,10 @@ def check_strategy(config: Any, strategy: Any, names: list[str]) -> None:
       ``--batching homogeneous`` every batch holds one collection, so their weights could never learn
       anything (they would stay uniform, or drift with the sampling order);
     * ``needs_reference`` (or its ``reference_needed(options)``) -- a frozen reference model's losses;
-    * ``needs_dev`` -- dev sets (``--dev``).
+    * ``needs_dev`` -- dev sets (``--dev``);
+
+    and a ``--mixture`` other than uniform or a ``--weights-file`` given to a strategy other than ``static`` (only
+    static training reads them: the others would ignore them without a word).
 
     ``strategy`` is the built strategy (its ``name`` finds the spec; an unregistered one is not checked).
     """
@@ -69,6 +72,12 @@ def check_strategy(config: Any, strategy: Any, names: list[str]) -> None:
     spec = STRATEGIES.all().get(name)
     if spec is None:
         return
+    if name != "static" and (config.mixture.scheme != "uniform" or config.mixture.weights_file):
+        given = (f"--weights-file {config.mixture.weights_file}" if config.mixture.scheme == "uniform"
+                 else f"--mixture {config.mixture.scheme}")
+        raise ConfigError(f"{given} sets the weights of static training; --strategy {name} samples the collections "
+                          "by its own rule and would not read it.",
+                          fix=f"drop {given.split()[0]}, or train with --strategy static (the default).")
     if spec.requires_mixed_batches and config.contrastive.batching == "homogeneous" and len(names) >= 2:
         raise ConfigError(f"--strategy {name} compares the collections within each batch, but --batching homogeneous "
                           "puts one collection in every batch: the learned weights could never move.",
