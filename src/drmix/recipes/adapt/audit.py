@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from drmix.errors import ConfigError
+from drmix.recipes.adapt.config import select_max_docs
 
 #: the audit's budget inside ``drmix adapt`` unless ``--audit`` (or a preset) says otherwise: short runs, one
 #: seed, and only the signals the whole-mixture run's probe measures (no stage-1 runs, no mining)
@@ -43,28 +44,9 @@ def audit_stage_name(synthetic: bool) -> str:
     return f"mixture audit{' (+synthetic)' if synthetic else ''}"
 
 
-def check_audit_options(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``--audit KEY=VALUE`` checked by the audit's own part (:class:`~drmix.recipes.audit.AuditOptions`): a key
-    that is not one of its fields, or a bad value, is a :class:`ConfigError` naming it."""
-    from drmix.config import format_validation
-    from drmix.recipes.audit import AuditConfig, AuditOptions
-
-    fix = "write --audit KEY=VALUE with a field of the Audit part of `drmix mixture audit --help` (e.g. budget_steps)."
-    unknown = sorted(set(values) - set(AuditOptions.model_fields))
-    if unknown:
-        raise ConfigError(f"invalid --audit override {unknown[0]}: not an option of the audit (use "
-                          f"{', '.join(AuditOptions.model_fields)}).", fix=fix)
-    try:
-        return AuditOptions.model_validate(dict(values)).model_dump()
-    except ValidationError as e:
-        raise ConfigError(f"invalid --audit override {format_validation(e, AuditConfig)}.", fix=fix) from None
-
-
 def audit_defaults(config: Any) -> dict[str, Any]:
     """The audit options before ``--audit``: :data:`AUDIT_DEFAULTS`, the selection's corpus cap on the dev corpus,
     and the synthetic set's teacher as the miner of stage 1's negatives (when a stage-1 signal is asked for)."""
-    from drmix.recipes.adapt.config import select_max_docs
-
     return {**AUDIT_DEFAULTS, "dev_max_docs": select_max_docs(config), "stage1_miner": config.synthetic.teacher}
 
 

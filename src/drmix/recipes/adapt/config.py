@@ -5,7 +5,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from drmix.config import INPUT, OPERATIONAL, Config, OptimConfig, Part, PipelineRun, TrainConfig, setting
 from drmix.config.train import RECIPE_LEFT_OUT, TrainingParts
@@ -316,10 +316,25 @@ class AdaptConfig(TrainingParts):
         check_options(self)
         check_override(lambda: CocoConfig.model_validate(self.stages.coco), "--coco", CocoConfig)
         check_override(lambda: TrainConfig.model_validate(self.stages.stage1), "--stage1", TrainConfig)
-        from drmix.recipes.adapt.audit import check_audit_options
-
         check_audit_options(self.stages.audit)
         return self
+
+
+def check_audit_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--audit KEY=VALUE`` checked by the audit's own part (:class:`~drmix.recipes.audit.AuditOptions`): a key
+    that is not one of its fields, or a bad value, is a :class:`ConfigError` naming it."""
+    from drmix.config import format_validation
+    from drmix.recipes.audit import AuditConfig, AuditOptions
+
+    fix = "write --audit KEY=VALUE with a field of the Audit part of `drmix mixture audit --help` (e.g. budget_steps)."
+    unknown = sorted(set(values) - set(AuditOptions.model_fields))
+    if unknown:
+        raise ConfigError(f"invalid --audit override {unknown[0]}: not an option of the audit (use "
+                          f"{', '.join(AuditOptions.model_fields)}).", fix=fix)
+    try:
+        return AuditOptions.model_validate(dict(values)).model_dump()
+    except ValidationError as e:
+        raise ConfigError(f"invalid --audit override {format_validation(e, AuditConfig)}.", fix=fix) from None
 
 
 def synthetic_fields() -> list[str]:
