@@ -104,6 +104,17 @@ def audit_work(name: str, acfg: Any, sizes: Mapping[str, int], dev_queries: int)
     return StageWork(name, examples=a.seeds * (runs * per_run + probe + stage1), passages=a.seeds * models * dev)
 
 
+def check_one_process() -> None:
+    """The audit's short runs train in one process (its runner has no ranks to share them over): under torchrun /
+    accelerate launch with several processes an ``audit`` candidate is refused before any stage runs."""
+    from drmix.recipes.adapt.launch import launched_state
+
+    if launched_state() is not None:
+        raise ConfigError("the audit candidate's mixture audit runs in one process, and this drmix adapt is launched "
+                          "on several.", fix="run it in one process (drmix adapt ...), or leave audit out of "
+                                             "--candidates under torchrun.")
+
+
 def run_audit_stage(acfg: Any) -> Any:
     """The audit, by its own runner (its short runs reused or resumed one by one); returns its result."""
     from drmix.recipes.audit import run_audit

@@ -16,7 +16,7 @@ from typing import Any
 from drmix.config import TrainConfig
 from drmix.recipes.adapt import estimate as work
 from drmix.recipes.adapt.audit import (audit_done, audit_stage_name, audit_work, audited_collections,
-                                      run_audit_stage)
+                                      check_one_process, run_audit_stage)
 from drmix.recipes.adapt.candidates import UNIFORM_SYNTHETIC, Candidate
 from drmix.recipes.adapt.config import AdaptConfig, index_fields, synthetic_fields
 from drmix.recipes.adapt.launch import EVERY, SHARDED, announced
@@ -103,6 +103,7 @@ def _weights_stage(config: AdaptConfig, plan: AdaptPlan, c: Candidate, declared:
                      done=lambda out, r: run_finished(out) and (out / "weights.json").exists(),
                      what=f"learned weights, reference {c.reference.label}", work=work.stage1_work(s1, config, s1_cfg))
     if c.scheme == "audit" and (name := audit_stage_name(c.synthetic)) not in declared:
+        check_one_process()
         acfg = plan.audits[c.synthetic]
         out = Path(acfg.run.output_dir)
         return Stage(name, acfg, output_dir=out, record=out / "audit.yaml", part="stages.audit",
