@@ -8,7 +8,8 @@ import pytest
 
 from drmix.errors import ConfigError
 from drmix.retrieval.backends import backend
-from drmix.retrieval.build import claim_target, corpus_file, index_target, stored_model_name
+from drmix.retrieval.build import (check_own_params, claim_target, corpus_file, index_corpus_file, index_target,
+                                  stored_model_name)
 
 
 def test_the_target_follows_the_backends_target_kind(tmp_path):
@@ -45,3 +46,21 @@ def test_the_corpus_file_and_the_model_recorded(tmp_path, tiny_model_path, monke
     assert stored_model_name(None) == "default"
     monkeypatch.chdir(Path(tiny_model_path).parent)
     assert stored_model_name(Path(tiny_model_path).name) == str(Path(tiny_model_path).resolve())
+
+
+def test_a_parameter_of_another_backend_is_refused_before_anything_loads(tmp_path):
+    """A flag typed for a backend not chosen would do nothing: refused naming it, who takes it and the fix."""
+    assert check_own_params(backend("faiss-disk"), {"rerank": 5, "nprobe": 8}) == {"rerank": 5, "nprobe": 8}
+    assert check_own_params(backend("memory"), {}) == {}
+    with pytest.raises(ConfigError, match=r"--rerank is an option of faiss-disk, not of --backend memory") as e:
+        check_own_params(backend("memory"), {"rerank": 5})
+    assert "choose --backend faiss-disk" in e.value.format()
+    with pytest.raises(ConfigError, match=r"--pq-m, --rerank are options of faiss-disk, not of --backend milvus"):
+        check_own_params(backend("milvus"), {"rerank": 5, "pq_m": 8})
+    with pytest.raises(ConfigError, match="no backend's option"):
+        check_own_params(backend("memory"), {"bogus": 1})
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "text": "a"}\n')
+    with pytest.raises(ConfigError, match="--rerank"):
+        index_corpus_file("memory", corpus, output=tmp_path / "o", model="no-such-model", params={"rerank": 5})
+    assert not (tmp_path / "o").exists()

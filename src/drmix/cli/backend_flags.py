@@ -5,7 +5,8 @@ added by a package (the ``drmix.index_backends`` entry-point group) is a ``--bac
 Each field of a backend's parameter model (:attr:`~drmix.retrieval.backends.base.BackendSpec.params`) is one flag
 (``--`` + its name with ``-`` for ``_``, or its ``json_schema_extra["flag"]``); a name several backends take is
 one flag whose help names them and each one's default. Every such flag defaults to "not given" (None): the
-chosen backend's own default applies, and a flag of another backend is not passed to it.
+chosen backend's own default applies, and a flag only another backend takes is refused
+(:func:`drmix.retrieval.build.check_own_params`).
 Hand-written: typer builds commands from function signatures, so these signatures are generated here.
 """
 from __future__ import annotations

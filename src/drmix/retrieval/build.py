@@ -112,19 +112,44 @@ def shard_folder(output: Path) -> Path:
     return output.with_name(output.name + ".shards")
 
 
+def check_own_params(spec: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` when every one is a parameter of the backend ``spec``; one that only another backend takes (a
+    flag given for a backend not chosen, which would do nothing) is a :class:`ConfigError` naming its flag, the
+    backends that take it and the fix."""
+    from drmix.retrieval.backends.base import BACKENDS
+
+    foreign = sorted(set(params) - spec.param_names())
+    if not foreign:
+        return dict(params)
+    flags, owners = [], []
+    for name in foreign:
+        takers = [s for s in BACKENDS if name in s.param_names()]
+        extra = takers[0].params.model_fields[name].json_schema_extra if takers else None
+        flags.append((extra or {}).get("flag") if isinstance(extra, dict) and extra.get("flag")
+                     else "--" + name.replace("_", "-"))
+        owners += [s.name for s in takers if s.name not in owners]
+    given = ", ".join(flags)
+    one = len(flags) == 1
+    whose = (f"{'an option' if one else 'options'} of {' and '.join(owners)}" if owners
+             else f"no backend's option{'' if one else 's'}")
+    raise ConfigError(f"{given} {'is' if one else 'are'} {whose}, not of --backend {spec.name}.",
+                      fix=f"drop {given}" + (f", or choose --backend {owners[0]}." if owners else "."))
+
+
 def index_corpus_file(backend_name: str, corpus: Path, *, output: Path | None = None, uri: str | None = None,
                       collection: str | None = None, model: str | None = None, kind: str | None = None,
                       params: dict[str, Any] | None = None, store_texts: bool = True, overwrite: bool = False,
                       precision: str = "auto", batch_size: int = 64, max_length: int | None = None,
                       model_kwargs: dict[str, Any] | None = None) -> IndexBuilt | None:
     """Encode the corpus file (or BEIR directory) ``corpus`` with ``model`` into an index of ``backend_name``
-    (``params``: its parameters; others are ignored); None on the processes of a launch that do not write."""
+    (``params``: its parameters; one of another backend is refused, :func:`check_own_params`); None on the
+    processes of a launch that do not write."""
     from drmix.retrieval.backends import check_index_room, index_documents
     from drmix.retrieval.ranks import launched
 
     spec = backend(backend_name)
     kind = resolve_kind(spec, kind)
-    params = spec.own_params(params or {})
+    params = check_own_params(spec, params or {})
     spec.parse_params(params)  # a value out of bounds: before anything loads
     corpus_path = corpus_file(corpus)
     target = index_target(spec, output=output, uri=uri, collection=collection, corpus_file=corpus_path)

@@ -25,7 +25,6 @@ from pydantic import ValidationError
 from drmix.config import CollectionSpec, TrainConfig, format_validation
 from drmix.errors import ConfigError
 from drmix.recipes.audit.config import AuditConfig
-from drmix.recipes.audit.probe import probe_steps
 
 DRO_SIGNALS = ("tdro", "doremi", "groupdro")
 
@@ -159,6 +158,8 @@ def plan_audit(config: AuditConfig) -> AuditPlan:
     root = Path(config.run.output_dir)
     sources = resolve_sources(config)
     seeds = [config.optim.seed + j for j in range(a.seeds)]
+    from drmix.recipes.audit.probe import probe_steps  # imports torch: not at the CLI's start
+
     plan = AuditPlan(root, sources, seeds, probe_points=probe_steps(a.budget_steps, a.probe_points))
     specs = [s.spec for s in sources]
     for seed in seeds:

@@ -61,8 +61,9 @@ def _probe(config: AuditConfig, plan: AuditPlan):
     return SignalProbe(plan.probe_points, config.audit.probe_draws)
 
 
-def probed(folder: Path, results: Any = None) -> bool:
-    """Whether the whole-mixture run in ``folder`` finished with its probe's measurements."""
+def probed(folder: Path, results: dict[str, Any] | None = None) -> bool:
+    """Whether the whole-mixture run in ``folder`` finished with its probe's measurements (``results``: what the
+    stages before it returned, unused)."""
     if not run_finished(folder):
         return False
     try:
@@ -149,7 +150,7 @@ def declare(config: AuditConfig, plan: AuditPlan, evaluate: Callable[[dict], Any
         record = {k: flat[k] for k in ("data", "format", "columns", "stage1_miner")}
         stages.append(Stage("negatives", record, output_dir=plan.negatives_dir, record=plan.root / "audit.yaml",
                             kind=type(config), run=lambda r: mine_negatives(config, plan),
-                            done=lambda out, r=None: (out / "negatives.json").is_file(), title="mined negatives",
+                            done=lambda out, results: (out / "negatives.json").is_file(), title="mined negatives",
                             what="stage 1's missing hard negatives",
                             work=StageWork("mined negatives", passages=sum(3 * s.rows for s in plan.sources if s.short))))
     trained: list[str] = []
@@ -182,7 +183,7 @@ def declare(config: AuditConfig, plan: AuditPlan, evaluate: Callable[[dict], Any
             stages.append(Stage(name, cfg, part="audit", needs=needs,
                                 run=lambda r, cfg=cfg, fill=fill: optimize_weights(cfg, fill_negatives=fill,
                                                                                    miner=a.stage1_miner),
-                                done=lambda out, r=None: run_finished(out) and (out / "weights.json").exists(),
+                                done=lambda out, results: run_finished(out) and (out / "weights.json").exists(),
                                 work=training_work(name, cfg), what=f"{strategy} weights, the authors' stage 1"))
             trained.append(name)
     stages.append(Stage("dev evaluation", needs=tuple(trained), run=evaluate,
