@@ -21,7 +21,10 @@ same settings (:mod:`drmix.recipes.stages`):
    al., AAAI 2025, arXiv:2408.10613: stage 1 ``tdro-stage1[-synthetic]/`` learns weights with the matching uniform
    candidate as its reference, the transfer top:K / reweight / loss fine-tunes), ``infdds`` (Inf-DDS: a sampling
    policy rewarded by the look-ahead influence of each collection on the *synthetic dev*, ``--dev`` = the
-   synthetic BEIR folders); ``+synthetic`` adds the synthetic train collections to the candidate's data.
+   synthetic BEIR folders), ``audit`` (the weights ``drmix mixture audit`` recommends: its leave-one-out short runs
+   from the COCO model scored on the *synthetic dev*, one stage ``audit[-synthetic]/``,
+   :mod:`~drmix.recipes.adapt.audit`); ``+synthetic`` adds the synthetic train collections to the candidate's
+   data.
 5. **selection** -- (with ``--dev-labels``, first ``dev-labels/``: the user's labelled dev queries as a BEIR
    folder per corpus, and every candidate on them; the choice is then made on them, ``--select-on``:
    :mod:`~drmix.recipes.adapt.labels`) every candidate on the synthetic dev split (nDCG@10 averaged over the corpora; cached as

@@ -9,6 +9,8 @@ log = logging.getLogger(__name__)
 
 SYNTHETIC = "+synthetic"
 STATIC_SCHEMES = ("uniform", "size", "temperature")
+#: the schemes whose weights are learned by a stage of their own or while they train (tDRO's take a transfer)
+LEARNED_SCHEMES = ("infdds", "audit")
 #: the candidate always trained (COCO -> uniform), and the one that separates the synthetic train set's part of
 #: the gain from the mixture's (the report's first sentence parts the gain by it)
 COCO_UNIFORM_CANDIDATE = "uniform"
@@ -17,8 +19,8 @@ UNIFORM_SYNTHETIC = COCO_UNIFORM_CANDIDATE + SYNTHETIC
 
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate mixture: ``scheme`` (uniform | size | temperature | tdro | infdds), tDRO's ``transfer``, and
-    whether the synthetic train collections are part of its data."""
+    """One candidate mixture: ``scheme`` (uniform | size | temperature | tdro | infdds | audit), tDRO's
+    ``transfer``, and whether the synthetic train collections are part of its data."""
 
     scheme: str
     transfer: str | None = None
@@ -40,12 +42,12 @@ class Candidate:
 
 
 def parse_candidate(text: str) -> Candidate:
-    """``uniform``, ``size``, ``temperature``, ``tdro:TRANSFER`` (top:K, reweight, loss) or ``infdds``, each
-    optionally followed by ``+synthetic``."""
+    """``uniform``, ``size``, ``temperature``, ``tdro:TRANSFER`` (top:K, reweight, loss), ``infdds`` or ``audit``
+    (the weights ``drmix mixture audit`` recommends), each optionally followed by ``+synthetic``."""
     s = str(text).strip().lower().replace(" ", "")
     synthetic = s.endswith(SYNTHETIC)
     base = s[:-len(SYNTHETIC)] if synthetic else s
-    if base in STATIC_SCHEMES or base == "infdds":
+    if base in STATIC_SCHEMES or base in LEARNED_SCHEMES:
         return Candidate(base, None, synthetic)
     if base.startswith("tdro:"):
         transfer = base[len("tdro:"):]
@@ -56,7 +58,7 @@ def parse_candidate(text: str) -> Candidate:
         elif transfer not in ("reweight", "loss"):
             raise ValueError(f"unknown tDRO transfer {transfer!r} in candidate {text!r} (use top:K, reweight or loss)")
         return Candidate("tdro", transfer, synthetic)
-    raise ValueError(f"unknown candidate {text!r}: use uniform, size, temperature, tdro:TRANSFER or infdds, "
+    raise ValueError(f"unknown candidate {text!r}: use uniform, size, temperature, tdro:TRANSFER, infdds or audit, "
                      f"optionally with {SYNTHETIC}")
 
 

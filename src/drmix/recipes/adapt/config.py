@@ -5,7 +5,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from drmix.config import INPUT, OPERATIONAL, Config, OptimConfig, Part, PipelineRun, TrainConfig, setting
 from drmix.config.train import RECIPE_LEFT_OUT, TrainingParts
@@ -25,13 +25,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                 max_collection_size=300, num_negatives=0, max_docs=400, dev_queries=50, test_queries=50,
                 coco=dict(max_steps=20, batch_size=16, learning_rate=5e-5, max_documents=300, span_max_length=32),
                 stage1=dict(max_steps=20), influence=dict(warmup_steps=10, update_every=10, subset_size=4),
+                audit=dict(budget_steps=20),
                 candidates=["uniform", "uniform+synthetic", "infdds+synthetic"],
                 eval_max_queries=100, eval_max_docs=500),
     # the scale of benchmarks/bench_coco.py --preset medium (COCO's +0.026 nDCG@10 there), every candidate
     "medium": dict(max_steps=300, batch_size=32, learning_rate=5e-5, query_max_length=8, doc_max_length=24,
                    max_collection_size=1500, num_negatives=0, max_docs=1500, dev_queries=100, test_queries=100,
                    coco=dict(max_steps=100, batch_size=32, learning_rate=5e-5, max_documents=300, span_max_length=24),
-                   stage1=dict(max_steps=100), influence=dict(subset_size=4),
+                   stage1=dict(max_steps=100), influence=dict(subset_size=4), audit=dict(budget_steps=100),
                    candidates=["uniform", "uniform+synthetic", "size+synthetic", "tdro:reweight+synthetic",
                                "tdro:top:0.7+synthetic", "infdds+synthetic"],
                    eval_max_queries=100, eval_max_docs=800),
@@ -41,7 +42,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gpu": dict(max_steps=400, batch_size=64, learning_rate=2e-5, query_max_length=64, doc_max_length=256,
                 max_collection_size=None, num_negatives=1, max_docs=20_000, dev_queries=300, test_queries=300,
                 coco=dict(max_steps=400, batch_size=128, learning_rate=1e-4, span_max_length=128),
-                stage1=dict(max_steps=150),
+                stage1=dict(max_steps=150), audit=dict(budget_steps=150),
                 candidates=["uniform", "uniform+synthetic", "size+synthetic", "tdro:reweight+synthetic",
                             "tdro:top:0.7+synthetic", "infdds+synthetic"],
                 eval_max_queries=None, eval_max_docs=None),
@@ -187,12 +188,17 @@ class AdaptStages(Part):
         default_factory=lambda: ["uniform", "uniform+synthetic", "size+synthetic", "tdro:reweight+synthetic",
                                  "infdds+synthetic"],
         description="Mixtures fine-tuned from the COCO model, one chosen on the synthetic dev: uniform | size | "
-                    "temperature | tdro:TRANSFER | infdds, each with an optional +synthetic (the synthetic train "
+                    "temperature | tdro:TRANSFER | infdds | audit (the weights drmix mixture audit recommends, "
+                    "measured on the synthetic dev), each with an optional +synthetic (the synthetic train "
                     "collections join --data); uniform is always one.")
     coco: dict[str, Any] = setting(default_factory=dict, description="Overrides of COCO fields (max_steps, batch_size, "
                                    "learning_rate, span_max_length, max_documents, ...).")
     stage1: dict[str, Any] = setting(default_factory=dict, description="Overrides of training fields for tDRO's "
                                      "stage 1 (e.g. max_steps).")
+    audit: dict[str, Any] = setting(default_factory=dict, description="Options of the audit candidate's mixture "
+                                    "audit, fields of drmix mixture audit's Audit part (default budget_steps=100, "
+                                    "seeds=1, signals=infdds,gradalign, dev_max_docs=--select-max-docs; the presets "
+                                    "set budget_steps 20 / 100 / 150).")
     select_max_docs: int | None = setting(
         SELECT_MAX_DOCS, ge=1, description="Documents per corpus the candidates are compared on (the synthetic dev): "
                                            "the dev queries' source passages plus a seeded sample of the rest "
@@ -260,7 +266,7 @@ class AdaptConfig(TrainingParts):
     the target corpora, the synthetic set, the candidates and the labelled final evaluation. Every stage's config
     is composed from these parts (:func:`plan_adapt`); the training fields it leaves out are refused when given
     (``left_out``), the strategies' options and the ``coco`` / ``stage1`` overrides are checked by their typed
-    models when the config is made."""
+    models when the config is made (``audit`` by the audit's own part)."""
 
     command: ClassVar[str] = "drmix adapt"
     narrows: ClassVar[type[Config] | None] = TrainConfig
@@ -310,7 +316,25 @@ class AdaptConfig(TrainingParts):
         check_options(self)
         check_override(lambda: CocoConfig.model_validate(self.stages.coco), "--coco", CocoConfig)
         check_override(lambda: TrainConfig.model_validate(self.stages.stage1), "--stage1", TrainConfig)
+        check_audit_options(self.stages.audit)
         return self
+
+
+def check_audit_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--audit KEY=VALUE`` checked by the audit's own part (:class:`~drmix.recipes.audit.AuditOptions`): a key
+    that is not one of its fields, or a bad value, is a :class:`ConfigError` naming it."""
+    from drmix.config import format_validation
+    from drmix.recipes.audit import AuditConfig, AuditOptions
+
+    fix = "write --audit KEY=VALUE with a field of the Audit part of `drmix mixture audit --help` (e.g. budget_steps)."
+    unknown = sorted(set(values) - set(AuditOptions.model_fields))
+    if unknown:
+        raise ConfigError(f"invalid --audit override {unknown[0]}: not an option of the audit (use "
+                          f"{', '.join(AuditOptions.model_fields)}).", fix=fix)
+    try:
+        return AuditOptions.model_validate(dict(values)).model_dump()
+    except ValidationError as e:
+        raise ConfigError(f"invalid --audit override {format_validation(e, AuditConfig)}.", fix=fix) from None
 
 
 def synthetic_fields() -> list[str]:

@@ -30,6 +30,7 @@ class AdaptPlan:
     candidates: dict[str, tuple[Candidate, TrainConfig]]
     stage1: dict[bool, TrainConfig]                # synthetic or not -> tDRO stage 1
     labels: dict[str, Any] = field(default_factory=dict)   # corpus -> labels.LabelSet (--dev-labels)
+    audits: dict[bool, Any] = field(default_factory=dict)  # synthetic or not -> the audit's AuditConfig
 
     @cached_property
     def sizes(self) -> dict[str, int]:
@@ -77,9 +78,11 @@ def _check_inputs(config: AdaptConfig) -> None:
 
 
 def _candidate_configs(config: AdaptConfig, root: Path, coco_model: str, extra: list[Any],
-                       synthetic_dirs: list[str]) -> tuple[dict[str, tuple[Candidate, TrainConfig]],
-                                                           dict[bool, TrainConfig]]:
-    """Every candidate's fine-tuning, and tDRO's stage 1 (one per data: with or without the synthetic set)."""
+                       synthetic_dirs: list[str], audits: dict[bool, Any]) -> tuple[
+                           dict[str, tuple[Candidate, TrainConfig]], dict[bool, TrainConfig]]:
+    """Every candidate's fine-tuning, tDRO's stage 1 and the mixture audit (one per data: with or without the
+    synthetic set; the audits into ``audits``)."""
+    from drmix.recipes.adapt.audit import audit_config, audit_dir
     from drmix.recipes.optimize import stage1_config
 
     stage1_dir = {False: root / "tdro-stage1", True: root / "tdro-stage1-synthetic"}
@@ -95,6 +98,11 @@ def _candidate_configs(config: AdaptConfig, root: Path, coco_model: str, extra: 
         elif c.scheme == "infdds":
             cfg = train_config(config, what, **{**common, "strategy": "infdds", "dev": synthetic_dirs,
                                                 "dev_split": "dev"})
+        elif c.scheme == "audit":
+            if c.synthetic not in audits:
+                audits[c.synthetic] = audit_config(config, root, coco_model, data, synthetic_dirs, c.synthetic)
+            cfg = train_config(config, what, **{**common, "mixture": "file",
+                                                "weights_file": str(audit_dir(root, c.synthetic) / "weights.json")})
         else:
             if c.synthetic not in stage1:
                 reference = str(root / c.reference.folder / "model")
@@ -132,6 +140,7 @@ def plan_adapt(config: AdaptConfig) -> AdaptPlan:
                                                     eval_data=[], eval_every=0), "--coco", CocoConfig)
     baseline = train_config(config, "baseline", model=config.model.name_or_path, strategy="static", mixture="uniform",
                             output_dir=str(root / "base-uniform"))
+    audits: dict[bool, Any] = {}
     candidates, stage1 = _candidate_configs(config, root, str(Path(coco.run.output_dir) / "model"), extra,
-                                            synthetic_dirs)
-    return AdaptPlan(root, corpora, synthetic_dirs, train_files, coco, baseline, candidates, stage1, labels)
+                                            synthetic_dirs, audits)
+    return AdaptPlan(root, corpora, synthetic_dirs, train_files, coco, baseline, candidates, stage1, labels, audits)

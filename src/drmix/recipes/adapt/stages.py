@@ -15,6 +15,8 @@ from typing import Any
 
 from drmix.config import TrainConfig
 from drmix.recipes.adapt import estimate as work
+from drmix.recipes.adapt.audit import (audit_done, audit_stage_name, audit_work, audited_collections,
+                                      check_one_process, run_audit_stage)
 from drmix.recipes.adapt.candidates import UNIFORM_SYNTHETIC, Candidate
 from drmix.recipes.adapt.config import AdaptConfig, index_fields, synthetic_fields
 from drmix.recipes.adapt.launch import EVERY, SHARDED, announced
@@ -88,13 +90,37 @@ def _stage1(config: AdaptConfig, cfg: TrainConfig) -> Callable[[dict[str, Any]],
     return run
 
 
+def _weights_stage(config: AdaptConfig, plan: AdaptPlan, c: Candidate, declared: set[str]) -> Stage | None:
+    """The stage that learns candidate ``c``'s weights, when it has one not ``declared`` yet: tDRO's stage 1 (after
+    its reference candidate) or the mixture audit (:mod:`drmix.recipes.adapt.audit`: after COCO and the synthetic
+    set, its short runs scored on the synthetic dev)."""
+    from drmix.outputs import run_finished
+
+    if c.scheme == "tdro" and (s1 := stage1_stage(c.synthetic)) not in declared:
+        s1_cfg = plan.stage1[c.synthetic]
+        return Stage(s1, s1_cfg, part="stages.stage1", needs=(candidate_stage(c.reference.label),),
+                     run=announced(s1, _stage1(config, s1_cfg), SHARDED),
+                     done=lambda out, r: run_finished(out) and (out / "weights.json").exists(),
+                     what=f"learned weights, reference {c.reference.label}", work=work.stage1_work(s1, config, s1_cfg))
+    if c.scheme == "audit" and (name := audit_stage_name(c.synthetic)) not in declared:
+        check_one_process()
+        acfg = plan.audits[c.synthetic]
+        out = Path(acfg.run.output_dir)
+        return Stage(name, acfg, output_dir=out, record=out / "audit.yaml", part="stages.audit",
+                     needs=(COCO, SYNTHETIC), run=announced(name, lambda r: run_audit_stage(acfg), None),
+                     done=audit_done, title=name,
+                     what=f"leave-one-out of {audited_collections(acfg.data.collections)} collections on the "
+                          "synthetic dev, recommended weights",
+                     work=audit_work(name, acfg, plan.sizes, config.synthetic.dev_queries))
+    return None
+
+
 def adapt_stages(config: AdaptConfig, plan: AdaptPlan,
                  labelled: Callable[..., Any] = final_labelled_evaluation) -> list[Stage]:
     """Every stage of the run, in order: the synthetic set, COCO, the baseline, the candidates (tDRO's stage 1
-    before its first transfer), with ``--dev-labels`` the labelled dev and the candidates on it, the selection on
-    the synthetic dev, the final evaluation (``labelled``: its labelled part, the only reader of --eval-data) and
-    with ``--index`` the index of the adapted model."""
-    from drmix.outputs import run_finished
+    before its first transfer, the mixture audit before the audit candidate), with ``--dev-labels`` the labelled
+    dev and the candidates on it, the selection on the synthetic dev, the final evaluation (``labelled``: its
+    labelled part, the only reader of --eval-data) and with ``--index`` the index of the adapted model."""
     from drmix.pretrain.runner import pretrain_coco
     from drmix.recipes.adapt.synthetic import SYNTHETIC_DIR, STATS, build_synthetic
 
@@ -113,20 +139,16 @@ def adapt_stages(config: AdaptConfig, plan: AdaptPlan,
               what="the base model, uniform over --data (the baseline)", work=training_work(BASELINE, plan.baseline))]
     for label, (c, cfg) in plan.candidates.items():
         needs = [COCO] + ([SYNTHETIC] if c.synthetic or c.scheme == "infdds" else [])
-        if c.scheme == "tdro":
-            s1 = stage1_stage(c.synthetic)
-            if s1 not in {s.name for s in stages}:
-                s1_cfg = plan.stage1[c.synthetic]
-                stages.append(Stage(
-                    s1, s1_cfg, part="stages.stage1", needs=(candidate_stage(c.reference.label),),
-                    run=announced(s1, _stage1(config, s1_cfg), SHARDED),
-                    done=lambda out, r: run_finished(out) and (out / "weights.json").exists(),
-                    what=f"learned weights, reference {c.reference.label}", work=work.stage1_work(s1, config, s1_cfg)))
-            needs.append(s1)
+        weights = _weights_stage(config, plan, c, {s.name for s in stages})
+        if weights is not None:
+            stages.append(weights)
+        if c.scheme in ("tdro", "audit"):
+            needs.append(stage1_stage(c.synthetic) if c.scheme == "tdro" else audit_stage_name(c.synthetic))
         name = candidate_stage(label)
         stages.append(Stage(
             name, cfg, part="optim", needs=tuple(needs), run=announced(name, _train(cfg, c), EVERY),
-            what="COCO model, tDRO weights transferred" if c.scheme == "tdro" else f"COCO model, {c.scheme} mixture",
+            what={"tdro": "COCO model, tDRO weights transferred", "audit": "COCO model, the audit's weights"}.get(
+                c.scheme, f"COCO model, {c.scheme} mixture"),
             work=work.candidate_work(name, config, c.scheme, cfg, len(plan.synthetic_dirs))))
     candidates = tuple(candidate_stage(label) for label in plan.candidates)
     if plan.labels:
