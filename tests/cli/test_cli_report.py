@@ -138,6 +138,20 @@ def test_print_outcome_names_weights_report_and_next_command(tmp_path, capsys):
     assert "final weights of stage1 (tdro): alpha 0.3000, beta 0.7000" in out and "--data BEIR_DIR" in out
 
 
+def test_a_pipeline_names_its_report_once(tmp_path, capsys):
+    """after_run writes a pipeline's report.html and print_outcome, which every pipeline command calls next, names
+    it: one "report:" line (the demo printed two)."""
+    from drmix.cli.report import after_run, print_outcome
+
+    pipeline = tmp_path / "pipe"
+    make_run(pipeline / "stage1")
+    after_run(pipeline, None, pipeline=True)
+    print_outcome(pipeline)
+    out = capsys.readouterr().out
+    assert (pipeline / "report.html").is_file()
+    assert [line for line in out.splitlines() if line.startswith("report: ")] == [f"report: {pipeline / 'report.html'}"]
+
+
 def test_report_on_a_sentence_transformers_run(tmp_path, capsys):
     from report.test_trainer_state import _st_run
 

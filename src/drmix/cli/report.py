@@ -173,7 +173,7 @@ def after_run(output_dir: str | Path, config, *, pipeline: bool = False) -> None
         from drmix.report.html import check_report_target, write_report
 
         check_report_target(output_dir)
-        console.print(f"report: {write_report(output_dir)}")
+        write_report(output_dir)  # its "report:" line is print_outcome's, which every pipeline command calls next
     if config is not None and config.run.push_to_hub:
         from drmix.hub import push_to_hub
 
