@@ -8,10 +8,10 @@ import logging
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from drmix.config import TrainConfig
+from drmix.config import RecipeConfig, TrainConfig
 from drmix.errors import ConfigError
-from drmix.mixture.registry import (StrategySpec, build_strategy, check_config, parse_options, register_strategy,
-                                    unregister_strategy)
+from drmix.mixture.registry import (StrategySpec, build_strategy, check_config, get_strategy, parse_options,
+                                    register_strategy, strategy_of, unregister_strategy)
 
 
 def test_valid_settings_pass_the_check():
@@ -82,3 +82,13 @@ def test_build_strategy_passes_the_weight_keys_and_refuses_transfer_for_learned_
     with pytest.raises(ConfigError, match="not to strategy 'tdro'"):
         build_strategy(TrainConfig(data=["x"], strategy="tdro", transfer="reweight", weights_file=_file(tmp_path)),
                        names)
+
+
+@pytest.mark.parametrize("strategy", ["tdro", "idro", "infdds", "static"])
+def test_a_config_without_the_strategys_options_field_gets_its_defaults(strategy):
+    # a recipe's config carries only the options mappings its stages read (RecipeConfig: none of them)
+    config = RecipeConfig(strategy=strategy)
+    spec = get_strategy(strategy)
+    assert not hasattr(config, spec.field)
+    check_config(config)
+    assert strategy_of(config) == (spec, None if spec.options is None else spec.options())

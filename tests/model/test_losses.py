@@ -384,3 +384,28 @@ def test_exclude_as_zeros_and_ones_is_read_as_a_mask():
 def test_false_negative_mask_is_a_bool_mask(in_batch):
     got = false_negative_mask(QK, PK, NK, NV, (0, 3), in_batch=in_batch, gathered=True)
     assert got.dtype == torch.bool
+
+
+_FIX = "pass embeddings as tensors: torch.as_tensor(...) or model.encode(..., convert_to_tensor=True)."
+
+
+@pytest.mark.parametrize("argument, expected", [
+    ("q", "a torch.Tensor"), ("p", "a torch.Tensor"), ("negs", "a torch.Tensor or None"),
+    ("neg_mask", "a torch.Tensor or None"), ("exclude", "a torch.Tensor or None")])
+def test_a_non_tensor_argument_is_named_with_what_it_must_be_and_the_fix(argument, expected):
+    from drmix.errors import ArgumentError
+
+    given = {"q": Q, "p": P, "negs": N, "neg_mask": torch.ones(2, 1, dtype=torch.bool),
+             "exclude": torch.zeros(2, 4, dtype=torch.bool)}
+    given[argument] = given[argument].tolist()              # the same numbers as nested lists
+    with pytest.raises(ArgumentError) as e:
+        info_nce(**given, temperature=1.0)
+    assert e.value.message == f"info_nce({argument}=...) must be {expected}, not list {given[argument]!r}."
+    assert e.value.fix == _FIX
+
+
+def test_the_optional_arguments_take_none():
+    # negs, neg_mask and exclude None: the in-batch-only loss (candidates p1, p2);
+    # q1 scores 1, 0.6 -> log(1 + e^-0.4) = 0.5130153; q2 scores 0, 0.8 -> log(1 + e^-0.8) = 0.3711007
+    losses = info_nce(Q, P, None, None, temperature=1.0, exclude=None)
+    assert losses.tolist() == pytest.approx([0.5130153, 0.3711007], abs=1e-6)
