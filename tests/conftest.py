@@ -58,19 +58,10 @@ def milvus_server(tmp_path_factory):
     test session on free ports (every port it opens: proxy, coordinators, nodes, metrics, embedded etcd), its data
     under the session's temporary folder; stopped and removed at the end. Skipped, saying why, only where the
     package is missing or its server cannot start here."""
-    pytest.importorskip("pymilvus")
-    from drmix.retrieval.backends.milvus_local import LocalMilvus, MilvusStartError
+    from milvus_helpers import local_milvus
 
-    # segments sealed 0.2 s after their last insert (default 2 s): a build's flush returns seconds sooner
-    server = LocalMilvus(tmp_path_factory.mktemp("milvus-server"),
-                         settings={"dataCoord.segment.assignmentExpiration": 200})
-    try:
-        server.start()
-    except MilvusStartError as e:
-        server.remove()
-        pytest.skip(f"no Milvus server: {e.format()}")
-    yield server
-    server.remove()
+    with local_milvus(tmp_path_factory.mktemp("milvus-server")) as server:
+        yield server
 
 
 @contextlib.contextmanager

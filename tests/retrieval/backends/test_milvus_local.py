@@ -11,6 +11,7 @@ import pytest
 
 from cli_helpers import run
 from drmix.data.beir import write_beir
+from milvus_helpers import local_milvus
 
 pytest.importorskip("pymilvus")
 SECRET = "Zq7-not-the-default-9Kx"
@@ -18,20 +19,11 @@ SECRET = "Zq7-not-the-default-9Kx"
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    from drmix.retrieval.backends.milvus_local import LocalMilvus, MilvusStartError
-
-    server = LocalMilvus(tmp_path_factory.mktemp("milvus-auth"), authorization=True,
-                         settings={"dataCoord.segment.assignmentExpiration": 200})
-    try:
-        server.start()
-    except MilvusStartError as e:
-        server.remove()
-        pytest.skip(f"no Milvus server: {e.format()}")
     from pymilvus import MilvusClient
 
-    MilvusClient(uri=server.uri, token="root:Milvus").update_password("root", "Milvus", SECRET)
-    yield server
-    server.remove()
+    with local_milvus(tmp_path_factory.mktemp("milvus-auth"), authorization=True) as server:
+        MilvusClient(uri=server.uri, token="root:Milvus").update_password("root", "Milvus", SECRET)
+        yield server
 
 
 def _listening(pid: int) -> set[int]:
