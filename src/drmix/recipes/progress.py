@@ -36,11 +36,16 @@ class StageWork:
         return self.examples / rates[0] + self.passages / rates[1]
 
 
+def training_examples(steps: int, batch_size: int, negatives: int = 0) -> float:
+    """The examples a training run of ``steps`` x ``batch_size`` counts, a hard negative as half an example."""
+    return steps * batch_size * (1 + negatives / 2)
+
+
 def training_work(name: str, config: Any) -> StageWork:
-    """A training stage's work: steps x batch, a hard negative counted as half an example (``config`` a
-    TrainConfig or a COCO config)."""
+    """A training stage's work (:func:`training_examples`; ``config`` a TrainConfig or a COCO config)."""
     negatives = getattr(config.contrastive, "num_negatives", 0) or 0
-    return StageWork(name, examples=config.optim.max_steps * config.contrastive.batch_size * (1 + negatives / 2))
+    return StageWork(name, examples=training_examples(config.optim.max_steps, config.contrastive.batch_size,
+                                                      negatives))
 
 
 def estimate_device(device: str | None) -> str:

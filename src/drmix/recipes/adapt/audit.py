@@ -88,16 +88,16 @@ def audit_work(name: str, acfg: Any, sizes: Mapping[str, int], dev_queries: int)
     from drmix.recipes.audit.plan import DRO_SIGNALS
     from drmix.recipes.audit.probe import probe_steps
     from drmix.recipes.audit.stages import probe_work
-    from drmix.recipes.progress import StageWork
+    from drmix.recipes.progress import StageWork, training_examples
 
     a = acfg.audit
     k = audited_collections(acfg.data.collections)
     runs = 1 + k + (k if a.add_one_in else 0)
-    per_run = a.budget_steps * acfg.contrastive.batch_size * (1 + (acfg.contrastive.num_negatives or 0) / 2)
+    per_run = training_examples(a.budget_steps, acfg.contrastive.batch_size, acfg.contrastive.num_negatives or 0)
     probe = probe_work(acfg, SimpleNamespace(sources=[None] * k, probe_points=probe_steps(a.budget_steps,
                                                                                           a.probe_points)))
-    stage1 = sum(1 for s in a.signals if s in DRO_SIGNALS) * (a.stage1_steps or max(1, a.budget_steps // 2)) \
-        * (a.stage1_batch_size or acfg.contrastive.batch_size) * 4.5
+    stage1 = sum(1 for s in a.signals if s in DRO_SIGNALS) * training_examples(  # the authors' seven negatives
+        a.stage1_steps or max(1, a.budget_steps // 2), a.stage1_batch_size or acfg.contrastive.batch_size, 7)
     queries = min(dev_queries, a.dev_max_queries or dev_queries)
     dev = sum(queries + min(n, a.dev_max_docs or n) for n in sizes.values())
     models = runs + (1 if a.add_one_in else 0)
