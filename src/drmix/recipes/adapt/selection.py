@@ -67,13 +67,13 @@ def average(results: Mapping[str, Mapping[str, float]]) -> float:
 
 
 def kendall_tau(dev: Mapping[str, float], labelled: Mapping[str, float]) -> dict[str, float]:
-    """Kendall's tau-b (``scipy.stats.kendalltau``) between two scorings of the same candidates, with its p and
-    the number of candidates."""
-    from scipy.stats import kendalltau
+    """Kendall's tau-b (:func:`drmix.evaluation.significance.kendall_tau`: ``scipy.stats.kendalltau``) between two
+    scorings of the same candidates, with its p and the number of candidates."""
+    from drmix.evaluation.significance import kendall_tau as tau_b
 
     names = [n for n in dev if n in labelled]
-    res = kendalltau([dev[n] for n in names], [labelled[n] for n in names])
-    return {"tau": float(res.statistic), "p": float(res.pvalue), "candidates": len(names)}
+    tau, p = tau_b([dev[n] for n in names], [labelled[n] for n in names])
+    return {"tau": tau, "p": p, "candidates": len(names)}
 
 
 
