@@ -81,6 +81,8 @@ FLOOD_FACTOR = 10
 TRANSFER_ARMS = {"tdro:top:0.7": ("tdro", "top:0.7"), "tdro:reweight": ("tdro", "reweight"),
                  "doremi:reweight": ("doremi", "reweight"), "groupdro:reweight": ("groupdro", "reweight")}
 ARMS = ("uniform", "size", "temperature", *TRANSFER_ARMS, "infdds", "audit", "oracle", "dev-selected")
+#: the arm of the audit over all the preset's seeds at once (:func:`pooled_audit`), after every cell of a scenario
+POOLED = "audit:pooled"
 SELECTABLE = tuple(a for a in ARMS if a not in ("oracle", "dev-selected"))
 SIGNALS = ("tdro", "doremi", "groupdro", "infdds", "gradalign")
 
@@ -203,11 +205,13 @@ def train_fields(args, seed: int) -> dict:
                 device=args.device, tokenize_num_proc=1)
 
 
-def audit_config(args, scenario: str, seed: int, data: list[str], dev: list[str]):
+def audit_config(args, scenario: str, seed: int, data: list[str], dev: list[str], *, seeds: int = 1,
+                 output_dir: Path | None = None):
     from drmix.recipes.audit import AuditConfig
 
     return AuditConfig(**train_fields(args, seed), data=data, dev=dev, dev_split="dev",
-                       output_dir=str(cell_dir(args, scenario, seed) / "audit"), budget_steps=args.steps, seeds=1,
+                       output_dir=str(output_dir or cell_dir(args, scenario, seed) / "audit"), budget_steps=args.steps,
+                       seeds=seeds,
                        signals=list(SIGNALS), stage1_steps=args.stage1_steps,
                        stage1_batch_size=args.stage1_batch_size, stage1_miner=args.model,
                        probe_points=args.probe_points, probe_draws=args.probe_draws, dev_max_queries=args.dev_queries,
@@ -218,7 +222,8 @@ def cell_dir(args, scenario: str, seed: int) -> Path:
     return args.out / scenario / f"seed{seed}"
 
 
-def arm_config(args, scenario: str, seed: int, arm: str, data: list[str], dev: list[str], audit_dir: Path):
+def arm_config(args, scenario: str, seed: int, arm: str, data: list[str], dev: list[str], audit_dir: Path,
+               weights_file: Path | None = None):
     from drmix.config import TrainConfig
 
     v = dict(train_fields(args, seed), data=data, max_steps=args.steps, resume=True,
@@ -230,15 +235,16 @@ def arm_config(args, scenario: str, seed: int, arm: str, data: list[str], dev: l
         v.update(transfer=transfer, weights_file=str(audit_dir / "stage1" / f"{strategy}-seed{seed}" / "weights.json"))
     elif arm == "infdds":
         v.update(strategy="infdds", dev=dev, dev_split="dev", influence=dict(args.infdds))
-    elif arm == "audit":
-        v.update(mixture="file", weights_file=str(audit_dir / "weights.json"))
+    elif arm in ("audit", POOLED):
+        v.update(mixture="file", weights_file=str(weights_file or audit_dir / "weights.json"))
     return TrainConfig.model_validate(v)
 
 
-def shared_model(arm: str, scenario: str, seed: int, audit_dir: Path, names: list[str]) -> Path | None:
+def shared_model(arm: str, scenario: str, seed: int, audit_dir: Path, names: list[str],
+                 weights_file: Path | None = None) -> Path | None:
     """The audit's run an arm *is* (None: the arm trains its own): uniform = the whole-mixture run, oracle = the
-    run without the harmful set, audit = the run its recommendation names when it is a uniform mixture of all
-    collections or of all but one."""
+    run without the harmful set, audit = the run its recommendation (``weights_file``, default the audit's
+    ``weights.json``) names when it is a uniform mixture of all collections or of all but one."""
     from drmix.recipes.audit.plan import slug
 
     runs = audit_dir / "runs" / f"seed{seed}"
@@ -246,8 +252,8 @@ def shared_model(arm: str, scenario: str, seed: int, audit_dir: Path, names: lis
         return runs / "all" / "model"
     if arm == "oracle":
         return runs / f"without-{slug(BAD[scenario])}" / "model"
-    if arm == "audit":
-        w = json.loads((audit_dir / "weights.json").read_text(encoding="utf-8"))
+    if arm in ("audit", POOLED):
+        w = json.loads((weights_file or audit_dir / "weights.json").read_text(encoding="utf-8"))
         kept = [n for n, x in zip(w["collections"], w["weights"]) if x > 0]
         if len({round(x, 12) for x in w["weights"] if x > 0}) == 1:
             if len(kept) == len(names):
@@ -308,6 +314,50 @@ def run_cell(args, scenario: str, seed: int, paths: dict[str, str], dev: list[st
             "weights": arm_weights(cell_dir(args, scenario, seed), names, data),
             "trajectories": trajectories(cell_dir(args, scenario, seed), seed),
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def pool_audits(config, audits: dict[int, Path]):
+    """The answer of ``config`` (an audit of ``--seeds N``) from the runs that N one-seed audits already made,
+    ``audits[seed]`` their folders: their ``runs/seed<s>`` and ``stage1/*-seed<s>`` linked under ``config``'s
+    folder, every run evaluated on the first seed's dev sample as one audit evaluates all its seeds (cached in
+    ``dev/`` there, not next to the runs), nothing trained. What ``drmix mixture audit --seeds N`` would answer
+    (tests/benchmarks hold that it is)."""
+    from drmix.recipes.audit.plan import plan_audit
+    from drmix.recipes.audit.runner import answer_audit, evaluate_dev
+
+    root = Path(config.run.output_dir)
+    seeds = [config.optim.seed + j for j in range(config.audit.seeds)]
+    if sorted(audits) != seeds:
+        raise SystemExit(f"pooling one-seed audits needs one for each of the seeds {seeds}: got {sorted(audits)}")
+    for seed, folder in audits.items():
+        links = [(root / "runs" / f"seed{seed}", folder / "runs" / f"seed{seed}")]
+        links += [(root / "stage1" / p.name, p) for p in sorted((folder / "stage1").glob(f"*-seed{seed}"))]
+        for link, target in links:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                os.symlink(target.resolve(), link)
+    plan = plan_audit(config)
+    scores = evaluate_dev(config, plan, cache_in=root / "dev")
+    return answer_audit(config, plan, scores)
+
+
+def pooled_audit(args, scenario: str, paths: dict[str, str], dev: list[str]) -> dict:
+    """The audit of ``scenario`` over every seed of the preset at once (:func:`pool_audits` of its cells' one-seed
+    audits, in ``OUT/<scenario>/pooled``). Its recommendation then trains (or, when it is one of the audit's runs,
+    reuses) one arm per seed, ``audit:pooled``, scored on the test sets."""
+    seeds, data = list(args.seeds), scenario_data(paths, scenario)
+    config = audit_config(args, scenario, seeds[0], data, dev, seeds=len(seeds),
+                          output_dir=args.out / scenario / "pooled")
+    result = pool_audits(config, {s: cell_dir(args, scenario, s) / "audit" for s in seeds})
+    test = {}
+    for seed in seeds:
+        audit_dir = cell_dir(args, scenario, seed) / "audit"
+        model = shared_model(POOLED, scenario, seed, audit_dir, result.analysis.names, result.weights_path)
+        if model is None:
+            model = train_arm(arm_config(args, scenario, seed, POOLED, data, dev, audit_dir, result.weights_path))
+        test[seed] = evaluate(args, {POOLED: model}, [str(args.data / t) for t in TARGETS], "test", "stress",
+                              (args.test_queries, args.test_docs))[POOLED]
+    return {"seeds": seeds, "audit": audit_record(result, scenario), "test": test}
 
 
 def audit_record(result, scenario: str) -> dict:
@@ -385,16 +435,19 @@ def load_results(path: Path) -> dict:
 
 
 def save_results(path: Path, stored: dict, *, poll_s: float = 1.0) -> None:
-    """Write ``stored`` to ``path`` with the cells another process wrote there meanwhile (processes given other
-    ``--scenarios`` or ``--seeds`` share one ``--out``: each adds its own cells), under ``path``'s lock."""
+    """Write ``stored`` to ``path`` with the cells (and pooled audits) another process wrote there meanwhile
+    (processes given other ``--scenarios`` or ``--seeds`` share one ``--out``: each adds its own), under
+    ``path``'s lock."""
     from drmix.io.atomic import atomic_write_json
     from drmix.lock import LockHeld, holding
 
     while True:
         try:
             with holding(path.parent / f".{path.name}.lock"):
-                others = load_results(path)["cells"]
-                stored["cells"] = {**others, **stored["cells"]}
+                others = load_results(path)
+                stored["cells"] = {**others["cells"], **stored["cells"]}
+                if others.get("pooled") or stored.get("pooled"):
+                    stored["pooled"] = {**others.get("pooled", {}), **stored.get("pooled", {})}
                 atomic_write_json(path, stored, indent=None)
                 return
         except LockHeld:
@@ -506,6 +559,16 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("cell %s", key)
                 cell = run_cell(args, scenario, seed, paths, dev)
                 stored["cells"][key] = {**{k: v for k, v in cell.items() if k != "test"}, "test": compact(cell["test"])}
+                save_results(results_path, stored)
+        for scenario in args.scenarios:                 # every seed of a scenario in: its audit over all of them
+            done = all(f"{scenario}/{seed}" in stored["cells"] for seed in args.seeds)
+            if done and len(args.seeds) > 1 and scenario not in stored.setdefault("pooled", {}):
+                log.info("the audit of %s over seeds %s", scenario, args.seeds)
+                pooled = pooled_audit(args, scenario, paths, dev)
+                queries = {s: stored["cells"][f"{scenario}/{s}"]["test"]["queries"] for s in args.seeds}
+                stored["pooled"][scenario] = {**pooled, "test": {
+                    str(s): {d: [round(pooled["test"][s][d][q], 4) for q in queries[s][d]] for d in queries[s]}
+                    for s in args.seeds}}
                 save_results(results_path, stored)
     if not stored["cells"]:
         print("no finished cell in", args.out)

@@ -24,6 +24,8 @@ ABOUT = {"clean": "the six sources alone, the control",
 SIGNAL_NAMES = {"tdro": "tDRO weight", "doremi": "DoReMi excess loss", "groupdro": "GroupDRO weight",
                 "infdds": "Inf-DDS influence", "gradalign": "gradient alignment"}
 WEIGHT_ARMS = ("size", "temperature", "tdro:reweight", "doremi:reweight", "groupdro:reweight", "infdds", "audit")
+#: the arm of the audit over every seed of a scenario at once (bench_mixture_stress.py's ``pooled_audit``)
+POOLED = "audit:pooled"
 #: the issue's goals: the gain over uniform in a harmful scenario, the share of the oracle's gain, the loss allowed in
 #: the clean control, the share of harmful runs whose verdict names the harmful set, the signals' tau
 GAIN, SHARE, CLEAN_LOSS, NAMED, TAU = 0.010, 0.80, -0.003, 5 / 6, 0.5
@@ -50,11 +52,19 @@ def _signed(x: float) -> str:
 
 
 def cells_of(stored: dict) -> dict[str, dict[int, dict]]:
-    """``{scenario: {seed: cell}}`` with the test scores expanded."""
+    """``{scenario: {seed: cell}}`` with the test scores expanded; a scenario's audit over all its seeds (``pooled``)
+    adds its arm, :data:`POOLED`, to each of its cells, after ``audit``."""
     out: dict[str, dict[int, dict]] = {}
     for key, cell in stored["cells"].items():
         scenario, seed = key.split("/")
-        out.setdefault(scenario, {})[int(seed)] = {**cell, "test": _expand(cell["test"])}
+        test = _expand(cell["test"])
+        pooled = stored.get("pooled", {}).get(scenario, {}).get("test", {}).get(seed)
+        if pooled is not None:
+            queries = cell["test"]["queries"]
+            arm = {d: dict(zip(queries[d], v)) for d, v in pooled.items()}
+            test = {k: v for a, run in test.items()
+                    for k, v in ((a, run), *(((POOLED, arm),) if a == "audit" else ()))}
+        out.setdefault(scenario, {})[int(seed)] = {**cell, "test": test}
     return {s: dict(sorted(out[s].items())) for s in SCENARIOS if s in out}
 
 
@@ -110,40 +120,50 @@ def scenario_table(scenario: str, cells: dict[int, dict]) -> list[str]:
     return lines
 
 
-def audit_table(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
+def audit_table(by_scenario: dict[str, dict[int, dict]], pooled: dict) -> list[str]:
     lines = ["The audit in every run: its verdict on the harmful set, what else it dropped or down-weighted, and "
-             "Kendall's tau of each cheap signal against its leave-one-out values (* = the signal voted: tau > 0).",
+             "Kendall's tau of each cheap signal against its leave-one-out values (* = the signal voted: tau > 0)"
+             + ("; seed `all`: the audit over every seed's runs at once (what `--seeds N` answers), whose weights the "
+                f"`{POOLED}` arm trains with." if pooled else "."),
              "", "| scenario | seed | harmful set: leave-one-out value [95% CI] | verdict | others not kept | "
              + " | ".join(SIGNAL_NAMES.values()) + " |", "|---|---:|---|---|---|" + "---:|" * len(SIGNAL_NAMES)]
-    for scenario, cells in by_scenario.items():
-        for seed, c in cells.items():
-            a = c["audit"]
-            bad = a.get("harmful")
-            value = (f"{_signed(a['loo'][bad]['mean'])} [{_signed(a['loo'][bad]['low'])}, "
-                     f"{_signed(a['loo'][bad]['high'])}]") if bad else "–"
-            others = [f"{n} ({v})" for n, v in a["verdicts"].items() if v != "keep" and n != bad]
-            taus = [("–" if s not in a["agreement"] or not math.isfinite(a["agreement"][s]["tau"]) else
-                     f"{a['agreement'][s]['tau']:+.2f}" + ("*" if s in a["voters"] else "")) for s in SIGNAL_NAMES]
-            lines.append(f"| {scenario} | {seed} | {value} | {a['verdicts'][bad] if bad else '–'} | "
-                         f"{', '.join(others) or 'none'} | " + " | ".join(taus) + " |")
+    for scenario, seed, a in audit_rows(by_scenario, pooled):
+        bad = a.get("harmful")
+        value = (f"{_signed(a['loo'][bad]['mean'])} [{_signed(a['loo'][bad]['low'])}, "
+                 f"{_signed(a['loo'][bad]['high'])}]") if bad else "–"
+        others = [f"{n} ({v})" for n, v in a["verdicts"].items() if v != "keep" and n != bad]
+        taus = [("–" if s not in a["agreement"] or not math.isfinite(a["agreement"][s]["tau"]) else
+                 f"{a['agreement'][s]['tau']:+.2f}" + ("*" if s in a["voters"] else "")) for s in SIGNAL_NAMES]
+        lines.append(f"| {scenario} | {seed} | {value} | {a['verdicts'][bad] if bad else '–'} | "
+                     f"{', '.join(others) or 'none'} | " + " | ".join(taus) + " |")
     return lines
 
 
-def weights_table(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
+def audit_rows(by_scenario: dict[str, dict[int, dict]], pooled: dict) -> list[tuple[str, str, dict]]:
+    """``(scenario, seed label, audit record)`` of every audit: each cell's one-seed audit, then each scenario's
+    audit over all its seeds (seed label ``all``)."""
+    rows = [(sc, str(seed), c["audit"]) for sc, cells in by_scenario.items() for seed, c in cells.items()]
+    return rows + [(sc, "all", pooled[sc]["audit"]) for sc in by_scenario if sc in pooled]
+
+
+def weights_table(by_scenario: dict[str, dict[int, dict]], pooled: dict) -> list[str]:
     if not any(s in BAD for s in by_scenario):
         return []
+    arms = WEIGHT_ARMS + ((POOLED,) if pooled else ())
     lines = ["Weight on the harmful set (mean over seeds; the uniform share is 1/7 = 0.1429; Inf-DDS: its mean "
              "policy over the run; ↑ above uniform).", "",
-             "| scenario | " + " | ".join(WEIGHT_ARMS) + " |", "|---|" + "---:|" * len(WEIGHT_ARMS)]
+             "| scenario | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
     for scenario, cells in by_scenario.items():
         bad = BAD.get(scenario)
         if bad is None:
             continue
         row = []
-        for arm in WEIGHT_ARMS:
+        for arm in arms:
             got = [c["weights"].get(arm, {}).get(bad) for c in cells.values()]
             if arm == "audit":
                 got = [c["audit"]["weights"].get(bad) for c in cells.values()]
+            if arm == POOLED:
+                got = [pooled[scenario]["audit"]["weights"].get(bad)] if scenario in pooled else []
             got = [g for g in got if g is not None]
             row.append("–" if not got else f"{np.mean(got):.4f}" + (" ↑" if np.mean(got) > 1 / 7 + 1e-9 else ""))
         lines.append(f"| {scenario} | " + " | ".join(row) + " |")
@@ -185,14 +205,23 @@ def trajectory_table(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
     return lines
 
 
-def goals(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
+def named_line(audits: list[dict], what: str) -> str:
+    """How many of ``audits`` (harmful scenarios only) named the harmful set, against the goal."""
+    named = sum(1 for a in audits if a["verdicts"][a["harmful"]] != "keep")
+    dropped = sum(1 for a in audits if a["verdicts"][a["harmful"]] == "drop")
+    return (f"The {what} named the harmful set (drop or down-weight) in {named} of {len(audits)} harmful runs "
+            f"({dropped} drop), against the goal of at least {NAMED:.0%} "
+            f"({'met' if named / len(audits) >= NAMED - 1e-9 else 'missed'}).")
+
+
+def goals(by_scenario: dict[str, dict[int, dict]], pooled: dict) -> list[str]:
     lines = ["Goals (pooled over SciFact and NFCorpus): in a harmful scenario the audit's weights, or the arm chosen on "
              "dev, beat uniform by at least +0.0100 (p < 0.05 over queries, ahead in every seed) and recover at "
              "least 80% of the oracle's gain; in the clean control they stay within −0.0030 of uniform.", "",
              "| scenario | arm | Δ vs uniform | p | ahead in every seed | oracle gain recovered | goal |",
              "|---|---|---:|---:|---|---|---|"]
     for scenario, cells in by_scenario.items():
-        for arm in ("audit", "dev-selected"):
+        for arm in ("audit", *((POOLED,) if scenario in pooled else ()), "dev-selected"):
             v = versus(cells, arm)
             ahead = all(x > 0 for x in v["per_seed"])
             if scenario in BAD:
@@ -205,13 +234,12 @@ def goals(by_scenario: dict[str, dict[int, dict]]) -> list[str]:
             lines.append(f"| {scenario} | {arm} | {_signed(v['mean'])} | {_p(v['p'])} | {'yes' if ahead else 'no'} | "
                          f"{share} | {'met' if met else 'missed'} |")
     harmful = [c["audit"] for s, cells in by_scenario.items() if s in BAD for c in cells.values()]
-    named = sum(1 for a in harmful if a["verdicts"][a["harmful"]] != "keep")
-    dropped = sum(1 for a in harmful if a["verdicts"][a["harmful"]] == "drop")
     runs = [c["audit"] for cells in by_scenario.values() for c in cells.values()]
     if harmful:
-        lines += ["", f"The audit's verdict named the harmful set (drop or down-weight) in {named} of {len(harmful)} "
-                      f"harmful runs ({dropped} drop), against the goal of at least {NAMED:.0%} "
-                      f"({'met' if named / len(harmful) >= NAMED - 1e-9 else 'missed'})."]
+        lines += ["", named_line(harmful, "one-seed audit's verdict")]
+        over = [pooled[s]["audit"] for s in by_scenario if s in BAD and s in pooled]
+        if over:
+            lines.append(named_line(over, "verdict of the audit over all seeds"))
     taus = {s: [a["agreement"][s]["tau"] for a in runs if s in a["agreement"] and math.isfinite(a["agreement"][s]["tau"])]
             for s in SIGNAL_NAMES}
     parts = [f"{SIGNAL_NAMES[s]} {np.mean(t):+.2f} (at least 0.5 in {sum(x >= TAU for x in t)} of {len(t)})"
@@ -234,8 +262,9 @@ def report(stored: dict) -> str:
              "and NFCorpus test splits (never trained on, read only by this evaluation).", ""]
     for scenario, cells in by_scenario.items():
         lines += scenario_table(scenario, cells) + [""]
-    weights = weights_table(by_scenario)
-    lines += audit_table(by_scenario) + [""] + (weights + [""] if weights else [])
+    pooled = {sc: p for sc, p in stored.get("pooled", {}).items() if sc in by_scenario}
+    weights = weights_table(by_scenario, pooled)
+    lines += audit_table(by_scenario, pooled) + [""] + (weights + [""] if weights else [])
     trajectory = trajectory_table(by_scenario)
-    lines += (trajectory + [""] if len(trajectory) > 4 else []) + goals(by_scenario)
+    lines += (trajectory + [""] if len(trajectory) > 4 else []) + goals(by_scenario, pooled)
     return "\n".join(lines) + "\n"

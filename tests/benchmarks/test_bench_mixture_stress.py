@@ -144,3 +144,69 @@ def test_processes_sharing_an_out_folder_add_their_own_cells(tmp_path):
     assert json.loads(path.read_text())["cells"] == {"clean/0": {"x": 1}, "flood/0": {"x": 2}}
     bs.save_results(path, {"preset": "medium", "cells": {"clean/0": {"x": 3}}})   # a cell is its writer's
     assert json.loads(path.read_text())["cells"] == {"clean/0": {"x": 3}, "flood/0": {"x": 2}}
+
+
+def test_processes_sharing_an_out_folder_keep_each_others_pooled_audits(tmp_path):
+    path = tmp_path / "results.json"
+    bs.save_results(path, {"cells": {"noisy/0": {"x": 1}}, "pooled": {"noisy": {"y": 1}}})
+    bs.save_results(path, {"cells": {"flood/0": {"x": 2}}})                # a process that pooled nothing
+    bs.save_results(path, {"cells": {}, "pooled": {"flood": {"y": 2}}})
+    got = json.loads(path.read_text())
+    assert got["pooled"] == {"noisy": {"y": 1}, "flood": {"y": 2}}
+    assert got["cells"] == {"noisy/0": {"x": 1}, "flood/0": {"x": 2}}
+
+
+def test_the_audit_over_all_seeds_is_an_arm_a_row_and_a_goal_of_its_own():
+    gains = {"uniform": 0.0, "audit": 0.0, "oracle": 0.02, "dev-selected": 0.0}
+    cells = {f"noisy/{s}": _cell(gains, verdict="keep") for s in (0, 1)}
+    pooled_record = {**cells["noisy/0"]["audit"], "verdicts": {"a": "keep", "noisy_xquad": "drop"},
+                     "weights": {"a": 1.0, "noisy_xquad": 0.0}}
+    # the pooled arm is the oracle's run in seed 0 (+0.02) and gains +0.01 in seed 1: lists in the cells' query order
+    stored = {"preset": "medium", "settings": {}, "cells": cells, "pooled": {"noisy": {
+        "seeds": [0, 1], "audit": pooled_record,
+        "test": {"0": {t: [0.52, 0.32] for t in sr.TARGETS}, "1": {t: [0.51, 0.31] for t in sr.TARGETS}}}}}
+    text = sr.report(stored)
+    lines = text.splitlines()
+    arms = [x.split(" | ")[0][2:] for x in lines if x.startswith("| ") and " | 0." in x and "/" not in x.split(" | ")[0]]
+    assert arms[:arms.index("oracle")] == ["uniform", "audit", "audit:pooled"]      # right after the audit's arm
+    row = next(x for x in lines if x.startswith("| audit:pooled | 0."))
+    assert row.startswith("| audit:pooled | 0.4150 | 0.4150 | 0.4150 | +0.0150 [+0.0150, +0.0150] | 0 | +0.0200 / +0.0100 | 75% ")
+    assert "| noisy | all | -0.0100 [-0.0200, -0.0010] | drop | none |" in text        # its row in the audit table
+    assert "| noisy | 0 | -0.0100 [-0.0200, -0.0010] | keep | none |" in text
+    assert "| noisy | audit:pooled | +0.0150 | 0 | yes | 75% [50%, 100%] | missed |" in text
+    assert "one-seed audit's verdict named the harmful set (drop or down-weight) in 0 of 2 harmful runs" in text
+    assert "audit over all seeds named the harmful set (drop or down-weight) in 1 of 1 harmful runs (1 drop)" in text
+    weights = next(x for x in lines if x.startswith("| noisy | – |"))
+    assert weights.endswith("| 0.0000 | 0.0000 |")                                    # audit, then audit:pooled
+    assert text == sr.report(json.loads(json.dumps(stored)))
+
+
+def test_one_seed_audits_pooled_answer_as_one_audit_of_all_their_seeds(tmp_path, tiny_model_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes" / "audit"))
+    from audit_inputs import write_inputs
+
+    from drmix.recipes.audit import AuditConfig, run_audit
+
+    train, dev = write_inputs(tmp_path)
+    base = dict(model=tiny_model_path, data=[str(train)], dev=[str(dev)], budget_steps=3, batch_size=4,
+                learning_rate=1e-3, warmup_ratio=0.0, query_max_length=16, doc_max_length=16, log_every=1,
+                save_every=100, show_progress=False, device="cpu", probe_points=1, probe_draws=1,
+                stage1_temperature=0.05, stage1_miner=tiny_model_path, signals=["tdro", "infdds"])
+    for seed in (3, 4):
+        run_audit(AuditConfig(**base, seed=seed, output_dir=str(tmp_path / f"cell{seed}")))
+    own = tmp_path / "cell4" / "runs" / "seed4" / "all" / "audit-dev.json"       # seed 4's own dev sample
+    before = own.read_text()
+    pooled = bs.pool_audits(AuditConfig(**base, seed=3, seeds=2, output_dir=str(tmp_path / "pooled")),
+                            {3: tmp_path / "cell3", 4: tmp_path / "cell4"})
+    whole = run_audit(AuditConfig(**base, seed=3, seeds=2, output_dir=str(tmp_path / "whole")))
+    a, b = pooled.analysis, whole.analysis
+    assert a.loo == b.loo and a.verdicts == b.verdicts and a.weights == b.weights
+    assert a.agreement == b.agreement and a.learned == b.learned
+    assert json.loads((tmp_path / "pooled" / "weights.json").read_text()) == json.loads(
+        (tmp_path / "whole" / "weights.json").read_text())
+    assert own.read_text() == before                          # the pooled evaluation is cached in pooled/dev
+    assert sorted(p.name for p in (tmp_path / "pooled" / "dev").iterdir()) == [
+        "seed3-all", "seed3-without-animals", "seed3-without-food", "seed3-without-tools",
+        "seed4-all", "seed4-without-animals", "seed4-without-food", "seed4-without-tools"]
+    with pytest.raises(SystemExit, match="seeds \\[3, 4\\]"):
+        bs.pool_audits(AuditConfig(**base, seed=3, seeds=2, output_dir=str(tmp_path / "p2")), {3: tmp_path / "cell3"})

@@ -35,14 +35,17 @@ class AuditResult:
         return self.analysis.weights
 
 
-def evaluate_dev(config: AuditConfig, plan: AuditPlan) -> dict[str, Any]:
+def evaluate_dev(config: AuditConfig, plan: AuditPlan, *, cache_in: Path | None = None) -> dict[str, Any]:
     """Every run (and, for add-one-in, the starting model) on the dev sets: ``{label: {dataset: {query:
-    nDCG@10}}}``, each cached next to its model (``audit-<split>.json``; the start model's in ``start/``) and keyed
-    by content, on one seeded sample of dev queries the same for every run."""
+    nDCG@10}}}``, each cached next to its model (``audit-<split>.json``; the start model's in ``start/``; with
+    ``cache_in``, every one in a folder of its own there) and keyed by content, on one seeded sample of dev
+    queries the same for every run."""
     from drmix.evaluation.suite import evaluate_suite
 
     found = models(plan)
     cache = {START: plan.root / "start"} if START in found else {}
+    if cache_in is not None:
+        cache = {label: cache_in / label.replace("/", "-").replace(":", "-") for label in found}
     a = config.audit
     suite = evaluate_suite(found, config.mixture.dev, cache_dirs=cache, kind="audit", split=config.mixture.dev_split,
                            max_queries=a.dev_max_queries, max_docs=a.dev_max_docs, seed=config.optim.seed,
@@ -68,18 +71,27 @@ def run_audit(config: AuditConfig, *, progress: Callable[[str], None] | None = N
     """Run every stage (reusing the finished ones made with the same settings from the same inputs), evaluate
     every run on the dev sets and write the audit's answer (``summary.md``, ``summary.json``, ``weights.json``,
     ``audit.png``, ``report.html``)."""
-    from drmix.io.atomic import atomic_write_json, atomic_write_text
-    from drmix.recipes.audit import report
     from drmix.recipes.progress import estimate_device
     from drmix.recipes.stages import run_stages
-    from drmix.report.html import write_report
 
     plan = plan_audit(config)
     stages = declare(config, plan, lambda r: evaluate_dev(config, plan))
     results = run_stages(stages, root=plan.root, record=("audit.yaml", config),
                          allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
                          progress=progress, device=estimate_device(config.run.device), recipe="mixture audit")
-    a = analyse(config, plan, results["dev evaluation"])
+    return answer_audit(config, plan, results["dev evaluation"])
+
+
+def answer_audit(config: AuditConfig, plan: AuditPlan, scores: dict[str, Any]) -> AuditResult:
+    """The audit's answer from every finished run's dev scores (``{label: {dataset: {query: nDCG@10}}}``, the
+    labels of :func:`~drmix.recipes.audit.stages.models`), written at the top of ``plan.root``: ``summary.md``,
+    ``summary.json``, ``weights.json``, ``audit.png``, ``report.html``. :func:`run_audit` ends here; so can an
+    analysis of the runs of separate one-seed audits pooled as the seeds of one."""
+    from drmix.io.atomic import atomic_write_json, atomic_write_text
+    from drmix.recipes.audit import report
+    from drmix.report.html import write_report
+
+    a = analyse(config, plan, scores)
     table = report.summary_markdown(a, plan.root, config)
     weights_path = plan.root / report.WEIGHTS
     atomic_write_json(weights_path, report.weights_file(a))
