@@ -25,7 +25,10 @@ steps, one seed) supplies what its runs already are: its whole-mixture run *is* 
 restores every parameter and the random state, so it trains exactly as the uniform mixture), its run without the
 harmful collection *is* the ``oracle`` arm, its stage-1 runs (reference: its whole-mixture model) give the tDRO,
 DoReMi and GroupDRO weights the arms transfer, and a recommendation that drops one collection and keeps the
-others uniform *is* its run without that collection.
+others uniform *is* its run without that collection. Once every seed of a scenario is in, the cells' one-seed
+audits are pooled into the audit of all those seeds at once -- what ``drmix mixture audit --seeds N`` answers,
+from the same runs, nothing trained again (:func:`pool_audits`) -- and its recommendation is one more arm,
+``audit:pooled``.
 
 Dev (the audit, Inf-DDS's rewards, the dev-selected arm): labelled queries that are not from the test split --
 SciFact's train queries and NFCorpus's dev split (as bench_dev_labels.py does), written as ``OUT/dev/<target>``
