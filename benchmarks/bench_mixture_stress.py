@@ -344,11 +344,22 @@ def pool_audits(config, audits: dict[int, Path]):
     return answer_audit(config, plan, scores)
 
 
-def pooled_audit(args, scenario: str, paths: dict[str, str], dev: list[str]) -> dict:
-    """The audit of ``scenario`` over every seed of the preset at once (:func:`pool_audits` of its cells' one-seed
-    audits, in ``OUT/<scenario>/pooled``). Its recommendation then trains (or, when it is one of the audit's runs,
-    reuses) one arm per seed, ``audit:pooled``, scored on the test sets."""
-    seeds, data = list(args.seeds), scenario_data(paths, scenario)
+def poolable(args, stored: dict, scenario: str) -> list[int]:
+    """The preset's seeds when every one of them has a finished cell of ``scenario`` whose run folders are here
+    and the scenario's pooled audit is missing or was made from other seeds; else ``[]``. (The gpu preset's cells
+    are made on separate machines: only a run that has every seed's folders pools them.)"""
+    seeds = sorted(PRESETS[args.preset]["seeds"])
+    ready = len(seeds) > 1 and all(f"{scenario}/{s}" in stored["cells"] and
+                                   (cell_dir(args, scenario, s) / "audit" / "runs" / f"seed{s}").is_dir()
+                                   for s in seeds)
+    return seeds if ready and stored.setdefault("pooled", {}).get(scenario, {}).get("seeds") != seeds else []
+
+
+def pooled_audit(args, scenario: str, seeds: list[int], paths: dict[str, str], dev: list[str]) -> dict:
+    """The audit of ``scenario`` over ``seeds`` at once (:func:`pool_audits` of its cells' one-seed audits, in
+    ``OUT/<scenario>/pooled``). Its recommendation then trains (or, when it is one of the audit's runs, reuses)
+    one arm per seed, ``audit:pooled``, scored on the test sets."""
+    data = scenario_data(paths, scenario)
     config = audit_config(args, scenario, seeds[0], data, dev, seeds=len(seeds),
                           output_dir=args.out / scenario / "pooled")
     result = pool_audits(config, {s: cell_dir(args, scenario, s) / "audit" for s in seeds})
@@ -564,14 +575,14 @@ def main(argv: list[str] | None = None) -> int:
                 stored["cells"][key] = {**{k: v for k, v in cell.items() if k != "test"}, "test": compact(cell["test"])}
                 save_results(results_path, stored)
         for scenario in args.scenarios:                 # every seed of a scenario in: its audit over all of them
-            done = all(f"{scenario}/{seed}" in stored["cells"] for seed in args.seeds)
-            if done and len(args.seeds) > 1 and scenario not in stored.setdefault("pooled", {}):
-                log.info("the audit of %s over seeds %s", scenario, args.seeds)
-                pooled = pooled_audit(args, scenario, paths, dev)
-                queries = {s: stored["cells"][f"{scenario}/{s}"]["test"]["queries"] for s in args.seeds}
+            seeds = poolable(args, stored, scenario)
+            if seeds:
+                log.info("the audit of %s over seeds %s", scenario, seeds)
+                pooled = pooled_audit(args, scenario, seeds, paths, dev)
+                queries = {s: stored["cells"][f"{scenario}/{s}"]["test"]["queries"] for s in seeds}
                 stored["pooled"][scenario] = {**pooled, "test": {
                     str(s): {d: [round(pooled["test"][s][d][q], 4) for q in queries[s][d]] for d in queries[s]}
-                    for s in args.seeds}}
+                    for s in seeds}}
                 save_results(results_path, stored)
     if not stored["cells"]:
         print("no finished cell in", args.out)

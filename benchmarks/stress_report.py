@@ -221,7 +221,7 @@ def goals(by_scenario: dict[str, dict[int, dict]], pooled: dict) -> list[str]:
              "| scenario | arm | Δ vs uniform | p | ahead in every seed | oracle gain recovered | goal |",
              "|---|---|---:|---:|---|---|---|"]
     for scenario, cells in by_scenario.items():
-        for arm in ("audit", *((POOLED,) if scenario in pooled else ()), "dev-selected"):
+        for arm in ("audit", *((POOLED,) if all(POOLED in c["test"] for c in cells.values()) else ()), "dev-selected"):
             v = versus(cells, arm)
             ahead = all(x > 0 for x in v["per_seed"])
             if scenario in BAD:

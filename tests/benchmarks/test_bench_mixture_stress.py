@@ -210,3 +210,23 @@ def test_one_seed_audits_pooled_answer_as_one_audit_of_all_their_seeds(tmp_path,
         "seed4-all", "seed4-without-animals", "seed4-without-food", "seed4-without-tools"]
     with pytest.raises(SystemExit, match="seeds \\[3, 4\\]"):
         bs.pool_audits(AuditConfig(**base, seed=3, seeds=2, output_dir=str(tmp_path / "p2")), {3: tmp_path / "cell3"})
+
+
+def test_a_scenario_is_pooled_once_every_seed_of_the_preset_is_in_with_its_folders(tmp_path):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(preset="medium", out=tmp_path)
+    stored = {"cells": {"noisy/0": {}, "noisy/1": {}}}
+    for s in (0, 1, 2):
+        (tmp_path / "noisy" / f"seed{s}" / "audit" / "runs" / f"seed{s}").mkdir(parents=True)
+    assert bs.poolable(args, stored, "noisy") == []                  # seed 2 not in yet
+    stored["cells"]["noisy/2"] = {}
+    assert bs.poolable(args, stored, "noisy") == [0, 1, 2]
+    (tmp_path / "noisy" / "seed1" / "audit" / "runs" / "seed1").rmdir()
+    assert bs.poolable(args, stored, "noisy") == []                  # a cell made on another machine
+    (tmp_path / "noisy" / "seed1" / "audit" / "runs" / "seed1").mkdir()
+    stored["pooled"] = {"noisy": {"seeds": [0, 1, 2]}}
+    assert bs.poolable(args, stored, "noisy") == []                  # pooled already
+    stored["pooled"] = {"noisy": {"seeds": [0, 1]}}
+    assert bs.poolable(args, stored, "noisy") == [0, 1, 2]           # pooled from fewer seeds: again
+    assert bs.poolable(SimpleNamespace(preset="cpu", out=tmp_path), stored, "noisy") == []   # one seed: nothing
