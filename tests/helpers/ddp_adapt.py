@@ -1,4 +1,4 @@
-"""Run by tests/recipes/adapt/test_launch.py under torchrun (or directly for one process): a tiny drmix adapt
+"""Run by tests/recipes/test_launch.py under torchrun (or directly for one process): a tiny drmix adapt
 whose corpus passes use sort chunks of 4 texts (so that two ranks each get a part of the 8-passage corpora)."""
 import sys
 from pathlib import Path
@@ -14,6 +14,7 @@ encode._SORT_CHUNK = 4
 html._line_figure = html._weights_figure = lambda *a, **kw: None
 model, tmp, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 candidates = sys.argv[4].split(",")
-cfg = make_config(tmp, model, output_dir=out, candidates=candidates, eval_data=[])
+cfg = make_config(tmp, model, output_dir=out, candidates=candidates, eval_data=[],
+                  audit={"budget_steps": 2, "probe_points": 1, "probe_draws": 1})
 result = run_adapt(cfg)
 print("RESULT", "none" if result is None else result.selected)

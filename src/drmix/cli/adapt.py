@@ -58,7 +58,7 @@ def run_adapt_command(config_path: Path | None, overrides: dict[str, Any], estim
         console.print(estimate_table(config, gpus=estimate_gpus), highlight=False, soft_wrap=True, markup=False,
                       emoji=False)
         return
-    from drmix.recipes.adapt.launch import follower
+    from drmix.recipes.launch import follower
 
     if follower():  # under torchrun, a rank other than 0: its part of each stage; rank 0 claims, writes, reports
         run_adapt(config)

@@ -85,6 +85,11 @@ def run_audit_command(config_path: Path | None, overrides: dict[str, Any], estim
     if estimate:
         console.print(estimate_audit(config), highlight=False, soft_wrap=True, markup=False, emoji=False)
         return
+    from drmix.recipes.launch import follower
+
+    if follower():  # under torchrun, a rank other than 0: its part of each stage; rank 0 claims, writes, reports
+        run_audit(config)
+        return
     result = _run_recipe(config, run_audit)
     console.print(result.table, highlight=False, soft_wrap=True, markup=False, emoji=False)
     console.print(f"summary: {result.output_dir / 'summary.md'}", highlight=False, soft_wrap=True)

@@ -105,3 +105,54 @@ def test_what_the_audit_cannot_run_with_is_refused_before_anything(config, field
     with pytest.raises(ConfigError, match=re.escape(message)):
         estimate_audit(config.replace(**fields))
     assert not Path(config.run.output_dir).exists()
+
+
+def test_under_a_launcher_the_runs_train_over_every_rank_and_the_passes_are_sharded(config):
+    from drmix.recipes import launch
+    from drmix.recipes.audit.plan import plan_audit
+    from drmix.recipes.audit.stages import declare
+
+    plan = plan_audit(config)
+    hows = {s.name: getattr(s.run, "how", "-") for s in declare(config, plan, lambda r: None)}
+    assert hows == {"negatives": launch.SHARDED, "seed 3: all": launch.EVERY, "seed 3: probe": "-",
+                    **{f"seed 3: without:{n}": launch.EVERY for n in ("animals", "food", "tools")},
+                    "seed 3: stage 1 tdro": launch.SHARDED, "dev evaluation": launch.SHARDED}
+
+
+def _audit_command(config: AuditConfig, out: Path) -> list[str]:
+    c = config
+    return ["mixture", "audit", "--model", c.model.name_or_path, *(x for d in c.data.collections for x in ("--data", d)),
+            *(x for d in c.mixture.dev for x in ("--dev", d)), "--output-dir", str(out), "--budget-steps", "4", "--batch-size", "4",
+            "--learning-rate", "1e-3", "--warmup-ratio", "0", "--query-max-length", "16", "--doc-max-length", "16",
+            "--seed", "3", "--device", "cpu", "--probe-points", "2", "--probe-draws", "2",
+            "--stage1-temperature", "0.05", "--stage1-miner", c.model.name_or_path, "--signals", "tdro",
+            "--signals", "infdds"]
+
+
+def test_two_gloo_processes_audit_as_one_process_does(config, tmp_path):
+    """``torchrun --nproc-per-node 2 -m -- drmix mixture audit`` (gloo on CPU; ``--`` keeps torchrun's own parser
+    off ``--signals``): rank 0 runs the stages, rank 1 trains and encodes beside it and writes nothing; the
+    values, verdicts and weights are one process's (the global batch is one process's, so to rounding)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    one = subprocess.run([sys.executable, "-m", "drmix", *_audit_command(config, tmp_path / "one")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "--", "drmix", *_audit_command(config, tmp_path / "two")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert two.stdout.count("summary: ") == 1 and two.stdout.count("| food |") == one.stdout.count("| food |")
+    assert two.stderr.count("seed 3: without:food: running into") == 1      # the stage runner is rank 0's alone
+    a, b = (json.loads((tmp_path / r / "summary.json").read_text()) for r in ("one", "two"))
+    assert b["verdicts"] == a["verdicts"] and b["weights"] == pytest.approx(a["weights"])
+    assert b["dev"] == pytest.approx(a["dev"], abs=1e-6)                     # every run's dev nDCG@10
+    for n, v in a["leave_one_out"].items():
+        assert b["leave_one_out"][n]["mean"] == pytest.approx(v["mean"], abs=1e-6), n
+    files = lambda r: sorted(str(p.relative_to(tmp_path / r)) for p in (tmp_path / r).rglob("*") if p.is_file()
+                             and "checkpoint" not in str(p))
+    assert files("two") == files("one") and not (tmp_path / "two" / "shards").exists()

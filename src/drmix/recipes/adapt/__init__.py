@@ -84,5 +84,5 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
     module docstring. ``progress`` receives the progress lines (default: the log); ``extra``: stages run beside
     the recipe's own (:mod:`drmix.recipes.adapt.stages`). The labelled directories are read by this package's
     :func:`final_labelled_evaluation` only (:func:`drmix.recipes.adapt.runner.run_adapt`). Under torchrun every
-    rank calls it; the ranks other than 0 return None (:mod:`drmix.recipes.adapt.launch`)."""
+    rank calls it; the ranks other than 0 return None (:mod:`drmix.recipes.launch`)."""
     return _run(config, progress=progress, labelled=final_labelled_evaluation, extra=extra)

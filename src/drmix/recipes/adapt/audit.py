@@ -10,7 +10,8 @@ collection left out once; they are scored on the synthetic dev queries built fro
 collection weighs 0, a down-weighted one ``down_weight`` of its share) is the candidate's ``--mixture file
 --weights-file``. A finished audit is reused, an interrupted one resumes run by run (its short runs are stages of
 the audit's runner), a changed ``--audit`` option is refused or, with ``--resume-with-changes``, re-run with the
-candidate built on it.
+candidate built on it. Under torchrun every rank runs the audit stage: the audit announces its own stages to
+the other ranks (:mod:`drmix.recipes.launch`), so its short runs train over every rank as adapt's fine-tunings do.
 
 Its budget is ``--audit KEY=VALUE`` (the fields of ``drmix mixture audit``'s "Audit" part), over
 :func:`audit_defaults`: ``budget_steps`` 100 (the presets: 20 / 100 / 150), one seed, the two cheap signals the
@@ -102,17 +103,6 @@ def audit_work(name: str, acfg: Any, sizes: Mapping[str, int], dev_queries: int)
     dev = sum(queries + min(n, a.dev_max_docs or n) for n in sizes.values())
     models = runs + (1 if a.add_one_in else 0)
     return StageWork(name, examples=a.seeds * (runs * per_run + probe + stage1), passages=a.seeds * models * dev)
-
-
-def check_one_process() -> None:
-    """The audit's short runs train in one process (its runner has no ranks to share them over): under torchrun /
-    accelerate launch with several processes an ``audit`` candidate is refused before any stage runs."""
-    from drmix.recipes.adapt.launch import launched_state
-
-    if launched_state() is not None:
-        raise ConfigError("the audit candidate's mixture audit runs in one process, and this drmix adapt is launched "
-                          "on several.", fix="run it in one process (drmix adapt ...), or leave audit out of "
-                                             "--candidates under torchrun.")
 
 
 def run_audit_stage(acfg: Any) -> Any:

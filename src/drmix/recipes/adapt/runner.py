@@ -8,7 +8,7 @@ from typing import Any
 
 from drmix.recipes.adapt.config import AdaptConfig
 from drmix.recipes.adapt.estimate import check_gpus, estimate_device, estimate_text, machine_rates
-from drmix.recipes.adapt.launch import follow, launched_adapt, release
+from drmix.recipes.launch import follow, launched_recipe, release
 from drmix.recipes.adapt.plan import AdaptPlan, plan_adapt
 from drmix.recipes.adapt.selection import AdaptResult, complete, final_labelled_evaluation
 from drmix.recipes.adapt.stages import FINAL, adapt_stages
@@ -25,8 +25,8 @@ def run_adapt(config: AdaptConfig, *, progress: Callable[[str], None] | None = N
     labelled final evaluation (:func:`final_labelled_evaluation`: the only reader of labels); ``extra``: stages
     run beside the recipe's own, each after what it ``needs`` (their results are the runner's, by name). Under
     torchrun / accelerate launch every rank calls it: rank 0 runs the recipe and returns its result, the other
-    ranks take their part of each stage (:mod:`drmix.recipes.adapt.launch`), write nothing and return None."""
-    with launched_adapt(config.run.output_dir) as ranks:
+    ranks take their part of each stage (:mod:`drmix.recipes.launch`), write nothing and return None."""
+    with launched_recipe(config.run.output_dir) as ranks:
         plan = plan_adapt(config)
         stages = [*adapt_stages(config, plan, labelled), *extra]
         if ranks is not None and not ranks.main:

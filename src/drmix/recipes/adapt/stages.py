@@ -15,11 +15,10 @@ from typing import Any
 
 from drmix.config import TrainConfig
 from drmix.recipes.adapt import estimate as work
-from drmix.recipes.adapt.audit import (audit_done, audit_stage_name, audit_work, audited_collections,
-                                      check_one_process, run_audit_stage)
+from drmix.recipes.adapt.audit import audit_done, audit_stage_name, audit_work, audited_collections, run_audit_stage
 from drmix.recipes.adapt.candidates import UNIFORM_SYNTHETIC, Candidate
 from drmix.recipes.adapt.config import AdaptConfig, index_fields, synthetic_fields
-from drmix.recipes.adapt.launch import EVERY, SHARDED, announced
+from drmix.recipes.launch import EVERY, SHARDED, announced
 from drmix.recipes.adapt.plan import AdaptPlan
 from drmix.recipes.adapt.selection import final_evaluation, final_labelled_evaluation
 from drmix.recipes.progress import StageWork, training_work
@@ -103,11 +102,10 @@ def _weights_stage(config: AdaptConfig, plan: AdaptPlan, c: Candidate, declared:
                      done=lambda out, r: run_finished(out) and (out / "weights.json").exists(),
                      what=f"learned weights, reference {c.reference.label}", work=work.stage1_work(s1, config, s1_cfg))
     if c.scheme == "audit" and (name := audit_stage_name(c.synthetic)) not in declared:
-        check_one_process()
         acfg = plan.audits[c.synthetic]
         out = Path(acfg.run.output_dir)
         return Stage(name, acfg, output_dir=out, record=out / "audit.yaml", part="stages.audit",
-                     needs=(COCO, SYNTHETIC), run=announced(name, lambda r: run_audit_stage(acfg), None),
+                     needs=(COCO, SYNTHETIC), run=announced(name, lambda r: run_audit_stage(acfg), EVERY),
                      done=audit_done, title=name,
                      what=f"leave-one-out of {audited_collections(acfg.data.collections)} collections on the "
                           "synthetic dev, recommended weights",

@@ -67,19 +67,27 @@ def estimate_audit(config: AuditConfig) -> str:
     return "\n".join([head, "", *estimate(stages, estimate_device(config.run.device))]) + "\n"
 
 
-def run_audit(config: AuditConfig, *, progress: Callable[[str], None] | None = None) -> AuditResult:
+def run_audit(config: AuditConfig, *, progress: Callable[[str], None] | None = None) -> AuditResult | None:
     """Run every stage (reusing the finished ones made with the same settings from the same inputs), evaluate
     every run on the dev sets and write the audit's answer (``summary.md``, ``summary.json``, ``weights.json``,
-    ``audit.png``, ``report.html``)."""
+    ``audit.png``, ``report.html``). Under torchrun / accelerate launch every rank calls it: rank 0 runs the
+    stages and returns the answer, the other ranks take their part of each stage (:mod:`drmix.recipes.launch`:
+    the short runs train over every rank), write nothing and return None."""
+    from drmix.recipes.launch import follow, launched_recipe, release
     from drmix.recipes.progress import estimate_device
     from drmix.recipes.stages import run_stages
 
-    plan = plan_audit(config)
-    stages = declare(config, plan, lambda r: evaluate_dev(config, plan))
-    results = run_stages(stages, root=plan.root, record=("audit.yaml", config),
-                         allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
-                         progress=progress, device=estimate_device(config.run.device), recipe="mixture audit")
-    return answer_audit(config, plan, results["dev evaluation"])
+    with launched_recipe(config.run.output_dir) as ranks:
+        plan = plan_audit(config)
+        stages = declare(config, plan, lambda r: evaluate_dev(config, plan))
+        if ranks is not None and not ranks.main:
+            follow(stages)
+            return None
+        results = run_stages(stages, root=plan.root, record=("audit.yaml", config),
+                             allow_changes=config.run.resume_with_changes, overwrite=config.run.overwrite,
+                             progress=progress, device=estimate_device(config.run.device), recipe="mixture audit")
+        release()  # under torchrun: the other ranks stop here; the answer is rank 0's
+        return answer_audit(config, plan, results["dev evaluation"])
 
 
 def answer_audit(config: AuditConfig, plan: AuditPlan, scores: dict[str, Any]) -> AuditResult:

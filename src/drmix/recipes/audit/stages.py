@@ -1,6 +1,8 @@
 """The audit's stages, declared once for :func:`drmix.recipes.stages.run_stages`: the mined negatives, every
 short run, the stage-1 runs and the dev evaluation. Reuse, resume, refusal of changed runs and provenance
-(``provenance.json``) are the stage runner's, the same as every recipe's."""
+(``provenance.json``) are the stage runner's, the same as every recipe's. Under torchrun each stage is announced
+to the other ranks (:mod:`drmix.recipes.launch`): the short runs and stage 1 train over every rank (DDP), the
+mining and the dev evaluation encode their corpora in shards over them, and rank 0 alone writes."""
 from __future__ import annotations
 
 import json
@@ -12,6 +14,7 @@ from typing import Any
 from drmix.outputs import run_finished
 from drmix.recipes.audit.config import AuditConfig
 from drmix.recipes.audit.plan import AuditPlan, mined_paths
+from drmix.recipes.launch import EVERY, SHARDED, announced, main_rank
 from drmix.recipes.progress import StageWork, training_work
 from drmix.recipes.stages import Stage
 
@@ -43,7 +46,8 @@ def _train(cfg: Any, collections: list, strategy: Any = None) -> Any:
     from drmix import api
 
     result = api.train(cfg, strategy=strategy, collections=collections, report=False)
-    drop_checkpoints(Path(cfg.run.output_dir))
+    if main_rank():  # under torchrun rank 0 wrote the run: it tidies it
+        drop_checkpoints(Path(cfg.run.output_dir))
     return result
 
 
@@ -109,19 +113,25 @@ def mine_negatives(config: AuditConfig, plan: AuditPlan) -> dict[str, Any]:
     from drmix.io.atomic import atomic_write_json, write_jsonl_atomic
     from drmix.io.checks import cache_root, cache_writes
     from drmix.recipes.optimize import STAGE1_NEGATIVES, mine_missing_negatives
+    from drmix.retrieval.shards import writes_here
 
     d, paths, report = config.data, mined_paths(plan), {}
-    plan.negatives_dir.mkdir(parents=True, exist_ok=True)
+    writes = writes_here()     # under torchrun the ranks encode in shards, rank 0 writes
+    if writes:
+        plan.negatives_dir.mkdir(parents=True, exist_ok=True)
     cache = cache_root() / "mined"
     for s in (x for x in plan.sources if x.short):
         key = mined_key(s.spec, config.audit.stage1_miner, d.format, d.columns)
         hit = cache / f"{key}.jsonl" if key else None
         if hit is not None and hit.is_file() and (cache / f"{key}.json").is_file():
-            shutil.copyfile(hit, paths[s.name])
+            if writes:
+                shutil.copyfile(hit, paths[s.name])
             report[s.name] = json.loads((cache / f"{key}.json").read_text(encoding="utf-8"))
             continue
         (c,) = load_collections([s.spec], format=d.format, columns=d.columns)
         report.update(mine_missing_negatives([c], STAGE1_NEGATIVES, model=config.audit.stage1_miner))
+        if not writes:
+            continue
         rows = [{"query": q, "positives": p, "negatives": n} for q, p, n in
                 zip(c.dataset["query"], c.dataset["positives"], c.dataset["negatives"])]
         write_jsonl_atomic(paths[s.name], rows)
@@ -130,8 +140,9 @@ def mine_negatives(config: AuditConfig, plan: AuditPlan) -> dict[str, Any]:
                 cache.mkdir(parents=True, exist_ok=True)
                 write_jsonl_atomic(hit, rows)
                 atomic_write_json(cache / f"{key}.json", report[s.name])
-    atomic_write_json(plan.negatives_dir / "negatives.json", {"num_negatives": STAGE1_NEGATIVES, "rule": "mine",
-                                                              "collections": report})
+    if writes:
+        atomic_write_json(plan.negatives_dir / "negatives.json", {"num_negatives": STAGE1_NEGATIVES, "rule": "mine",
+                                                                  "collections": report})
     return report
 
 
@@ -149,7 +160,8 @@ def declare(config: AuditConfig, plan: AuditPlan, evaluate: Callable[[dict], Any
     if mining:
         record = {k: flat[k] for k in ("data", "format", "columns", "stage1_miner")}
         stages.append(Stage("negatives", record, output_dir=plan.negatives_dir, record=plan.root / "audit.yaml",
-                            kind=type(config), run=lambda r: mine_negatives(config, plan),
+                            kind=type(config), run=announced("negatives", lambda r: mine_negatives(config, plan),
+                                                             SHARDED),
                             done=lambda out, results: (out / "negatives.json").is_file(), title="mined negatives",
                             what="stage 1's missing hard negatives",
                             work=StageWork("mined negatives", passages=sum(3 * s.rows for s in plan.sources if s.short))))
@@ -166,8 +178,8 @@ def declare(config: AuditConfig, plan: AuditPlan, evaluate: Callable[[dict], Any
                 work.examples += probe_work(config, plan)
             stages.append(Stage(
                 stage_name, cfg, part="audit",
-                run=lambda r, cfg=cfg, seed=seed, keep=keep, probe=probe: _train(
-                    cfg, loaded.get(seed, keep), _probe(config, plan) if probe else None),
+                run=announced(stage_name, lambda r, cfg=cfg, seed=seed, keep=keep, probe=probe: _train(
+                    cfg, loaded.get(seed, keep), _probe(config, plan) if probe else None), EVERY),
                 done=probed if probe else None, work=work,
                 what={"all": "every collection, uniform, with the probe", "without": f"leave out {name}",
                       "only": f"{name} alone"}[kind]))
@@ -181,12 +193,12 @@ def declare(config: AuditConfig, plan: AuditPlan, evaluate: Callable[[dict], Any
             name = f"seed {seed}: stage 1 {strategy}"
             needs = ((f"seed {seed}: all",) if strategy != "groupdro" else ()) + (("negatives",) if mining else ())
             stages.append(Stage(name, cfg, part="audit", needs=needs,
-                                run=lambda r, cfg=cfg, fill=fill: optimize_weights(cfg, fill_negatives=fill,
-                                                                                   miner=a.stage1_miner),
+                                run=announced(name, lambda r, cfg=cfg, fill=fill: optimize_weights(
+                                    cfg, fill_negatives=fill, miner=a.stage1_miner), SHARDED),
                                 done=lambda out, results: run_finished(out) and (out / "weights.json").exists(),
                                 work=training_work(name, cfg), what=f"{strategy} weights, the authors' stage 1"))
             trained.append(name)
-    stages.append(Stage("dev evaluation", needs=tuple(trained), run=evaluate,
+    stages.append(Stage("dev evaluation", needs=tuple(trained), run=announced("dev evaluation", evaluate, SHARDED),
                         work=StageWork("dev evaluation", passages=dev_passages(config, plan)),
                         what="every run's nDCG@10 on the dev sets"))
     return stages

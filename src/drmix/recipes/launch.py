@@ -1,4 +1,5 @@
-"""``drmix adapt`` under ``torchrun`` / ``accelerate launch``: rank 0 runs the recipe, every other rank follows it.
+"""A recipe under ``torchrun`` / ``accelerate launch`` (``drmix adapt``, ``drmix mixture audit``): rank 0 runs the
+recipe, every other rank follows it.
 
 Rank 0 does what one process does: the stage graph (:func:`drmix.recipes.stages.run_stages`: reuse, records,
 the progress lines), the report and the model copy. Before it runs a stage it announces the stage, with what the
@@ -11,15 +12,20 @@ stages before it returned, to the other ranks (:func:`announced`), and every ran
   under ``OUTPUT_DIR/shards/<stage>/<model>-<corpus>/``, rank 0 checks and merges them, and every rank gets the
   merged rows (byte-identical to one process's). A killed pass resumes from the shards written; the stage's
   shards are deleted once every rank has its merged rows;
-* a **training stage** (:data:`EVERY`: COCO, the fine-tunings, tDRO stage 1's training) is distributed by
-  accelerate as ``drmix train`` is under torchrun (DDP: the global batch split over the ranks, rank 0 writes).
+* a **training stage** (:data:`EVERY`: COCO, the fine-tunings, tDRO stage 1's training, the audit's short runs)
+  is distributed by accelerate as ``drmix train`` is under torchrun (DDP: the global batch split over the ranks,
+  rank 0 writes).
+
+A recipe run as a stage of another (adapt's ``audit`` candidate runs the whole audit, a stage every rank runs)
+is launched inside the outer one: it takes the same ranks, its own shards folder, and announces its own stages
+until it releases them; the outer recipe's announcements then go on.
 
 A stage rank 0 reuses is not announced, so no rank runs it; a stage declared without either (``how=None``) runs on
 rank 0 alone while the others wait for the next announcement. Ranks other than 0 write no stage output, summary,
 report or model copy (:func:`drmix.retrieval.shards.writes_here` is false on them), and return None.
 A plain process, or a launch of one process, runs as it always did: nothing is announced, nothing is sharded.
 On several nodes ``OUTPUT_DIR`` must be one folder on every node (every rank reads the synthetic set, the models
-and the shards rank 0's stages write there): :func:`launched_adapt` checks it first
+and the shards rank 0's stages write there): :func:`launched_recipe` checks it first
 (:meth:`drmix.retrieval.ranks.Ranks.check_shared`) and refuses a folder some node sees on its own disk.
 """
 from __future__ import annotations
@@ -58,8 +64,13 @@ _launched: Launched | None = None
 
 
 def launched_state() -> Launched | None:
-    """The launched run in force (:func:`launched_adapt`), or None (one process)."""
+    """The launched run in force (:func:`launched_recipe`), or None (one process)."""
     return _launched
+
+
+def main_rank() -> bool:
+    """Whether this process writes a launched recipe's outputs: one process, or rank 0 of a launch."""
+    return _launched is None or _launched.ranks.main
 
 
 def follower() -> bool:
@@ -78,26 +89,28 @@ def follower() -> bool:
 
 
 @contextlib.contextmanager
-def launched_adapt(output_dir: str | Path) -> Iterator[Any]:
-    """Under torchrun / accelerate launch with several processes: join the ranks for the run (yields them);
-    else yields None and changes nothing."""
+def launched_recipe(output_dir: str | Path) -> Iterator[Any]:
+    """Under torchrun / accelerate launch with several processes: join the ranks for the run (yields them; inside
+    a launched recipe, the outer recipe's ranks, left joined); else yields None and changes nothing."""
     global _launched
     from drmix.retrieval.ranks import Ranks, launched
 
     if not launched():
         yield None
         return
-    ranks = Ranks.from_env()
+    outer = _launched
+    ranks = outer.ranks if outer is not None else Ranks.from_env()   # inside another recipe: its ranks
     if ranks.world_size == 1:
         yield None
         return
-    previous, _launched = _launched, Launched(ranks, Path(output_dir).expanduser() / SHARDS)
+    _launched = Launched(ranks, Path(output_dir).expanduser() / SHARDS)
     try:
         ranks.check_shared(output_dir, what="the output directory", fix=SHARED_FIX)
         yield ranks
     finally:
-        _launched = previous
-        ranks.close()
+        _launched = outer
+        if outer is None:
+            ranks.close()
 
 
 def _slug(name: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from drmix.errors import ConfigError
-from drmix.recipes.adapt import launch
+from drmix.recipes import launch
 from drmix.retrieval import shards
 
 
@@ -139,12 +139,12 @@ def test_a_launch_of_several_processes_checks_its_output_dir_is_shared_first(mon
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(Ranks, "from_env", classmethod(lambda cls: Two(0)))
-    with launch.launched_adapt(str(tmp_path / "run")) as ranks:
+    with launch.launched_recipe(str(tmp_path / "run")) as ranks:
         assert ranks.world_size == 2 and launch.launched_state().root == tmp_path / "run" / "shards"
     assert seen == [(str(tmp_path / "run"), "the output directory", launch.SHARED_FIX), "closed"]
     assert launch.SHARED_FIX.startswith("put --output-dir on a filesystem every node mounts at the same path")
     with pytest.raises(ConfigError, match="Fix: put --output-dir on a filesystem"):
-        with launch.launched_adapt(str(tmp_path / "local")):
+        with launch.launched_recipe(str(tmp_path / "local")):
             pytest.fail("a stage ran in a folder the nodes do not share")
     assert launch.launched_state() is None and seen[-1] == "closed"
 
@@ -152,7 +152,7 @@ def test_a_launch_of_several_processes_checks_its_output_dir_is_shared_first(mon
 def test_a_launch_of_one_process_joins_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
-    with launch.launched_adapt(tmp_path) as ranks:
+    with launch.launched_recipe(tmp_path) as ranks:
         assert ranks is None and launch.launched_state() is None
 
 
@@ -225,14 +225,14 @@ def test_two_gloo_processes_give_the_synthetic_set_and_the_selection_of_one(tmp_
     """One process, then two (torchrun, gloo on CPU; on one node, or on two nodes of one process each with their own
     DRMIX_CACHE, tests/nodes.py): the synthetic set byte for byte, the candidates' synthetic dev scores and the
     choice; rank 1 wrote nothing of its own, and no shard is left."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from test_adapt import make_config
 
     from drmix.recipes.adapt import parse_candidate
 
     make_config(tmp_path, tiny_model_path)  # the corpora and collections, written once for both runs
-    helper = str(Path(__file__).resolve().parents[2] / "helpers" / "ddp_adapt.py")
-    candidates = "uniform,size+synthetic,tdro:reweight"
+    helper = str(Path(__file__).resolve().parents[1] / "helpers" / "ddp_adapt.py")
+    candidates = "uniform,size+synthetic,tdro:reweight,audit"       # audit: a recipe launched inside adapt
     one = _adapt([sys.executable, helper, tiny_model_path, str(tmp_path), str(tmp_path / "one"), candidates],
                  tmp_path)
     args = [tiny_model_path, str(tmp_path), str(tmp_path / "two"), candidates]
