@@ -49,8 +49,9 @@ def headline(a: Analysis, cell=str) -> str:
                                          f"{-a.loo[n].mean:+.4f}, 95% interval [{-a.loo[n].high:+.4f}, "
                                          f"{-a.loo[n].low:+.4f}], p {_p(a.loo[n].p)})" for n in drop))
     if down:
-        parts.append("down-weight " + _list(down, cell) + " (removing it helped within noise and the agreeing cheap "
-                                                    "signals mark it harmful)")
+        it = "it" if len(down) == 1 else "each"
+        parts.append("down-weight " + _list(down, cell) + f" (removing {it} helped within noise and the agreeing cheap "
+                                                          f"signals mark {it} harmful)")
     if drop or down:
         text = "; ".join(parts) + f"; keep the other {len(keep)}."
         text = text[0].upper() + text[1:]
