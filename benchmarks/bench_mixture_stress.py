@@ -352,7 +352,7 @@ def poolable(args, stored: dict, scenario: str) -> list[int]:
     ready = len(seeds) > 1 and all(f"{scenario}/{s}" in stored["cells"] and
                                    (cell_dir(args, scenario, s) / "audit" / "runs" / f"seed{s}").is_dir()
                                    for s in seeds)
-    return seeds if ready and stored.setdefault("pooled", {}).get(scenario, {}).get("seeds") != seeds else []
+    return seeds if ready and stored.get("pooled", {}).get(scenario, {}).get("seeds") != seeds else []
 
 
 def pooled_audit(args, scenario: str, seeds: list[int], paths: dict[str, str], dev: list[str]) -> dict:
@@ -580,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("the audit of %s over seeds %s", scenario, seeds)
                 pooled = pooled_audit(args, scenario, seeds, paths, dev)
                 queries = {s: stored["cells"][f"{scenario}/{s}"]["test"]["queries"] for s in seeds}
-                stored["pooled"][scenario] = {**pooled, "test": {
+                stored.setdefault("pooled", {})[scenario] = {**pooled, "test": {
                     str(s): {d: [round(pooled["test"][s][d][q], 4) for q in queries[s][d]] for d in queries[s]}
                     for s in seeds}}
                 save_results(results_path, stored)

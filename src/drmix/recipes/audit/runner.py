@@ -9,7 +9,7 @@ from typing import Any
 
 from drmix.recipes.audit.analysis import Analysis, analyse
 from drmix.recipes.audit.config import AuditConfig
-from drmix.recipes.audit.plan import AuditPlan, plan_audit
+from drmix.recipes.audit.plan import AuditPlan, plan_audit, slug
 from drmix.recipes.audit.stages import START, declare, models
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def evaluate_dev(config: AuditConfig, plan: AuditPlan, *, cache_in: Path | None 
     found = models(plan)
     cache = {START: plan.root / "start"} if START in found else {}
     if cache_in is not None:
-        cache = {label: cache_in / label.replace("/", "-").replace(":", "-") for label in found}
+        cache = {label: cache_in / slug(label) for label in found}
     a = config.audit
     suite = evaluate_suite(found, config.mixture.dev, cache_dirs=cache, kind="audit", split=config.mixture.dev_split,
                            max_queries=a.dev_max_queries, max_docs=a.dev_max_docs, seed=config.optim.seed,
